@@ -1,0 +1,158 @@
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap_complete::Shell;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
+/// Admin CLI of the control plane: organisations, workspaces, users and tokens.
+#[derive(Debug, Parser)]
+#[command(name = "cpctl", version)]
+pub struct Cli {
+    /// Postgres URL of the records store (the one the server uses).
+    #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Base64 token hashing key; must match the server's when the server sets one.
+    #[arg(long, global = true, env = "CP_TOKEN_HASH_KEY", hide_env_values = true)]
+    pub token_hash_key: Option<String>,
+
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long = "output",
+        global = true,
+        value_enum,
+        default_value = "table"
+    )]
+    pub output: OutputFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create an organisation, a workspace, an admin user and a token with every scope.
+    Bootstrap {
+        #[arg(long)]
+        org: String,
+        #[arg(long)]
+        workspace: String,
+        /// Email of the admin user.
+        #[arg(long)]
+        admin: String,
+        #[arg(long, default_value_t = 30)]
+        expires_in_days: i64,
+    },
+    /// Apply pending database migrations.
+    Migrate,
+    /// Organisations.
+    #[command(subcommand)]
+    Orgs(OrgsCommand),
+    /// Workspaces.
+    #[command(subcommand)]
+    Workspaces(WorkspacesCommand),
+    /// Environments of a workspace.
+    #[command(subcommand)]
+    Environments(EnvironmentsCommand),
+    /// Users of an organisation.
+    #[command(subcommand)]
+    Users(UsersCommand),
+    /// Personal access tokens.
+    #[command(subcommand)]
+    Tokens(TokensCommand),
+    /// Print a shell completion script.
+    Completion {
+        #[arg(value_enum)]
+        shell: Shell,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OrgsCommand {
+    Create { name: String },
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkspacesCommand {
+    Create {
+        #[arg(long)]
+        org: Uuid,
+        name: String,
+    },
+    List {
+        #[arg(long)]
+        org: Option<Uuid>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EnvironmentsCommand {
+    Create {
+        #[arg(long)]
+        workspace: Uuid,
+        name: String,
+    },
+    List {
+        #[arg(long)]
+        workspace: Option<Uuid>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UsersCommand {
+    Create {
+        #[arg(long)]
+        org: Uuid,
+        email: String,
+    },
+    List {
+        #[arg(long)]
+        org: Option<Uuid>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokensCommand {
+    /// Issue a token for a user; prints the secret once.
+    Issue(IssueArgs),
+    List {
+        #[arg(long)]
+        user: Option<Uuid>,
+        #[arg(long)]
+        workspace: Option<Uuid>,
+    },
+    /// Revoke a token's access to one workspace.
+    Revoke {
+        #[arg(long)]
+        token: Uuid,
+        #[arg(long)]
+        workspace: Uuid,
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct IssueArgs {
+    #[arg(long)]
+    pub user: Uuid,
+    #[arg(long)]
+    pub name: String,
+    /// A scope; repeat for several.
+    #[arg(long = "scope", required = true)]
+    pub scopes: Vec<String>,
+    /// A workspace; repeat for several.
+    #[arg(long = "workspace", required = true)]
+    pub workspaces: Vec<Uuid>,
+    /// An environment; repeat for several (none: every environment).
+    #[arg(long = "environment")]
+    pub environments: Vec<Uuid>,
+    #[arg(long, default_value_t = 30)]
+    pub expires_in_days: i64,
+}

@@ -1,0 +1,27 @@
+//! `cpctl`: the admin CLI. Commands are thin adapters over the service layer.
+
+mod cli;
+mod commands;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    control_plane::telemetry::init(
+        control_plane::config::LogFormat::Pretty,
+        "warn,sqlx=error",
+        std::io::stderr,
+    );
+    match commands::run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, whatever the cause chain.
+            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Table and JSON rendering of command results.
+
+use serde_json::{Value, json};
+
+use control_plane::service::IssuedCredential;
+use control_plane::storage::{Environment, Organisation, TokenRecord, User, Workspace};
+
+use crate::cli::OutputFormat;
+
+/// Something `cpctl` can print: as JSON, or as table rows under headers.
+pub trait Render {
+    fn json(&self) -> Value;
+    fn headers() -> &'static [&'static str];
+    fn row(&self) -> Vec<String>;
+}
+
+pub fn list<T: Render>(format: OutputFormat, items: &[T]) {
+    match format {
+        OutputFormat::Json => {
+            println!("{}", Value::Array(items.iter().map(Render::json).collect()))
+        }
+        OutputFormat::Table => {
+            let rows: Vec<Vec<String>> = items.iter().map(Render::row).collect();
+            table(T::headers(), &rows);
+        }
+    }
+}
+
+/// A created record: its id alone in table mode (easy to capture in a script), the record in JSON.
+pub fn created<T: Render>(format: OutputFormat, item: &T, id: impl std::fmt::Display) {
+    match format {
+        OutputFormat::Json => println!("{}", item.json()),
+        OutputFormat::Table => println!("{id}"),
+    }
+}
+
+fn table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(headers.iter().map(|h| h.to_string()).collect());
+    for row in rows {
+        line(row.clone());
+    }
+}
+
+impl Render for Organisation {
+    fn json(&self) -> Value {
+        json!({ "id": self.id, "name": self.name, "createdAt": self.created_at })
+    }
+    fn headers() -> &'static [&'static str] {
+        &["ID", "NAME", "CREATED"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.id.to_string(),
+            self.name.clone(),
+            self.created_at.to_rfc3339(),
+        ]
+    }
+}
+
+impl Render for Workspace {
+    fn json(&self) -> Value {
+        json!({ "id": self.id, "organisationId": self.organisation_id, "name": self.name, "createdAt": self.created_at })
+    }
+    fn headers() -> &'static [&'static str] {
+        &["ID", "ORGANISATION", "NAME", "CREATED"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.id.to_string(),
+            self.organisation_id.to_string(),
+            self.name.clone(),
+            self.created_at.to_rfc3339(),
+        ]
+    }
+}
+
+impl Render for Environment {
+    fn json(&self) -> Value {
+        json!({ "id": self.id, "workspaceId": self.workspace_id, "name": self.name, "createdAt": self.created_at })
+    }
+    fn headers() -> &'static [&'static str] {
+        &["ID", "WORKSPACE", "NAME", "CREATED"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.id.to_string(),
+            self.workspace_id.to_string(),
+            self.name.clone(),
+            self.created_at.to_rfc3339(),
+        ]
+    }
+}
+
+impl Render for User {
+    fn json(&self) -> Value {
+        json!({ "id": self.id, "organisationId": self.organisation_id, "email": self.email, "createdAt": self.created_at })
+    }
+    fn headers() -> &'static [&'static str] {
+        &["ID", "ORGANISATION", "EMAIL", "CREATED"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.id.to_string(),
+            self.organisation_id.to_string(),
+            self.email.clone(),
+            self.created_at.to_rfc3339(),
+        ]
+    }
+}
+
+impl Render for TokenRecord {
+    fn json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "prefix": format!("{}{}", control_plane::domain::TOKEN_PREFIX, self.public_id),
+            "name": self.name,
+            "userId": self.user_id,
+            "organisationId": self.organisation_id,
+            "scopes": self.scopes,
+            "workspaceIds": self.workspace_ids,
+            "environmentIds": self.environment_ids,
+            "createdAt": self.created_at,
+            "expiresAt": self.expires_at,
+            "revokedAt": self.revoked_at,
+        })
+    }
+    fn headers() -> &'static [&'static str] {
+        &[
+            "ID",
+            "PREFIX",
+            "NAME",
+            "USER",
+            "WORKSPACES",
+            "EXPIRES",
+            "REVOKED",
+        ]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.id.to_string(),
+            format!("{}{}", control_plane::domain::TOKEN_PREFIX, self.public_id),
+            self.name.clone(),
+            self.user_id.to_string(),
+            self.workspace_ids.len().to_string(),
+            self.expires_at.to_rfc3339(),
+            self.revoked_at
+                .map(|t| t.to_rfc3339())
+                .unwrap_or_else(|| "-".into()),
+        ]
+    }
+}
+
+/// The IssuedCredential of the v1 contract, field for field.
+pub fn credential_json(c: &IssuedCredential) -> Value {
+    json!({
+        "id": c.record.id,
+        "name": c.record.name,
+        "prefix": c.prefix,
+        "scopes": c.record.scopes,
+        "organisationId": c.record.organisation_id,
+        "workspaceIds": c.record.workspace_ids,
+        "environmentIds": c.record.environment_ids,
+        "createdAt": c.record.created_at,
+        "expiresAt": c.record.expires_at,
+        "token": c.secret.expose(),
+    })
+}
+
+pub fn credential(format: OutputFormat, c: &IssuedCredential) {
+    match format {
+        OutputFormat::Json => println!("{}", credential_json(c)),
+        OutputFormat::Table => {
+            println!("id:       {}", c.record.id);
+            println!("prefix:   {}", c.prefix);
+            println!("expires:  {}", c.record.expires_at.to_rfc3339());
+            println!("token:    {}", c.secret.expose());
+            eprintln!("The token is shown only now; store it safely.");
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! Finishing touches on the generated OpenAPI document: what the derive macros cannot say.
+
+use serde_json::{Value, json};
+
+pub const DESCRIPTION: &str = "\
+The v1 HTTP/JSON interface of the control plane.
+
+* Every response carries `x-correlation-id`: the request's own when it sent a valid one \
+(8 to 128 of `[A-Za-z0-9._:-]`, starting alphanumeric), a generated one otherwise. An invalid \
+one is a 400 whose body and header carry a freshly generated id.
+* Every error has the `ApiError` body; `error.code` is a stable snake_case word: \
+`validation_failed`, `invalid_json`, `unsupported_media_type`, `payload_too_large`, \
+`unauthenticated`, `forbidden`, `not_found`, `method_not_allowed`, `conflict`, \
+`token_limit_reached`, `not_implemented`, `unavailable`, `internal`. `error.details` names the \
+failing field (`field`, `reason`, and `errors` listing all of them).
+* A wrong or missing `Content-Type` on a JSON body is a 400 `unsupported_media_type` (the \
+contract lists no 415). Bodies over the limit (1 MiB by default) are a 413.
+* Path ids are strings: an id that is not a uuid matches nothing (a workspace outside the \
+token's is 403, an unknown token 404).";
+
+/// Request bodies that admit no other properties.
+const CLOSED_SCHEMAS: &[&str] = &["PersonalAccessTokenInput", "RevokeAccessTokenInput"];
+
+pub fn finish(raw: &str) -> String {
+    let Ok(mut doc) = serde_json::from_str::<Value>(raw) else {
+        return raw.to_owned();
+    };
+    for name in CLOSED_SCHEMAS {
+        if let Some(schema) = doc
+            .pointer_mut(&format!("/components/schemas/{name}"))
+            .and_then(Value::as_object_mut)
+        {
+            schema.insert("additionalProperties".into(), Value::Bool(false));
+        }
+    }
+    if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
+        for operation in paths
+            .values_mut()
+            .filter_map(Value::as_object_mut)
+            .flat_map(|m| m.values_mut())
+        {
+            add_correlation_parameter(operation);
+            let Some(responses) = operation
+                .get_mut("responses")
+                .and_then(Value::as_object_mut)
+            else {
+                continue;
+            };
+            for response in responses.values_mut().filter_map(Value::as_object_mut) {
+                let headers = response.entry("headers").or_insert_with(|| json!({}));
+                if let Some(headers) = headers.as_object_mut() {
+                    headers.insert(
+                        "x-correlation-id".into(),
+                        json!({
+                            "description": "Correlation id of the request.",
+                            "required": true,
+                            "schema": { "type": "string" }
+                        }),
+                    );
+                }
+            }
+        }
+    }
+    serde_json::to_string_pretty(&doc).unwrap_or_else(|_| raw.to_owned())
+}
+
+/// Every operation accepts the optional `x-correlation-id` request header.
+fn add_correlation_parameter(operation: &mut Value) {
+    let Some(operation) = operation.as_object_mut() else {
+        return;
+    };
+    let parameters = operation.entry("parameters").or_insert_with(|| json!([]));
+    if let Some(list) = parameters.as_array_mut() {
+        list.push(json!({
+            "name": "x-correlation-id",
+            "in": "header",
+            "required": false,
+            "description": "Correlation id; generated when omitted.",
+            "schema": { "type": "string", "minLength": 8, "maxLength": 128, "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]+$" }
+        }));
+    }
+}

@@ -1,0 +1,58 @@
+//! Prometheus metrics of the HTTP surface: requests by operation and status, and latency.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+};
+
+/// One registry per application instance, so several instances can live in one process (tests).
+pub struct HttpMetrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    latency: HistogramVec,
+}
+
+impl HttpMetrics {
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "http_requests_total",
+                "HTTP requests by operation, method and status",
+            ),
+            &["operation", "method", "status"],
+        )?;
+        let latency = HistogramVec::new(
+            HistogramOpts::new(
+                "http_request_duration_seconds",
+                "HTTP request latency by operation",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+            &["operation"],
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(latency.clone()))?;
+        Ok(Self {
+            registry,
+            requests,
+            latency,
+        })
+    }
+
+    pub fn observe(&self, operation: &str, method: &str, status: u16, seconds: f64) {
+        self.requests
+            .with_label_values(&[operation, method, &status.to_string()])
+            .inc();
+        self.latency
+            .with_label_values(&[operation])
+            .observe(seconds);
+    }
+
+    pub fn render(&self) -> String {
+        let mut buffer = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed families.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buffer);
+        String::from_utf8(buffer).unwrap_or_default()
+    }
+}

@@ -1,0 +1,103 @@
+//! The HTTP adapter: routes, middleware and the OpenAPI document.
+
+mod api;
+mod auth;
+mod context;
+mod docs;
+pub mod error;
+mod metrics;
+mod payload;
+
+use std::sync::Arc;
+
+use poem::endpoint::make_sync;
+use poem::http::StatusCode;
+use poem::web::{Html, Json};
+use poem::{Endpoint, EndpointExt, IntoResponse, Route, get};
+use poem_openapi::OpenApiService;
+
+pub use context::CORRELATION_HEADER;
+
+use crate::service::Services;
+use context::RequestContext;
+use error::ApiFailure;
+use metrics::HttpMetrics;
+
+/// Settings of the HTTP surface.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    /// Largest accepted request body, in bytes (413 past it).
+    pub body_limit: usize,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        Self {
+            body_limit: 1024 * 1024,
+        }
+    }
+}
+
+pub const API_VERSION: &str = "0.5.0";
+
+fn openapi_service() -> OpenApiService<(api::TokensApi, api::ActivityApi, api::PendingApi), ()> {
+    OpenApiService::new(api::all(), "Control plane", API_VERSION).description(docs::DESCRIPTION)
+}
+
+/// The OpenAPI document served at `/openapi.json`.
+pub fn openapi_document() -> String {
+    docs::finish(&openapi_service().spec())
+}
+
+/// Builds the whole application: every route behind the request-context middleware.
+pub fn build_app(
+    services: Arc<Services>,
+    settings: &HttpSettings,
+) -> Result<impl Endpoint<Output = poem::Response> + 'static, prometheus::Error> {
+    let service = openapi_service();
+    let raw_spec = service.spec();
+    let spec = docs::finish(&raw_spec);
+    // The UI embeds the document; serve it the finished one.
+    let docs_html = service.swagger_ui_html().replace(&raw_spec, &spec);
+    let metrics = Arc::new(HttpMetrics::new()?);
+
+    let ready_services = services.clone();
+    let metrics_for_route = metrics.clone();
+    let routes = Route::new()
+        .at(
+            "/healthz",
+            get(make_sync(|_| Json(serde_json::json!({ "status": "ok" })))),
+        )
+        .at(
+            "/readyz",
+            get(poem::endpoint::make(move |_| {
+                let services = ready_services.clone();
+                async move {
+                    services
+                        .ready()
+                        .await
+                        .map_err(|e| poem::Error::from(ApiFailure::from(e)))?;
+                    Ok::<_, poem::Error>(Json(serde_json::json!({ "status": "ready" })))
+                }
+            })),
+        )
+        .at(
+            "/metrics",
+            get(make_sync(move |_| {
+                metrics_for_route
+                    .render()
+                    .with_content_type("text/plain; version=0.0.4")
+                    .with_status(StatusCode::OK)
+            })),
+        )
+        .at(
+            "/openapi.json",
+            get(make_sync(move |_| {
+                spec.clone().with_content_type("application/json")
+            })),
+        )
+        .at("/docs", get(make_sync(move |_| Html(docs_html.clone()))))
+        .nest("/", service)
+        .data(services);
+    Ok(RequestContext::new(routes, metrics, settings.body_limit))
+}

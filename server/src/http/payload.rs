@@ -1,0 +1,213 @@
+//! `JsonBody<T>`: a JSON request body parsed into a domain type with field-level errors.
+//!
+//! poem-openapi's `Json<T>` reports failures as one opaque string; clients need to know which
+//! field failed and why. `T::Schema` documents the body, `T::from_json` parses it.
+
+use poem::{Request, RequestBody};
+use poem_openapi::impl_apirequest_for_payload;
+use poem_openapi::payload::{ParsePayload, Payload};
+use poem_openapi::registry::{MetaSchemaRef, Registry};
+use poem_openapi::types::Type;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use super::context::BodyLimit;
+use super::error::ApiFailure;
+use crate::domain::{FieldError, ValidationErrors};
+
+pub trait FromJson: Sized {
+    /// The documented shape of the body.
+    type Schema: Type;
+    fn from_json(value: Value) -> Result<Self, ValidationErrors>;
+}
+
+pub struct JsonBody<T>(pub T);
+
+impl<T: FromJson + Send> Payload for JsonBody<T> {
+    const CONTENT_TYPE: &'static str = "application/json; charset=utf-8";
+
+    fn check_content_type(content_type: &str) -> bool {
+        content_type.parse::<mime::Mime>().is_ok_and(|m| {
+            m.type_() == "application"
+                && (m.subtype() == "json" || m.suffix().is_some_and(|s| s == "json"))
+        })
+    }
+
+    fn schema_ref() -> MetaSchemaRef {
+        T::Schema::schema_ref()
+    }
+
+    fn register(registry: &mut Registry) {
+        T::Schema::register(registry);
+    }
+}
+
+impl<T: FromJson + Send> ParsePayload for JsonBody<T> {
+    const IS_REQUIRED: bool = true;
+
+    async fn from_request(request: &Request, body: &mut RequestBody) -> poem::Result<Self> {
+        let limit = request.data::<BodyLimit>().map_or(1024 * 1024, |l| l.0);
+        let bytes = body
+            .take()
+            .map_err(|_| ApiFailure::internal())?
+            .into_bytes_limit(limit)
+            .await
+            .map_err(|e| match e {
+                poem::error::ReadBodyError::PayloadTooLarge => ApiFailure::payload_too_large(limit),
+                _ => ApiFailure::new(
+                    poem::http::StatusCode::BAD_REQUEST,
+                    "invalid_body",
+                    "the request body could not be read",
+                ),
+            })?;
+        if bytes.is_empty() {
+            return Err(ApiFailure::validation(
+                &FieldError::new("body", "a JSON object is required").into(),
+            )
+            .into());
+        }
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            ApiFailure::new(
+                poem::http::StatusCode::BAD_REQUEST,
+                "invalid_json",
+                "the request body is not valid JSON",
+            )
+            .with_details(
+                json!({ "line": e.line(), "column": e.column(), "reason": e.to_string() }),
+            )
+        })?;
+        T::from_json(value)
+            .map(JsonBody)
+            .map_err(|errors| ApiFailure::validation(&errors).into())
+    }
+}
+
+impl_apirequest_for_payload!(JsonBody<T>, T: FromJson + Send);
+
+/// Reads the fields of one JSON object, recording every error, then rejects unknown fields.
+pub struct JsonObject {
+    fields: Map<String, Value>,
+    errors: ValidationErrors,
+}
+
+impl JsonObject {
+    pub fn new(value: Value) -> Result<Self, ValidationErrors> {
+        match value {
+            Value::Object(fields) => Ok(Self {
+                fields,
+                errors: ValidationErrors::default(),
+            }),
+            _ => Err(FieldError::new("body", "must be a JSON object").into()),
+        }
+    }
+
+    fn take(&mut self, field: &str, required: bool) -> Option<Value> {
+        match self.fields.remove(field) {
+            Some(value) => Some(value),
+            None if required => {
+                self.errors.push(FieldError::new(field, "is required"));
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// A string field, parsed by `parse`.
+    pub fn string<T>(
+        &mut self,
+        field: &str,
+        required: bool,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let value = self.take(field, required)?;
+        let result = match &value {
+            Value::String(s) => parse(s).map_err(|reason| FieldError::new(field, reason)),
+            other => Err(FieldError::new(field, "must be a string").with_value(other.clone())),
+        };
+        self.errors.collect(result)
+    }
+
+    pub fn uuid(&mut self, field: &str, required: bool) -> Option<Uuid> {
+        self.string(field, required, |s| {
+            Uuid::parse_str(s).map_err(|_| "must be a uuid".to_owned())
+        })
+    }
+
+    /// An integer field (a JSON number without a fraction), parsed by `parse`.
+    pub fn integer<T>(
+        &mut self,
+        field: &str,
+        required: bool,
+        parse: impl FnOnce(i64) -> Result<T, String>,
+    ) -> Option<T> {
+        let value = self.take(field, required)?;
+        let number = match &value {
+            Value::Number(n) => n.as_i64().or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                    .map(|f| f as i64)
+            }),
+            _ => None,
+        };
+        let result = match number {
+            Some(n) => {
+                parse(n).map_err(|reason| FieldError::new(field, reason).with_value(value.clone()))
+            }
+            None => Err(FieldError::new(field, "must be an integer").with_value(value.clone())),
+        };
+        self.errors.collect(result)
+    }
+
+    /// An array field whose items are strings parsed by `parse`; item errors name `field[i]`.
+    pub fn string_array<T>(
+        &mut self,
+        field: &str,
+        required: bool,
+        mut parse: impl FnMut(&str) -> Result<T, String>,
+    ) -> Option<Vec<T>> {
+        let value = self.take(field, required)?;
+        let Value::Array(items) = value else {
+            self.errors
+                .push(FieldError::new(field, "must be an array").with_value(value));
+            return None;
+        };
+        let mut out = Vec::with_capacity(items.len());
+        let mut ok = true;
+        for (i, item) in items.into_iter().enumerate() {
+            let result = match &item {
+                Value::String(s) => parse(s).map_err(|reason| {
+                    FieldError::new(format!("{field}[{i}]"), reason).with_value(item.clone())
+                }),
+                _ => Err(FieldError::new(format!("{field}[{i}]"), "must be a string")
+                    .with_value(item.clone())),
+            };
+            match self.errors.collect(result) {
+                Some(v) => out.push(v),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    pub fn uuid_array(&mut self, field: &str, required: bool) -> Option<Vec<Uuid>> {
+        self.string_array(field, required, |s| {
+            Uuid::parse_str(s).map_err(|_| "must be a uuid".to_owned())
+        })
+    }
+
+    /// Records a rule that spans fields, or that the caller checks after reading.
+    pub fn reject(&mut self, error: FieldError) {
+        self.errors.push(error);
+    }
+
+    /// Fails on any field not read, then on any error recorded.
+    pub fn finish(mut self) -> Result<(), ValidationErrors> {
+        let mut unknown: Vec<String> = self.fields.keys().cloned().collect();
+        unknown.sort();
+        for field in unknown {
+            self.errors
+                .push(FieldError::new(field, "is not an allowed property"));
+        }
+        self.errors.into_result()
+    }
+}

@@ -1,0 +1,294 @@
+//! Organisations, workspaces, environments and users: created only by the admin CLI in v1.
+
+use serde_json::json;
+use uuid::Uuid;
+
+use super::{IssueTokenInput, IssuedCredential, ServiceError, Services};
+use crate::domain::{
+    Actor, CorrelationId, ExpiresInDays, FieldError, NewAuditEvent, Scopes, TokenName,
+    ValidationErrors,
+};
+use crate::storage::{Environment, Organisation, StoreError, User, Workspace};
+
+const MAX_NAME_CHARS: usize = 120;
+
+fn parse_name(field: &str, raw: &str) -> Result<String, ServiceError> {
+    let name = raw.trim();
+    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
+        return Err(ValidationErrors::from(FieldError::new(
+            field,
+            format!("must be 1 to {MAX_NAME_CHARS} characters"),
+        ))
+        .into());
+    }
+    Ok(name.to_owned())
+}
+
+fn parse_email(raw: &str) -> Result<String, ServiceError> {
+    let email = raw.trim();
+    let plausible = email.len() <= 254
+        && email.split_once('@').is_some_and(|(local, domain)| {
+            !local.is_empty() && !domain.is_empty() && !domain.contains('@')
+        });
+    if plausible {
+        Ok(email.to_owned())
+    } else {
+        Err(ValidationErrors::from(FieldError::new("email", "must be an email address")).into())
+    }
+}
+
+/// A uniqueness conflict becomes a message that names the thing that exists.
+fn already_exists(what: String) -> impl FnOnce(StoreError) -> ServiceError {
+    move |e| match e {
+        StoreError::Conflict(_) => ServiceError::Conflict {
+            code: "conflict",
+            message: what,
+            details: None,
+        },
+        other => other.into(),
+    }
+}
+
+fn admin_event(
+    organisation_id: Uuid,
+    workspace_id: Option<Uuid>,
+    event_type: &'static str,
+    target_kind: &'static str,
+    target_id: Uuid,
+    correlation_id: &CorrelationId,
+    data: serde_json::Value,
+) -> NewAuditEvent {
+    NewAuditEvent {
+        organisation_id,
+        workspace_id,
+        event_type,
+        actor: Actor::admin(),
+        target_kind,
+        target_id,
+        correlation_id: correlation_id.to_string(),
+        occurred_at: Services::now(),
+        data,
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BootstrapInput {
+    pub organisation: String,
+    pub workspace: String,
+    pub admin_email: String,
+    pub expires_in_days: ExpiresInDays,
+}
+
+#[derive(Debug, Clone)]
+pub struct Bootstrap {
+    pub organisation: Organisation,
+    pub workspace: Workspace,
+    pub user: User,
+    pub credential: IssuedCredential,
+}
+
+impl Services {
+    pub async fn create_organisation(
+        &self,
+        name: &str,
+        cid: &CorrelationId,
+    ) -> Result<Organisation, ServiceError> {
+        let org = Organisation {
+            id: Uuid::new_v4(),
+            name: parse_name("name", name)?,
+            created_at: Self::now(),
+        };
+        let event = admin_event(
+            org.id,
+            None,
+            "organisation.created",
+            "organisation",
+            org.id,
+            cid,
+            json!({ "name": org.name }),
+        );
+        self.store
+            .create_organisation(&org, &event)
+            .await
+            .map_err(already_exists(format!(
+                "an organisation named {:?} already exists",
+                org.name
+            )))?;
+        Ok(org)
+    }
+
+    pub async fn list_organisations(&self) -> Result<Vec<Organisation>, ServiceError> {
+        Ok(self.store.list_organisations().await?)
+    }
+
+    pub async fn create_workspace(
+        &self,
+        organisation_id: Uuid,
+        name: &str,
+        cid: &CorrelationId,
+    ) -> Result<Workspace, ServiceError> {
+        let ws = Workspace {
+            id: Uuid::new_v4(),
+            organisation_id,
+            name: parse_name("name", name)?,
+            created_at: Self::now(),
+        };
+        self.require_organisation(organisation_id).await?;
+        let event = admin_event(
+            organisation_id,
+            Some(ws.id),
+            "workspace.created",
+            "workspace",
+            ws.id,
+            cid,
+            json!({ "name": ws.name }),
+        );
+        self.store
+            .create_workspace(&ws, &event)
+            .await
+            .map_err(already_exists(format!(
+                "a workspace named {:?} already exists in this organisation",
+                ws.name
+            )))?;
+        Ok(ws)
+    }
+
+    pub async fn list_workspaces(
+        &self,
+        organisation_id: Option<Uuid>,
+    ) -> Result<Vec<Workspace>, ServiceError> {
+        Ok(self.store.list_workspaces(organisation_id).await?)
+    }
+
+    pub async fn create_environment(
+        &self,
+        workspace_id: Uuid,
+        name: &str,
+        cid: &CorrelationId,
+    ) -> Result<Environment, ServiceError> {
+        let env = Environment {
+            id: Uuid::new_v4(),
+            workspace_id,
+            name: parse_name("name", name)?,
+            created_at: Self::now(),
+        };
+        let workspace = self
+            .store
+            .list_workspaces(None)
+            .await?
+            .into_iter()
+            .find(|w| w.id == workspace_id)
+            .ok_or_else(|| ServiceError::not_found("no such workspace"))?;
+        let event = admin_event(
+            workspace.organisation_id,
+            Some(workspace_id),
+            "environment.created",
+            "environment",
+            env.id,
+            cid,
+            json!({ "name": env.name }),
+        );
+        self.store
+            .create_environment(&env, &event)
+            .await
+            .map_err(already_exists(format!(
+                "an environment named {:?} already exists in this workspace",
+                env.name
+            )))?;
+        Ok(env)
+    }
+
+    pub async fn list_environments(
+        &self,
+        workspace_id: Option<Uuid>,
+    ) -> Result<Vec<Environment>, ServiceError> {
+        Ok(self.store.list_environments(workspace_id).await?)
+    }
+
+    pub async fn create_user(
+        &self,
+        organisation_id: Uuid,
+        email: &str,
+        cid: &CorrelationId,
+    ) -> Result<User, ServiceError> {
+        let user = User {
+            id: Uuid::new_v4(),
+            organisation_id,
+            email: parse_email(email)?,
+            created_at: Self::now(),
+        };
+        self.require_organisation(organisation_id).await?;
+        // The email is personal data: the event names the user by id only.
+        let event = admin_event(
+            organisation_id,
+            None,
+            "user.created",
+            "user",
+            user.id,
+            cid,
+            json!({}),
+        );
+        self.store
+            .create_user(&user, &event)
+            .await
+            .map_err(already_exists(
+                "a user with this email already exists in this organisation".into(),
+            ))?;
+        Ok(user)
+    }
+
+    pub async fn list_users(
+        &self,
+        organisation_id: Option<Uuid>,
+    ) -> Result<Vec<User>, ServiceError> {
+        Ok(self.store.list_users(organisation_id).await?)
+    }
+
+    pub async fn get_user(&self, id: Uuid) -> Result<User, ServiceError> {
+        self.store
+            .get_user(id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("no such user"))
+    }
+
+    async fn require_organisation(&self, id: Uuid) -> Result<(), ServiceError> {
+        let found = self.store.lookup_targets(id, &[], &[]).await?;
+        if found.organisation_exists {
+            Ok(())
+        } else {
+            Err(ServiceError::not_found("no such organisation"))
+        }
+    }
+
+    /// A first organisation, workspace and admin user, and a token holding every scope on it.
+    pub async fn bootstrap(
+        &self,
+        input: BootstrapInput,
+        cid: &CorrelationId,
+    ) -> Result<Bootstrap, ServiceError> {
+        let email = parse_email(&input.admin_email)?;
+        let workspace_name = parse_name("workspace", &input.workspace)?;
+        let organisation = self.create_organisation(&input.organisation, cid).await?;
+        let workspace = self
+            .create_workspace(organisation.id, &workspace_name, cid)
+            .await?;
+        let user = self.create_user(organisation.id, &email, cid).await?;
+        let name =
+            TokenName::parse("bootstrap").map_err(|e| ServiceError::Internal(e.to_string()))?;
+        let request = IssueTokenInput::new(
+            name,
+            Scopes::all(),
+            organisation.id,
+            vec![workspace.id],
+            vec![],
+            input.expires_in_days,
+        )?;
+        let credential = self.issue_token_for_user(user.id, request, cid).await?;
+        Ok(Bootstrap {
+            organisation,
+            workspace,
+            user,
+            credential,
+        })
+    }
+}

@@ -1,0 +1,74 @@
+use serde_json::Value;
+
+use crate::domain::ValidationErrors;
+use crate::storage::StoreError;
+
+/// Every way an operation of the service layer can fail. The HTTP adapter maps each variant
+/// to a status and an ApiError code in one place (`http::error`); `cpctl` prints its message.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ServiceError {
+    #[error("invalid input: {0}")]
+    Validation(ValidationErrors),
+    #[error("missing, invalid, expired or revoked credentials")]
+    Unauthenticated,
+    #[error("{reason}")]
+    Forbidden {
+        reason: String,
+        details: Option<Value>,
+    },
+    #[error("{message}")]
+    NotFound {
+        message: String,
+        details: Option<Value>,
+    },
+    #[error("{message}")]
+    Conflict {
+        code: &'static str,
+        message: String,
+        details: Option<Value>,
+    },
+    #[error("a dependency is unavailable")]
+    Unavailable,
+    /// The string is for the log only; it never reaches a client.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ServiceError {
+    pub fn forbidden(reason: impl Into<String>) -> Self {
+        Self::Forbidden {
+            reason: reason.into(),
+            details: None,
+        }
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::NotFound {
+            message: message.into(),
+            details: None,
+        }
+    }
+}
+
+impl From<StoreError> for ServiceError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(cause) => {
+                tracing::warn!(%cause, "records store unavailable");
+                Self::Unavailable
+            }
+            StoreError::Conflict(rule) => Self::Conflict {
+                code: "conflict",
+                message: "the record already exists".into(),
+                details: Some(serde_json::json!({ "rule": rule })),
+            },
+            StoreError::Internal(cause) => Self::Internal(cause),
+        }
+    }
+}
+
+impl From<ValidationErrors> for ServiceError {
+    fn from(e: ValidationErrors) -> Self {
+        Self::Validation(e)
+    }
+}

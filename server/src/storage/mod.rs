@@ -1,0 +1,223 @@
+//! Storage ports: narrow traits the service layer talks to, and their adapters.
+//!
+//! The service layer states the rules; an adapter only makes each call atomic. Every mutation
+//! takes the audit events that record it and writes them in the same transaction.
+
+pub mod postgres;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::domain::{AuditEvent, NewAuditEvent};
+
+pub use postgres::PostgresStore;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be reached or did not answer in time: the caller may retry.
+    #[error("records store unavailable: {0}")]
+    Unavailable(String),
+    /// A uniqueness rule refused the write; the string names the rule.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("records store error: {0}")]
+    Internal(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Organisation {
+    pub id: Uuid,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workspace {
+    pub id: Uuid,
+    pub organisation_id: Uuid,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Environment {
+    pub id: Uuid,
+    pub workspace_id: Uuid,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct User {
+    pub id: Uuid,
+    pub organisation_id: Uuid,
+    pub email: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A token as stored, without its hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenRecord {
+    pub id: Uuid,
+    pub public_id: String,
+    pub user_id: Uuid,
+    pub organisation_id: Uuid,
+    pub name: String,
+    pub scopes: Vec<String>,
+    /// Workspaces whose grant is still active, in grant order.
+    pub workspace_ids: Vec<Uuid>,
+    pub environment_ids: Vec<Uuid>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// What authentication needs: the record and the keyed hash of its secret.
+#[derive(Debug, Clone)]
+pub struct StoredCredential {
+    pub token: TokenRecord,
+    pub secret_hash: Vec<u8>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewToken {
+    pub record: TokenRecord,
+    pub secret_hash: Vec<u8>,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum InsertTokenError {
+    #[error("an active token with this name already exists")]
+    NameTaken,
+    #[error("the owner already holds the maximum number of active tokens")]
+    LimitReached,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Which of the referenced organisation, workspaces and environments exist, and where.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TargetLookup {
+    pub organisation_exists: bool,
+    /// (workspace id, its organisation id)
+    pub workspaces: Vec<(Uuid, Uuid)>,
+    /// (environment id, its workspace id)
+    pub environments: Vec<(Uuid, Uuid)>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct TokenFilter {
+    pub user_id: Option<Uuid>,
+    pub workspace_id: Option<Uuid>,
+}
+
+/// Revocation of one token's access to one workspace.
+#[derive(Debug, Clone)]
+pub struct RevokeGrant {
+    pub token_id: Uuid,
+    pub workspace_id: Uuid,
+    pub reason: String,
+    pub revoked_at: DateTime<Utc>,
+    /// Written with the change; its data gains `tokenRevoked` once known.
+    pub event: NewAuditEvent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RevokeOutcome {
+    /// True when the token has no workspace left and is revoked entirely.
+    pub token_revoked: bool,
+}
+
+/// Organisations, workspaces, environments and users: created by the admin CLI.
+#[async_trait]
+pub trait DirectoryStore: Send + Sync {
+    async fn create_organisation(
+        &self,
+        org: &Organisation,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError>;
+    async fn list_organisations(&self) -> Result<Vec<Organisation>, StoreError>;
+    async fn create_workspace(
+        &self,
+        ws: &Workspace,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError>;
+    async fn list_workspaces(
+        &self,
+        organisation_id: Option<Uuid>,
+    ) -> Result<Vec<Workspace>, StoreError>;
+    async fn create_environment(
+        &self,
+        env: &Environment,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError>;
+    async fn list_environments(
+        &self,
+        workspace_id: Option<Uuid>,
+    ) -> Result<Vec<Environment>, StoreError>;
+    async fn create_user(&self, user: &User, event: &NewAuditEvent) -> Result<(), StoreError>;
+    async fn list_users(&self, organisation_id: Option<Uuid>) -> Result<Vec<User>, StoreError>;
+    async fn get_user(&self, id: Uuid) -> Result<Option<User>, StoreError>;
+    async fn lookup_targets(
+        &self,
+        organisation_id: Uuid,
+        workspace_ids: &[Uuid],
+        environment_ids: &[Uuid],
+    ) -> Result<TargetLookup, StoreError>;
+}
+
+/// Personal access tokens and their per-workspace grants.
+#[async_trait]
+pub trait TokenStore: Send + Sync {
+    /// Inserts the token unless its owner already has an active token of that name or
+    /// `max_active` active tokens; checked and written atomically.
+    async fn insert_token(
+        &self,
+        token: &NewToken,
+        events: &[NewAuditEvent],
+        max_active: u32,
+        now: DateTime<Utc>,
+    ) -> Result<(), InsertTokenError>;
+    async fn find_credential(
+        &self,
+        public_id: &str,
+    ) -> Result<Option<StoredCredential>, StoreError>;
+    /// `None` when the token has no active grant on that workspace.
+    async fn revoke_grant(&self, revoke: &RevokeGrant)
+    -> Result<Option<RevokeOutcome>, StoreError>;
+    async fn list_tokens(&self, filter: &TokenFilter) -> Result<Vec<TokenRecord>, StoreError>;
+}
+
+/// The durable audit log.
+#[async_trait]
+pub trait AuditStore: Send + Sync {
+    /// A workspace's events with a sequence below `before` (all when `None`), newest first.
+    async fn list_events(
+        &self,
+        workspace_id: Uuid,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEvent>, StoreError>;
+}
+
+/// Server-wide settings, such as a generated key kept for the next start.
+#[async_trait]
+pub trait SettingsStore: Send + Sync {
+    async fn ping(&self) -> Result<(), StoreError>;
+    /// Returns the stored value, inserting `candidate` first when there is none.
+    /// The flag is true when `candidate` was inserted.
+    async fn setting_get_or_insert(
+        &self,
+        key: &str,
+        candidate: &str,
+    ) -> Result<(String, bool), StoreError>;
+}
+
+/// Everything the service layer needs of the records store.
+pub trait RecordStore: DirectoryStore + TokenStore + AuditStore + SettingsStore {}
+impl<T: DirectoryStore + TokenStore + AuditStore + SettingsStore> RecordStore for T {}
+
+pub type SharedRecordStore = Arc<dyn RecordStore>;

@@ -1,0 +1,622 @@
+//! The Postgres adapter of the storage ports.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{FromRow, PgConnection};
+use uuid::Uuid;
+
+use super::{
+    AuditStore, DirectoryStore, Environment, InsertTokenError, NewToken, Organisation, RevokeGrant,
+    RevokeOutcome, SettingsStore, StoreError, StoredCredential, TargetLookup, TokenFilter,
+    TokenRecord, TokenStore, User, Workspace,
+};
+use crate::domain::{AuditEvent, NewAuditEvent};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// Connection settings; defaults suit one replica on a small machine.
+#[derive(Debug, Clone)]
+pub struct PostgresSettings {
+    pub max_connections: u32,
+    /// How long a request waits for a connection before it is answered 503.
+    pub acquire_timeout: Duration,
+    /// Server-side cap on one statement, so a stuck query cannot hang a request.
+    pub statement_timeout: Duration,
+}
+
+impl Default for PostgresSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(3),
+            statement_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Opens a pool lazily: nothing is dialled until the first query.
+    pub fn connect_lazy(url: &str, settings: &PostgresSettings) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| StoreError::Internal(format!("invalid DATABASE_URL: {e}")))?
+            .options([(
+                "statement_timeout",
+                settings.statement_timeout.as_millis().to_string(),
+            )]);
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout)
+            .connect_lazy_with(options);
+        Ok(Self { pool })
+    }
+
+    /// Applies pending migrations; replicas starting together serialise on an advisory lock.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(inner) => map_err(inner),
+            other => StoreError::Internal(other.to_string()),
+        })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+fn map_err(e: sqlx::Error) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            StoreError::Conflict(db.constraint().unwrap_or("unique").to_owned())
+        }
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            // 08: connection exceptions, 57P: shutdown, 57014: statement timeout, 53: resources.
+            if code.starts_with("08")
+                || code.starts_with("57P")
+                || code == "57014"
+                || code.starts_with("53")
+            {
+                StoreError::Unavailable(e.to_string())
+            } else {
+                StoreError::Internal(e.to_string())
+            }
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e.to_string()),
+        _ => StoreError::Internal(e.to_string()),
+    }
+}
+
+/// Writes one audit event, taking the next sequence of its workspace under that row's lock.
+async fn insert_event(conn: &mut PgConnection, event: &NewAuditEvent) -> Result<(), StoreError> {
+    sqlx::query(
+        "WITH seq AS (
+             UPDATE workspaces SET audit_seq = audit_seq + 1 WHERE id = $3 RETURNING audit_seq
+         )
+         INSERT INTO audit_events (id, organisation_id, workspace_id, seq, event_type, actor_kind,
+             actor_id, target_kind, target_id, correlation_id, occurred_at, data)
+         VALUES ($1, $2, $3, (SELECT audit_seq FROM seq), $4, $5, $6, $7, $8, $9, $10, $11)",
+    )
+    .bind(Uuid::new_v4())
+    .bind(event.organisation_id)
+    .bind(event.workspace_id)
+    .bind(event.event_type)
+    .bind(event.actor.kind.as_str())
+    .bind(event.actor.id)
+    .bind(event.target_kind)
+    .bind(event.target_id)
+    .bind(&event.correlation_id)
+    .bind(event.occurred_at)
+    .bind(&event.data)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Writes events in workspace order so concurrent writers lock workspace rows in one order.
+async fn insert_events(
+    conn: &mut PgConnection,
+    events: &[NewAuditEvent],
+) -> Result<(), StoreError> {
+    let mut ordered: Vec<&NewAuditEvent> = events.iter().collect();
+    ordered.sort_by_key(|e| e.workspace_id);
+    for event in ordered {
+        insert_event(conn, event).await?;
+    }
+    Ok(())
+}
+
+#[derive(FromRow)]
+struct TokenRow {
+    id: Uuid,
+    public_id: String,
+    user_id: Uuid,
+    organisation_id: Uuid,
+    name: String,
+    scopes: Vec<String>,
+    workspace_ids: Vec<Uuid>,
+    environment_ids: Vec<Uuid>,
+    created_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+    revoked_at: Option<DateTime<Utc>>,
+}
+
+impl From<TokenRow> for TokenRecord {
+    fn from(r: TokenRow) -> Self {
+        TokenRecord {
+            id: r.id,
+            public_id: r.public_id,
+            user_id: r.user_id,
+            organisation_id: r.organisation_id,
+            name: r.name,
+            scopes: r.scopes,
+            workspace_ids: r.workspace_ids,
+            environment_ids: r.environment_ids,
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            revoked_at: r.revoked_at,
+        }
+    }
+}
+
+const TOKEN_COLUMNS: &str = "t.id, t.public_id, t.user_id, t.organisation_id, t.name, t.scopes,
+    ARRAY(SELECT tw.workspace_id FROM token_workspaces tw
+          WHERE tw.token_id = t.id AND tw.revoked_at IS NULL ORDER BY tw.position) AS workspace_ids,
+    t.environment_ids, t.created_at, t.expires_at, t.revoked_at";
+
+#[async_trait]
+impl SettingsStore for PostgresStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn setting_get_or_insert(
+        &self,
+        key: &str,
+        candidate: &str,
+    ) -> Result<(String, bool), StoreError> {
+        let inserted = sqlx::query(
+            "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+        )
+        .bind(key)
+        .bind(candidate)
+        .execute(&self.pool)
+        .await
+        .map_err(map_err)?
+        .rows_affected()
+            == 1;
+        let (value,): (String,) = sqlx::query_as("SELECT value FROM settings WHERE key = $1")
+            .bind(key)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok((value, inserted))
+    }
+}
+
+#[async_trait]
+impl DirectoryStore for PostgresStore {
+    async fn create_organisation(
+        &self,
+        org: &Organisation,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        sqlx::query("INSERT INTO organisations (id, name, created_at) VALUES ($1, $2, $3)")
+            .bind(org.id)
+            .bind(&org.name)
+            .bind(org.created_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        tx.commit().await.map_err(map_err)
+    }
+
+    async fn list_organisations(&self) -> Result<Vec<Organisation>, StoreError> {
+        let rows: Vec<(Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, name, created_at FROM organisations ORDER BY created_at, name",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, name, created_at)| Organisation {
+                id,
+                name,
+                created_at,
+            })
+            .collect())
+    }
+
+    async fn create_workspace(
+        &self,
+        ws: &Workspace,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        sqlx::query("INSERT INTO workspaces (id, organisation_id, name, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(ws.id)
+            .bind(ws.organisation_id)
+            .bind(&ws.name)
+            .bind(ws.created_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        tx.commit().await.map_err(map_err)
+    }
+
+    async fn list_workspaces(
+        &self,
+        organisation_id: Option<Uuid>,
+    ) -> Result<Vec<Workspace>, StoreError> {
+        let rows: Vec<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, organisation_id, name, created_at FROM workspaces
+             WHERE $1::uuid IS NULL OR organisation_id = $1 ORDER BY created_at, name",
+        )
+        .bind(organisation_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, organisation_id, name, created_at)| Workspace {
+                id,
+                organisation_id,
+                name,
+                created_at,
+            })
+            .collect())
+    }
+
+    async fn create_environment(
+        &self,
+        env: &Environment,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        sqlx::query(
+            "INSERT INTO environments (id, workspace_id, name, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(env.id)
+        .bind(env.workspace_id)
+        .bind(&env.name)
+        .bind(env.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        tx.commit().await.map_err(map_err)
+    }
+
+    async fn list_environments(
+        &self,
+        workspace_id: Option<Uuid>,
+    ) -> Result<Vec<Environment>, StoreError> {
+        let rows: Vec<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, workspace_id, name, created_at FROM environments
+             WHERE $1::uuid IS NULL OR workspace_id = $1 ORDER BY created_at, name",
+        )
+        .bind(workspace_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, workspace_id, name, created_at)| Environment {
+                id,
+                workspace_id,
+                name,
+                created_at,
+            })
+            .collect())
+    }
+
+    async fn create_user(&self, user: &User, event: &NewAuditEvent) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        sqlx::query(
+            "INSERT INTO users (id, organisation_id, email, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(user.id)
+        .bind(user.organisation_id)
+        .bind(&user.email)
+        .bind(user.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        tx.commit().await.map_err(map_err)
+    }
+
+    async fn list_users(&self, organisation_id: Option<Uuid>) -> Result<Vec<User>, StoreError> {
+        let rows: Vec<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, organisation_id, email, created_at FROM users
+             WHERE $1::uuid IS NULL OR organisation_id = $1 ORDER BY created_at, email",
+        )
+        .bind(organisation_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, organisation_id, email, created_at)| User {
+                id,
+                organisation_id,
+                email,
+                created_at,
+            })
+            .collect())
+    }
+
+    async fn get_user(&self, id: Uuid) -> Result<Option<User>, StoreError> {
+        let row: Option<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, organisation_id, email, created_at FROM users WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(|(id, organisation_id, email, created_at)| User {
+            id,
+            organisation_id,
+            email,
+            created_at,
+        }))
+    }
+
+    async fn lookup_targets(
+        &self,
+        organisation_id: Uuid,
+        workspace_ids: &[Uuid],
+        environment_ids: &[Uuid],
+    ) -> Result<TargetLookup, StoreError> {
+        let (organisation_exists, ws_ids, ws_orgs, env_ids, env_ws): (bool, Vec<Uuid>, Vec<Uuid>, Vec<Uuid>, Vec<Uuid>) =
+            sqlx::query_as(
+                "SELECT EXISTS (SELECT 1 FROM organisations WHERE id = $1),
+                        ARRAY(SELECT id FROM workspaces WHERE id = ANY($2) ORDER BY id),
+                        ARRAY(SELECT organisation_id FROM workspaces WHERE id = ANY($2) ORDER BY id),
+                        ARRAY(SELECT id FROM environments WHERE id = ANY($3) ORDER BY id),
+                        ARRAY(SELECT workspace_id FROM environments WHERE id = ANY($3) ORDER BY id)",
+            )
+            .bind(organisation_id)
+            .bind(workspace_ids)
+            .bind(environment_ids)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(TargetLookup {
+            organisation_exists,
+            workspaces: ws_ids.into_iter().zip(ws_orgs).collect(),
+            environments: env_ids.into_iter().zip(env_ws).collect(),
+        })
+    }
+}
+
+#[async_trait]
+impl TokenStore for PostgresStore {
+    async fn insert_token(
+        &self,
+        token: &NewToken,
+        events: &[NewAuditEvent],
+        max_active: u32,
+        now: DateTime<Utc>,
+    ) -> Result<(), InsertTokenError> {
+        let t = &token.record;
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        // The owner's row lock serialises issuance per user, so the name and count checks hold.
+        sqlx::query("SELECT 1 FROM users WHERE id = $1 FOR UPDATE")
+            .bind(t.user_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let (same_name, active): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE name = $2), count(*) FROM tokens
+             WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > $3",
+        )
+        .bind(t.user_id)
+        .bind(&t.name)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        if same_name > 0 {
+            return Err(InsertTokenError::NameTaken);
+        }
+        if active >= i64::from(max_active) {
+            return Err(InsertTokenError::LimitReached);
+        }
+        sqlx::query(
+            "WITH t AS (
+                 INSERT INTO tokens (id, public_id, user_id, organisation_id, name, secret_hash, scopes,
+                     environment_ids, created_at, expires_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id
+             )
+             INSERT INTO token_workspaces (token_id, workspace_id, position)
+             SELECT t.id, w.workspace_id, w.ord - 1 FROM t, unnest($11::uuid[]) WITH ORDINALITY AS w(workspace_id, ord)",
+        )
+        .bind(t.id)
+        .bind(&t.public_id)
+        .bind(t.user_id)
+        .bind(t.organisation_id)
+        .bind(&t.name)
+        .bind(&token.secret_hash)
+        .bind(&t.scopes)
+        .bind(&t.environment_ids)
+        .bind(t.created_at)
+        .bind(t.expires_at)
+        .bind(&t.workspace_ids)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        insert_events(&mut tx, events).await?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn find_credential(
+        &self,
+        public_id: &str,
+    ) -> Result<Option<StoredCredential>, StoreError> {
+        #[derive(FromRow)]
+        struct Row {
+            #[sqlx(flatten)]
+            token: TokenRow,
+            secret_hash: Vec<u8>,
+        }
+        let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {TOKEN_COLUMNS}, t.secret_hash FROM tokens t WHERE t.public_id = $1"
+        )))
+        .bind(public_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(|r| StoredCredential {
+            token: r.token.into(),
+            secret_hash: r.secret_hash,
+        }))
+    }
+
+    async fn revoke_grant(
+        &self,
+        revoke: &RevokeGrant,
+    ) -> Result<Option<RevokeOutcome>, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        // Lock the token first: two revocations of its last grants must not both see one left.
+        sqlx::query("SELECT 1 FROM tokens WHERE id = $1 FOR UPDATE")
+            .bind(revoke.token_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let updated = sqlx::query(
+            "UPDATE token_workspaces SET revoked_at = $3, revoked_reason = $4
+             WHERE token_id = $1 AND workspace_id = $2 AND revoked_at IS NULL",
+        )
+        .bind(revoke.token_id)
+        .bind(revoke.workspace_id)
+        .bind(revoke.revoked_at)
+        .bind(&revoke.reason)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        if updated == 0 {
+            return Ok(None);
+        }
+        let (left,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM token_workspaces WHERE token_id = $1 AND revoked_at IS NULL",
+        )
+        .bind(revoke.token_id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let token_revoked = left == 0;
+        if token_revoked {
+            sqlx::query("UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
+                .bind(revoke.token_id)
+                .bind(revoke.revoked_at)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+        }
+        let mut event = revoke.event.clone();
+        if let Value::Object(data) = &mut event.data {
+            data.insert("tokenRevoked".into(), Value::Bool(token_revoked));
+        }
+        insert_event(&mut tx, &event).await?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(Some(RevokeOutcome { token_revoked }))
+    }
+
+    async fn list_tokens(&self, filter: &TokenFilter) -> Result<Vec<TokenRecord>, StoreError> {
+        let rows: Vec<TokenRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {TOKEN_COLUMNS} FROM tokens t
+             WHERE ($1::uuid IS NULL OR t.user_id = $1)
+               AND ($2::uuid IS NULL OR EXISTS (SELECT 1 FROM token_workspaces tw
+                    WHERE tw.token_id = t.id AND tw.workspace_id = $2 AND tw.revoked_at IS NULL))
+             ORDER BY t.created_at, t.name"
+        )))
+        .bind(filter.user_id)
+        .bind(filter.workspace_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+}
+
+#[async_trait]
+impl AuditStore for PostgresStore {
+    async fn list_events(
+        &self,
+        workspace_id: Uuid,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEvent>, StoreError> {
+        #[derive(FromRow)]
+        struct Row {
+            id: Uuid,
+            organisation_id: Uuid,
+            workspace_id: Option<Uuid>,
+            seq: Option<i64>,
+            event_type: String,
+            actor_kind: String,
+            actor_id: Option<Uuid>,
+            target_kind: String,
+            target_id: Uuid,
+            correlation_id: String,
+            occurred_at: DateTime<Utc>,
+            data: Value,
+        }
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT id, organisation_id, workspace_id, seq, event_type, actor_kind, actor_id, target_kind,
+                    target_id, correlation_id, occurred_at, data
+             FROM audit_events
+             WHERE workspace_id = $1 AND ($2::bigint IS NULL OR seq < $2)
+             ORDER BY seq DESC LIMIT $3",
+        )
+        .bind(workspace_id)
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| AuditEvent {
+                id: r.id,
+                organisation_id: r.organisation_id,
+                workspace_id: r.workspace_id,
+                sequence: r.seq,
+                event_type: r.event_type,
+                actor_kind: r.actor_kind,
+                actor_id: r.actor_id,
+                target_kind: r.target_kind,
+                target_id: r.target_id,
+                correlation_id: r.correlation_id,
+                occurred_at: r.occurred_at,
+                data: r.data,
+            })
+            .collect())
+    }
+}
