@@ -1,1 +1,13 @@
-fn main() {}
+//! Integration tests: the real HTTP surface on an ephemeral port, real Postgres, one database
+//! per test.
+
+mod activity;
+mod correlation;
+mod dependencies;
+mod framework_errors;
+mod helpers;
+mod issue_token;
+mod operations;
+mod pending_routes;
+mod revoke_token;
+mod secrets;

@@ -1,0 +1,144 @@
+use std::collections::HashSet;
+
+use control_plane::domain::Scope;
+use serde_json::Value;
+
+use crate::helpers::{assert_api_error, issuance_body, spawn_app};
+
+#[tokio::test]
+async fn pages_newest_first_with_an_opaque_cursor() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    for _ in 0..6 {
+        assert_eq!(
+            app.issue(&tenant.token, &issuance_body(&tenant))
+                .await
+                .status(),
+            200
+        );
+    }
+    // workspace.created + bootstrap token.issued + 6 issuances = 8 events.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!("/v1/workspaces/{}/activity?limit=3", tenant.workspace_id);
+        if let Some(c) = &cursor {
+            path.push_str(&format!("&cursor={c}"));
+        }
+        let page: Value = app
+            .get(&path, &tenant.token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let items = page["items"].as_array().unwrap();
+        assert!(items.len() <= 3);
+        seen.extend(items.iter().map(|i| i["sequence"].as_i64().unwrap()));
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => {
+                assert!(page["nextCursor"].is_null());
+                break;
+            }
+        }
+    }
+    assert_eq!(seen, (1..=8).rev().collect::<Vec<i64>>());
+    assert_eq!(seen.iter().collect::<HashSet<_>>().len(), 8);
+}
+
+#[tokio::test]
+async fn items_carry_type_actor_target_and_correlation() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    app.post_json(
+        "/v1/personal-access-tokens",
+        &tenant.token,
+        &issuance_body(&tenant),
+    )
+    .header("x-correlation-id", "activity-item-1")
+    .send()
+    .await
+    .unwrap();
+    let page: Value = app
+        .get(
+            &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
+            &tenant.token,
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let newest = &page["items"][0];
+    assert_eq!(newest["type"], "token.issued");
+    assert_eq!(newest["correlationId"], "activity-item-1");
+    assert_eq!(newest["actor"]["kind"], "user");
+    assert_eq!(newest["actor"]["id"], tenant.user_id.to_string());
+    assert_eq!(newest["target"]["kind"], "token");
+    assert!(newest["occurredAt"].is_string() && newest["id"].is_string());
+    assert!(page["nextCursor"].is_null());
+}
+
+#[tokio::test]
+async fn limit_and_cursor_are_validated() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let base = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    for (query, field) in [
+        ("limit=0", "limit"),
+        ("limit=101", "limit"),
+        ("limit=abc", "limit"),
+        ("cursor=bogus", "cursor"),
+    ] {
+        let response = app
+            .get(&format!("{base}?{query}"), &tenant.token)
+            .send()
+            .await
+            .unwrap();
+        let err = assert_api_error(response, 400, "validation_failed").await;
+        assert_eq!(err["error"]["details"]["field"], field, "{query}");
+    }
+    for query in ["limit=1", "limit=100", ""] {
+        let response = app
+            .get(&format!("{base}?{query}"), &tenant.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{query}");
+    }
+}
+
+#[tokio::test]
+async fn other_workspaces_and_missing_scope_are_403() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let other = app.bootstrap().await;
+    let own_second = app.create_workspace(tenant.organisation_id, "second").await;
+    for ws in [
+        other.workspace_id.to_string(),
+        own_second.to_string(),
+        "not-a-uuid".into(),
+    ] {
+        let response = app
+            .get(&format!("/v1/workspaces/{ws}/activity"), &tenant.token)
+            .send()
+            .await
+            .unwrap();
+        assert_api_error(response, 403, "forbidden").await;
+    }
+    let no_scope = app
+        .admin_token(&tenant, &[Scope::AuditRead], &[tenant.workspace_id], &[])
+        .await;
+    let response = app
+        .get(
+            &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
+            &no_scope,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(response, 403, "forbidden").await;
+}

@@ -1,0 +1,55 @@
+//! A records store that goes away yields 503 with an ApiError, never a hang, and recovers.
+
+use std::time::Duration;
+
+use control_plane::config::ServerConfig;
+
+use crate::helpers::{Proxy, assert_api_error, create_database, spawn_with_config};
+
+#[tokio::test]
+async fn postgres_down_is_503_and_recovery_needs_no_restart() {
+    let (name, _) = create_database().await;
+    let postgres = crate::helpers::postgres_base();
+    let hostport = postgres.rsplit('@').next().unwrap().to_owned();
+    let proxy = Proxy::start(&hostport).await;
+    let via_proxy = format!(
+        "{}@127.0.0.1:{}/{name}",
+        postgres.rsplit_once('@').unwrap().0,
+        proxy.port
+    );
+    let app = spawn_with_config(name, ServerConfig::for_database(via_proxy)).await;
+    let tenant = app.bootstrap().await;
+    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    assert_eq!(
+        app.get(&path, &tenant.token).send().await.unwrap().status(),
+        200
+    );
+
+    proxy.cut();
+    let started = std::time::Instant::now();
+    let response = app.get(&path, &tenant.token).send().await.unwrap();
+    assert_api_error(response, 503, "unavailable").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "answered, not hung"
+    );
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_api_error(ready, 503, "unavailable").await;
+
+    proxy.restore().await;
+    let mut status = 0;
+    for _ in 0..40 {
+        status = app
+            .get(&path, &tenant.token)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(status, 200, "recovered without a restart");
+}

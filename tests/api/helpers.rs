@@ -1,0 +1,351 @@
+//! Spawns the real application on an ephemeral port against its own fresh Postgres database.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use control_plane::config::{LogFormat, ServerConfig};
+use control_plane::domain::{CorrelationId, ExpiresInDays, Scope, Scopes, TokenName};
+use control_plane::service::{BootstrapInput, IssueTokenInput, Services};
+use control_plane::startup::Application;
+use reqwest::{Method, RequestBuilder, Response};
+use serde_json::Value;
+use sqlx::{Connection, Executor, PgConnection};
+use uuid::Uuid;
+
+/// Base URL of the test Postgres server (no database part).
+pub fn postgres_base() -> String {
+    std::env::var("TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+/// Everything every test app logged, for the "no secret in logs" checks.
+static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+
+#[derive(Clone)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut logs) = self.0.lock() {
+            logs.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn init_logs() {
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let capture = Capture(buffer.clone());
+        // Debug level, so a secret logged anywhere, even in a debug line, is caught.
+        control_plane::telemetry::init(LogFormat::Json, "debug,hyper=info,h2=info", move || {
+            capture.clone()
+        });
+        buffer
+    });
+}
+
+pub fn captured_logs() -> String {
+    LOGS.get()
+        .map(|b| {
+            String::from_utf8_lossy(&b.lock().map(|l| l.clone()).unwrap_or_default()).into_owned()
+        })
+        .unwrap_or_default()
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub services: Arc<Services>,
+    pub database_name: String,
+    pub database_url: String,
+    server: tokio::task::JoinHandle<()>,
+}
+
+/// A bootstrapped organisation: one workspace, one admin user, a token with every scope.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    pub organisation_id: Uuid,
+    pub workspace_id: Uuid,
+    pub user_id: Uuid,
+    pub token: String,
+}
+
+pub async fn create_database() -> (String, String) {
+    let name = format!("cp_test_{}", Uuid::new_v4().simple());
+    let mut admin = PgConnection::connect(&format!("{}/postgres", postgres_base()))
+        .await
+        .expect("connect to Postgres");
+    admin
+        .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .await
+        .expect("create test database");
+    let url = format!("{}/{name}", postgres_base());
+    (name, url)
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(configure: impl FnOnce(&mut ServerConfig)) -> TestApp {
+    init_logs();
+    let (database_name, database_url) = create_database().await;
+    let mut config = ServerConfig::for_database(database_url.clone());
+    configure(&mut config);
+    spawn_with_config(database_name, config).await
+}
+
+pub async fn spawn_with_config(database_name: String, config: ServerConfig) -> TestApp {
+    init_logs();
+    let database_url = config.database_url.clone().unwrap_or_default();
+    let app = Application::build(&config)
+        .await
+        .expect("build the application");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let services = app.services();
+    let server = tokio::spawn(async move {
+        let _ = app.run().await;
+    });
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    TestApp {
+        address,
+        client,
+        services,
+        database_name,
+        database_url,
+        server,
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.server.abort();
+        let name = self.database_name.clone();
+        // Async drop does not exist: clean up on a thread with its own runtime.
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok(mut admin) =
+                    PgConnection::connect(&format!("{}/postgres", postgres_base())).await
+                {
+                    let _ = admin
+                        .execute(sqlx::AssertSqlSafe(format!(
+                            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                        )))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.client.request(method, self.url(path))
+    }
+
+    pub fn get(&self, path: &str, token: &str) -> RequestBuilder {
+        self.request(Method::GET, path).bearer_auth(token)
+    }
+
+    pub fn post_json(&self, path: &str, token: &str, body: &Value) -> RequestBuilder {
+        self.request(Method::POST, path)
+            .bearer_auth(token)
+            .json(body)
+    }
+
+    pub fn delete_json(&self, path: &str, token: &str, body: &Value) -> RequestBuilder {
+        self.request(Method::DELETE, path)
+            .bearer_auth(token)
+            .json(body)
+    }
+
+    pub async fn db(&self) -> PgConnection {
+        PgConnection::connect(&self.database_url)
+            .await
+            .expect("connect to the test database")
+    }
+
+    /// Bootstraps a tenant through the service layer, as `cpctl bootstrap` does.
+    pub async fn bootstrap(&self) -> Tenant {
+        let suffix = Uuid::new_v4().simple().to_string();
+        let done = self
+            .services
+            .bootstrap(
+                BootstrapInput {
+                    organisation: format!("org-{suffix}"),
+                    workspace: "main".into(),
+                    admin_email: format!("admin-{suffix}@example.com"),
+                    expires_in_days: ExpiresInDays::default(),
+                },
+                &CorrelationId::generate(),
+            )
+            .await
+            .expect("bootstrap");
+        Tenant {
+            organisation_id: done.organisation.id,
+            workspace_id: done.workspace.id,
+            user_id: done.user.id,
+            token: done.credential.secret.expose().to_owned(),
+        }
+    }
+
+    pub async fn create_workspace(&self, organisation_id: Uuid, name: &str) -> Uuid {
+        self.services
+            .create_workspace(organisation_id, name, &CorrelationId::generate())
+            .await
+            .expect("workspace")
+            .id
+    }
+
+    pub async fn create_environment(&self, workspace_id: Uuid, name: &str) -> Uuid {
+        self.services
+            .create_environment(workspace_id, name, &CorrelationId::generate())
+            .await
+            .expect("environment")
+            .id
+    }
+
+    /// Issues a token for `user` through the admin path: any scopes, workspaces, environments.
+    pub async fn admin_token(
+        &self,
+        tenant: &Tenant,
+        scopes: &[Scope],
+        workspaces: &[Uuid],
+        environments: &[Uuid],
+    ) -> String {
+        let input = IssueTokenInput::new(
+            TokenName::parse(&format!("t-{}", Uuid::new_v4().simple())).expect("name"),
+            scopes.iter().copied().collect::<Scopes>(),
+            tenant.organisation_id,
+            workspaces.to_vec(),
+            environments.to_vec(),
+            ExpiresInDays::default(),
+        )
+        .expect("input");
+        self.services
+            .issue_token_for_user(tenant.user_id, input, &CorrelationId::generate())
+            .await
+            .expect("issue")
+            .secret
+            .expose()
+            .to_owned()
+    }
+
+    /// Issues a token over HTTP with `body`, returning the response.
+    pub async fn issue(&self, token: &str, body: &Value) -> Response {
+        self.post_json("/v1/personal-access-tokens", token, body)
+            .send()
+            .await
+            .expect("request")
+    }
+}
+
+/// A valid issuance body for `tenant`, to be varied by each test.
+pub fn issuance_body(tenant: &Tenant) -> Value {
+    serde_json::json!({
+        "name": format!("token-{}", Uuid::new_v4().simple()),
+        "scopes": ["activity:read"],
+        "organisationId": tenant.organisation_id,
+        "workspaceIds": [tenant.workspace_id],
+    })
+}
+
+/// Asserts an ApiError: status, code, and `correlationId` equal to the response header.
+pub async fn assert_api_error(response: Response, status: u16, code: &str) -> Value {
+    assert_eq!(response.status().as_u16(), status, "status");
+    let header = response
+        .headers()
+        .get("x-correlation-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .expect("x-correlation-id header on an error");
+    let body: Value = response.json().await.expect("ApiError body is JSON");
+    assert_eq!(
+        body["correlationId"],
+        Value::String(header),
+        "correlationId equals the header: {body}"
+    );
+    assert_eq!(body["error"]["code"], code, "error code in {body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "message in {body}"
+    );
+    body
+}
+
+/// A TCP proxy that a test can cut and restore, to simulate a dependency going down.
+pub struct Proxy {
+    pub port: u16,
+    target: String,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Proxy {
+    pub async fn start(target: &str) -> Arc<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy");
+        let port = listener.local_addr().expect("addr").port();
+        let proxy = Arc::new(Self {
+            port,
+            target: target.to_owned(),
+            task: Mutex::new(None),
+        });
+        proxy.serve(listener);
+        proxy
+    }
+
+    fn serve(&self, listener: tokio::net::TcpListener) {
+        let target = self.target.clone();
+        let task = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                connections.spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        if let Ok(mut slot) = self.task.lock() {
+            *slot = Some(task);
+        }
+    }
+
+    /// Stops accepting and drops every open connection (the JoinSet aborts them on drop).
+    pub fn cut(&self) {
+        if let Ok(mut slot) = self.task.lock()
+            && let Some(task) = slot.take()
+        {
+            task.abort();
+        }
+    }
+
+    pub async fn restore(&self) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .expect("rebind proxy");
+        self.serve(listener);
+    }
+}

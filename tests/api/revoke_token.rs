@@ -1,0 +1,275 @@
+use control_plane::domain::Scope;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::helpers::{Tenant, TestApp, assert_api_error, issuance_body, spawn_app};
+
+fn revoke_path(workspace: impl std::fmt::Display, token: impl std::fmt::Display) -> String {
+    format!("/v1/workspaces/{workspace}/access-tokens/{token}")
+}
+
+async fn activity_status(app: &TestApp, token: &str, workspace: Uuid) -> u16 {
+    app.get(&format!("/v1/workspaces/{workspace}/activity"), token)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// A token with activity:read on two workspaces; returns (id, secret, second workspace).
+async fn two_workspace_token(app: &TestApp, tenant: &Tenant) -> (String, String, Uuid) {
+    let second = app.create_workspace(tenant.organisation_id, "second").await;
+    // The bootstrap token does not hold the second workspace: extend the caller first.
+    let caller = app
+        .admin_token(
+            tenant,
+            &[Scope::TokensIssue, Scope::TokensRevoke, Scope::ActivityRead],
+            &[tenant.workspace_id, second],
+            &[],
+        )
+        .await;
+    let mut body = issuance_body(tenant);
+    body["workspaceIds"] = json!([tenant.workspace_id, second]);
+    let credential: Value = app.issue(&caller, &body).await.json().await.unwrap();
+    let id = credential["credential"]["id"].as_str().unwrap().to_owned();
+    let secret = credential["credential"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (id, secret, second)
+}
+
+#[tokio::test]
+async fn revocation_removes_one_workspace_at_once_and_the_last_one_revokes_the_token() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let (id, secret, second) = two_workspace_token(&app, &tenant).await;
+    assert_eq!(
+        activity_status(&app, &secret, tenant.workspace_id).await,
+        200
+    );
+    assert_eq!(activity_status(&app, &secret, second).await, 200);
+
+    let response = app
+        .delete_json(
+            &revoke_path(tenant.workspace_id, &id),
+            &tenant.token,
+            &json!({"reason": "left the team"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().contains_key("x-correlation-id"));
+    assert_eq!(
+        response.json::<Value>().await.unwrap(),
+        json!({"revoked": true})
+    );
+    assert_eq!(
+        activity_status(&app, &secret, tenant.workspace_id).await,
+        403
+    );
+    assert_eq!(activity_status(&app, &secret, second).await, 200);
+
+    // Revoking the same access again: the token has no access there any more.
+    let again = app
+        .delete_json(
+            &revoke_path(tenant.workspace_id, &id),
+            &tenant.token,
+            &json!({"reason": "again"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(again, 404, "not_found").await;
+
+    let caller = app
+        .admin_token(&tenant, &[Scope::TokensRevoke], &[second], &[])
+        .await;
+    let last = app
+        .delete_json(
+            &revoke_path(second, &id),
+            &caller,
+            &json!({"reason": "gone"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(last.status(), 200);
+    let response = app
+        .get(&format!("/v1/workspaces/{second}/activity"), &secret)
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(response, 401, "unauthenticated").await;
+}
+
+#[tokio::test]
+async fn reason_is_required_and_bounded() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let target: Value = app
+        .issue(&tenant.token, &issuance_body(&tenant))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = target["credential"]["id"].as_str().unwrap();
+    let path = revoke_path(tenant.workspace_id, id);
+    for body in [
+        json!({}),
+        json!({"reason": ""}),
+        json!({"reason": "r".repeat(501)}),
+        json!({"reason": 5}),
+        json!({"reason": "ok", "force": true}),
+    ] {
+        let response = app
+            .delete_json(&path, &tenant.token, &body)
+            .send()
+            .await
+            .unwrap();
+        let err = assert_api_error(response, 400, "validation_failed").await;
+        assert!(err["error"]["details"]["field"].is_string(), "{body}");
+    }
+    let response = app
+        .delete_json(&path, &tenant.token, &json!({"reason": "r".repeat(500)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn unknown_or_foreign_tokens_are_404_and_foreign_workspaces_403() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let other = app.bootstrap().await;
+    let foreign: Value = app
+        .issue(&other.token, &issuance_body(&other))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let foreign_id = foreign["credential"]["id"].as_str().unwrap();
+    let reason = json!({"reason": "cleanup"});
+    for token in [
+        Uuid::new_v4().to_string(),
+        "not-a-uuid".to_owned(),
+        foreign_id.to_owned(),
+    ] {
+        let response = app
+            .delete_json(
+                &revoke_path(tenant.workspace_id, &token),
+                &tenant.token,
+                &reason,
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_api_error(response, 404, "not_found").await;
+    }
+    // The other organisation's workspace is not the caller's.
+    let response = app
+        .delete_json(
+            &revoke_path(other.workspace_id, foreign_id),
+            &tenant.token,
+            &reason,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(response, 403, "forbidden").await;
+    let response = app
+        .delete_json(
+            &revoke_path("not-a-uuid", foreign_id),
+            &tenant.token,
+            &reason,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(response, 403, "forbidden").await;
+    // And the foreign token still works.
+    assert_eq!(
+        activity_status(
+            &app,
+            foreign["credential"]["token"].as_str().unwrap(),
+            other.workspace_id
+        )
+        .await,
+        200
+    );
+}
+
+#[tokio::test]
+async fn revocation_needs_the_scope() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let target: Value = app
+        .issue(&tenant.token, &issuance_body(&tenant))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let caller = app
+        .admin_token(
+            &tenant,
+            &[Scope::ActivityRead, Scope::TokensIssue],
+            &[tenant.workspace_id],
+            &[],
+        )
+        .await;
+    let response = app
+        .delete_json(
+            &revoke_path(
+                tenant.workspace_id,
+                target["credential"]["id"].as_str().unwrap(),
+            ),
+            &caller,
+            &json!({"reason": "x"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(response, 403, "forbidden").await;
+}
+
+#[tokio::test]
+async fn revocation_is_audited_with_its_reason() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let target: Value = app
+        .issue(&tenant.token, &issuance_body(&tenant))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id: Uuid = target["credential"]["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let response = app
+        .delete_json(
+            &revoke_path(tenant.workspace_id, id),
+            &tenant.token,
+            &json!({"reason": "compromised laptop"}),
+        )
+        .header("x-correlation-id", "revoke-audit-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let (event_type, correlation, data): (String, String, Value) = sqlx::query_as(
+        "SELECT event_type, correlation_id, data FROM audit_events WHERE target_id = $1 AND event_type <> 'token.issued'",
+    )
+    .bind(id)
+    .fetch_one(&mut app.db().await)
+    .await
+    .unwrap();
+    assert_eq!(event_type, "token.workspace_access_revoked");
+    assert_eq!(correlation, "revoke-audit-1");
+    assert_eq!(data["reason"], "compromised laptop");
+    assert_eq!(data["tokenRevoked"], true);
+}

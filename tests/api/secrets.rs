@@ -1,0 +1,106 @@
+//! Authentication failures, and the promise that no secret reaches a log line.
+
+use control_plane::domain::TokenSecret;
+use reqwest::Method;
+use serde_json::Value;
+
+use crate::helpers::{assert_api_error, captured_logs, issuance_body, spawn_app};
+
+#[tokio::test]
+async fn missing_malformed_unknown_and_expired_credentials_are_401() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+
+    let response = app.request(Method::GET, &path).send().await.unwrap();
+    assert_eq!(response.headers()["www-authenticate"], "Bearer");
+    assert_api_error(response, 401, "unauthenticated").await;
+
+    let basic = app
+        .request(Method::GET, &path)
+        .basic_auth("user", Some("pass"))
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(basic, 401, "unauthenticated").await;
+
+    let mut typo = tenant.token.clone();
+    let last = typo.pop().unwrap();
+    typo.push(if last == 'A' { 'B' } else { 'A' });
+    let (_, unknown) = TokenSecret::generate();
+    for token in ["garbage", "cpat_", typo.as_str(), unknown.expose()] {
+        assert_api_error(
+            app.get(&path, token).send().await.unwrap(),
+            401,
+            "unauthenticated",
+        )
+        .await;
+    }
+
+    // The same token, once expired.
+    let issued: Value = app
+        .issue(&tenant.token, &issuance_body(&tenant))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let secret = issued["credential"]["token"].as_str().unwrap();
+    assert_eq!(app.get(&path, secret).send().await.unwrap().status(), 200);
+    sqlx::query("UPDATE tokens SET expires_at = now() - interval '1 second' WHERE id = $1::uuid")
+        .bind(issued["credential"]["id"].as_str().unwrap())
+        .execute(&mut app.db().await)
+        .await
+        .unwrap();
+    assert_api_error(
+        app.get(&path, secret).send().await.unwrap(),
+        401,
+        "unauthenticated",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn no_secret_reaches_the_logs() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let response = app
+        .post_json(
+            "/v1/personal-access-tokens",
+            &tenant.token,
+            &issuance_body(&tenant),
+        )
+        .header("x-correlation-id", "secret-log-check-1")
+        .send()
+        .await
+        .unwrap();
+    let issued: Value = response.json().await.unwrap();
+    let secret = issued["credential"]["token"].as_str().unwrap().to_owned();
+    let (_, wrong) = TokenSecret::generate();
+    let _ = app
+        .get("/v1/workspaces/x/activity", wrong.expose())
+        .send()
+        .await
+        .unwrap();
+    let _ = app
+        .get("/v1/workspaces/x/activity", "cpat_not-even-close")
+        .send()
+        .await
+        .unwrap();
+
+    let logs = captured_logs();
+    // The capture works: this request's line is there, with its prefix...
+    assert!(
+        logs.contains("secret-log-check-1"),
+        "request logged with its correlation id"
+    );
+    assert!(logs.contains(issued["credential"]["prefix"].as_str().unwrap()));
+    // ...and no secret is.
+    for leaked in [
+        secret.as_str(),
+        tenant.token.as_str(),
+        wrong.expose(),
+        "cpat_not-even-close",
+    ] {
+        assert!(!logs.contains(leaked), "a secret reached the logs");
+    }
+}
