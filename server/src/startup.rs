@@ -30,6 +30,12 @@ pub async fn open_services(config: &ServerConfig) -> anyhow::Result<Arc<Services
         max_connections: config.db_max_connections,
         ..PostgresSettings::default()
     };
+    if PostgresStore::ensure_database(url)
+        .await
+        .context("could not reach Postgres (is it running and DATABASE_URL right?)")?
+    {
+        tracing::info!("created the records database");
+    }
     let store = PostgresStore::connect_lazy(url, &settings)?;
     store
         .migrate()

@@ -142,3 +142,49 @@ async fn other_workspaces_and_missing_scope_are_403() {
         .unwrap();
     assert_api_error(response, 403, "forbidden").await;
 }
+
+#[tokio::test]
+async fn the_wire_format_matches_the_documented_schema() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let page: Value = app
+        .get(
+            &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
+            &tenant.token,
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let doc: Value = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let keys = |v: &Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(
+        keys(&page),
+        keys(&schemas["ActivityPageBody"]["properties"])
+    );
+    let item = &page["items"][0];
+    assert_eq!(keys(item), keys(&schemas["ActivityItem"]["properties"]));
+    assert_eq!(
+        keys(&item["actor"]),
+        keys(&schemas["ActivityActor"]["properties"])
+    );
+    assert_eq!(
+        keys(&item["target"]),
+        keys(&schemas["ActivityTarget"]["properties"])
+    );
+}

@@ -5,6 +5,7 @@ mod activity;
 mod correlation;
 mod dependencies;
 mod framework_errors;
+mod hardening;
 mod helpers;
 mod issue_token;
 mod operations;

@@ -77,6 +77,14 @@ async fn openapi_document_states_statuses_and_closed_bodies() {
             "200", "400", "401", "403", "404", "409", "413", "500", "503"
         ]
     );
+    let activity: Vec<&str> =
+        doc["paths"]["/v1/workspaces/{workspaceId}/activity"]["get"]["responses"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+    assert_eq!(activity, ["200", "400", "401", "403", "413", "500", "503"]);
     let paths = doc["paths"].as_object().unwrap();
     assert_eq!(paths.len(), 10, "every v1 route is documented");
     assert!(paths.keys().all(|p| p.starts_with("/v1/")));

@@ -58,7 +58,7 @@ pub struct NewAuditEvent {
 }
 
 /// A stored audit event; `sequence` is gapless per workspace.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct AuditEvent {
     pub id: Uuid,
     pub organisation_id: Uuid,
@@ -71,5 +71,6 @@ pub struct AuditEvent {
     pub target_id: Uuid,
     pub correlation_id: String,
     pub occurred_at: DateTime<Utc>,
-    pub data: Value,
+    /// The event's data as stored: JSON text, passed through to readers without re-parsing.
+    pub data: Box<serde_json::value::RawValue>,
 }

@@ -25,7 +25,7 @@ impl TokenName {
     pub const MAX_CHARS: usize = 120;
 
     pub fn parse(raw: &str) -> Result<Self, String> {
-        let chars = raw.chars().count();
+        let chars = super::reject_nul(raw)?.chars().count();
         if chars == 0 || chars > Self::MAX_CHARS {
             return Err(format!("must be 1 to {} characters", Self::MAX_CHARS));
         }
@@ -76,7 +76,7 @@ impl RevocationReason {
     pub const MAX_CHARS: usize = 500;
 
     pub fn parse(raw: &str) -> Result<Self, String> {
-        let chars = raw.chars().count();
+        let chars = super::reject_nul(raw)?.chars().count();
         if chars == 0 || chars > Self::MAX_CHARS {
             return Err(format!("must be 1 to {} characters", Self::MAX_CHARS));
         }
@@ -196,6 +196,18 @@ impl TokenHasher {
             ));
         }
         Ok(Self { key })
+    }
+
+    /// Identifies the key without revealing it: HMAC of a fixed label, hex.
+    pub fn fingerprint(&self) -> String {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        mac.update(b"control-plane token hash key fingerprint v1");
+        mac.finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     pub fn hash(&self, secret: &TokenSecret) -> Vec<u8> {

@@ -36,6 +36,13 @@ impl<E> RequestContext<E> {
 
 /// The request's correlation id, or a fresh one and the reason the given one was refused.
 fn correlation_id(req: &Request) -> (CorrelationId, Option<String>) {
+    if req.headers().get_all(CORRELATION_HEADER).iter().count() > 1 {
+        // Two field lines mean "a, b" (RFC 9110), which the pattern does not allow.
+        return (
+            CorrelationId::generate(),
+            Some("must be given once".to_owned()),
+        );
+    }
     match req.headers().get(CORRELATION_HEADER) {
         None => (CorrelationId::generate(), None),
         Some(value) => match value
@@ -73,6 +80,9 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
             if let Some(reason) = refused {
                 let errors = ValidationErrors::from(FieldError::new(CORRELATION_HEADER, reason));
                 return Err(ApiFailure::validation(&errors).into());
+            }
+            if req.headers().get_all(header::AUTHORIZATION).iter().count() > 1 {
+                return Err(ApiFailure::from(crate::service::ServiceError::Unauthenticated).into());
             }
             if declared_length(&req).is_some_and(|n| n > self.body_limit) {
                 return Err(ApiFailure::payload_too_large(self.body_limit).into());

@@ -98,6 +98,8 @@ pub fn build_app(
         )
         .at("/docs", get(make_sync(move |_| Html(docs_html.clone()))))
         .nest("/", service)
-        .data(services);
+        .data(services)
+        // A panic becomes a bare 500 here, which the request context renders as an ApiError.
+        .with(poem::middleware::CatchPanic::new());
     Ok(RequestContext::new(routes, metrics, settings.body_limit))
 }

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::context::BodyLimit;
 use super::error::ApiFailure;
-use crate::domain::{FieldError, ValidationErrors};
+use crate::domain::{FieldError, ValidationErrors, parse_uuid};
 
 pub trait FromJson: Sized {
     /// The documented shape of the body.
@@ -27,9 +27,9 @@ impl<T: FromJson + Send> Payload for JsonBody<T> {
     const CONTENT_TYPE: &'static str = "application/json; charset=utf-8";
 
     fn check_content_type(content_type: &str) -> bool {
+        // The contract says application/json; parameters such as charset are fine.
         content_type.parse::<mime::Mime>().is_ok_and(|m| {
-            m.type_() == "application"
-                && (m.subtype() == "json" || m.suffix().is_some_and(|s| s == "json"))
+            m.type_() == mime::APPLICATION && m.subtype() == mime::JSON && m.suffix().is_none()
         })
     }
 
@@ -66,7 +66,7 @@ impl<T: FromJson + Send> ParsePayload for JsonBody<T> {
             )
             .into());
         }
-        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        let TopLevel { value, duplicate } = serde_json::from_slice(&bytes).map_err(|e| {
             ApiFailure::new(
                 poem::http::StatusCode::BAD_REQUEST,
                 "invalid_json",
@@ -76,6 +76,11 @@ impl<T: FromJson + Send> ParsePayload for JsonBody<T> {
                 json!({ "line": e.line(), "column": e.column(), "reason": e.to_string() }),
             )
         })?;
+        if let Some(key) = duplicate {
+            // Last-wins would hide from us what a proxy reading the first value saw.
+            let error = FieldError::new(key, "appears more than once");
+            return Err(ApiFailure::validation(&error.into()).into());
+        }
         T::from_json(value)
             .map(JsonBody)
             .map_err(|errors| ApiFailure::validation(&errors).into())
@@ -83,6 +88,84 @@ impl<T: FromJson + Send> ParsePayload for JsonBody<T> {
 }
 
 impl_apirequest_for_payload!(JsonBody<T>, T: FromJson + Send);
+
+/// A parsed body, and the first top-level key that appeared twice, if any.
+struct TopLevel {
+    value: Value,
+    duplicate: Option<String>,
+}
+
+impl<'de> serde::Deserialize<'de> for TopLevel {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(TopLevelVisitor)
+    }
+}
+
+struct TopLevelVisitor;
+
+impl TopLevelVisitor {
+    fn other(value: Value) -> TopLevel {
+        TopLevel {
+            value,
+            duplicate: None,
+        }
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for TopLevelVisitor {
+    type Value = TopLevel;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<TopLevel, A::Error> {
+        let mut fields = Map::new();
+        let mut duplicate = None;
+        while let Some((key, value)) = map.next_entry::<String, Value>()? {
+            if duplicate.is_none() && fields.contains_key(&key) {
+                duplicate = Some(key.clone());
+            }
+            fields.insert(key, value);
+        }
+        Ok(TopLevel {
+            value: Value::Object(fields),
+            duplicate,
+        })
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<TopLevel, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Value>()? {
+            items.push(item);
+        }
+        Ok(Self::other(Value::Array(items)))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<TopLevel, E> {
+        Ok(Self::other(Value::Bool(v)))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<TopLevel, E> {
+        Ok(Self::other(Value::from(v)))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<TopLevel, E> {
+        Ok(Self::other(Value::from(v)))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<TopLevel, E> {
+        Ok(Self::other(Value::from(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<TopLevel, E> {
+        Ok(Self::other(Value::String(v.to_owned())))
+    }
+
+    fn visit_unit<E>(self) -> Result<TopLevel, E> {
+        Ok(Self::other(Value::Null))
+    }
+}
 
 /// Reads the fields of one JSON object, recording every error, then rejects unknown fields.
 pub struct JsonObject {
@@ -129,7 +212,7 @@ impl JsonObject {
 
     pub fn uuid(&mut self, field: &str, required: bool) -> Option<Uuid> {
         self.string(field, required, |s| {
-            Uuid::parse_str(s).map_err(|_| "must be a uuid".to_owned())
+            parse_uuid(s).ok_or_else(|| "must be a uuid".to_owned())
         })
     }
 
@@ -191,7 +274,7 @@ impl JsonObject {
 
     pub fn uuid_array(&mut self, field: &str, required: bool) -> Option<Vec<Uuid>> {
         self.string_array(field, required, |s| {
-            Uuid::parse_str(s).map_err(|_| "must be a uuid".to_owned())
+            parse_uuid(s).ok_or_else(|| "must be a uuid".to_owned())
         })
     }
 

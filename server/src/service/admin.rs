@@ -14,7 +14,7 @@ const MAX_NAME_CHARS: usize = 120;
 
 fn parse_name(field: &str, raw: &str) -> Result<String, ServiceError> {
     let name = raw.trim();
-    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
+    if name.contains('\0') || name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
         return Err(ValidationErrors::from(FieldError::new(
             field,
             format!("must be 1 to {MAX_NAME_CHARS} characters"),
@@ -26,7 +26,8 @@ fn parse_name(field: &str, raw: &str) -> Result<String, ServiceError> {
 
 fn parse_email(raw: &str) -> Result<String, ServiceError> {
     let email = raw.trim();
-    let plausible = email.len() <= 254
+    let plausible = !email.contains('\0')
+        && email.len() <= 254
         && email.split_once('@').is_some_and(|(local, domain)| {
             !local.is_empty() && !domain.is_empty() && !domain.contains('@')
         });

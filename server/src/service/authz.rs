@@ -3,8 +3,6 @@
 //! [`Authorizer`] is the port the WASM policy engine will implement; [`ScopeAuthorizer`] is the
 //! plain Rust default until then: DESIGN.md's scope table plus workspace membership.
 
-use uuid::Uuid;
-
 use crate::domain::{Principal, Scope};
 
 /// Every bearer-authenticated operation of the v1 interface.
@@ -91,8 +89,8 @@ impl Authorizer for ScopeAuthorizer {
             };
         }
         if let Some(workspace) = request.workspace {
-            let member =
-                Uuid::parse_str(workspace).is_ok_and(|id| request.principal.has_workspace(id));
+            let member = crate::domain::parse_uuid(workspace)
+                .is_some_and(|id| request.principal.has_workspace(id));
             if !member {
                 return Decision::Deny {
                     status: DenyStatus::Forbidden,
@@ -108,6 +106,7 @@ impl Authorizer for ScopeAuthorizer {
 mod tests {
     use super::*;
     use crate::domain::Scopes;
+    use uuid::Uuid;
 
     fn principal(scopes: &[Scope], workspace: Uuid) -> Principal {
         Principal {

@@ -9,6 +9,28 @@ use crate::domain::TokenHasher;
 use crate::storage::SettingsStore;
 
 const SETTING: &str = "token_hash_key";
+/// A fingerprint of the key in use: a key that differs from the one tokens were hashed with
+/// would silently turn every token into a 401, so it is refused instead.
+const CHECK_SETTING: &str = "token_hash_key_check";
+
+async fn check_fingerprint(
+    store: &dyn SettingsStore,
+    hasher: &TokenHasher,
+    source: &str,
+) -> Result<(), ServiceError> {
+    let fingerprint = hasher.fingerprint();
+    let (stored, _) = store
+        .setting_get_or_insert(CHECK_SETTING, &fingerprint)
+        .await?;
+    if stored == fingerprint {
+        Ok(())
+    } else {
+        Err(ServiceError::Internal(format!(
+            "the {source} token hashing key is not the one this records store's tokens were hashed with; \
+             use the same CP_TOKEN_HASH_KEY as the server (or none on both)"
+        )))
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeySource {
@@ -24,12 +46,22 @@ pub async fn load_token_hasher(
     store: &dyn SettingsStore,
     configured: Option<&str>,
 ) -> Result<(TokenHasher, KeySource), ServiceError> {
-    if let Some(encoded) = configured {
+    // An empty value (as `KEY=` in a compose file) counts as not configured.
+    if let Some(encoded) = configured.filter(|k| !k.trim().is_empty()) {
         let key = STANDARD.decode(encoded.trim()).map_err(|_| {
             ServiceError::Internal("the token hashing key is not valid base64".into())
         })?;
         let hasher = TokenHasher::new(key).map_err(ServiceError::Internal)?;
+        check_fingerprint(store, &hasher, "configured").await?;
         return Ok((hasher, KeySource::Configured));
+    }
+    if store.setting_get(SETTING).await?.is_none()
+        && store.setting_get(CHECK_SETTING).await?.is_some()
+    {
+        return Err(ServiceError::Internal(
+            "this records store is used with a configured token hashing key: set CP_TOKEN_HASH_KEY"
+                .into(),
+        ));
     }
     let mut candidate = [0u8; 32];
     rand::rng().fill_bytes(&mut candidate);

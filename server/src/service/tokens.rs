@@ -7,10 +7,10 @@ use uuid::Uuid;
 use super::{AuthzRequest, Decision, DenyStatus, Operation, ServiceError, Services};
 use crate::domain::{
     Actor, CorrelationId, ExpiresInDays, FieldError, NewAuditEvent, Principal, RevocationReason,
-    Scopes, TokenName, TokenSecret, ValidationErrors,
+    Scopes, TokenName, TokenSecret, ValidationErrors, parse_uuid,
 };
 use crate::storage::{
-    InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, TokenFilter, TokenRecord,
+    InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, TargetLookup, TokenFilter, TokenRecord,
 };
 
 /// A parsed issuance request: every field already satisfies the contract's constraints.
@@ -49,13 +49,8 @@ impl IssueTokenInput {
 }
 
 fn dedup(ids: Vec<Uuid>) -> Vec<Uuid> {
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        if !out.contains(&id) {
-            out.push(id);
-        }
-    }
-    out
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    ids.into_iter().filter(|id| seen.insert(*id)).collect()
 }
 
 /// A newly issued token: the only moment its secret is known.
@@ -138,7 +133,7 @@ impl Services {
         correlation_id: &CorrelationId,
     ) -> Result<IssuedCredential, ServiceError> {
         self.authorize(principal, Operation::IssueToken, None)?;
-        self.check_targets_exist(&input).await?;
+        let found = self.check_targets_exist(&input).await?;
 
         if input.organisation_id != principal.organisation_id {
             return Err(ServiceError::forbidden(
@@ -183,6 +178,8 @@ impl Services {
         self.insert_token(
             principal.user_id,
             input,
+            Some(principal.token_id),
+            &found,
             Actor::user(principal.user_id),
             correlation_id,
         )
@@ -202,19 +199,22 @@ impl Services {
             .get_user(user_id)
             .await?
             .ok_or_else(|| ServiceError::not_found("no such user"))?;
-        self.check_targets_exist(&input).await?;
+        let found = self.check_targets_exist(&input).await?;
         if user.organisation_id != input.organisation_id {
             return Err(ServiceError::forbidden(
                 "the user does not belong to this organisation",
             ));
         }
-        self.insert_token(user.id, input, Actor::admin(), correlation_id)
+        self.insert_token(user.id, input, None, &found, Actor::admin(), correlation_id)
             .await
     }
 
     /// 404 for an unknown organisation, workspace or environment, or an environment outside
     /// the given workspaces; 403 for a workspace of another organisation.
-    async fn check_targets_exist(&self, input: &IssueTokenInput) -> Result<(), ServiceError> {
+    async fn check_targets_exist(
+        &self,
+        input: &IssueTokenInput,
+    ) -> Result<TargetLookup, ServiceError> {
         let found = self
             .store
             .lookup_targets(
@@ -267,13 +267,15 @@ impl Services {
                 details: Some(json!({ "field": "environmentIds", "environmentIds": stray })),
             });
         }
-        Ok(())
+        Ok(found)
     }
 
     async fn insert_token(
         &self,
         owner: Uuid,
         input: IssueTokenInput,
+        issuer_token_id: Option<Uuid>,
+        found: &TargetLookup,
         actor: Actor,
         correlation_id: &CorrelationId,
     ) -> Result<IssuedCredential, ServiceError> {
@@ -296,30 +298,40 @@ impl Services {
         let events: Vec<NewAuditEvent> = record
             .workspace_ids
             .iter()
-            .map(|ws| NewAuditEvent {
-                organisation_id: record.organisation_id,
-                workspace_id: Some(*ws),
-                event_type: "token.issued",
-                actor,
-                target_kind: "token",
-                target_id: record.id,
-                correlation_id: correlation_id.to_string(),
-                occurred_at: now,
-                data: json!({
-                    "tokenId": record.id,
-                    "name": record.name,
-                    "prefix": prefix,
-                    "ownerId": owner,
-                    "scopes": record.scopes,
-                    "workspaceIds": record.workspace_ids,
-                    "environmentIds": record.environment_ids,
-                    "expiresAt": record.expires_at,
-                }),
+            .map(|ws| {
+                // Readers of this workspace's activity must not learn about other workspaces.
+                let environments: Vec<Uuid> = record
+                    .environment_ids
+                    .iter()
+                    .copied()
+                    .filter(|e| found.environments.iter().any(|(id, w)| id == e && w == ws))
+                    .collect();
+                NewAuditEvent {
+                    organisation_id: record.organisation_id,
+                    workspace_id: Some(*ws),
+                    event_type: "token.issued",
+                    actor,
+                    target_kind: "token",
+                    target_id: record.id,
+                    correlation_id: correlation_id.to_string(),
+                    occurred_at: now,
+                    data: json!({
+                        "tokenId": record.id,
+                        "name": record.name,
+                        "prefix": prefix,
+                        "ownerId": owner,
+                        "scopes": record.scopes,
+                        "workspaceCount": record.workspace_ids.len(),
+                        "environmentIds": environments,
+                        "expiresAt": record.expires_at,
+                    }),
+                }
             })
             .collect();
         let token = NewToken {
             secret_hash: self.hasher.hash(&secret),
             record,
+            issuer_token_id,
         };
         let limit = self.settings.max_active_tokens_per_user;
         match self.store.insert_token(&token, &events, limit, now).await {
@@ -339,6 +351,11 @@ impl Services {
                     ),
                     details: Some(json!({ "limit": limit })),
                 });
+            }
+            Err(InsertTokenError::IssuerLostAccess) => {
+                return Err(ServiceError::forbidden(
+                    "the caller's token lost access to a workspace during the request",
+                ));
             }
             Err(InsertTokenError::Store(e)) => return Err(e.into()),
         }
@@ -361,9 +378,9 @@ impl Services {
     ) -> Result<RevokeOutcome, ServiceError> {
         self.authorize(principal, Operation::RevokeToken, Some(workspace))?;
         let workspace_id =
-            Uuid::parse_str(workspace).map_err(|_| ServiceError::forbidden("no access"))?;
-        let token_id = Uuid::parse_str(token)
-            .map_err(|_| ServiceError::not_found("the token has no access to this workspace"))?;
+            parse_uuid(workspace).ok_or_else(|| ServiceError::forbidden("no access"))?;
+        let token_id = parse_uuid(token)
+            .ok_or_else(|| ServiceError::not_found("the token has no access to this workspace"))?;
         self.revoke_grant(
             principal.organisation_id,
             workspace_id,

@@ -86,6 +86,9 @@ pub struct StoredCredential {
 pub struct NewToken {
     pub record: TokenRecord,
     pub secret_hash: Vec<u8>,
+    /// The token that issued this one; its grants on every new workspace are re-checked in the
+    /// insert's transaction, so a revocation racing the issuance cannot be escaped.
+    pub issuer_token_id: Option<Uuid>,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -94,6 +97,8 @@ pub enum InsertTokenError {
     NameTaken,
     #[error("the owner already holds the maximum number of active tokens")]
     LimitReached,
+    #[error("the issuing token lost access to a workspace while issuing")]
+    IssuerLostAccess,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -207,6 +212,7 @@ pub trait AuditStore: Send + Sync {
 #[async_trait]
 pub trait SettingsStore: Send + Sync {
     async fn ping(&self) -> Result<(), StoreError>;
+    async fn setting_get(&self, key: &str) -> Result<Option<String>, StoreError>;
     /// Returns the stored value, inserting `candidate` first when there is none.
     /// The flag is true when `candidate` was inserted.
     async fn setting_get_or_insert(

@@ -60,6 +60,24 @@ impl PostgresStore {
         Ok(Self { pool })
     }
 
+    /// Creates the database named in `url` when it does not exist yet, so a first run needs no
+    /// `createdb`. Returns true when it was created.
+    pub async fn ensure_database(url: &str) -> Result<bool, StoreError> {
+        use sqlx::migrate::MigrateDatabase;
+        if sqlx::Postgres::database_exists(url)
+            .await
+            .map_err(map_err)?
+        {
+            return Ok(false);
+        }
+        match sqlx::Postgres::create_database(url).await {
+            Ok(()) => Ok(true),
+            // Another replica created it first.
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P04") => Ok(false),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
     /// Applies pending migrations; replicas starting together serialise on an advisory lock.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         MIGRATOR.run(&self.pool).await.map_err(|e| match e {
@@ -187,6 +205,15 @@ impl SettingsStore for PostgresStore {
             .await
             .map_err(map_err)?;
         Ok(())
+    }
+
+    async fn setting_get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let row: Option<(String,)> = sqlx::query_as("SELECT value FROM settings WHERE key = $1")
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(row.map(|(v,)| v))
     }
 
     async fn setting_get_or_insert(
@@ -424,6 +451,22 @@ impl TokenStore for PostgresStore {
     ) -> Result<(), InsertTokenError> {
         let t = &token.record;
         let mut tx = self.pool.begin().await.map_err(map_err)?;
+        if let Some(issuer) = token.issuer_token_id {
+            // FOR SHARE on the issuer conflicts with revocation's FOR UPDATE: one waits for the other.
+            let (live,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM token_workspaces tw
+                 WHERE tw.token_id = (SELECT id FROM tokens WHERE id = $1 AND revoked_at IS NULL FOR SHARE)
+                   AND tw.revoked_at IS NULL AND tw.workspace_id = ANY($2)",
+            )
+            .bind(issuer)
+            .bind(&t.workspace_ids)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            if live != t.workspace_ids.len() as i64 {
+                return Err(InsertTokenError::IssuerLostAccess);
+            }
+        }
         // The owner's row lock serialises issuance per user, so the name and count checks hold.
         sqlx::query("SELECT 1 FROM users WHERE id = $1 FOR UPDATE")
             .bind(t.user_id)
@@ -586,11 +629,12 @@ impl AuditStore for PostgresStore {
             target_id: Uuid,
             correlation_id: String,
             occurred_at: DateTime<Utc>,
-            data: Value,
+            data: String,
         }
+        // jsonb as text: readers pass it through, so nothing parses it into a tree.
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT id, organisation_id, workspace_id, seq, event_type, actor_kind, actor_id, target_kind,
-                    target_id, correlation_id, occurred_at, data
+                    target_id, correlation_id, occurred_at, data::text AS data
              FROM audit_events
              WHERE workspace_id = $1 AND ($2::bigint IS NULL OR seq < $2)
              ORDER BY seq DESC LIMIT $3",
@@ -601,22 +645,26 @@ impl AuditStore for PostgresStore {
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| AuditEvent {
-                id: r.id,
-                organisation_id: r.organisation_id,
-                workspace_id: r.workspace_id,
-                sequence: r.seq,
-                event_type: r.event_type,
-                actor_kind: r.actor_kind,
-                actor_id: r.actor_id,
-                target_kind: r.target_kind,
-                target_id: r.target_id,
-                correlation_id: r.correlation_id,
-                occurred_at: r.occurred_at,
-                data: r.data,
+        rows.into_iter()
+            .map(|r| {
+                let data = serde_json::value::RawValue::from_string(r.data).map_err(|e| {
+                    StoreError::Internal(format!("stored event data is not JSON: {e}"))
+                })?;
+                Ok(AuditEvent {
+                    id: r.id,
+                    organisation_id: r.organisation_id,
+                    workspace_id: r.workspace_id,
+                    sequence: r.seq,
+                    event_type: r.event_type,
+                    actor_kind: r.actor_kind,
+                    actor_id: r.actor_id,
+                    target_kind: r.target_kind,
+                    target_id: r.target_id,
+                    correlation_id: r.correlation_id,
+                    occurred_at: r.occurred_at,
+                    data,
+                })
             })
-            .collect())
+            .collect()
     }
 }

@@ -4,10 +4,14 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use poem::web::Data;
+use poem::{IntoResponse, Response};
 use poem_openapi::param::{Path, Query};
-use poem_openapi::payload::Json;
+use poem_openapi::registry::{MetaMediaType, MetaResponse, MetaResponses, Registry};
+use poem_openapi::types::Type;
 use poem_openapi::{ApiResponse, Object, OpenApi};
+use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::ApiTags;
@@ -16,8 +20,12 @@ use crate::http::auth::BearerAuth;
 use crate::http::error::{ApiFailure, error_responses};
 use crate::service::{PageRequest, Services};
 
+// The `Object` types below document the page; `Page`/`Item` write it. Event data is passed
+// through as stored JSON text, which poem-openapi's object model would parse and rebuild.
+
 #[derive(Object)]
 #[oai(rename_all = "camelCase")]
+#[allow(dead_code)]
 pub struct ActivityPageBody {
     /// Newest first.
     items: Vec<ActivityItem>,
@@ -27,6 +35,7 @@ pub struct ActivityPageBody {
 
 #[derive(Object)]
 #[oai(rename_all = "camelCase")]
+#[allow(dead_code)]
 pub struct ActivityItem {
     id: Uuid,
     /// Per-workspace sequence, gapless and increasing.
@@ -43,6 +52,7 @@ pub struct ActivityItem {
 }
 
 #[derive(Object)]
+#[allow(dead_code)]
 pub struct ActivityActor {
     /// `user` or `admin`.
     kind: String,
@@ -50,39 +60,99 @@ pub struct ActivityActor {
 }
 
 #[derive(Object)]
+#[allow(dead_code)]
 pub struct ActivityTarget {
     kind: String,
     id: Uuid,
 }
 
-impl From<AuditEvent> for ActivityItem {
-    fn from(e: AuditEvent) -> Self {
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Page<'a> {
+    items: Vec<Item<'a>>,
+    next_cursor: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Item<'a> {
+    id: Uuid,
+    sequence: i64,
+    #[serde(rename = "type")]
+    event_type: &'a str,
+    actor: Actor<'a>,
+    target: Target<'a>,
+    correlation_id: &'a str,
+    occurred_at: String,
+    data: &'a RawValue,
+}
+
+#[derive(Serialize)]
+struct Actor<'a> {
+    kind: &'a str,
+    id: Option<Uuid>,
+}
+
+#[derive(Serialize)]
+struct Target<'a> {
+    kind: &'a str,
+    id: Uuid,
+}
+
+impl<'a> From<&'a AuditEvent> for Item<'a> {
+    fn from(e: &'a AuditEvent) -> Self {
         Self {
             id: e.id,
             sequence: e.sequence.unwrap_or_default(),
-            event_type: e.event_type,
-            actor: ActivityActor {
-                kind: e.actor_kind,
+            event_type: &e.event_type,
+            actor: Actor {
+                kind: &e.actor_kind,
                 id: e.actor_id,
             },
-            target: ActivityTarget {
-                kind: e.target_kind,
+            target: Target {
+                kind: &e.target_kind,
                 id: e.target_id,
             },
-            correlation_id: e.correlation_id,
-            occurred_at: e.occurred_at,
-            data: e.data,
+            correlation_id: &e.correlation_id,
+            occurred_at: e.occurred_at.to_rfc3339(),
+            data: &e.data,
         }
     }
 }
 
-#[derive(ApiResponse)]
-pub enum ActivityResponse {
-    #[oai(status = 200)]
-    Ok(Json<ActivityPageBody>),
+/// 200 with an `ActivityPageBody`, serialised straight from the events.
+pub struct ActivityResponse(Vec<u8>);
+
+impl ApiResponse for ActivityResponse {
+    fn meta() -> MetaResponses {
+        MetaResponses {
+            responses: vec![MetaResponse {
+                description: "A page of the workspace's activity, newest first",
+                status: Some(200),
+                status_range: None,
+                content: vec![MetaMediaType {
+                    content_type: "application/json; charset=utf-8",
+                    schema: ActivityPageBody::schema_ref(),
+                }],
+                headers: vec![],
+            }],
+        }
+    }
+
+    fn register(registry: &mut Registry) {
+        ActivityPageBody::register(registry);
+    }
 }
 
-error_responses!(ActivityErrors: 400, 401, 403, 500, 503);
+impl IntoResponse for ActivityResponse {
+    fn into_response(self) -> Response {
+        Response::builder()
+            .content_type("application/json; charset=utf-8")
+            .body(self.0)
+    }
+}
+
+error_responses!(ActivityErrors: 400, 401, 403, 413, 500, 503);
 
 pub struct ActivityApi;
 
@@ -110,9 +180,12 @@ impl ActivityApi {
         let page = PageRequest::parse(limit.0, cursor.0.as_deref())
             .map_err(|e| ApiFailure::validation(&e.into()))?;
         let page = services.list_activity(&auth.0, &workspace_id, page).await?;
-        Ok(ActivityResponse::Ok(Json(ActivityPageBody {
-            items: page.items.into_iter().map(Into::into).collect(),
-            next_cursor: page.next_cursor,
-        })))
+        let body = Page {
+            items: page.items.iter().map(Item::from).collect(),
+            next_cursor: page.next_cursor.as_deref(),
+        };
+        let bytes = serde_json::to_vec(&body)
+            .map_err(|e| ApiFailure::from(crate::service::ServiceError::Internal(e.to_string())))?;
+        Ok(ActivityResponse(bytes))
     }
 }

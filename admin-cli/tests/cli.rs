@@ -1,0 +1,259 @@
+//! Runs the real `cpctl` binary against a fresh Postgres database.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use sqlx::{Connection, Executor, PgConnection};
+
+struct Db {
+    name: String,
+    url: String,
+}
+
+fn base() -> String {
+    std::env::var("TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+impl Db {
+    async fn new() -> Self {
+        let name = format!("cp_cli_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(&format!("{}/postgres", base()))
+            .await
+            .unwrap();
+        admin
+            .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .await
+            .unwrap();
+        Self {
+            url: format!("{}/{name}", base()),
+            name,
+        }
+    }
+
+    fn cpctl(&self, args: &[&str]) -> Output {
+        self.cpctl_with_key(args, None)
+    }
+
+    fn cpctl_with_key(&self, args: &[&str], key: Option<&str>) -> Output {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cpctl"));
+        command
+            .args(args)
+            .env("DATABASE_URL", &self.url)
+            .env_remove("CP_TOKEN_HASH_KEY");
+        if let Some(key) = key {
+            command.env("CP_TOKEN_HASH_KEY", key);
+        }
+        command.output().unwrap()
+    }
+
+    async fn drop_db(self) {
+        let mut admin = PgConnection::connect(&format!("{}/postgres", base()))
+            .await
+            .unwrap();
+        let _ = admin
+            .execute(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            )))
+            .await;
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn bootstrap_prints_ids_and_a_credential_once_and_refuses_a_second_time() {
+    let db = Db::new().await;
+    let out = db.cpctl(&[
+        "bootstrap",
+        "--org",
+        "acme",
+        "--workspace",
+        "prod",
+        "--admin",
+        "ops@acme.test",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    for key in ["organisationId", "workspaceId", "userId"] {
+        assert!(
+            v[key]
+                .as_str()
+                .is_some_and(|s| uuid::Uuid::parse_str(s).is_ok()),
+            "{key}"
+        );
+    }
+    let credential = &v["credential"];
+    assert_eq!(
+        credential["scopes"].as_array().unwrap().len(),
+        9,
+        "every scope"
+    );
+    assert_eq!(credential["workspaceIds"][0], v["workspaceId"]);
+    assert!(credential["token"].as_str().unwrap().starts_with("cpat_"));
+
+    let again = db.cpctl(&[
+        "bootstrap",
+        "--org",
+        "acme",
+        "--workspace",
+        "prod",
+        "--admin",
+        "ops@acme.test",
+    ]);
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "one-line error: {err}");
+    assert!(err.contains("already exists"), "{err}");
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn create_prints_the_id_and_list_shows_it() {
+    let db = Db::new().await;
+    let org = stdout(&db.cpctl(&["orgs", "create", "globex"]))
+        .trim()
+        .to_owned();
+    assert!(uuid::Uuid::parse_str(&org).is_ok(), "{org}");
+    let ws = db.cpctl(&[
+        "workspaces",
+        "create",
+        "--org",
+        &org,
+        "staging",
+        "-o",
+        "json",
+    ]);
+    let ws: Value = serde_json::from_str(&stdout(&ws)).unwrap();
+    assert_eq!(ws["name"], "staging");
+    let ws_id = ws["id"].as_str().unwrap();
+    let env = stdout(&db.cpctl(&["environments", "create", "--workspace", ws_id, "eu"]))
+        .trim()
+        .to_owned();
+    assert!(uuid::Uuid::parse_str(&env).is_ok());
+    let user = stdout(&db.cpctl(&["users", "create", "--org", &org, "dev@globex.test"]))
+        .trim()
+        .to_owned();
+    let issued = db.cpctl(&[
+        "tokens",
+        "issue",
+        "--user",
+        &user,
+        "--name",
+        "deploy",
+        "--scope",
+        "activity:read",
+        "--workspace",
+        ws_id,
+        "--environment",
+        &env,
+        "-o",
+        "json",
+    ]);
+    assert!(
+        issued.status.success(),
+        "{}",
+        String::from_utf8_lossy(&issued.stderr)
+    );
+    let issued: Value = serde_json::from_str(&stdout(&issued)).unwrap();
+    assert_eq!(issued["environmentIds"][0], env.as_str());
+
+    let list: Value =
+        serde_json::from_str(&stdout(&db.cpctl(&["tokens", "list", "-o", "json"]))).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert!(
+        !list.to_string().contains(issued["token"].as_str().unwrap()),
+        "listings never show a secret"
+    );
+    let table = stdout(&db.cpctl(&["orgs", "list"]));
+    assert!(table.starts_with("ID") && table.contains("globex"));
+
+    let revoked = db.cpctl(&[
+        "tokens",
+        "revoke",
+        "--token",
+        issued["id"].as_str().unwrap(),
+        "--workspace",
+        ws_id,
+        "--reason",
+        "done",
+    ]);
+    assert!(revoked.status.success());
+    assert!(stdout(&revoked).contains("revoked entirely"));
+    let bad = db.cpctl(&[
+        "tokens",
+        "issue",
+        "--user",
+        &user,
+        "--name",
+        "x",
+        "--scope",
+        "nope",
+        "--workspace",
+        ws_id,
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown scope"));
+    db.drop_db().await;
+}
+
+#[test]
+fn completion_scripts_are_generated() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_cpctl"))
+            .args(["completion", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("cpctl"),
+            "{shell}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_database_url_is_a_one_line_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args(["orgs", "list"])
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("DATABASE_URL"));
+}
+
+#[tokio::test]
+async fn a_hashing_key_other_than_the_stores_is_refused() {
+    let db = Db::new().await;
+    let k1 = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+    let k2 = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
+    assert!(
+        db.cpctl_with_key(&["orgs", "create", "keyed"], Some(k1))
+            .status
+            .success()
+    );
+    assert!(
+        db.cpctl_with_key(&["orgs", "list"], Some(k1))
+            .status
+            .success()
+    );
+    for key in [Some(k2), None] {
+        let out = db.cpctl_with_key(&["orgs", "list"], key);
+        assert!(!out.status.success(), "{key:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("CP_TOKEN_HASH_KEY"), "{err}");
+    }
+    db.drop_db().await;
+}

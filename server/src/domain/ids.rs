@@ -1,0 +1,35 @@
+use uuid::Uuid;
+
+/// Parses the canonical 36-character hyphenated form only (`format: uuid`); `Uuid::parse_str`
+/// alone would also take the braced, URN and 32-digit forms.
+pub fn parse_uuid(raw: &str) -> Option<Uuid> {
+    if raw.len() == 36 {
+        Uuid::try_parse(raw).ok()
+    } else {
+        None
+    }
+}
+
+/// Text containing U+0000 cannot be stored (Postgres rejects it): refuse it as input instead.
+pub fn reject_nul(raw: &str) -> Result<&str, String> {
+    if raw.contains('\0') {
+        Err("must not contain the NUL character".to_owned())
+    } else {
+        Ok(raw)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_canonical_form_parses() {
+        let id = Uuid::new_v4();
+        assert_eq!(parse_uuid(&id.to_string()), Some(id));
+        assert_eq!(parse_uuid(&id.to_string().to_uppercase()), Some(id));
+        assert_eq!(parse_uuid(&format!("{{{id}}}")), None);
+        assert_eq!(parse_uuid(&format!("urn:uuid:{id}")), None);
+        assert_eq!(parse_uuid(&id.simple().to_string()), None);
+    }
+}
