@@ -2,6 +2,20 @@
 
 use clap::{Parser, ValueEnum};
 
+use crate::storage::Rate;
+
+/// A rate, or `None` for `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateOption(pub Option<Rate>);
+
+fn parse_rate(raw: &str) -> Result<RateOption, String> {
+    if raw.eq_ignore_ascii_case("off") {
+        Ok(RateOption(None))
+    } else {
+        Rate::parse(raw).map(|r| RateOption(Some(r)))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// One JSON object per line, for log pipelines.
@@ -42,6 +56,35 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_MAX_ACTIVE_TOKENS_PER_USER", default_value_t = 500)]
     pub max_active_tokens_per_user: u32,
 
+    /// Redis URL for idempotency records and rate limits shared by every replica. Without it they
+    /// live in this process, which is right for exactly one replica.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    pub redis_url: Option<String>,
+
+    /// Prefix of every Redis key this server writes.
+    #[arg(long, env = "CP_REDIS_PREFIX", default_value = "cp:")]
+    pub redis_prefix: String,
+
+    /// Comma-separated base64 keys (32 bytes each) that encrypt stored idempotent responses; the
+    /// first encrypts, all decrypt (rotation). When absent, one is generated and kept in the
+    /// records store.
+    #[arg(long, env = "CP_IDEMPOTENCY_KEYS", hide_env_values = true)]
+    pub idempotency_keys: Option<String>,
+
+    /// Requests per principal (per client address before authentication): `N/period` such as
+    /// `600/m`, or `off`.
+    #[arg(long, env = "CP_RATE_LIMIT", default_value = "600/m", value_parser = parse_rate)]
+    pub rate_limit: RateOption,
+
+    /// Token issuances per principal, a separate and lower budget: `N/period` or `off`.
+    #[arg(long, env = "CP_ISSUE_RATE_LIMIT", default_value = "30/m", value_parser = parse_rate)]
+    pub issue_rate_limit: RateOption,
+
+    /// While the limiter (Redis) is down, refuse every request with 503. By default reads and
+    /// ordinary writes are served (and counted in a metric) and token issuance is refused.
+    #[arg(long, env = "CP_RATE_LIMIT_FAIL_CLOSED")]
+    pub rate_limit_fail_closed: bool,
+
     /// Size of the Postgres connection pool.
     #[arg(long, env = "CP_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
@@ -54,6 +97,8 @@ impl ServerConfig {
         config.database_url = Some(database_url.into());
         config.listen = "127.0.0.1:0".into();
         config.token_hash_key = None;
+        config.redis_url = None;
+        config.idempotency_keys = None;
         config
     }
 }

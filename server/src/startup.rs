@@ -8,10 +8,12 @@ use poem::listener::{Acceptor, Listener, TcpAcceptor, TcpListener};
 use poem::{EndpointExt, Server};
 
 use crate::config::ServerConfig;
-use crate::http::{HttpSettings, build_app};
-use crate::service::{KeySource, ScopeAuthorizer, ServiceSettings, Services, load_token_hasher};
-use crate::storage::PostgresStore;
+use crate::http::{HttpSettings, RateSettings, build_app};
+use crate::service::{
+    KeySource, ScopeAuthorizer, ServiceSettings, Services, load_record_cipher, load_token_hasher,
+};
 use crate::storage::postgres::PostgresSettings;
+use crate::storage::{FastState, MemoryFastState, PostgresStore, RedisFastState};
 
 pub struct Application {
     acceptor: TcpAcceptor,
@@ -64,10 +66,39 @@ pub async fn open_services(config: &ServerConfig) -> anyhow::Result<Arc<Services
 impl Application {
     pub async fn build(config: &ServerConfig) -> anyhow::Result<Self> {
         let services = open_services(config).await?;
+        let (cipher, source) = load_record_cipher(
+            services.store().as_ref(),
+            config.idempotency_keys.as_deref(),
+        )
+        .await
+        .context("could not load the idempotency encryption key")?;
+        if source == KeySource::Generated {
+            tracing::warn!(
+                "no idempotency encryption key configured: generated one and kept it in the records store; \
+                 set CP_IDEMPOTENCY_KEYS in production"
+            );
+        }
+        let fast = match config.redis_url.as_deref() {
+            Some(url) => {
+                FastState::redis(Arc::new(RedisFastState::new(url, Duration::from_secs(1))?))
+            }
+            None => {
+                tracing::info!(
+                    "no REDIS_URL: idempotency records and rate limits live in this process (one replica only)"
+                );
+                FastState::memory(Arc::new(MemoryFastState::default()))
+            }
+        };
         let http = HttpSettings {
             body_limit: config.body_limit,
+            rates: RateSettings {
+                default: config.rate_limit.0,
+                issue: config.issue_rate_limit.0,
+                fail_closed: config.rate_limit_fail_closed,
+            },
+            key_prefix: config.redis_prefix.clone(),
         };
-        let endpoint = build_app(services.clone(), &http)?.boxed();
+        let endpoint = build_app(services.clone(), &http, fast, cipher)?.boxed();
         let acceptor = TcpListener::bind(config.listen.clone())
             .into_acceptor()
             .await

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use control_plane::config::ServerConfig;
-
 use crate::helpers::{Proxy, assert_api_error, create_database, spawn_with_config};
 
 #[tokio::test]
@@ -17,7 +15,7 @@ async fn postgres_down_is_503_and_recovery_needs_no_restart() {
         postgres.rsplit_once('@').unwrap().0,
         proxy.port
     );
-    let app = spawn_with_config(name, ServerConfig::for_database(via_proxy)).await;
+    let app = spawn_with_config(name, crate::helpers::test_config(&via_proxy)).await;
     let tenant = app.bootstrap().await;
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
     assert_eq!(

@@ -56,12 +56,45 @@ pub fn captured_logs() -> String {
         .unwrap_or_default()
 }
 
+/// Redis of the test suite, unless `TEST_FAST_STATE=memory` runs it on the in-process adapter.
+pub fn test_redis_url() -> Option<String> {
+    match std::env::var("TEST_FAST_STATE").as_deref() {
+        Ok("memory") => None,
+        _ => Some(
+            std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
+        ),
+    }
+}
+
+/// Tests that only make sense with a shared Redis say so and return early on the memory run.
+pub fn redis_or_skip(test: &str) -> Option<String> {
+    let url = test_redis_url();
+    if url.is_none() {
+        eprintln!("{test}: needs Redis; skipped on the in-process fast-state run");
+    }
+    url
+}
+
+/// A configuration for one test: its own database, and its own Redis key prefix.
+pub fn test_config(database_url: &str) -> ServerConfig {
+    let mut config = ServerConfig::for_database(database_url);
+    config.redis_url = test_redis_url();
+    config.redis_prefix = format!("cpt:{}:", Uuid::new_v4().simple());
+    // Generous, so the limiter runs on every request without tripping unrelated tests.
+    config.rate_limit = control_plane::config::RateOption(Some(
+        control_plane::storage::Rate::parse("100000/m").unwrap(),
+    ));
+    config.issue_rate_limit = config.rate_limit;
+    config
+}
+
 pub struct TestApp {
     pub address: String,
     pub client: reqwest::Client,
     pub services: Arc<Services>,
     pub database_name: String,
     pub database_url: String,
+    pub config: ServerConfig,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -94,7 +127,7 @@ pub async fn spawn_app() -> TestApp {
 pub async fn spawn_app_with(configure: impl FnOnce(&mut ServerConfig)) -> TestApp {
     init_logs();
     let (database_name, database_url) = create_database().await;
-    let mut config = ServerConfig::for_database(database_url.clone());
+    let mut config = test_config(&database_url);
     configure(&mut config);
     spawn_with_config(database_name, config).await
 }
@@ -120,6 +153,7 @@ pub async fn spawn_with_config(database_name: String, config: ServerConfig) -> T
         services,
         database_name,
         database_url,
+        config,
         server,
     }
 }
@@ -128,6 +162,8 @@ impl Drop for TestApp {
     fn drop(&mut self) {
         self.server.abort();
         let name = self.database_name.clone();
+        let redis = self.config.redis_url.clone();
+        let prefix = self.config.redis_prefix.clone();
         // Async drop does not exist: clean up on a thread with its own runtime.
         let _ = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -137,6 +173,9 @@ impl Drop for TestApp {
                 return;
             };
             rt.block_on(async {
+                if let Some(url) = redis {
+                    delete_redis_keys(&url, &prefix).await;
+                }
                 if let Ok(mut admin) =
                     PgConnection::connect(&format!("{}/postgres", postgres_base())).await
                 {
@@ -149,6 +188,117 @@ impl Drop for TestApp {
             });
         })
         .join();
+    }
+}
+
+/// Every key under `prefix`, with its raw value.
+pub async fn redis_values(url: &str, prefix: &str) -> Vec<(String, Vec<u8>)> {
+    let Ok(client) = redis::Client::open(url) else {
+        return vec![];
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return vec![];
+    };
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for key in keys {
+        let value: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or(None);
+        if let Some(value) = value {
+            out.push((key, value));
+        }
+    }
+    out
+}
+
+async fn delete_redis_keys(url: &str, prefix: &str) {
+    let Ok(client) = redis::Client::open(url) else {
+        return;
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return;
+    };
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default();
+    if !keys.is_empty() {
+        let _: Result<i64, _> = redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
+    }
+}
+
+/// A real `control-plane` process, killed on drop.
+pub struct ServerProcess {
+    pub address: String,
+    child: std::process::Child,
+}
+
+impl ServerProcess {
+    /// Starts the binary with `config` on an ephemeral port and waits until it listens.
+    pub fn start(config: &ServerConfig, hash_key: &str, record_key: &str) -> Self {
+        use std::io::BufRead;
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_control-plane"));
+        command
+            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+            .env(
+                "DATABASE_URL",
+                config.database_url.clone().unwrap_or_default(),
+            )
+            .env("CP_TOKEN_HASH_KEY", hash_key)
+            .env("CP_IDEMPOTENCY_KEYS", record_key)
+            .env("CP_REDIS_PREFIX", &config.redis_prefix)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        for (name, rate) in [
+            ("CP_RATE_LIMIT", config.rate_limit.0),
+            ("CP_ISSUE_RATE_LIMIT", config.issue_rate_limit.0),
+        ] {
+            let value = rate
+                .map(|r| format!("{}/{}s", r.burst, r.period.as_secs()))
+                .unwrap_or_else(|| "off".into());
+            command.env(name, value);
+        }
+        match &config.redis_url {
+            Some(url) => command.env("REDIS_URL", url),
+            None => command.env_remove("REDIS_URL"),
+        };
+        let mut child = command.spawn().expect("start control-plane");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let port = loop {
+            let line = lines
+                .next()
+                .expect("server exited before listening")
+                .expect("read log");
+            let Ok(entry) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if entry["fields"]["message"] == "listening" {
+                break entry["fields"]["port"].as_u64().expect("port");
+            }
+        };
+        // Keep draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Self {
+            address: format!("http://127.0.0.1:{port}"),
+            child,
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -74,7 +74,7 @@ async fn openapi_document_states_statuses_and_closed_bodies() {
     assert_eq!(
         statuses,
         [
-            "200", "400", "401", "403", "404", "409", "413", "500", "503"
+            "200", "400", "401", "403", "404", "409", "413", "429", "500", "503"
         ]
     );
     let activity: Vec<&str> =
@@ -84,7 +84,10 @@ async fn openapi_document_states_statuses_and_closed_bodies() {
             .keys()
             .map(String::as_str)
             .collect();
-    assert_eq!(activity, ["200", "400", "401", "403", "413", "500", "503"]);
+    assert_eq!(
+        activity,
+        ["200", "400", "401", "403", "413", "429", "500", "503"]
+    );
     let paths = doc["paths"].as_object().unwrap();
     assert_eq!(paths.len(), 10, "every v1 route is documented");
     assert!(paths.keys().all(|p| p.starts_with("/v1/")));

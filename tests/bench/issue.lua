@@ -1,5 +1,7 @@
 -- wrk: POST /v1/personal-access-tokens, spread round-robin over the users in tokens.txt,
--- each request with a unique name. Env: BENCH_ORG, BENCH_WS, BENCH_TOKENS (file).
+-- each request with a unique name. Env: BENCH_ORG, BENCH_WS, BENCH_TOKENS (file), and
+-- BENCH_IDEMPOTENCY: unset (no key), "fresh" (a new key per request) or "replay" (one key, one
+-- body, one token: every request after the first is a replay).
 local tokens = {}
 for line in io.lines(os.getenv("BENCH_TOKENS")) do tokens[#tokens + 1] = line end
 local org, ws = os.getenv("BENCH_ORG"), os.getenv("BENCH_WS")
@@ -12,14 +14,26 @@ function setup(thread)
   thread:set("thread_id", threads)
 end
 
+local mode = os.getenv("BENCH_IDEMPOTENCY")
+
 function request()
   counter = counter + 1
-  local token = tokens[(counter + thread_id * 7) % #tokens + 1]
-  local body = string.format(
-    '{"name":"wrk-%d-%d-%d","scopes":["activity:read"],"organisationId":"%s","workspaceIds":["%s"]}',
-    thread_id, counter, math.random(1, 1000000000), org, ws)
-  return wrk.format("POST", "/v1/personal-access-tokens",
-    { ["Authorization"] = "Bearer " .. token, ["Content-Type"] = "application/json" }, body)
+  local headers = { ["Content-Type"] = "application/json" }
+  local token, body
+  if mode == "replay" then
+    token = tokens[1]
+    headers["Idempotency-Key"] = "bench-replay-key-0001"
+    body = string.format(
+      '{"name":"replayed","scopes":["activity:read"],"organisationId":"%s","workspaceIds":["%s"]}', org, ws)
+  else
+    token = tokens[(counter + thread_id * 7) % #tokens + 1]
+    local unique = string.format("%d-%d-%d", thread_id, counter, math.random(1, 1000000000))
+    body = string.format(
+      '{"name":"wrk-%s","scopes":["activity:read"],"organisationId":"%s","workspaceIds":["%s"]}', unique, org, ws)
+    if mode == "fresh" then headers["Idempotency-Key"] = "bench-key-" .. unique end
+  end
+  headers["Authorization"] = "Bearer " .. token
+  return wrk.format("POST", "/v1/personal-access-tokens", headers, body)
 end
 
 

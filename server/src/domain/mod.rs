@@ -2,6 +2,7 @@
 
 mod audit;
 mod correlation_id;
+mod idempotency;
 mod ids;
 mod principal;
 mod scope;
@@ -10,6 +11,7 @@ mod validation;
 
 pub use audit::{Actor, ActorKind, AuditEvent, NewAuditEvent};
 pub use correlation_id::CorrelationId;
+pub use idempotency::{IdempotencyKey, RecordCipher, UndecryptableRecord};
 pub use ids::{parse_uuid, reject_nul};
 pub use principal::Principal;
 pub use scope::{Scope, Scopes, UnknownScope};

@@ -1,4 +1,6 @@
-//! Outermost middleware: correlation id, body-size guard, error mapping, access log, metrics.
+//! Outermost middleware, in the order of DESIGN.md: correlation id, body-size guard,
+//! authentication and rate limit (one limiter round trip per request), then the route; every
+//! failure on the way is rendered as an ApiError, and every response gets its headers.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,11 +10,17 @@ use poem::{Endpoint, IntoResponse, Request, Response};
 use poem_openapi::OperationId;
 use tracing::Instrument;
 
+use super::auth::AuthOutcome;
 use super::error::ApiFailure;
+use super::idempotency::IdempotencyHeader;
+use super::limits::{RateClass, RateGuard};
 use super::metrics::HttpMetrics;
-use crate::domain::{CorrelationId, FieldError, ValidationErrors};
+use crate::domain::{CorrelationId, FieldError, IdempotencyKey, ValidationErrors};
+use crate::service::{ServiceError, Services};
+use crate::storage::RateDecision;
 
 pub const CORRELATION_HEADER: &str = "x-correlation-id";
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 
 /// The configured request body limit, readable by payload extractors.
 #[derive(Debug, Clone, Copy)]
@@ -21,14 +29,24 @@ pub struct BodyLimit(pub usize);
 pub struct RequestContext<E> {
     inner: E,
     metrics: Arc<HttpMetrics>,
+    services: Arc<Services>,
+    rates: Arc<RateGuard>,
     body_limit: usize,
 }
 
 impl<E> RequestContext<E> {
-    pub fn new(inner: E, metrics: Arc<HttpMetrics>, body_limit: usize) -> Self {
+    pub fn new(
+        inner: E,
+        metrics: Arc<HttpMetrics>,
+        services: Arc<Services>,
+        rates: Arc<RateGuard>,
+        body_limit: usize,
+    ) -> Self {
         Self {
             inner,
             metrics,
+            services,
+            rates,
             body_limit,
         }
     }
@@ -65,6 +83,132 @@ fn declared_length(req: &Request) -> Option<usize> {
         .ok()
 }
 
+fn field_failure(field: &str, reason: impl Into<String>) -> poem::Error {
+    ApiFailure::validation(&ValidationErrors::from(FieldError::new(field, reason))).into()
+}
+
+/// The `Idempotency-Key` of a mutating request, parsed; other methods ignore the header.
+fn idempotency_key(req: &Request) -> Result<IdempotencyHeader, poem::Error> {
+    let mutating = matches!(req.method().as_str(), "POST" | "PUT" | "DELETE" | "PATCH");
+    let values = req.headers().get_all(IDEMPOTENCY_HEADER);
+    if !mutating {
+        return Ok(IdempotencyHeader(None));
+    }
+    let mut iter = values.iter();
+    let Some(value) = iter.next() else {
+        return Ok(IdempotencyHeader(None));
+    };
+    if iter.next().is_some() {
+        return Err(field_failure("Idempotency-Key", "must be given once"));
+    }
+    let raw = value
+        .to_str()
+        .map_err(|_| field_failure("Idempotency-Key", "must be ASCII"))?;
+    IdempotencyKey::parse(raw)
+        .map(|k| IdempotencyHeader(Some(k)))
+        .map_err(|r| field_failure("Idempotency-Key", r))
+}
+
+/// The bearer token, when the request carries exactly one `Authorization: Bearer` header.
+fn bearer(req: &Request) -> Option<&str> {
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+fn client_address(req: &Request) -> String {
+    req.remote_addr()
+        .as_socket_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+impl<E: Endpoint> RequestContext<E> {
+    /// Authentication and the rate limit, for /v1 routes. Returns the limiter's decision, for
+    /// the response headers.
+    async fn admit(&self, req: &mut Request) -> Result<Option<RateDecision>, poem::Error> {
+        let path = req.uri().path();
+        if !path.starts_with("/v1/") {
+            return Ok(None);
+        }
+        let class = RateClass::of(req.method(), path);
+        let outcome = match bearer(req) {
+            Some(token) => Some(match self.services.authenticate(token).await {
+                Ok(principal) => AuthOutcome::Authenticated(principal),
+                Err(e @ ServiceError::Unavailable) => return Err(ApiFailure::from(e).into()),
+                Err(e) => AuthOutcome::Failed(e),
+            }),
+            None => None,
+        };
+        let subject = match &outcome {
+            Some(AuthOutcome::Authenticated(p)) => format!("tok:{}", p.token_id),
+            _ => format!("ip:{}", client_address(req)),
+        };
+        if let Some(outcome) = outcome {
+            req.set_data(outcome);
+        }
+        let Some(rate) = self.rates.settings.rate(class) else {
+            return Ok(None);
+        };
+        match self
+            .rates
+            .limiter
+            .check(&self.rates.key(&subject, class), rate)
+            .await
+        {
+            Ok(decision) if decision.allowed => Ok(Some(decision)),
+            Ok(decision) => {
+                self.metrics.rate_limited(class.as_str());
+                let failure = ApiFailure::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    "rate limit exceeded; retry later",
+                )
+                .with_details(serde_json::json!({ "limit": decision.limit }));
+                Err(RateLimited { failure, decision }.into())
+            }
+            Err(e) => {
+                let open = self.rates.settings.open_when_unavailable(class);
+                self.metrics.limiter_unavailable(class.as_str(), open);
+                tracing::warn!(error = %e, class = class.as_str(), serve = open, "rate limiter unavailable");
+                if open {
+                    Ok(None)
+                } else {
+                    Err(ApiFailure::from(ServiceError::Unavailable).into())
+                }
+            }
+        }
+    }
+}
+
+/// A 429 and the decision whose headers it carries.
+#[derive(Debug, thiserror::Error)]
+#[error("rate limited")]
+struct RateLimited {
+    failure: ApiFailure,
+    decision: RateDecision,
+}
+
+impl poem::error::ResponseError for RateLimited {
+    fn status(&self) -> StatusCode {
+        StatusCode::TOO_MANY_REQUESTS
+    }
+}
+
+fn set_rate_headers(response: &mut Response, decision: &RateDecision) {
+    let headers = response.headers_mut();
+    headers.insert("x-ratelimit-limit", HeaderValue::from(decision.limit));
+    headers.insert(
+        "x-ratelimit-remaining",
+        HeaderValue::from(decision.remaining),
+    );
+    if !decision.allowed {
+        // Whole seconds, rounded up, never 0.
+        let seconds = decision.retry_after.as_millis().div_ceil(1000).max(1) as u64;
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+}
+
 impl<E: Endpoint> Endpoint for RequestContext<E> {
     type Output = Response;
 
@@ -76,17 +220,20 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
         req.set_data(cid.clone());
         req.set_data(BodyLimit(self.body_limit));
 
+        let mut decision = None;
         let outcome = async {
             if let Some(reason) = refused {
-                let errors = ValidationErrors::from(FieldError::new(CORRELATION_HEADER, reason));
-                return Err(ApiFailure::validation(&errors).into());
+                return Err(field_failure(CORRELATION_HEADER, reason));
             }
             if req.headers().get_all(header::AUTHORIZATION).iter().count() > 1 {
-                return Err(ApiFailure::from(crate::service::ServiceError::Unauthenticated).into());
+                return Err(ApiFailure::from(ServiceError::Unauthenticated).into());
             }
             if declared_length(&req).is_some_and(|n| n > self.body_limit) {
                 return Err(ApiFailure::payload_too_large(self.body_limit).into());
             }
+            let key = idempotency_key(&req)?;
+            req.set_data(key);
+            decision = self.admit(&mut req).await?;
             self.inner.call(req).await.map(IntoResponse::into_response)
         }
         .instrument(span.clone())
@@ -94,7 +241,8 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
 
         let (mut response, operation) = match outcome {
             Ok(response)
-                if response.status().is_client_error() || response.status().is_server_error() =>
+                if (response.status().is_client_error() || response.status().is_server_error())
+                    && !is_json(&response) =>
             {
                 // A framework response that bypassed the error path: give it an ApiError body.
                 let operation = response.data::<OperationId>().map(|o| o.0);
@@ -109,12 +257,20 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
             }
             Err(err) => {
                 let operation = err.data::<OperationId>().map(|o| o.0);
-                let failure = ApiFailure::from_poem(err);
-                (failure.render(&cid), operation)
+                match err.downcast::<RateLimited>() {
+                    Ok(limited) => {
+                        decision = Some(limited.decision);
+                        (limited.failure.render(&cid), operation)
+                    }
+                    Err(err) => (ApiFailure::from_poem(err).render(&cid), operation),
+                }
             }
         };
         if let Ok(value) = HeaderValue::from_str(cid.as_str()) {
             response.headers_mut().insert(CORRELATION_HEADER, value);
+        }
+        if let Some(decision) = &decision {
+            set_rate_headers(&mut response, decision);
         }
 
         let status = response.status();
@@ -146,4 +302,12 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
         });
         Ok(response)
     }
+}
+
+fn is_json(response: &Response) -> bool {
+    response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"))
 }

@@ -9,6 +9,8 @@ pub struct HttpMetrics {
     registry: Registry,
     requests: IntCounterVec,
     latency: HistogramVec,
+    limited: IntCounterVec,
+    limiter_down: IntCounterVec,
 }
 
 impl HttpMetrics {
@@ -31,13 +33,42 @@ impl HttpMetrics {
             ]),
             &["operation"],
         )?;
+        let limited = IntCounterVec::new(
+            Opts::new(
+                "rate_limited_total",
+                "Requests refused with 429, by rate class",
+            ),
+            &["class"],
+        )?;
+        let limiter_down = IntCounterVec::new(
+            Opts::new(
+                "rate_limiter_unavailable_total",
+                "Requests decided without the rate limiter, by class and outcome",
+            ),
+            &["class", "decision"],
+        )?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(latency.clone()))?;
+        registry.register(Box::new(limited.clone()))?;
+        registry.register(Box::new(limiter_down.clone()))?;
         Ok(Self {
             registry,
             requests,
             latency,
+            limited,
+            limiter_down,
         })
+    }
+
+    pub fn rate_limited(&self, class: &str) {
+        self.limited.with_label_values(&[class]).inc();
+    }
+
+    pub fn limiter_unavailable(&self, class: &str, served: bool) {
+        let decision = if served { "served" } else { "refused" };
+        self.limiter_down
+            .with_label_values(&[class, decision])
+            .inc();
     }
 
     pub fn observe(&self, operation: &str, method: &str, status: u16, seconds: f64) {

@@ -5,6 +5,8 @@ mod auth;
 mod context;
 mod docs;
 pub mod error;
+mod idempotency;
+mod limits;
 mod metrics;
 mod payload;
 
@@ -17,10 +19,15 @@ use poem::{Endpoint, EndpointExt, IntoResponse, Route, get};
 use poem_openapi::OpenApiService;
 
 pub use context::CORRELATION_HEADER;
+pub use limits::RateSettings;
 
+use crate::domain::RecordCipher;
 use crate::service::Services;
+use crate::storage::FastState;
 use context::RequestContext;
 use error::ApiFailure;
+use idempotency::IdempotencyGuard;
+use limits::RateGuard;
 use metrics::HttpMetrics;
 
 /// Settings of the HTTP surface.
@@ -28,14 +35,9 @@ use metrics::HttpMetrics;
 pub struct HttpSettings {
     /// Largest accepted request body, in bytes (413 past it).
     pub body_limit: usize,
-}
-
-impl Default for HttpSettings {
-    fn default() -> Self {
-        Self {
-            body_limit: 1024 * 1024,
-        }
-    }
+    pub rates: RateSettings,
+    /// Prefix of every fast-state key, so several deployments (or tests) can share one Redis.
+    pub key_prefix: String,
 }
 
 pub const API_VERSION: &str = "0.5.0";
@@ -53,6 +55,8 @@ pub fn openapi_document() -> String {
 pub fn build_app(
     services: Arc<Services>,
     settings: &HttpSettings,
+    fast: FastState,
+    cipher: RecordCipher,
 ) -> Result<impl Endpoint<Output = poem::Response> + 'static, prometheus::Error> {
     let service = openapi_service();
     let raw_spec = service.spec();
@@ -60,6 +64,16 @@ pub fn build_app(
     // The UI embeds the document; serve it the finished one.
     let docs_html = service.swagger_ui_html().replace(&raw_spec, &spec);
     let metrics = Arc::new(HttpMetrics::new()?);
+    let guard = Arc::new(IdempotencyGuard::new(
+        fast.idempotency,
+        cipher,
+        settings.key_prefix.clone(),
+    ));
+    let rates = Arc::new(RateGuard {
+        limiter: fast.limiter,
+        settings: settings.rates.clone(),
+        prefix: settings.key_prefix.clone(),
+    });
 
     let ready_services = services.clone();
     let metrics_for_route = metrics.clone();
@@ -98,8 +112,15 @@ pub fn build_app(
         )
         .at("/docs", get(make_sync(move |_| Html(docs_html.clone()))))
         .nest("/", service)
-        .data(services)
+        .data(services.clone())
+        .data(guard)
         // A panic becomes a bare 500 here, which the request context renders as an ApiError.
         .with(poem::middleware::CatchPanic::new());
-    Ok(RequestContext::new(routes, metrics, settings.body_limit))
+    Ok(RequestContext::new(
+        routes,
+        metrics,
+        services,
+        rates,
+        settings.body_limit,
+    ))
 }

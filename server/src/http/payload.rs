@@ -9,6 +9,7 @@ use poem_openapi::payload::{ParsePayload, Payload};
 use poem_openapi::registry::{MetaSchemaRef, Registry};
 use poem_openapi::types::Type;
 use serde_json::{Map, Value, json};
+use sha2::Digest;
 use uuid::Uuid;
 
 use super::context::BodyLimit;
@@ -21,7 +22,12 @@ pub trait FromJson: Sized {
     fn from_json(value: Value) -> Result<Self, ValidationErrors>;
 }
 
-pub struct JsonBody<T>(pub T);
+pub struct JsonBody<T> {
+    pub value: T,
+    /// SHA-256 of the body re-serialised with sorted keys: equal for equal requests however the
+    /// client ordered or spaced them (the idempotency fingerprint).
+    pub digest: [u8; 32],
+}
 
 impl<T: FromJson + Send> Payload for JsonBody<T> {
     const CONTENT_TYPE: &'static str = "application/json; charset=utf-8";
@@ -81,8 +87,9 @@ impl<T: FromJson + Send> ParsePayload for JsonBody<T> {
             let error = FieldError::new(key, "appears more than once");
             return Err(ApiFailure::validation(&error.into()).into());
         }
+        let digest = sha2::Sha256::digest(serde_json::to_vec(&value).unwrap_or_default()).into();
         T::from_json(value)
-            .map(JsonBody)
+            .map(|value| JsonBody { value, digest })
             .map_err(|errors| ApiFailure::validation(&errors).into())
     }
 }

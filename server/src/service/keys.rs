@@ -5,7 +5,7 @@ use base64::engine::general_purpose::STANDARD;
 use rand::RngCore;
 
 use super::ServiceError;
-use crate::domain::TokenHasher;
+use crate::domain::{RecordCipher, TokenHasher};
 use crate::storage::SettingsStore;
 
 const SETTING: &str = "token_hash_key";
@@ -74,6 +74,44 @@ pub async fn load_token_hasher(
     let hasher = TokenHasher::new(key).map_err(ServiceError::Internal)?;
     Ok((
         hasher,
+        if inserted {
+            KeySource::Generated
+        } else {
+            KeySource::Stored
+        },
+    ))
+}
+
+const RECORD_KEY_SETTING: &str = "idempotency_record_key";
+
+/// The cipher of stored idempotent responses: from the configured keys (comma-separated
+/// base64, the first encrypts), or from one generated and kept in the records store.
+pub async fn load_record_cipher(
+    store: &dyn SettingsStore,
+    configured: Option<&str>,
+) -> Result<(RecordCipher, KeySource), ServiceError> {
+    let decode = |encoded: &str| {
+        STANDARD.decode(encoded.trim()).map_err(|_| {
+            ServiceError::Internal("an idempotency encryption key is not valid base64".into())
+        })
+    };
+    if let Some(list) = configured.filter(|k| !k.trim().is_empty()) {
+        let keys = list
+            .split(',')
+            .filter(|k| !k.trim().is_empty())
+            .map(decode)
+            .collect::<Result<Vec<_>, _>>()?;
+        let cipher = RecordCipher::new(&keys).map_err(ServiceError::Internal)?;
+        return Ok((cipher, KeySource::Configured));
+    }
+    let mut candidate = [0u8; 32];
+    rand::rng().fill_bytes(&mut candidate);
+    let (stored, inserted) = store
+        .setting_get_or_insert(RECORD_KEY_SETTING, &STANDARD.encode(candidate))
+        .await?;
+    let cipher = RecordCipher::new(&[decode(&stored)?]).map_err(ServiceError::Internal)?;
+    Ok((
+        cipher,
         if inserted {
             KeySource::Generated
         } else {

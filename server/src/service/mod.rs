@@ -21,7 +21,7 @@ pub use activity::{ActivityPage, PageRequest};
 pub use admin::{Bootstrap, BootstrapInput};
 pub use authz::{Authorizer, AuthzRequest, Decision, DenyStatus, Operation, ScopeAuthorizer};
 pub use error::ServiceError;
-pub use keys::{KeySource, load_token_hasher};
+pub use keys::{KeySource, load_record_cipher, load_token_hasher};
 pub use tokens::{IssueTokenInput, IssuedCredential};
 
 /// Limits the service enforces; each has a configuration flag.

@@ -3,7 +3,10 @@
 //! The service layer states the rules; an adapter only makes each call atomic. Every mutation
 //! takes the audit events that record it and writes them in the same transaction.
 
+pub mod fast;
+mod memory;
 pub mod postgres;
+mod redis;
 
 use std::sync::Arc;
 
@@ -13,6 +16,9 @@ use uuid::Uuid;
 
 use crate::domain::{AuditEvent, NewAuditEvent};
 
+pub use self::redis::RedisFastState;
+pub use fast::{Claim, FastStateError, IdempotencyStore, Rate, RateDecision, RateLimiter};
+pub use memory::MemoryFastState;
 pub use postgres::PostgresStore;
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -227,3 +233,26 @@ pub trait RecordStore: DirectoryStore + TokenStore + AuditStore + SettingsStore 
 impl<T: DirectoryStore + TokenStore + AuditStore + SettingsStore> RecordStore for T {}
 
 pub type SharedRecordStore = Arc<dyn RecordStore>;
+
+/// The fast-state ports the HTTP layer uses, from one adapter.
+#[derive(Clone)]
+pub struct FastState {
+    pub idempotency: Arc<dyn IdempotencyStore>,
+    pub limiter: Arc<dyn RateLimiter>,
+}
+
+impl FastState {
+    pub fn redis(state: Arc<RedisFastState>) -> Self {
+        Self {
+            idempotency: state.clone(),
+            limiter: state,
+        }
+    }
+
+    pub fn memory(state: Arc<MemoryFastState>) -> Self {
+        Self {
+            idempotency: state.clone(),
+            limiter: state,
+        }
+    }
+}

@@ -152,7 +152,7 @@ impl IntoResponse for ActivityResponse {
     }
 }
 
-error_responses!(ActivityErrors: 400, 401, 403, 413, 500, 503);
+error_responses!(ActivityErrors: 400, 401, 403, 413, 429, 500, 503);
 
 pub struct ActivityApi;
 

@@ -12,8 +12,8 @@ use crate::http::auth::BearerAuth;
 use crate::http::error::{ApiFailure, error_responses};
 use crate::service::{Operation, Services};
 
-error_responses!(PendingErrors: 400, 401, 403, 413, 500, 501, 503);
-error_responses!(PendingUnsignedErrors: 400, 413, 500, 501);
+error_responses!(PendingErrors: 400, 401, 403, 413, 429, 500, 501, 503);
+error_responses!(PendingUnsignedErrors: 400, 413, 429, 500, 501, 503);
 
 /// These routes have no success response yet, so the document lists none.
 pub struct NotYet;

@@ -1,0 +1,77 @@
+//! Rate limits: GCRA per principal (per client address before authentication), one round trip
+//! to the shared limiter per request, with a lower budget for token issuance.
+
+use std::sync::Arc;
+
+use poem::http::Method;
+
+use crate::storage::{Rate, RateLimiter};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateClass {
+    Read,
+    Write,
+    Issue,
+}
+
+impl RateClass {
+    pub fn of(method: &Method, path: &str) -> Self {
+        if method == Method::POST && path == "/v1/personal-access-tokens" {
+            RateClass::Issue
+        } else if method == Method::GET || method == Method::HEAD {
+            RateClass::Read
+        } else {
+            RateClass::Write
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateClass::Read => "read",
+            RateClass::Write => "write",
+            RateClass::Issue => "issue",
+        }
+    }
+}
+
+/// Limits and what to do when the limiter cannot be reached.
+#[derive(Debug, Clone)]
+pub struct RateSettings {
+    /// `None`: no limit (and no limiter round trip).
+    pub default: Option<Rate>,
+    pub issue: Option<Rate>,
+    /// Refuse every request (503) while the limiter is down, instead of the default policy:
+    /// reads and ordinary writes are served, token issuance is refused.
+    pub fail_closed: bool,
+}
+
+impl RateSettings {
+    pub fn rate(&self, class: RateClass) -> Option<Rate> {
+        if class == RateClass::Issue {
+            self.issue
+        } else {
+            self.default
+        }
+    }
+
+    pub fn open_when_unavailable(&self, class: RateClass) -> bool {
+        !self.fail_closed && class != RateClass::Issue
+    }
+}
+
+pub struct RateGuard {
+    pub limiter: Arc<dyn RateLimiter>,
+    pub settings: RateSettings,
+    pub prefix: String,
+}
+
+impl RateGuard {
+    pub fn key(&self, subject: &str, class: RateClass) -> String {
+        let bucket = if class == RateClass::Issue {
+            "issue"
+        } else {
+            "all"
+        };
+        format!("{}rl:{{{subject}}}:{bucket}", self.prefix)
+    }
+}

@@ -1,0 +1,210 @@
+//! Fast state: idempotency records and rate limits. Redis when several replicas share it, an
+//! in-process adapter when one process runs alone; both keep the same promises.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FastStateError {
+    /// The store cannot be reached or did not answer in time.
+    #[error("fast state unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// What a claim on an idempotency key found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The key was free and is now held by `owner` for the lease.
+    Acquired { owner: String },
+    /// Another request holds the key and is still running.
+    InFlight { fingerprint: String },
+    /// A finished request stored its response under the key.
+    Done {
+        fingerprint: String,
+        record: Vec<u8>,
+    },
+}
+
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync {
+    /// Atomically reads the key, or claims it for `lease` when it is free.
+    async fn claim(
+        &self,
+        key: &str,
+        fingerprint: &str,
+        lease: Duration,
+    ) -> Result<Claim, FastStateError>;
+    /// Replaces `owner`'s claim with the finished record, kept for `ttl`. A claim whose lease
+    /// ran out (and was perhaps taken by another request) is left alone.
+    async fn complete(
+        &self,
+        key: &str,
+        owner: &str,
+        fingerprint: &str,
+        record: &[u8],
+        ttl: Duration,
+    ) -> Result<(), FastStateError>;
+    /// Frees `owner`'s claim without a record: the request may be retried with the same key.
+    async fn release(
+        &self,
+        key: &str,
+        owner: &str,
+        fingerprint: &str,
+    ) -> Result<(), FastStateError>;
+    /// Removes whatever is stored under the key (a record that cannot be decrypted).
+    async fn discard(&self, key: &str) -> Result<(), FastStateError>;
+}
+
+/// A rate: `burst` requests per `period`, refilled evenly (GCRA).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub burst: u32,
+    pub period: Duration,
+}
+
+impl Rate {
+    /// Parses `N/period` with a period of `s`, `m`, `h` or a number of seconds, e.g. `600/m`,
+    /// `10/s`, `100/30s`.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let invalid =
+            || format!("invalid rate {raw:?}: expected N/period such as 600/m, 10/s or 100/30s");
+        let (count, period) = raw.split_once('/').ok_or_else(invalid)?;
+        let burst: u32 = count
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(invalid)?;
+        let period = period.trim();
+        let (number, unit) = match period.find(|c: char| !c.is_ascii_digit()) {
+            Some(0) => ("1", period),
+            Some(i) => period.split_at(i),
+            None => (period, "s"),
+        };
+        let number: u64 = number.parse().ok().filter(|n| *n > 0).ok_or_else(invalid)?;
+        let seconds = match unit {
+            "s" => number,
+            "m" => number * 60,
+            "h" => number * 3600,
+            _ => return Err(invalid()),
+        };
+        Ok(Self {
+            burst,
+            period: Duration::from_secs(seconds),
+        })
+    }
+
+    /// Time between two requests at the sustained rate, in milliseconds (at least 1).
+    pub fn interval_ms(&self) -> u64 {
+        (self.period.as_millis() as u64 / u64::from(self.burst)).max(1)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateDecision {
+    pub allowed: bool,
+    pub limit: u32,
+    pub remaining: u32,
+    /// When denied: how long until one request is allowed.
+    pub retry_after: Duration,
+}
+
+#[async_trait]
+pub trait RateLimiter: Send + Sync {
+    /// Counts one request against `key` and says whether it is allowed, atomically.
+    async fn check(&self, key: &str, rate: Rate) -> Result<RateDecision, FastStateError>;
+}
+
+/// GCRA on a theoretical arrival time `tat` (ms): shared by the in-process adapter and, in Lua,
+/// by the Redis one. Returns the decision and the new `tat` to store when allowed.
+pub fn gcra(now_ms: u64, tat_ms: Option<u64>, rate: Rate) -> (RateDecision, Option<u64>) {
+    // Signed: with a clock that starts near zero, `allow_at` is legitimately negative.
+    let now = now_ms as i128;
+    let interval = i128::from(rate.interval_ms());
+    let burst = i128::from(rate.burst);
+    let tat = tat_ms.map_or(now, i128::from).max(now);
+    let new_tat = tat + interval;
+    let allow_at = new_tat - burst * interval;
+    if allow_at > now {
+        let decision = RateDecision {
+            allowed: false,
+            limit: rate.burst,
+            remaining: 0,
+            retry_after: Duration::from_millis((allow_at - now) as u64),
+        };
+        return (decision, None);
+    }
+    let remaining = ((now - allow_at) / interval).min(burst - 1) as u32;
+    let new_tat = new_tat as u64;
+    let decision = RateDecision {
+        allowed: true,
+        limit: rate.burst,
+        remaining,
+        retry_after: Duration::ZERO,
+    };
+    (decision, Some(new_tat))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse() {
+        assert_eq!(
+            Rate::parse("600/m"),
+            Ok(Rate {
+                burst: 600,
+                period: Duration::from_secs(60)
+            })
+        );
+        assert_eq!(
+            Rate::parse("10/s").map(|r| r.period),
+            Ok(Duration::from_secs(1))
+        );
+        assert_eq!(
+            Rate::parse("100/30s").map(|r| r.period),
+            Ok(Duration::from_secs(30))
+        );
+        assert_eq!(
+            Rate::parse("5/2h").map(|r| r.period),
+            Ok(Duration::from_secs(7200))
+        );
+        for bad in ["", "0/m", "10", "10/x", "-1/m", "10/0s"] {
+            assert!(Rate::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn gcra_works_with_a_clock_near_zero() {
+        let rate = Rate {
+            burst: 3,
+            period: Duration::from_secs(60),
+        };
+        let (first, _) = gcra(5, None, rate);
+        assert_eq!(first.remaining, 2);
+    }
+
+    #[test]
+    fn gcra_allows_a_burst_then_spaces_requests() {
+        let rate = Rate {
+            burst: 3,
+            period: Duration::from_secs(3),
+        };
+        let mut tat = None;
+        let mut remaining = vec![];
+        for _ in 0..3 {
+            let (d, new) = gcra(10_000, tat, rate);
+            assert!(d.allowed);
+            remaining.push(d.remaining);
+            tat = new;
+        }
+        assert_eq!(remaining, [2, 1, 0]);
+        let (denied, none) = gcra(10_000, tat, rate);
+        assert!(!denied.allowed && none.is_none());
+        assert_eq!(denied.retry_after, Duration::from_secs(1));
+        let (later, _) = gcra(11_000, tat, rate);
+        assert!(later.allowed);
+    }
+}

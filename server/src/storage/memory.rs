@@ -1,0 +1,267 @@
+//! The in-process adapter of the fast-state ports, for a single server process. Same promises
+//! as Redis on one process: TTLs, atomic claims, GCRA; expired entries are swept so memory stays
+//! bounded by what is live.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use super::fast::{Claim, FastStateError, IdempotencyStore, Rate, RateDecision, RateLimiter, gcra};
+
+/// Sweep expired entries every this many operations.
+const SWEEP_EVERY: u64 = 1024;
+
+enum Stored {
+    InFlight {
+        owner: String,
+        fingerprint: String,
+    },
+    Done {
+        fingerprint: String,
+        record: Vec<u8>,
+    },
+}
+
+struct Entry {
+    stored: Stored,
+    expires: Instant,
+}
+
+pub struct MemoryFastState {
+    records: Mutex<HashMap<String, Entry>>,
+    /// key -> (theoretical arrival time, expiry), both in ms since `epoch`.
+    rates: Mutex<HashMap<String, (u64, u64)>>,
+    epoch: Instant,
+    operations: AtomicU64,
+}
+
+impl Default for MemoryFastState {
+    fn default() -> Self {
+        Self {
+            records: Mutex::new(HashMap::new()),
+            rates: Mutex::new(HashMap::new()),
+            epoch: Instant::now(),
+            operations: AtomicU64::new(0),
+        }
+    }
+}
+
+fn poisoned() -> FastStateError {
+    FastStateError::Unavailable("in-process state lock poisoned".into())
+}
+
+impl MemoryFastState {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn maybe_sweep(&self) {
+        if self
+            .operations
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(SWEEP_EVERY)
+        {
+            self.sweep();
+        }
+    }
+
+    /// Drops every expired entry.
+    fn sweep(&self) {
+        let now = Instant::now();
+        if let Ok(mut records) = self.records.lock() {
+            records.retain(|_, e| e.expires > now);
+        }
+        let now_ms = self.now_ms();
+        if let Ok(mut rates) = self.rates.lock() {
+            rates.retain(|_, (_, expires)| *expires > now_ms);
+        }
+    }
+
+    /// Live entries, for tests of eviction.
+    pub fn len(&self) -> usize {
+        self.records.lock().map(|r| r.len()).unwrap_or(0)
+            + self.rates.lock().map(|r| r.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for MemoryFastState {
+    async fn claim(
+        &self,
+        key: &str,
+        fingerprint: &str,
+        lease: Duration,
+    ) -> Result<Claim, FastStateError> {
+        self.maybe_sweep();
+        let now = Instant::now();
+        let mut records = self.records.lock().map_err(|_| poisoned())?;
+        if let Some(entry) = records.get(key).filter(|e| e.expires > now) {
+            return Ok(match &entry.stored {
+                Stored::InFlight { fingerprint, .. } => Claim::InFlight {
+                    fingerprint: fingerprint.clone(),
+                },
+                Stored::Done {
+                    fingerprint,
+                    record,
+                } => Claim::Done {
+                    fingerprint: fingerprint.clone(),
+                    record: record.clone(),
+                },
+            });
+        }
+        let owner = uuid::Uuid::new_v4().simple().to_string();
+        let stored = Stored::InFlight {
+            owner: owner.clone(),
+            fingerprint: fingerprint.to_owned(),
+        };
+        records.insert(
+            key.to_owned(),
+            Entry {
+                stored,
+                expires: now + lease,
+            },
+        );
+        Ok(Claim::Acquired { owner })
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        owner: &str,
+        fingerprint: &str,
+        record: &[u8],
+        ttl: Duration,
+    ) -> Result<(), FastStateError> {
+        let now = Instant::now();
+        let mut records = self.records.lock().map_err(|_| poisoned())?;
+        let ours = records.get(key).is_some_and(|e| {
+            e.expires > now && matches!(&e.stored, Stored::InFlight { owner: o, .. } if o == owner)
+        });
+        if ours {
+            let stored = Stored::Done {
+                fingerprint: fingerprint.to_owned(),
+                record: record.to_vec(),
+            };
+            records.insert(
+                key.to_owned(),
+                Entry {
+                    stored,
+                    expires: now + ttl,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    async fn release(
+        &self,
+        key: &str,
+        owner: &str,
+        _fingerprint: &str,
+    ) -> Result<(), FastStateError> {
+        let mut records = self.records.lock().map_err(|_| poisoned())?;
+        if records
+            .get(key)
+            .is_some_and(|e| matches!(&e.stored, Stored::InFlight { owner: o, .. } if o == owner))
+        {
+            records.remove(key);
+        }
+        Ok(())
+    }
+
+    async fn discard(&self, key: &str) -> Result<(), FastStateError> {
+        self.records.lock().map_err(|_| poisoned())?.remove(key);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl RateLimiter for MemoryFastState {
+    async fn check(&self, key: &str, rate: Rate) -> Result<RateDecision, FastStateError> {
+        self.maybe_sweep();
+        let now = self.now_ms();
+        let mut rates = self.rates.lock().map_err(|_| poisoned())?;
+        let tat = rates
+            .get(key)
+            .filter(|(_, expires)| *expires > now)
+            .map(|(tat, _)| *tat);
+        let (decision, new_tat) = gcra(now, tat, rate);
+        if let Some(new_tat) = new_tat {
+            rates.insert(key.to_owned(), (new_tat, new_tat));
+        }
+        Ok(decision)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn claims_are_exclusive_and_records_replace_them() {
+        let state = MemoryFastState::default();
+        let lease = Duration::from_secs(5);
+        let Claim::Acquired { owner } = state.claim("k", "fp", lease).await.unwrap() else {
+            panic!("free key")
+        };
+        assert_eq!(
+            state.claim("k", "fp", lease).await.unwrap(),
+            Claim::InFlight {
+                fingerprint: "fp".into()
+            }
+        );
+        state
+            .complete("k", "someone-else", "fp", b"x", lease)
+            .await
+            .unwrap();
+        assert!(matches!(
+            state.claim("k", "fp", lease).await.unwrap(),
+            Claim::InFlight { .. }
+        ));
+        state
+            .complete("k", &owner, "fp", b"record", lease)
+            .await
+            .unwrap();
+        assert_eq!(
+            state.claim("k", "other", lease).await.unwrap(),
+            Claim::Done {
+                fingerprint: "fp".into(),
+                record: b"record".to_vec()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn expired_entries_are_free_and_swept() {
+        let state = MemoryFastState::default();
+        let short = Duration::from_millis(1);
+        for i in 0..10 {
+            state.claim(&format!("k{i}"), "fp", short).await.unwrap();
+            let _ = state
+                .check(
+                    &format!("r{i}"),
+                    Rate {
+                        burst: 1,
+                        period: short,
+                    },
+                )
+                .await;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(matches!(
+            state.claim("k0", "fp", short).await.unwrap(),
+            Claim::Acquired { .. }
+        ));
+        assert_eq!(state.len(), 20, "expired entries linger until a sweep");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        state.sweep();
+        assert!(state.is_empty(), "swept, left {}", state.len());
+    }
+}

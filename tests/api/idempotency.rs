@@ -1,0 +1,241 @@
+//! Exact replay of mutating requests under an Idempotency-Key.
+
+use std::collections::HashSet;
+
+use control_plane::domain::Scope;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, assert_api_error, issuance_body, redis_values, spawn_app};
+
+async fn issue_with_key(app: &TestApp, token: &str, key: &str, body: &Value) -> reqwest::Response {
+    app.post_json("/v1/personal-access-tokens", token, body)
+        .header("idempotency-key", key)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn tokens_named(app: &TestApp, name: &str) -> i64 {
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM tokens WHERE name = $1")
+        .bind(name)
+        .fetch_one(&mut app.db().await)
+        .await
+        .unwrap();
+    n
+}
+
+#[tokio::test]
+async fn thirty_two_concurrent_identical_requests_create_one_token() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let body = issuance_body(&tenant);
+    let key = "concurrent-key-0000000001";
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..32 {
+        let request = app
+            .post_json("/v1/personal-access-tokens", &tenant.token, &body)
+            .header("idempotency-key", key);
+        set.spawn(async move { request.send().await.unwrap() });
+    }
+    let responses = set.join_all().await;
+    let mut secrets = HashSet::new();
+    let (mut created, mut replayed, mut in_progress) = (0, 0, 0);
+    for response in responses {
+        match response.status().as_u16() {
+            200 => {
+                let replay = response.headers().get("idempotency-replayed").is_some();
+                let v: Value = response.json().await.unwrap();
+                secrets.insert(v["credential"]["token"].as_str().unwrap().to_owned());
+                if replay { replayed += 1 } else { created += 1 }
+            }
+            409 => {
+                assert_api_error(response, 409, "idempotency_in_progress").await;
+                in_progress += 1;
+            }
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(
+        created, 1,
+        "exactly one request ran ({replayed} replays, {in_progress} in progress)"
+    );
+    assert_eq!(created + replayed + in_progress, 32);
+    assert_eq!(secrets.len(), 1, "every replay carries the same secret");
+    assert_eq!(tokens_named(&app, body["name"].as_str().unwrap()).await, 1);
+}
+
+#[tokio::test]
+async fn a_replay_returns_the_same_secret_without_running_again() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let body = issuance_body(&tenant);
+    let key = "replay-key-000000000001";
+    let first = issue_with_key(&app, &tenant.token, key, &body).await;
+    assert_eq!(first.status(), 200);
+    assert!(first.headers().get("idempotency-replayed").is_none());
+    let first_body = first.text().await.unwrap();
+    let (events_before,): (i64,) = sqlx::query_as("SELECT count(*) FROM audit_events")
+        .fetch_one(&mut app.db().await)
+        .await
+        .unwrap();
+
+    // Same request with other spacing and key order: the same canonical body.
+    let reordered: Value = serde_json::from_str(&body.to_string()).unwrap();
+    let second = issue_with_key(&app, &tenant.token, key, &reordered).await;
+    assert_eq!(second.status(), 200);
+    assert_eq!(second.headers()["idempotency-replayed"], "true");
+    assert!(second.headers().contains_key("x-correlation-id"));
+    assert_eq!(second.text().await.unwrap(), first_body, "byte for byte");
+    let (events_after,): (i64,) = sqlx::query_as("SELECT count(*) FROM audit_events")
+        .fetch_one(&mut app.db().await)
+        .await
+        .unwrap();
+    assert_eq!(events_after, events_before, "no second audit event");
+}
+
+#[tokio::test]
+async fn the_same_key_with_another_request_is_409_and_another_principal_gets_no_replay() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let body = issuance_body(&tenant);
+    let key = "shared-key-000000000001";
+    assert_eq!(
+        issue_with_key(&app, &tenant.token, key, &body)
+            .await
+            .status(),
+        200
+    );
+
+    let mut other_body = body.clone();
+    other_body["name"] = json!("something else");
+    assert_api_error(
+        issue_with_key(&app, &tenant.token, key, &other_body).await,
+        409,
+        "idempotency_key_reused",
+    )
+    .await;
+
+    // Another token of the same user: its own key space. Running for real, the name is taken.
+    let second = app
+        .admin_token(&tenant, &Scope::ALL, &[tenant.workspace_id], &[])
+        .await;
+    let response = issue_with_key(&app, &second, key, &body).await;
+    assert!(response.headers().get("idempotency-replayed").is_none());
+    assert_api_error(response, 409, "conflict").await;
+}
+
+#[tokio::test]
+async fn only_successes_are_stored_so_a_corrected_retry_runs() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let key = "retry-key-0000000000001";
+    let mut bad = issuance_body(&tenant);
+    bad["expiresInDays"] = json!(0);
+    assert_api_error(
+        issue_with_key(&app, &tenant.token, key, &bad).await,
+        400,
+        "validation_failed",
+    )
+    .await;
+    let good = issuance_body(&tenant);
+    let response = issue_with_key(&app, &tenant.token, key, &good).await;
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().get("idempotency-replayed").is_none());
+}
+
+#[tokio::test]
+async fn invalid_keys_are_400() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    for key in [
+        "a".repeat(15),
+        "a".repeat(201),
+        "has spaces in it ok".into(),
+        "slash/is/not/allowed".into(),
+    ] {
+        let response = issue_with_key(&app, &tenant.token, &key, &issuance_body(&tenant)).await;
+        let err = assert_api_error(response, 400, "validation_failed").await;
+        assert_eq!(
+            err["error"]["details"]["field"], "Idempotency-Key",
+            "{key:?}"
+        );
+    }
+    for key in ["a".repeat(16), "A.b_c:d-0123456789".into(), "z".repeat(200)] {
+        assert_eq!(
+            issue_with_key(&app, &tenant.token, &key, &issuance_body(&tenant))
+                .await
+                .status(),
+            200,
+            "{key}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_revocation_replays_instead_of_turning_into_a_404() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let issued: Value = app
+        .issue(&tenant.token, &issuance_body(&tenant))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let path = format!(
+        "/v1/workspaces/{}/access-tokens/{}",
+        tenant.workspace_id,
+        issued["credential"]["id"].as_str().unwrap()
+    );
+    let send = || {
+        app.request(Method::DELETE, &path)
+            .bearer_auth(&tenant.token)
+            .header("idempotency-key", "revoke-key-00000000001")
+            .json(&json!({"reason": "rotated"}))
+            .send()
+    };
+    assert_eq!(send().await.unwrap().status(), 200);
+    let again = send().await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["idempotency-replayed"], "true");
+    assert_eq!(
+        again.json::<Value>().await.unwrap(),
+        json!({"revoked": true})
+    );
+}
+
+#[tokio::test]
+async fn redis_only_the_stored_record_does_not_reveal_the_secret() {
+    let Some(redis) =
+        crate::helpers::redis_or_skip("redis_only_the_stored_record_does_not_reveal_the_secret")
+    else {
+        return;
+    };
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let response = issue_with_key(
+        &app,
+        &tenant.token,
+        "secret-key-00000000001",
+        &issuance_body(&tenant),
+    )
+    .await;
+    let secret = response.json::<Value>().await.unwrap()["credential"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let values = redis_values(&redis, &app.config.redis_prefix).await;
+    let records: Vec<_> = values
+        .iter()
+        .filter(|(k, _)| k.contains(":idem:"))
+        .collect();
+    assert_eq!(records.len(), 1, "one idempotency record");
+    let public = &secret[..secret.len() - 10];
+    for (_, value) in &values {
+        assert!(
+            !value.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "secret readable in Redis"
+        );
+        assert!(!value.windows(public.len()).any(|w| w == public.as_bytes()));
+    }
+}

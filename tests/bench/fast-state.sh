@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Idempotency and rate limits (issue 3): each request kind against a server with them on
+# (Redis at 127.0.0.1:6379) and one with them off, in one run, plus the pgbench floor of the
+# issuance SQL and the Redis round trips per request (from INFO commandstats).
+#
+#   tests/bench/fast-state.sh [seconds]     (default 15)
+SECS=${1:-15}
+source "$(dirname "$0")/lib.sh"
+REDIS=${BENCH_REDIS_URL:-redis://127.0.0.1:6379}
+HIGH=100000000/m   # limits that are checked on every request but never reached
+
+start_server 18081 REDIS_URL="$REDIS" CP_REDIS_PREFIX=bench: CP_RATE_LIMIT=$HIGH CP_ISSUE_RATE_LIMIT=$HIGH
+start_server 18082 REDIS_URL="$REDIS" CP_REDIS_PREFIX=bench: CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off
+ON=http://127.0.0.1:18081
+OFF=http://127.0.0.1:18082
+
+calls() { redis-cli -u "$REDIS" INFO commandstats | awk -F'[=,:]' '/^cmdstat_(evalsha|eval|get|set|del)/ { n += $3 } END { print n + 0 }'; }
+requests() { awk '/requests in/ { print $1 }' "$OUT/$1.txt"; }
+per_request() { # name calls-before calls-after
+  awk -v c=$(( $3 - $2 )) -v r="$(requests "$1")" 'BEGIN { printf "%.2f", c / r }'
+}
+
+echo "warm-up..." >&2
+wrk -t2 -c$CONNS -d3s -s $HERE/activity.lua $ON >/dev/null
+wrk -t2 -c$CONNS -d3s -s $HERE/activity.lua $OFF >/dev/null
+
+echo "GET activity, limits off / on..." >&2
+wrk_run -s $HERE/activity.lua $OFF > "$OUT/get_off.txt"
+c0=$(calls); wrk_run -s $HERE/activity.lua $ON > "$OUT/get_on.txt"; c1=$(calls)
+echo "issuance without key, limits off..." >&2
+wrk_run -s $HERE/issue.lua $OFF > "$OUT/issue_off.txt"
+echo "issuance with a fresh key per request, limits on..." >&2
+c2=$(calls); BENCH_IDEMPOTENCY=fresh wrk_run -s $HERE/issue.lua $ON > "$OUT/issue_on.txt"; c3=$(calls)
+echo "replays of one key..." >&2
+c4=$(calls); BENCH_IDEMPOTENCY=replay wrk_run -s $HERE/issue.lua $ON > "$OUT/replay.txt"; c5=$(calls)
+echo "pgbench issuance SQL..." >&2
+pg_run pg_issue -D org="$ORG" -D ws="$WS" -f "$PWD/$HERE/pgbench-issue.sql"
+
+summarise "GET activity, no limits:get_off:wrk" "GET activity, limits:get_on:wrk" \
+  "issuance, no key, no limits:issue_off:wrk" "issuance, fresh key, limits:issue_on:wrk" \
+  "replay of one key, limits:replay:wrk" "pgbench: issuance SQL (floor):pg_issue:pg"
+echo
+echo "Redis commands per request: GET with limits $(per_request get_on "$c0" "$c1"), keyed issuance $(per_request issue_on "$c2" "$c3"), replay $(per_request replay "$c4" "$c5")"
+echo "issuance with key / without: $(ratio issue_on issue_off); / its pgbench floor: $(ratio issue_on pg_issue)"
+echo "GET with limits / without: $(ratio get_on get_off)"
+redis-cli -u "$REDIS" --scan --pattern 'bench:*' | xargs -r -n 500 redis-cli -u "$REDIS" DEL > /dev/null

@@ -1,1 +1,0 @@
-//! Integration tests live in `api/`; this crate has no library code.
