@@ -15,6 +15,13 @@ function setup(thread)
 end
 
 local mode = os.getenv("BENCH_IDEMPOTENCY")
+-- wrk's math.random is unseeded (the same sequence every run): a per-run tag keeps names and
+-- keys unique across runs against the same database.
+local run = 0
+
+function init(args)
+  run = os.time()
+end
 
 function request()
   counter = counter + 1
@@ -27,7 +34,7 @@ function request()
       '{"name":"replayed","scopes":["activity:read"],"organisationId":"%s","workspaceIds":["%s"]}', org, ws)
   else
     token = tokens[(counter + thread_id * 7) % #tokens + 1]
-    local unique = string.format("%d-%d-%d", thread_id, counter, math.random(1, 1000000000))
+    local unique = string.format("%d-%d-%d", run, thread_id, counter)
     body = string.format(
       '{"name":"wrk-%s","scopes":["activity:read"],"organisationId":"%s","workspaceIds":["%s"]}', unique, org, ws)
     if mode == "fresh" then headers["Idempotency-Key"] = "bench-key-" .. unique end

@@ -46,7 +46,7 @@ export BENCH_ORG=$ORG BENCH_WS=$WS BENCH_TOKEN=$TOKEN0 BENCH_TOKENS=$OUT/tokens.
 # start_server PORT [ENV=VALUE ...]: a release server in the background, waited for.
 start_server() {
   local port=$1; shift
-  env "$@" $BIN/control-plane --listen "127.0.0.1:$port" --log-format json > /dev/null 2>&1 &
+  env "$@" $BIN/control-plane --listen "127.0.0.1:$port" --log-format json > "$OUT/server-$port.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && return; sleep 0.2; done
   echo "server on $port did not start" >&2; return 1
@@ -88,7 +88,7 @@ print("| run | req/s | p50 ms | p99 ms | non-2xx |")
 print("|---|---:|---:|---:|---:|")
 results = {}
 for row in rows:
-    label, name, kind = row.split(":")
+    label, name, kind = row.rsplit(":", 2)
     r = (wrk if kind == "wrk" else pg)(name)
     results[name] = r
     print(f"| {label} | {r[0]:,.0f} | {r[1]:.2f} | {r[2]:.2f} | {r[3]} |")

@@ -239,6 +239,7 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
         .instrument(span.clone())
         .await;
 
+        let mut code: Option<&'static str> = None;
         let (mut response, operation) = match outcome {
             Ok(response)
                 if (response.status().is_client_error() || response.status().is_server_error())
@@ -246,10 +247,9 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
             {
                 // A framework response that bypassed the error path: give it an ApiError body.
                 let operation = response.data::<OperationId>().map(|o| o.0);
-                (
-                    ApiFailure::from_status(response.status()).render(&cid),
-                    operation,
-                )
+                let failure = ApiFailure::from_status(response.status());
+                code = Some(failure.code);
+                (failure.render(&cid), operation)
             }
             Ok(response) => {
                 let operation = response.data::<OperationId>().map(|o| o.0);
@@ -257,13 +257,15 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
             }
             Err(err) => {
                 let operation = err.data::<OperationId>().map(|o| o.0);
-                match err.downcast::<RateLimited>() {
+                let failure = match err.downcast::<RateLimited>() {
                     Ok(limited) => {
                         decision = Some(limited.decision);
-                        (limited.failure.render(&cid), operation)
+                        limited.failure
                     }
-                    Err(err) => (ApiFailure::from_poem(err).render(&cid), operation),
-                }
+                    Err(err) => ApiFailure::from_poem(err),
+                };
+                code = Some(failure.code);
+                (failure.render(&cid), operation)
             }
         };
         if let Ok(value) = HeaderValue::from_str(cid.as_str()) {
@@ -284,20 +286,15 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
             .observe(operation, &method, status.as_u16(), elapsed.as_secs_f64());
         span.in_scope(|| {
             let latency_ms = elapsed.as_secs_f64() * 1000.0;
-            if status.is_server_error() {
-                tracing::warn!(
-                    status = status.as_u16(),
-                    operation,
-                    latency_ms,
-                    "request failed"
-                );
-            } else {
-                tracing::info!(
-                    status = status.as_u16(),
-                    operation,
-                    latency_ms,
-                    "request completed"
-                );
+            let status = status.as_u16();
+            match code {
+                Some(code) if status >= 500 => {
+                    tracing::warn!(status, code, operation, latency_ms, "request failed")
+                }
+                Some(code) => {
+                    tracing::info!(status, code, operation, latency_ms, "request completed")
+                }
+                None => tracing::info!(status, operation, latency_ms, "request completed"),
             }
         });
         Ok(response)
