@@ -1,4 +1,6 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
 use clap_complete::Shell;
 use uuid::Uuid;
 
@@ -65,6 +67,9 @@ pub enum Command {
     /// Personal access tokens.
     #[command(subcommand)]
     Tokens(TokensCommand),
+    /// Policy components: install, activate, roll back, test, shadow.
+    #[command(subcommand)]
+    Policies(PoliciesCommand),
     /// Print a shell completion script.
     Completion {
         #[arg(value_enum)]
@@ -155,4 +160,48 @@ pub struct IssueArgs {
     pub environments: Vec<Uuid>,
     #[arg(long, default_value_t = 30)]
     pub expires_in_days: i64,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PoliciesCommand {
+    /// Check that a component implements its world and store it as the next version of NAME.
+    Install {
+        file: PathBuf,
+        /// authorizer or moderator
+        #[arg(long)]
+        kind: String,
+        #[arg(long)]
+        name: String,
+    },
+    /// Every stored version, and which are active or in shadow.
+    List,
+    /// One version: NAME@VERSION.
+    Show { policy: String },
+    /// Make NAME@VERSION the active policy of its kind on every replica (within a second).
+    Activate { policy: String },
+    /// Return KIND (authorizer or moderator) to the policy active before the last activation.
+    Rollback { kind: String },
+    /// Delete a version that was never activated and is not in shadow.
+    Remove { policy: String },
+    /// Evaluate a component against a file of cases; exits non-zero on any mismatch.
+    Test {
+        file: PathBuf,
+        #[arg(long)]
+        cases: PathBuf,
+        /// authorizer or moderator
+        #[arg(long, default_value = "authorizer")]
+        kind: String,
+    },
+    /// Evaluate authorizer NAME@VERSION beside the active one on live traffic, recording every
+    /// disagreement without affecting decisions. `--off` stops it.
+    Shadow {
+        policy: Option<String>,
+        #[arg(long, conflicts_with = "policy")]
+        off: bool,
+    },
+    /// The latest disagreements of the shadow policy.
+    ShadowReport {
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
 }

@@ -10,11 +10,13 @@ use control_plane::service::{BootstrapInput, IssueTokenInput, Services};
 use control_plane::startup::open_services;
 use control_plane::storage::TokenFilter;
 
+use crate::cli::PoliciesCommand;
 use crate::cli::{
     Cli, Command, EnvironmentsCommand, OrgsCommand, OutputFormat, TokensCommand, UsersCommand,
     WorkspacesCommand,
 };
 use crate::output;
+use control_plane::policy::{EngineSettings, PolicyEngine, PolicyKind, run_cases};
 
 async fn services(cli: &Cli) -> anyhow::Result<std::sync::Arc<Services>> {
     let url = cli
@@ -35,6 +37,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Command::Completion { shell } = &cli.command {
         clap_complete::generate(*shell, &mut Cli::command(), "cpctl", &mut std::io::stdout());
         return Ok(());
+    }
+    if let Command::Policies(PoliciesCommand::Test { file, cases, kind }) = &cli.command {
+        // Needs no records store: the component and the cases are files.
+        return test_policy(cli.output, file, cases, kind);
     }
     let services = services(&cli).await?;
     // Every admin action is audited under one correlation id per invocation.
@@ -129,6 +135,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let credential = services.issue_token_for_user(user.id, input, &cid).await?;
             output::credential(out, &credential);
         }
+        Command::Policies(command) => policies(&services, out, command).await?,
         Command::Tokens(TokensCommand::List { user, workspace }) => {
             let filter = TokenFilter {
                 user_id: user,
@@ -156,6 +163,166 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 OutputFormat::Table => println!("revoked"),
             }
         }
+    }
+    Ok(())
+}
+
+fn kind(raw: &str) -> anyhow::Result<PolicyKind> {
+    PolicyKind::parse(raw).map_err(anyhow::Error::msg)
+}
+
+fn test_policy(
+    out: OutputFormat,
+    file: &std::path::Path,
+    cases: &std::path::Path,
+    kind_name: &str,
+) -> anyhow::Result<()> {
+    let kind = kind(kind_name)?;
+    let component =
+        std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let cases = std::fs::read_to_string(cases)
+        .with_context(|| format!("cannot read {}", cases.display()))?;
+    let engine = PolicyEngine::new(EngineSettings {
+        max_concurrent: 1,
+        ..EngineSettings::default()
+    })
+    .map_err(anyhow::Error::msg)?;
+    let results = run_cases(&engine, kind, &component, &cases).map_err(anyhow::Error::msg)?;
+    let failed = results.iter().filter(|r| !r.passed()).count();
+    match out {
+        OutputFormat::Json => println!(
+            "{}",
+            serde_json::Value::Array(
+                results
+                    .iter()
+                    .map(|r| json!({ "name": r.name, "expected": r.expected, "actual": r.actual, "passed": r.passed() }))
+                    .collect()
+            )
+        ),
+        OutputFormat::Table => {
+            let width = results.iter().map(|r| r.name.chars().count()).max().unwrap_or(4).max(4);
+            println!("{:<6}  {:<width$}  {:<16}  ACTUAL", "RESULT", "CASE", "EXPECTED");
+            for r in &results {
+                let mark = if r.passed() { "pass" } else { "FAIL" };
+                println!("{mark:<6}  {:<width$}  {:<16}  {}", r.name, r.expected, r.actual);
+            }
+            println!("{} passed, {failed} failed", results.len() - failed);
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} cases did not match", results.len());
+    }
+    Ok(())
+}
+
+async fn policies(
+    services: &Services,
+    out: OutputFormat,
+    command: PoliciesCommand,
+) -> anyhow::Result<()> {
+    match command {
+        PoliciesCommand::Install {
+            file,
+            kind: k,
+            name,
+        } => {
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+            let policy = services.install_policy(&name, kind(&k)?, &bytes).await?;
+            output::created(out, &policy, format!("{}@{}", policy.name, policy.version));
+        }
+        PoliciesCommand::List => {
+            let (all, state) = services.list_policies().await?;
+            match out {
+                OutputFormat::Json => println!(
+                    "{}",
+                    json!({
+                        "policies": all.iter().map(output::Render::json).collect::<Vec<_>>(),
+                        "active": {
+                            "authorizer": state.authorizer.map(|p| format!("{}@{}", p.name, p.version)).unwrap_or_else(|| "built-in".into()),
+                            "moderator": state.moderator.map(|p| format!("{}@{}", p.name, p.version)).unwrap_or_else(|| "built-in".into()),
+                        },
+                        "shadow": state.shadow.map(|p| format!("{}@{}", p.name, p.version)),
+                    })
+                ),
+                OutputFormat::Table => {
+                    output::list(out, &all);
+                    let active = |p: Option<control_plane::storage::PolicyRecord>| {
+                        p.map(|p| format!("{}@{}", p.name, p.version))
+                            .unwrap_or_else(|| "built-in default".into())
+                    };
+                    println!("\nactive authorizer: {}", active(state.authorizer));
+                    println!("active moderator:  {}", active(state.moderator));
+                    if let Some(shadow) = state.shadow {
+                        println!("shadow authorizer: {}@{}", shadow.name, shadow.version);
+                    }
+                }
+            }
+        }
+        PoliciesCommand::Show { policy } => {
+            let policy = services.find_policy(&policy).await?;
+            match out {
+                OutputFormat::Json => println!("{}", output::Render::json(&policy)),
+                OutputFormat::Table => output::list(out, &[policy]),
+            }
+        }
+        PoliciesCommand::Activate { policy } => {
+            let policy = services.activate_policy(&policy).await?;
+            match out {
+                OutputFormat::Json => println!(
+                    "{}",
+                    json!({ "activated": format!("{}@{}", policy.name, policy.version), "kind": policy.kind })
+                ),
+                OutputFormat::Table => println!(
+                    "{}@{} is the active {}",
+                    policy.name, policy.version, policy.kind
+                ),
+            }
+        }
+        PoliciesCommand::Rollback { kind: k } => {
+            let k = kind(&k)?;
+            let now = services.rollback_policy(k).await?;
+            let name = now
+                .map(|p| format!("{}@{}", p.name, p.version))
+                .unwrap_or_else(|| "built-in".into());
+            match out {
+                OutputFormat::Json => println!("{}", json!({ "kind": k.as_str(), "active": name })),
+                OutputFormat::Table => println!("the active {} is now {name}", k.as_str()),
+            }
+        }
+        PoliciesCommand::Remove { policy } => {
+            let policy = services.remove_policy(&policy).await?;
+            match out {
+                OutputFormat::Json => println!(
+                    "{}",
+                    json!({ "removed": format!("{}@{}", policy.name, policy.version) })
+                ),
+                OutputFormat::Table => println!("removed {}@{}", policy.name, policy.version),
+            }
+        }
+        PoliciesCommand::Shadow { policy, off } => {
+            let reference = if off {
+                None
+            } else {
+                Some(policy.context("give NAME@VERSION, or --off")?)
+            };
+            let shadow = services.shadow_policy(reference.as_deref()).await?;
+            match (out, shadow) {
+                (OutputFormat::Json, s) => println!(
+                    "{}",
+                    json!({ "shadow": s.map(|p| format!("{}@{}", p.name, p.version)) })
+                ),
+                (OutputFormat::Table, Some(p)) => println!(
+                    "{}@{} now runs in shadow beside the active authorizer",
+                    p.name, p.version
+                ),
+                (OutputFormat::Table, None) => println!("shadow evaluation stopped"),
+            }
+        }
+        PoliciesCommand::ShadowReport { limit } => {
+            output::list(out, &services.shadow_report(limit).await?)
+        }
+        PoliciesCommand::Test { .. } => {}
     }
     Ok(())
 }

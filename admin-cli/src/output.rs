@@ -3,7 +3,9 @@
 use serde_json::{Value, json};
 
 use control_plane::service::IssuedCredential;
-use control_plane::storage::{Environment, Organisation, TokenRecord, User, Workspace};
+use control_plane::storage::{
+    DisagreementRecord, Environment, Organisation, PolicyRecord, TokenRecord, User, Workspace,
+};
 
 use crate::cli::OutputFormat;
 
@@ -190,5 +192,57 @@ pub fn credential(format: OutputFormat, c: &IssuedCredential) {
             println!("token:    {}", c.secret.expose());
             eprintln!("The token is shown only now; store it safely.");
         }
+    }
+}
+
+impl Render for PolicyRecord {
+    fn json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "name": self.name,
+            "kind": self.kind,
+            "version": self.version,
+            "reference": format!("{}@{}", self.name, self.version),
+            "digest": self.digest,
+            "sizeBytes": self.size,
+            "createdAt": self.created_at,
+        })
+    }
+    fn headers() -> &'static [&'static str] {
+        &["POLICY", "KIND", "DIGEST", "SIZE", "CREATED"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            format!("{}@{}", self.name, self.version),
+            self.kind.clone(),
+            self.digest[..16.min(self.digest.len())].to_owned(),
+            self.size.to_string(),
+            self.created_at.to_rfc3339(),
+        ]
+    }
+}
+
+impl Render for DisagreementRecord {
+    fn json(&self) -> Value {
+        json!({
+            "shadowDigest": self.shadow_digest,
+            "operation": self.operation,
+            "principalId": self.principal_id,
+            "active": self.active_decision,
+            "shadow": self.shadow_decision,
+            "occurredAt": self.occurred_at,
+        })
+    }
+    fn headers() -> &'static [&'static str] {
+        &["WHEN", "OPERATION", "PRINCIPAL", "ACTIVE", "SHADOW"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.occurred_at.to_rfc3339(),
+            self.operation.clone(),
+            self.principal_id.clone(),
+            self.active_decision.clone(),
+            self.shadow_decision.clone(),
+        ]
     }
 }

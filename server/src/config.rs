@@ -85,6 +85,23 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_RATE_LIMIT_FAIL_CLOSED")]
     pub rate_limit_fail_closed: bool,
 
+    /// Time budget of one policy decision, in milliseconds.
+    #[arg(long, env = "CP_POLICY_DEADLINE_MS", default_value_t = 50)]
+    pub policy_deadline_ms: u64,
+
+    /// Memory budget of one policy decision, in MiB.
+    #[arg(long, env = "CP_POLICY_MEMORY_MIB", default_value_t = 16)]
+    pub policy_memory_mib: usize,
+
+    /// Policy decisions evaluated at once; more wait.
+    #[arg(long, env = "CP_POLICY_CONCURRENCY", default_value_t = 32)]
+    pub policy_concurrency: usize,
+
+    /// `policy` (the active authorizer component) or `allow-all`, which authorizes everything
+    /// and exists only to measure what the policy costs. Never use it in production.
+    #[arg(long, env = "CP_AUTHORIZER", default_value = "policy", hide = true)]
+    pub authorizer: String,
+
     /// Size of the Postgres connection pool.
     #[arg(long, env = "CP_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod domain;
 pub mod http;
+pub mod policy;
 pub mod service;
 pub mod startup;
 pub mod storage;

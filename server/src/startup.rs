@@ -9,11 +9,18 @@ use poem::{EndpointExt, Server};
 
 use crate::config::ServerConfig;
 use crate::http::{HttpSettings, RateSettings, build_app};
+use crate::policy::{
+    Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
+};
 use crate::service::{
-    KeySource, ScopeAuthorizer, ServiceSettings, Services, load_record_cipher, load_token_hasher,
+    AllowAllAuthorizer, Authorizer, KeySource, ServiceSettings, Services, load_record_cipher,
+    load_token_hasher,
 };
 use crate::storage::postgres::PostgresSettings;
-use crate::storage::{FastState, MemoryFastState, PostgresStore, RedisFastState};
+use crate::storage::{
+    DisagreementRecord, FastState, MemoryFastState, POLICY_CHANNEL, PolicyStore, PostgresStore,
+    RedisFastState,
+};
 
 pub struct Application {
     acceptor: TcpAcceptor,
@@ -55,12 +62,111 @@ pub async fn open_services(config: &ServerConfig) -> anyhow::Result<Arc<Services
     let settings = ServiceSettings {
         max_active_tokens_per_user: config.max_active_tokens_per_user,
     };
-    Ok(Arc::new(Services::new(
-        Arc::new(store),
+    let engine = PolicyEngine::new(EngineSettings {
+        deadline: Duration::from_millis(config.policy_deadline_ms),
+        memory_bytes: config.policy_memory_mib << 20,
+        max_concurrent: config.policy_concurrency.max(1),
+    })
+    .map_err(anyhow::Error::msg)?;
+    let authorizer_default = engine
+        .compile(PolicyKind::Authorizer, defaults::AUTHORIZER)
+        .map_err(|e| anyhow::anyhow!("the built-in authorizer does not compile: {e}"))?;
+    let moderator_default = engine
+        .compile(PolicyKind::Moderator, defaults::MODERATOR)
+        .map_err(|e| anyhow::anyhow!("the built-in moderator does not compile: {e}"))?;
+    let runtime = Arc::new(PolicyRuntime::new(
+        engine,
+        authorizer_default,
+        moderator_default,
+    )?);
+    let store = Arc::new(store);
+    let sink_store = store.clone();
+    runtime.set_disagreement_sink(Arc::new(move |d: Disagreement| {
+        let store = sink_store.clone();
+        let record = DisagreementRecord {
+            shadow_digest: d.shadow_digest,
+            operation: d.operation.to_owned(),
+            principal_id: d.principal_id,
+            active_decision: d.active,
+            shadow_decision: d.shadow,
+            occurred_at: chrono::Utc::now(),
+        };
+        tokio::spawn(async move {
+            if let Err(e) = store.record_disagreement(&record).await {
+                tracing::warn!(error = %e, "could not record a shadow disagreement");
+            }
+        });
+    }));
+    let authorizer: Arc<dyn Authorizer> = if config.authorizer == "allow-all" {
+        tracing::warn!("authorizer is allow-all: every request is authorized; for benchmarks only");
+        Arc::new(AllowAllAuthorizer)
+    } else {
+        runtime.clone()
+    };
+    let services = Arc::new(Services::new(
+        store,
         hasher,
-        Arc::new(ScopeAuthorizer),
+        authorizer,
+        Some(runtime),
         settings,
-    )))
+    ));
+    services
+        .reload_policies()
+        .await
+        .context("could not load the active policies")?;
+    Ok(services)
+}
+
+/// Keeps this process's policies in step with the store: reloads on every notification, and
+/// every second regardless (a notification can be missed while the listener reconnects).
+fn watch_policies(services: Arc<Services>, pool: sqlx::PgPool) {
+    tokio::spawn(async move {
+        let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
+            Ok(mut l) => match l.listen(POLICY_CHANNEL).await {
+                Ok(()) => Some(l),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for policy changes; polling only");
+                    None
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for policy changes; polling only");
+                None
+            }
+        };
+        let mut generation = None;
+        loop {
+            let notified = async {
+                match listener.as_mut() {
+                    Some(l) => l.recv().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = notified => {}
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            match services.store().policy_state().await {
+                Ok(state) if Some(state.generation) == generation => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the policy state");
+                    continue;
+                }
+            }
+            match services.reload_policies().await {
+                Ok(g) => {
+                    if generation.is_some() {
+                        tracing::info!(generation = g, "policies reloaded");
+                    }
+                    generation = Some(g);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "could not reload policies; keeping the previous ones")
+                }
+            }
+        }
+    });
 }
 
 impl Application {
@@ -98,6 +204,9 @@ impl Application {
             },
             key_prefix: config.redis_prefix.clone(),
         };
+        if let Some(pool) = services.store().postgres_pool() {
+            watch_policies(services.clone(), pool);
+        }
         let endpoint = build_app(services.clone(), &http, fast, cipher)?.boxed();
         let acceptor = TcpListener::bind(config.listen.clone())
             .into_acceptor()

@@ -11,6 +11,7 @@ mod idempotency;
 mod issue_token;
 mod operations;
 mod pending_routes;
+mod policies;
 mod rate_limits;
 mod redis_outage;
 mod replicas;

@@ -218,6 +218,11 @@ impl From<ServiceError> for ApiFailure {
                 message,
                 details,
             },
+            ServiceError::PolicyError => Self::new(
+                StatusCode::FORBIDDEN,
+                "policy_error",
+                "the authorization policy could not decide; access is denied",
+            ),
             ServiceError::Unavailable => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",

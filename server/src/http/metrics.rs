@@ -60,6 +60,14 @@ impl HttpMetrics {
         })
     }
 
+    /// Adds a collector owned elsewhere (the policy engine's failure counters).
+    pub fn register(
+        &self,
+        collector: Box<dyn prometheus::core::Collector>,
+    ) -> Result<(), prometheus::Error> {
+        self.registry.register(collector)
+    }
+
     pub fn rate_limited(&self, class: &str) {
         self.limited.with_label_values(&[class]).inc();
     }

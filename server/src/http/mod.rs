@@ -64,6 +64,9 @@ pub fn build_app(
     // The UI embeds the document; serve it the finished one.
     let docs_html = service.swagger_ui_html().replace(&raw_spec, &spec);
     let metrics = Arc::new(HttpMetrics::new()?);
+    if let Some(runtime) = services.policy_runtime() {
+        metrics.register(Box::new(runtime.failures()))?;
+    }
     let guard = Arc::new(IdempotencyGuard::new(
         fast.idempotency,
         cipher,

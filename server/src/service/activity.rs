@@ -60,7 +60,8 @@ impl Services {
         workspace: &str,
         page: PageRequest,
     ) -> Result<ActivityPage, ServiceError> {
-        self.authorize(principal, Operation::ReadActivity, Some(workspace))?;
+        self.authorize(principal, Operation::ReadActivity, Some(workspace), vec![])
+            .await?;
         let workspace_id =
             uuid::Uuid::parse_str(workspace).map_err(|_| ServiceError::forbidden("no access"))?;
         // One extra row tells whether another page exists without a count query.

@@ -1,7 +1,8 @@
 //! Authorization: may this principal perform this operation on this workspace?
 //!
-//! [`Authorizer`] is the port the WASM policy engine will implement; [`ScopeAuthorizer`] is the
-//! plain Rust default until then: DESIGN.md's scope table plus workspace membership.
+//! [`Authorizer`] is the port; the policy engine (`crate::policy`) implements it with the active
+//! authorizer component. No scope check is written in Rust: the default policy in
+//! `policies/authz` holds DESIGN.md's scope table and the workspace-membership rule.
 
 use crate::domain::{Principal, Scope};
 
@@ -35,6 +36,47 @@ impl Operation {
         }
     }
 
+    /// HTTP method and route template, as the policy sees them.
+    pub fn http(self) -> (&'static str, &'static str) {
+        match self {
+            Operation::IssueToken => ("POST", "/v1/personal-access-tokens"),
+            Operation::RevokeToken => (
+                "DELETE",
+                "/v1/workspaces/{workspaceId}/access-tokens/{tokenId}",
+            ),
+            Operation::DeleteRunnerPool => (
+                "DELETE",
+                "/v1/workspaces/{workspaceId}/runner-pools/{poolId}",
+            ),
+            Operation::SubmitRunnerCommand => {
+                ("POST", "/v1/workspaces/{workspaceId}/runner-commands")
+            }
+            Operation::ReadAuditStream => ("GET", "/v1/workspaces/{workspaceId}/audit/stream"),
+            Operation::ReadActivity => ("GET", "/v1/workspaces/{workspaceId}/activity"),
+            Operation::RequestWorkflowApproval => (
+                "POST",
+                "/v1/workspaces/{workspaceId}/workflows/{workflowId}/revisions/{revisionId}/request-approval",
+            ),
+            Operation::WriteReview => ("PUT", "/v1/marketplace/plugins/{pluginId}/reviews/me"),
+            Operation::ReportReview => (
+                "POST",
+                "/v1/marketplace/plugins/{pluginId}/reviews/{reviewId}/report",
+            ),
+        }
+    }
+
+    pub const ALL: [Operation; 9] = [
+        Operation::IssueToken,
+        Operation::RevokeToken,
+        Operation::DeleteRunnerPool,
+        Operation::SubmitRunnerCommand,
+        Operation::ReadAuditStream,
+        Operation::ReadActivity,
+        Operation::RequestWorkflowApproval,
+        Operation::WriteReview,
+        Operation::ReportReview,
+    ];
+
     pub fn id(self) -> &'static str {
         match self {
             Operation::IssueToken => "issuePersonalAccessToken",
@@ -57,6 +99,8 @@ pub struct AuthzRequest<'a> {
     pub operation: Operation,
     /// The workspace named in the path, as given (it may not be a uuid).
     pub workspace: Option<&'a str>,
+    /// Other ids from the path, as (name, value).
+    pub resources: Vec<(&'static str, String)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,124 +112,29 @@ pub enum DenyStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     Allow,
-    Deny { status: DenyStatus, reason: String },
+    Deny {
+        status: DenyStatus,
+        reason: String,
+    },
+    /// The policy could not decide (trap, timeout, memory): fail closed.
+    Failed {
+        reason: String,
+    },
 }
 
+/// The port the service layer asks; the policy engine implements it.
+#[async_trait::async_trait]
 pub trait Authorizer: Send + Sync {
-    fn authorize(&self, request: &AuthzRequest<'_>) -> Decision;
+    async fn authorize(&self, request: &AuthzRequest<'_>) -> Decision;
 }
 
-/// Allows an operation when the token holds its scope and, for workspace routes, the workspace.
+/// Allows everything. Only for measuring what the policy costs (`--authorizer allow-all`).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct ScopeAuthorizer;
+pub struct AllowAllAuthorizer;
 
-impl Authorizer for ScopeAuthorizer {
-    fn authorize(&self, request: &AuthzRequest<'_>) -> Decision {
-        let scope = request.operation.required_scope();
-        if !request.principal.scopes.contains(scope) {
-            return Decision::Deny {
-                status: DenyStatus::Forbidden,
-                reason: format!("the token lacks the scope {scope}"),
-            };
-        }
-        if let Some(workspace) = request.workspace {
-            let member = crate::domain::parse_uuid(workspace)
-                .is_some_and(|id| request.principal.has_workspace(id));
-            if !member {
-                return Decision::Deny {
-                    status: DenyStatus::Forbidden,
-                    reason: "the token has no access to this workspace".into(),
-                };
-            }
-        }
+#[async_trait::async_trait]
+impl Authorizer for AllowAllAuthorizer {
+    async fn authorize(&self, _request: &AuthzRequest<'_>) -> Decision {
         Decision::Allow
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::Scopes;
-    use uuid::Uuid;
-
-    fn principal(scopes: &[Scope], workspace: Uuid) -> Principal {
-        Principal {
-            token_id: Uuid::new_v4(),
-            user_id: Uuid::new_v4(),
-            organisation_id: Uuid::new_v4(),
-            scopes: scopes.iter().copied().collect::<Scopes>(),
-            workspace_ids: vec![workspace],
-            environment_ids: vec![],
-            expires_at: chrono::Utc::now(),
-        }
-    }
-
-    #[test]
-    fn scope_and_membership_are_both_required() {
-        let ws = Uuid::new_v4();
-        let ws_str = ws.to_string();
-        let other = Uuid::new_v4().to_string();
-        let p = principal(&[Scope::ActivityRead], ws);
-        let ask = |op, workspace| {
-            ScopeAuthorizer.authorize(&AuthzRequest {
-                principal: &p,
-                operation: op,
-                workspace,
-            })
-        };
-        assert_eq!(ask(Operation::ReadActivity, Some(&ws_str)), Decision::Allow);
-        assert!(matches!(
-            ask(Operation::ReadActivity, Some(&other)),
-            Decision::Deny { .. }
-        ));
-        assert!(matches!(
-            ask(Operation::ReadActivity, Some("not-a-uuid")),
-            Decision::Deny { .. }
-        ));
-        assert!(matches!(
-            ask(Operation::ReadAuditStream, Some(&ws_str)),
-            Decision::Deny { .. }
-        ));
-    }
-
-    #[test]
-    fn every_operation_requires_its_own_scope() {
-        let ws = Uuid::new_v4();
-        let ops = [
-            Operation::IssueToken,
-            Operation::RevokeToken,
-            Operation::DeleteRunnerPool,
-            Operation::SubmitRunnerCommand,
-            Operation::ReadAuditStream,
-            Operation::ReadActivity,
-            Operation::RequestWorkflowApproval,
-            Operation::WriteReview,
-            Operation::ReportReview,
-        ];
-        for op in ops {
-            let holder = principal(&[op.required_scope()], ws);
-            let others: Vec<Scope> = Scope::ALL
-                .into_iter()
-                .filter(|s| *s != op.required_scope())
-                .collect();
-            let lacking = principal(&others, ws);
-            let req = |p| AuthzRequest {
-                principal: p,
-                operation: op,
-                workspace: None,
-            };
-            assert_eq!(
-                ScopeAuthorizer.authorize(&req(&holder)),
-                Decision::Allow,
-                "{op:?}"
-            );
-            assert!(
-                matches!(
-                    ScopeAuthorizer.authorize(&req(&lacking)),
-                    Decision::Deny { .. }
-                ),
-                "{op:?}"
-            );
-        }
     }
 }

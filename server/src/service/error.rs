@@ -27,6 +27,9 @@ pub enum ServiceError {
         message: String,
         details: Option<Value>,
     },
+    /// The authorization policy could not decide (trap, timeout, memory): denied.
+    #[error("the authorization policy failed; access denied")]
+    PolicyError,
     #[error("a dependency is unavailable")]
     Unavailable,
     /// The string is for the log only; it never reaches a client.

@@ -8,6 +8,7 @@ mod admin;
 mod authz;
 mod error;
 mod keys;
+mod policies;
 mod tokens;
 
 use std::sync::Arc;
@@ -19,9 +20,10 @@ use crate::storage::SharedRecordStore;
 
 pub use activity::{ActivityPage, PageRequest};
 pub use admin::{Bootstrap, BootstrapInput};
-pub use authz::{Authorizer, AuthzRequest, Decision, DenyStatus, Operation, ScopeAuthorizer};
+pub use authz::{AllowAllAuthorizer, Authorizer, AuthzRequest, Decision, DenyStatus, Operation};
 pub use error::ServiceError;
 pub use keys::{KeySource, load_record_cipher, load_token_hasher};
+pub use policies::{CompiledCache, parse_reference};
 pub use tokens::{IssueTokenInput, IssuedCredential};
 
 /// Limits the service enforces; each has a configuration flag.
@@ -43,6 +45,9 @@ pub struct Services {
     store: SharedRecordStore,
     hasher: TokenHasher,
     authorizer: Arc<dyn Authorizer>,
+    /// The policy engine's runtime (moderation, lifecycle); the authorizer is usually it too.
+    policies: Option<Arc<crate::policy::PolicyRuntime>>,
+    compiled: CompiledCache,
     settings: ServiceSettings,
 }
 
@@ -51,12 +56,15 @@ impl Services {
         store: SharedRecordStore,
         hasher: TokenHasher,
         authorizer: Arc<dyn Authorizer>,
+        policies: Option<Arc<crate::policy::PolicyRuntime>>,
         settings: ServiceSettings,
     ) -> Self {
         Self {
             store,
             hasher,
             authorizer,
+            policies,
+            compiled: CompiledCache::default(),
             settings,
         }
     }

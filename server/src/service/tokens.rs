@@ -100,18 +100,22 @@ impl Services {
         })
     }
 
-    /// Asks the active authorizer; a denial becomes a 403 or 404 with its reason.
-    pub fn authorize(
+    /// Asks the active authorizer; a denial becomes a 403 or 404 with its reason, a policy that
+    /// could not decide a 403 `policy_error`.
+    pub async fn authorize(
         &self,
         principal: &Principal,
         operation: Operation,
         workspace: Option<&str>,
+        resources: Vec<(&'static str, String)>,
     ) -> Result<(), ServiceError> {
-        match self.authorizer.authorize(&AuthzRequest {
+        let request = AuthzRequest {
             principal,
             operation,
             workspace,
-        }) {
+            resources,
+        };
+        match self.authorizer.authorize(&request).await {
             Decision::Allow => Ok(()),
             Decision::Deny {
                 status: DenyStatus::Forbidden,
@@ -121,6 +125,7 @@ impl Services {
                 status: DenyStatus::NotFound,
                 reason,
             } => Err(ServiceError::not_found(reason)),
+            Decision::Failed { .. } => Err(ServiceError::PolicyError),
         }
     }
 
@@ -132,7 +137,8 @@ impl Services {
         input: IssueTokenInput,
         correlation_id: &CorrelationId,
     ) -> Result<IssuedCredential, ServiceError> {
-        self.authorize(principal, Operation::IssueToken, None)?;
+        self.authorize(principal, Operation::IssueToken, None, vec![])
+            .await?;
         let found = self.check_targets_exist(&input).await?;
 
         if input.organisation_id != principal.organisation_id {
@@ -376,7 +382,13 @@ impl Services {
         reason: RevocationReason,
         correlation_id: &CorrelationId,
     ) -> Result<RevokeOutcome, ServiceError> {
-        self.authorize(principal, Operation::RevokeToken, Some(workspace))?;
+        self.authorize(
+            principal,
+            Operation::RevokeToken,
+            Some(workspace),
+            vec![("tokenId", token.to_owned())],
+        )
+        .await?;
         let workspace_id =
             parse_uuid(workspace).ok_or_else(|| ServiceError::forbidden("no access"))?;
         let token_id = parse_uuid(token)

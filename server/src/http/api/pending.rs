@@ -34,13 +34,15 @@ impl poem::IntoResponse for NotYet {
 
 type Pending = Result<NotYet, PendingErrors>;
 
-fn pending(
+async fn pending(
     services: &Services,
     auth: &BearerAuth,
     operation: Operation,
     workspace: Option<&str>,
 ) -> Pending {
-    services.authorize(&auth.0, operation, workspace)?;
+    services
+        .authorize(&auth.0, operation, workspace, vec![])
+        .await?;
     Err(ApiFailure::not_implemented().into())
 }
 
@@ -68,6 +70,7 @@ impl PendingApi {
             Operation::DeleteRunnerPool,
             Some(&workspace_id),
         )
+        .await
     }
 
     /// Submit a runner command (not available yet)
@@ -89,6 +92,7 @@ impl PendingApi {
             Operation::SubmitRunnerCommand,
             Some(&workspace_id),
         )
+        .await
     }
 
     /// Stream a workspace's audit events (not available yet)
@@ -110,6 +114,7 @@ impl PendingApi {
             Operation::ReadAuditStream,
             Some(&workspace_id),
         )
+        .await
     }
 
     /// Report a webhook delivery's status, signed by the runner (not available yet)
@@ -147,6 +152,7 @@ impl PendingApi {
             Operation::RequestWorkflowApproval,
             Some(&workspace_id),
         )
+        .await
     }
 
     /// Report a plugin review (not available yet)
@@ -163,7 +169,7 @@ impl PendingApi {
         #[oai(name = "pluginId")] _plugin_id: Path<String>,
         #[oai(name = "reviewId")] _review_id: Path<String>,
     ) -> Pending {
-        pending(&services, &auth, Operation::ReportReview, None)
+        pending(&services, &auth, Operation::ReportReview, None).await
     }
 
     /// Create or replace the caller's own review of a plugin (not available yet)
@@ -179,6 +185,6 @@ impl PendingApi {
         services: Data<&Arc<Services>>,
         #[oai(name = "pluginId")] _plugin_id: Path<String>,
     ) -> Pending {
-        pending(&services, &auth, Operation::WriteReview, None)
+        pending(&services, &auth, Operation::WriteReview, None).await
     }
 }

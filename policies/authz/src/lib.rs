@@ -1,0 +1,50 @@
+//! The default authorization policy: DESIGN.md's scope table plus workspace membership.
+
+wit_bindgen::generate!({ world: "authorizer", path: "../wit" });
+
+use control_plane::policy::types::{Denial, DenyStatus};
+
+struct Authz;
+
+/// The scope each operation requires.
+fn required_scope(operation: &str) -> Option<&'static str> {
+    Some(match operation {
+        "issuePersonalAccessToken" => "tokens:issue",
+        "revokeWorkspaceAccessToken" => "tokens:revoke",
+        "deleteRunnerPool" => "runner-pools:delete",
+        "submitRunnerCommand" => "runner-commands:submit",
+        "streamAuditEvents" => "audit:read",
+        "listActivity" => "activity:read",
+        "requestWorkflowRevisionApproval" => "workflows:request-approval",
+        "putOwnPluginReview" => "reviews:write",
+        "reportPluginReview" => "reviews:report",
+        _ => return None,
+    })
+}
+
+fn deny(reason: String) -> AuthzDecision {
+    AuthzDecision::Deny(Denial { status: DenyStatus::Forbidden, reason })
+}
+
+impl Guest for Authz {
+    fn authorize(request: AuthzRequest) -> AuthzDecision {
+        let Some(scope) = required_scope(&request.operation) else {
+            return deny(format!("unknown operation {}", request.operation));
+        };
+        let principal = &request.principal;
+        if !principal.scopes.iter().any(|s| s == scope) {
+            return deny(format!("the token lacks the scope {scope}"));
+        }
+        if let Some(workspace) = &request.workspace_id {
+            // Ids are compared in their canonical form; the path may use upper case.
+            let canonical = workspace.len() == 36 && workspace.is_ascii();
+            let wanted = workspace.to_ascii_lowercase();
+            if !canonical || !principal.workspace_ids.iter().any(|w| *w == wanted) {
+                return deny("the token has no access to this workspace".into());
+            }
+        }
+        AuthzDecision::Allow
+    }
+}
+
+export!(Authz);

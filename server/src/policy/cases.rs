@@ -1,0 +1,206 @@
+//! `cpctl policies test`: a file of inputs and expected decisions, evaluated against a component.
+//!
+//! ```json
+//! [{ "name": "readers may list activity",
+//!    "request": { "principal": { "id": "…", "userId": "…", "organisationId": "…",
+//!                                "workspaceIds": ["…"], "environmentIds": [], "scopes": ["activity:read"] },
+//!                 "operation": "listActivity", "method": "GET",
+//!                 "route": "/v1/workspaces/{workspaceId}/activity", "workspaceId": "…" },
+//!    "expect": "allow" }]
+//! ```
+//! Authorizer expectations: `allow`, `deny` (403) or `deny:not-found`. Moderator requests are
+//! `{ "review": {…}, "report": {…}?, "priorReports": […], "blocklist": […] }` and expectations
+//! `publish`, `hold`, `reject` or `hide`.
+
+use serde::Deserialize;
+
+use super::engine::{PolicyEngine, PolicyKind, outcome};
+use super::wit::{authz_types as a, moderation_types as m};
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Case {
+    name: String,
+    request: serde_json::Value,
+    expect: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PrincipalJson {
+    #[serde(default)]
+    kind: Option<String>,
+    id: String,
+    #[serde(default)]
+    user_id: String,
+    organisation_id: String,
+    #[serde(default)]
+    workspace_ids: Vec<String>,
+    #[serde(default)]
+    environment_ids: Vec<String>,
+    #[serde(default)]
+    scopes: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AuthzJson {
+    principal: PrincipalJson,
+    operation: String,
+    #[serde(default)]
+    method: String,
+    #[serde(default)]
+    route: String,
+    #[serde(default)]
+    workspace_id: Option<String>,
+    #[serde(default)]
+    resource_ids: Vec<(String, String)>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ReviewJson {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    plugin_id: String,
+    #[serde(default)]
+    author_id: String,
+    rating: u8,
+    title: String,
+    body: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ReportJson {
+    reporter_id: String,
+    reason: String,
+    #[serde(default)]
+    comment: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ModerationJson {
+    review: ReviewJson,
+    #[serde(default)]
+    report: Option<ReportJson>,
+    #[serde(default)]
+    prior_reports: Vec<ReportJson>,
+    #[serde(default)]
+    blocklist: Vec<String>,
+}
+
+fn report(r: ReportJson) -> m::Report {
+    m::Report {
+        reporter_id: r.reporter_id,
+        reason: match r.reason.as_str() {
+            "spam" => m::ReportReason::Spam,
+            "abuse" => m::ReportReason::Abuse,
+            "off_topic" | "off-topic" => m::ReportReason::OffTopic,
+            _ => m::ReportReason::Other,
+        },
+        comment: r.comment,
+    }
+}
+
+/// The outcome of one case.
+#[derive(Debug, Clone)]
+pub struct CaseResult {
+    pub name: String,
+    pub expected: String,
+    pub actual: String,
+}
+
+impl CaseResult {
+    pub fn passed(&self) -> bool {
+        self.expected == self.actual
+    }
+}
+
+/// Evaluates every case; an error means the file or the component is unusable.
+pub fn run_cases(
+    engine: &PolicyEngine,
+    kind: PolicyKind,
+    component: &[u8],
+    cases: &str,
+) -> Result<Vec<CaseResult>, String> {
+    let policy = engine.compile(kind, component)?;
+    let cases: Vec<Case> =
+        serde_json::from_str(cases).map_err(|e| format!("the cases file is not valid: {e}"))?;
+    let mut results = Vec::with_capacity(cases.len());
+    for case in cases {
+        let actual = match kind {
+            PolicyKind::Authorizer => {
+                let r: AuthzJson = serde_json::from_value(case.request)
+                    .map_err(|e| format!("case {:?}: invalid request: {e}", case.name))?;
+                let request = a::AuthzRequest {
+                    principal: a::Principal {
+                        kind: if r.principal.kind.as_deref() == Some("runner") {
+                            a::PrincipalKind::Runner
+                        } else {
+                            a::PrincipalKind::UserToken
+                        },
+                        id: r.principal.id,
+                        user_id: r.principal.user_id,
+                        organisation_id: r.principal.organisation_id,
+                        workspace_ids: r.principal.workspace_ids,
+                        environment_ids: r.principal.environment_ids,
+                        scopes: r.principal.scopes,
+                    },
+                    operation: r.operation,
+                    method: r.method,
+                    route: r.route,
+                    workspace_id: r.workspace_id,
+                    resource_ids: r.resource_ids,
+                };
+                match engine.authorize_blocking(&policy, &request) {
+                    Ok(a::AuthzDecision::Allow) => "allow".to_owned(),
+                    Ok(a::AuthzDecision::Deny(d)) if d.status == a::DenyStatus::NotFound => {
+                        "deny:not-found".to_owned()
+                    }
+                    Ok(a::AuthzDecision::Deny(_)) => "deny".to_owned(),
+                    Err(e) => format!("error: {e}"),
+                }
+            }
+            PolicyKind::Moderator => {
+                let r: ModerationJson = serde_json::from_value(case.request)
+                    .map_err(|e| format!("case {:?}: invalid request: {e}", case.name))?;
+                let request = m::ModerationRequest {
+                    review: m::Review {
+                        id: r.review.id,
+                        plugin_id: r.review.plugin_id,
+                        author_id: r.review.author_id,
+                        rating: r.review.rating,
+                        title: r.review.title,
+                        body: r.review.body,
+                    },
+                    report: r.report.map(report),
+                    prior_reports: r.prior_reports.into_iter().map(report).collect(),
+                    blocklist: r.blocklist,
+                };
+                match engine.moderate_blocking(&policy, &request) {
+                    Ok(decision) => {
+                        let verdict = outcome(decision).verdict.as_str();
+                        // "published" -> "publish", as authors write them.
+                        match verdict {
+                            "published" => "publish",
+                            "held" => "hold",
+                            "rejected" => "reject",
+                            _ => "hide",
+                        }
+                        .to_owned()
+                    }
+                    Err(e) => format!("error: {e}"),
+                }
+            }
+        };
+        results.push(CaseResult {
+            name: case.name,
+            expected: case.expect,
+            actual,
+        });
+    }
+    Ok(results)
+}

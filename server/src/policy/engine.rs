@@ -1,0 +1,440 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits,
+    StoreLimitsBuilder, Trap,
+};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::wit::{AuthzInput, authorizer, authz_types, moderation_types, moderator};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PolicyKind {
+    Authorizer,
+    Moderator,
+}
+
+impl PolicyKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::Authorizer => "authorizer",
+            PolicyKind::Moderator => "moderator",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        match raw {
+            "authorizer" => Ok(PolicyKind::Authorizer),
+            "moderator" => Ok(PolicyKind::Moderator),
+            other => Err(format!(
+                "unknown policy kind {other:?}: expected authorizer or moderator"
+            )),
+        }
+    }
+}
+
+/// Budgets of one decision and of the engine.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    pub deadline: Duration,
+    pub memory_bytes: usize,
+    pub max_concurrent: usize,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_millis(50),
+            memory_bytes: 16 << 20,
+            max_concurrent: 32,
+        }
+    }
+}
+
+/// Why a decision could not be made; the caller fails closed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyFailure {
+    #[error("the policy ran past its time budget")]
+    Timeout,
+    #[error("the policy ran out of its memory budget")]
+    Memory,
+    #[error("the policy trapped: {0}")]
+    Trap(String),
+    #[error("the policy could not be instantiated: {0}")]
+    Instantiate(String),
+    #[error("the policy engine is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// What a store needs: a WASI context with no capability at all, and the memory limiter.
+pub struct Sandbox {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+}
+
+impl WasiView for Sandbox {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+enum Pre {
+    Authorizer(authorizer::AuthorizerPre<Sandbox>),
+    Moderator(moderator::ModeratorPre<Sandbox>),
+}
+
+/// A policy compiled once and ready to instantiate.
+pub struct CompiledPolicy {
+    pub kind: PolicyKind,
+    pub digest: String,
+    pre: Pre,
+}
+
+impl std::fmt::Debug for CompiledPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CompiledPolicy({} {})", self.kind.as_str(), self.digest)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Publish,
+    Hold,
+    Reject,
+    Hide,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Publish => "published",
+            Verdict::Hold => "held",
+            Verdict::Reject => "rejected",
+            Verdict::Hide => "hidden",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModerationOutcome {
+    pub verdict: Verdict,
+    pub reasons: Vec<String>,
+    pub labels: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReportInput {
+    pub reporter_id: String,
+    /// spam, abuse, off_topic or other
+    pub reason: String,
+    pub comment: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ModerationInput {
+    pub review_id: String,
+    pub plugin_id: String,
+    pub author_id: String,
+    pub rating: u8,
+    pub title: String,
+    pub body: String,
+    pub report: Option<ReportInput>,
+    pub prior_reports: Vec<ReportInput>,
+    pub blocklist: Vec<String>,
+}
+
+fn report_to_wit(r: &ReportInput) -> moderation_types::Report {
+    use moderation_types::ReportReason;
+    moderation_types::Report {
+        reporter_id: r.reporter_id.clone(),
+        reason: match r.reason.as_str() {
+            "spam" => ReportReason::Spam,
+            "abuse" => ReportReason::Abuse,
+            "off_topic" => ReportReason::OffTopic,
+            _ => ReportReason::Other,
+        },
+        comment: r.comment.clone(),
+    }
+}
+
+impl ModerationInput {
+    fn to_wit(&self) -> moderation_types::ModerationRequest {
+        moderation_types::ModerationRequest {
+            review: moderation_types::Review {
+                id: self.review_id.clone(),
+                plugin_id: self.plugin_id.clone(),
+                author_id: self.author_id.clone(),
+                rating: self.rating,
+                title: self.title.clone(),
+                body: self.body.clone(),
+            },
+            report: self.report.as_ref().map(report_to_wit),
+            prior_reports: self.prior_reports.iter().map(report_to_wit).collect(),
+            blocklist: self.blocklist.clone(),
+        }
+    }
+}
+
+/// One engine for the process: compiles policies and runs decisions within their budgets.
+pub struct PolicyEngine {
+    engine: Engine,
+    linker: Linker<Sandbox>,
+    settings: EngineSettings,
+    permits: Arc<Semaphore>,
+}
+
+const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// Native code of components compiled in this process, by (digest, engine compatibility).
+type NativeCache = std::sync::Mutex<std::collections::HashMap<(String, u64), Vec<u8>>>;
+static PRECOMPILED: std::sync::LazyLock<NativeCache> = std::sync::LazyLock::new(Default::default);
+
+impl PolicyEngine {
+    pub fn new(settings: EngineSettings) -> Result<Arc<Self>, String> {
+        let slots = settings.max_concurrent as u32 + 8;
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(slots)
+            .total_core_instances(slots * 8)
+            .total_memories(slots * 4)
+            .total_tables(slots * 8)
+            .max_memory_size(settings.memory_bytes)
+            // Keep the first MiB of each slot resident: fresh instances start on warm pages.
+            .linear_memory_keep_resident(1 << 20)
+            .table_keep_resident(64 << 10);
+        let mut config = Config::new();
+        config
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+            // Reserve little address space per memory: bounds checks are explicit, and the pool
+            // stays far from 4 GiB per slot.
+            .memory_reservation((settings.memory_bytes as u64).next_power_of_two() * 2)
+            .memory_guard_size(64 << 10);
+        let engine =
+            Engine::new(&config).map_err(|e| format!("could not create the wasm engine: {e}"))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| format!("could not link WASI: {e}"))?;
+
+        let weak = engine.weak();
+        std::thread::Builder::new()
+            .name("policy-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })
+            .map_err(|e| format!("could not start the epoch ticker: {e}"))?;
+        let permits = Arc::new(Semaphore::new(settings.max_concurrent));
+        Ok(Arc::new(Self {
+            engine,
+            linker,
+            settings,
+            permits,
+        }))
+    }
+
+    pub fn settings(&self) -> &EngineSettings {
+        &self.settings
+    }
+
+    /// Compiles `bytes` and checks that it implements the world of `kind`. The error is a
+    /// sentence for the person installing the policy.
+    pub fn compile(&self, kind: PolicyKind, bytes: &[u8]) -> Result<CompiledPolicy, String> {
+        if !bytes.starts_with(b"\0asm") {
+            return Err("not a WebAssembly component (no \\0asm header)".into());
+        }
+        if bytes.get(4..8) == Some(&[1, 0, 0, 0]) {
+            return Err(
+                "a core WebAssembly module, not a component: build for wasm32-wasip2".into(),
+            );
+        }
+        let component = self.component(bytes)?;
+        let instance_pre = self.linker.instantiate_pre(&component).map_err(|e| {
+            format!("the component imports something a policy may not use (only WASI 0.2 is provided): {e:#}")
+        })?;
+        let pre = match kind {
+            PolicyKind::Authorizer => {
+                authorizer::AuthorizerPre::new(instance_pre).map(Pre::Authorizer)
+            }
+            PolicyKind::Moderator => moderator::ModeratorPre::new(instance_pre).map(Pre::Moderator),
+        }
+        .map_err(|e| {
+            format!(
+                "the component does not implement the control-plane:policy/{} world: {e:#}",
+                kind.as_str()
+            )
+        })?;
+        Ok(CompiledPolicy {
+            kind,
+            digest: super::digest(bytes),
+            pre,
+        })
+    }
+
+    /// Compiles once per process: later engines with the same configuration deserialize the
+    /// native code instead of running cranelift again.
+    fn component(&self, bytes: &[u8]) -> Result<Component, String> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.engine
+            .precompile_compatibility_hash()
+            .hash(&mut hasher);
+        let key = (super::digest(bytes), hasher.finish());
+        let cached = PRECOMPILED.lock().ok().and_then(|c| c.get(&key).cloned());
+        if let Some(native) = cached {
+            // SAFETY: these bytes were produced by `Component::serialize` in this process, for an
+            // engine with the same compatibility hash; they never left memory.
+            if let Ok(component) = unsafe { Component::deserialize(&self.engine, &native) } {
+                return Ok(component);
+            }
+        }
+        let component = Component::from_binary(&self.engine, bytes)
+            .map_err(|e| format!("not a valid component: {e:#}"))?;
+        if let (Ok(native), Ok(mut cache)) = (component.serialize(), PRECOMPILED.lock()) {
+            cache.insert(key, native);
+        }
+        Ok(component)
+    }
+
+    fn store(&self) -> Store<Sandbox> {
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(self.settings.memory_bytes)
+            .trap_on_grow_failure(true)
+            .build();
+        let sandbox = Sandbox {
+            wasi: WasiCtx::builder().build(),
+            table: ResourceTable::new(),
+            limits,
+        };
+        let mut store = Store::new(&self.engine, sandbox);
+        store.limiter(|s| &mut s.limits);
+        let ticks =
+            (self.settings.deadline.as_millis() as u64 / EPOCH_TICK.as_millis() as u64).max(1) + 1;
+        store.set_epoch_deadline(ticks);
+        store
+    }
+
+    /// One authorization decision in a fresh instance, on the calling thread.
+    pub fn authorize_blocking(
+        &self,
+        policy: &CompiledPolicy,
+        request: &authz_types::AuthzRequest,
+    ) -> Result<authz_types::AuthzDecision, PolicyFailure> {
+        let Pre::Authorizer(pre) = &policy.pre else {
+            return Err(PolicyFailure::Instantiate("not an authorizer".into()));
+        };
+        let mut store = self.store();
+        let instance = pre.instantiate(&mut store).map_err(classify_instantiate)?;
+        instance
+            .call_authorize(&mut store, request)
+            .map_err(classify)
+    }
+
+    /// One moderation decision in a fresh instance, on the calling thread.
+    pub fn moderate_blocking(
+        &self,
+        policy: &CompiledPolicy,
+        request: &moderation_types::ModerationRequest,
+    ) -> Result<moderation_types::ModerationDecision, PolicyFailure> {
+        let Pre::Moderator(pre) = &policy.pre else {
+            return Err(PolicyFailure::Instantiate("not a moderator".into()));
+        };
+        let mut store = self.store();
+        let instance = pre.instantiate(&mut store).map_err(classify_instantiate)?;
+        instance
+            .call_moderate(&mut store, request)
+            .map_err(classify)
+    }
+
+    /// Authorizes on a blocking thread, within the concurrency bound.
+    pub async fn authorize(
+        self: &Arc<Self>,
+        policy: Arc<CompiledPolicy>,
+        input: &AuthzInput,
+    ) -> Result<authz_types::AuthzDecision, PolicyFailure> {
+        let request = input.to_wit();
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| PolicyFailure::Unavailable(e.to_string()))?;
+        let engine = self.clone();
+        // WASI's sync host functions block on the runtime: never run them on a worker thread.
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            engine.authorize_blocking(&policy, &request)
+        })
+        .await
+        .map_err(|e| PolicyFailure::Unavailable(e.to_string()))?
+    }
+
+    /// Moderates on a blocking thread, within the concurrency bound.
+    pub async fn moderate(
+        self: &Arc<Self>,
+        policy: Arc<CompiledPolicy>,
+        input: &ModerationInput,
+    ) -> Result<ModerationOutcome, PolicyFailure> {
+        let request = input.to_wit();
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| PolicyFailure::Unavailable(e.to_string()))?;
+        let engine = self.clone();
+        let decision = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            engine.moderate_blocking(&policy, &request)
+        })
+        .await
+        .map_err(|e| PolicyFailure::Unavailable(e.to_string()))??;
+        Ok(outcome(decision))
+    }
+}
+
+pub(crate) fn outcome(decision: moderation_types::ModerationDecision) -> ModerationOutcome {
+    use moderation_types::Verdict as W;
+    ModerationOutcome {
+        verdict: match decision.verdict {
+            W::Publish => Verdict::Publish,
+            W::Hold => Verdict::Hold,
+            W::Reject => Verdict::Reject,
+            W::Hide => Verdict::Hide,
+        },
+        reasons: decision.reasons,
+        labels: decision.labels,
+    }
+}
+
+fn classify(e: wasmtime::Error) -> PolicyFailure {
+    if let Some(trap) = e.downcast_ref::<Trap>() {
+        return match trap {
+            Trap::Interrupt => PolicyFailure::Timeout,
+            other => PolicyFailure::Trap(other.to_string()),
+        };
+    }
+    let message = format!("{e:#}");
+    if message.contains("growing memory") || message.contains("memory") && message.contains("limit")
+    {
+        PolicyFailure::Memory
+    } else {
+        PolicyFailure::Trap(message)
+    }
+}
+
+fn classify_instantiate(e: wasmtime::Error) -> PolicyFailure {
+    match classify(e) {
+        PolicyFailure::Trap(message) => PolicyFailure::Instantiate(message),
+        other => other,
+    }
+}

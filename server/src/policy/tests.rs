@@ -1,0 +1,281 @@
+//! The default policies' decision tables, and hostile components contained.
+
+use std::time::{Duration, Instant};
+
+use super::engine::{EngineSettings, PolicyEngine, PolicyFailure, PolicyKind};
+use super::wit::{authz_types as a, moderation_types as m};
+use super::{defaults, fixtures};
+use crate::service::Operation;
+
+const WS: &str = "6f1c2d3e-4b5a-4c6d-8e7f-0123456789ab";
+const OTHER_WS: &str = "00000000-0000-4000-8000-000000000000";
+
+fn engine() -> std::sync::Arc<PolicyEngine> {
+    PolicyEngine::new(EngineSettings {
+        max_concurrent: 4,
+        ..EngineSettings::default()
+    })
+    .expect("engine")
+}
+
+fn request(operation: Operation, scopes: &[&str], workspace: Option<&str>) -> a::AuthzRequest {
+    let (method, route) = operation.http();
+    a::AuthzRequest {
+        principal: a::Principal {
+            kind: a::PrincipalKind::UserToken,
+            id: "token".into(),
+            user_id: "user".into(),
+            organisation_id: "org".into(),
+            workspace_ids: vec![WS.into()],
+            environment_ids: vec![],
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+        },
+        operation: operation.id().into(),
+        method: method.into(),
+        route: route.into(),
+        workspace_id: workspace.map(str::to_owned),
+        resource_ids: vec![],
+    }
+}
+
+fn allowed(engine: &PolicyEngine, policy: &super::CompiledPolicy, req: &a::AuthzRequest) -> bool {
+    matches!(
+        engine.authorize_blocking(policy, req),
+        Ok(a::AuthzDecision::Allow)
+    )
+}
+
+#[test]
+fn the_default_authorizer_enforces_every_scope_and_workspace() {
+    let engine = engine();
+    let policy = engine
+        .compile(PolicyKind::Authorizer, defaults::AUTHORIZER)
+        .expect("default compiles");
+    let all: Vec<&str> = crate::domain::Scope::ALL
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    for op in Operation::ALL {
+        let scope = op.required_scope().as_str();
+        let others: Vec<&str> = all.iter().copied().filter(|s| *s != scope).collect();
+        let workspace_route = !matches!(
+            op,
+            Operation::IssueToken | Operation::WriteReview | Operation::ReportReview
+        );
+        let ws = if workspace_route { Some(WS) } else { None };
+        assert!(
+            allowed(&engine, &policy, &request(op, &[scope], ws)),
+            "{op:?} with its scope"
+        );
+        assert!(
+            !allowed(&engine, &policy, &request(op, &others, ws)),
+            "{op:?} without its scope"
+        );
+        if ws.is_some() {
+            assert!(
+                !allowed(&engine, &policy, &request(op, &all, Some(OTHER_WS))),
+                "{op:?} elsewhere"
+            );
+            assert!(
+                !allowed(&engine, &policy, &request(op, &all, Some("not-a-uuid"))),
+                "{op:?} non-uuid"
+            );
+            assert!(
+                allowed(
+                    &engine,
+                    &policy,
+                    &request(op, &all, Some(&WS.to_uppercase()))
+                ),
+                "{op:?} upper case"
+            );
+        }
+    }
+    let mut unknown = request(Operation::ReadActivity, &all, Some(WS));
+    unknown.operation = "somethingNew".into();
+    assert!(
+        !allowed(&engine, &policy, &unknown),
+        "unknown operations are denied"
+    );
+}
+
+fn review(title: &str, body: &str) -> m::ModerationRequest {
+    m::ModerationRequest {
+        review: m::Review {
+            id: "r".into(),
+            plugin_id: "p".into(),
+            author_id: "author".into(),
+            rating: 4,
+            title: title.into(),
+            body: body.into(),
+        },
+        report: None,
+        prior_reports: vec![],
+        blocklist: vec!["scam".into()],
+    }
+}
+
+fn report(who: &str) -> m::Report {
+    m::Report {
+        reporter_id: who.into(),
+        reason: m::ReportReason::Spam,
+        comment: None,
+    }
+}
+
+#[test]
+fn the_default_moderator_applies_each_rule() {
+    let engine = engine();
+    let policy = engine
+        .compile(PolicyKind::Moderator, defaults::MODERATOR)
+        .expect("default compiles");
+    let verdict = |req: &m::ModerationRequest| {
+        engine
+            .moderate_blocking(&policy, req)
+            .expect("decides")
+            .verdict
+    };
+    use m::Verdict::*;
+    assert_eq!(
+        verdict(&review("Solid plugin", "Does what it says, fast.")),
+        Publish
+    );
+    assert_eq!(
+        verdict(&review("See", "details at https://example.com")),
+        Hold
+    );
+    assert_eq!(
+        verdict(&review("Buy", "https://a.example www.b.example")),
+        Reject
+    );
+    assert_eq!(verdict(&review("Call me", "ring 0123 456 7890 now")), Hold);
+    assert_eq!(
+        verdict(&review("Mail", "write to someone@example.com")),
+        Hold
+    );
+    assert_eq!(
+        verdict(&review(
+            "THIS PLUGIN IS TERRIBLE",
+            "I HATE EVERYTHING ABOUT IT"
+        )),
+        Hold
+    );
+    assert_eq!(verdict(&review("Great", "sooooooooo good")), Hold);
+    assert_eq!(verdict(&review("Total", "a scam, avoid")), Reject);
+    let mut bad_rating = review("ok", "ok");
+    bad_rating.review.rating = 9;
+    assert_eq!(verdict(&bad_rating), Reject);
+
+    // Hidden after three distinct reporters (the author and repeats do not count).
+    let mut reported = review("Fine", "fine");
+    reported.prior_reports = vec![report("u1"), report("u1"), report("author")];
+    reported.report = Some(report("u2"));
+    assert_eq!(verdict(&reported), Publish, "two distinct reporters");
+    reported.report = Some(report("u3"));
+    reported.prior_reports.push(report("u2"));
+    assert_eq!(verdict(&reported), Hide, "three distinct reporters");
+}
+
+#[test]
+fn hostile_components_are_contained_and_the_default_still_answers() {
+    let engine = engine();
+    let default = engine
+        .compile(PolicyKind::Authorizer, defaults::AUTHORIZER)
+        .expect("default");
+    let req = request(Operation::ReadActivity, &["activity:read"], Some(WS));
+
+    let spin = engine
+        .compile(PolicyKind::Authorizer, fixtures::SPIN)
+        .expect("spin compiles");
+    let started = Instant::now();
+    assert_eq!(
+        engine.authorize_blocking(&spin, &req),
+        Err(PolicyFailure::Timeout)
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "stopped near the 50 ms deadline: {:?}",
+        started.elapsed()
+    );
+
+    let bomb = engine
+        .compile(PolicyKind::Authorizer, fixtures::BOMB)
+        .expect("bomb compiles");
+    let outcome = engine.authorize_blocking(&bomb, &req);
+    assert!(
+        matches!(outcome, Err(PolicyFailure::Memory | PolicyFailure::Trap(_))),
+        "{outcome:?}"
+    );
+
+    let trap = engine
+        .compile(PolicyKind::Authorizer, fixtures::TRAP)
+        .expect("trap compiles");
+    assert!(matches!(
+        engine.authorize_blocking(&trap, &req),
+        Err(PolicyFailure::Trap(_))
+    ));
+
+    let wrong_world = engine
+        .compile(PolicyKind::Authorizer, defaults::MODERATOR)
+        .expect_err("a moderator is no authorizer");
+    assert!(wrong_world.contains("does not implement"), "{wrong_world}");
+    let garbage = engine
+        .compile(PolicyKind::Authorizer, b"\0asm garbage that is not wasm")
+        .expect_err("garbage");
+    assert!(garbage.contains("not a valid component"), "{garbage}");
+    assert!(engine.compile(PolicyKind::Authorizer, b"hello").is_err());
+
+    for _ in 0..3 {
+        assert_eq!(
+            engine.authorize_blocking(&default, &req),
+            Ok(a::AuthzDecision::Allow)
+        );
+    }
+}
+
+#[test]
+fn no_state_survives_between_decisions() {
+    // The same request twice gives the same answer from fresh instances, and a trap in between
+    // changes nothing.
+    let engine = engine();
+    let default = engine
+        .compile(PolicyKind::Authorizer, defaults::AUTHORIZER)
+        .expect("default");
+    let trap = engine
+        .compile(PolicyKind::Authorizer, fixtures::TRAP)
+        .expect("trap");
+    let req = request(Operation::ReadActivity, &["activity:read"], Some(WS));
+    let first = engine.authorize_blocking(&default, &req);
+    let _ = engine.authorize_blocking(&trap, &req);
+    assert_eq!(engine.authorize_blocking(&default, &req), first);
+}
+
+#[test]
+fn the_default_policies_pass_their_own_case_files() {
+    let engine = engine();
+    for (kind, component, cases) in [
+        (
+            PolicyKind::Authorizer,
+            defaults::AUTHORIZER,
+            include_str!("../../../policies/authz/cases.json"),
+        ),
+        (
+            PolicyKind::Moderator,
+            defaults::MODERATOR,
+            include_str!("../../../policies/moderation/cases.json"),
+        ),
+    ] {
+        let results = super::run_cases(&engine, kind, component, cases).expect("cases run");
+        assert!(results.len() > 10);
+        let failed: Vec<_> = results.iter().filter(|r| !r.passed()).collect();
+        assert!(failed.is_empty(), "{failed:?}");
+    }
+    // A component that disagrees is caught.
+    let results = super::run_cases(
+        &engine,
+        PolicyKind::Authorizer,
+        fixtures::DENY_ALL,
+        include_str!("../../../policies/authz/cases.json"),
+    )
+    .expect("cases run");
+    assert!(results.iter().any(|r| !r.passed()));
+}
