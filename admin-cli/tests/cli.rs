@@ -257,3 +257,136 @@ async fn a_hashing_key_other_than_the_stores_is_refused() {
     }
     db.drop_db().await;
 }
+
+fn write_temp(name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("{}-{name}", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn cases(kind: &str) -> String {
+    format!(
+        "{}/../policies/{kind}/cases.json",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn policies_test_passes_the_defaults_and_fails_a_disagreeing_component() {
+    use control_plane::policy::{defaults, fixtures};
+    let authz = write_temp("authz.wasm", defaults::AUTHORIZER);
+    let out = Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args([
+            "policies",
+            "test",
+            authz.to_str().unwrap(),
+            "--cases",
+            &cases("authz"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("25 passed, 0 failed"));
+
+    let moderation = write_temp("moderation.wasm", defaults::MODERATOR);
+    let out = Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args([
+            "policies",
+            "test",
+            moderation.to_str().unwrap(),
+            "--kind",
+            "moderator",
+            "--cases",
+            &cases("moderation"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let deny = write_temp("deny.wasm", fixtures::DENY_ALL);
+    let out = Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args([
+            "policies",
+            "test",
+            deny.to_str().unwrap(),
+            "--cases",
+            &cases("authz"),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a mismatch exits non-zero");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("FAIL"));
+}
+
+#[tokio::test]
+async fn policies_install_activate_roll_back_and_refuse_the_wrong_world() {
+    use control_plane::policy::{defaults, fixtures};
+    let db = Db::new().await;
+    let garbage = write_temp("garbage.wasm", b"not a component at all");
+    let out = db.cpctl(&[
+        "policies",
+        "install",
+        garbage.to_str().unwrap(),
+        "--kind",
+        "authorizer",
+        "--name",
+        "junk",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a WebAssembly component"));
+    let moderation = write_temp("moderation.wasm", defaults::MODERATOR);
+    let out = db.cpctl(&[
+        "policies",
+        "install",
+        moderation.to_str().unwrap(),
+        "--kind",
+        "authorizer",
+        "--name",
+        "wrong",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not implement"));
+
+    let deny = write_temp("deny.wasm", fixtures::DENY_ALL);
+    let out = db.cpctl(&[
+        "policies",
+        "install",
+        deny.to_str().unwrap(),
+        "--kind",
+        "authorizer",
+        "--name",
+        "deny-all",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout(&out).trim(), "deny-all@1");
+    assert!(
+        db.cpctl(&["policies", "activate", "deny-all@1"])
+            .status
+            .success()
+    );
+    let list: Value =
+        serde_json::from_str(&stdout(&db.cpctl(&["policies", "list", "-o", "json"]))).unwrap();
+    assert_eq!(list["active"]["authorizer"], "deny-all@1");
+    let removed = db.cpctl(&["policies", "remove", "deny-all@1"]);
+    assert!(
+        !removed.status.success(),
+        "an activated version stays for rollback"
+    );
+    let rolled = db.cpctl(&["policies", "rollback", "authorizer"]);
+    assert!(stdout(&rolled).contains("built-in"), "{}", stdout(&rolled));
+    let again = db.cpctl(&["policies", "rollback", "authorizer"]);
+    assert!(!again.status.success(), "nothing left to roll back");
+    db.drop_db().await;
+}

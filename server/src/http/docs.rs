@@ -12,7 +12,7 @@ one is a 400 whose body and header carry a freshly generated id.
 `validation_failed`, `invalid_json`, `unsupported_media_type`, `payload_too_large`, \
 `unauthenticated`, `forbidden`, `not_found`, `method_not_allowed`, `conflict`, \
 `token_limit_reached`, `idempotency_key_reused`, `idempotency_in_progress`, `rate_limited`, \
-`not_implemented`, `unavailable`, `internal`. `error.details` names the \
+`policy_error` (the authorization policy failed; denied), `not_implemented`, `unavailable`, `internal`. `error.details` names the \
 failing field (`field`, `reason`, and `errors` listing all of them).
 * A wrong or missing `Content-Type` on a JSON body is a 400 `unsupported_media_type` (the \
 contract lists no 415). Bodies over the limit (1 MiB by default) are a 413.

@@ -43,3 +43,48 @@ pub fn digest(bytes: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// Typical requests, for the benchmarks.
+#[doc(hidden)]
+pub mod bench_support {
+    use super::wit::{authz_types as a, moderation_types as m};
+
+    pub fn authz_request() -> a::AuthzRequest {
+        a::AuthzRequest {
+            principal: a::Principal {
+                kind: a::PrincipalKind::UserToken,
+                id: "0b6f1c2d-3e4b-4a5c-8d6e-7f0123456789".into(),
+                user_id: "1b6f1c2d-3e4b-4a5c-8d6e-7f0123456789".into(),
+                organisation_id: "2b6f1c2d-3e4b-4a5c-8d6e-7f0123456789".into(),
+                workspace_ids: vec!["6f1c2d3e-4b5a-4c6d-8e7f-0123456789ab".into()],
+                environment_ids: vec![],
+                scopes: crate::domain::Scope::ALL
+                    .iter()
+                    .map(|s| s.as_str().to_owned())
+                    .collect(),
+            },
+            operation: "listActivity".into(),
+            method: "GET".into(),
+            route: "/v1/workspaces/{workspaceId}/activity".into(),
+            workspace_id: Some("6f1c2d3e-4b5a-4c6d-8e7f-0123456789ab".into()),
+            resource_ids: vec![],
+        }
+    }
+
+    pub fn moderation_request() -> m::ModerationRequest {
+        m::ModerationRequest {
+            review: m::Review {
+                id: "r".into(),
+                plugin_id: "p".into(),
+                author_id: "a".into(),
+                rating: 4,
+                title: "Solid plugin".into(),
+                body: "Does what it says; setup took five minutes and it has been reliable since."
+                    .into(),
+            },
+            report: None,
+            prior_reports: vec![],
+            blocklist: vec!["scam".into()],
+        }
+    }
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# What the policy costs a request: GET activity through the active authorizer component vs the
+# allow-all Rust stub, one run, ABBA order (policy, stub, stub, policy), limits off.
+#
+#   tests/bench/policy.sh [seconds]     (default 15)
+SECS=${1:-15}
+source "$(dirname "$0")/lib.sh"
+start_server 18084 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off
+start_server 18085 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_AUTHORIZER=allow-all
+POLICY=http://127.0.0.1:18084
+STUB=http://127.0.0.1:18085
+HALF=$(( (SECS + 1) / 2 ))
+wrk -t2 -c$CONNS -d3s -s $HERE/activity.lua $POLICY >/dev/null
+wrk -t2 -c$CONNS -d3s -s $HERE/activity.lua $STUB >/dev/null
+get() { SECS=$HALF wrk_run -s $HERE/activity.lua "$@"; }
+echo "policy, stub, stub, policy..." >&2
+get $POLICY > "$OUT/policy1.txt"
+get $STUB > "$OUT/stub1.txt"
+get $STUB > "$OUT/stub2.txt"
+get $POLICY > "$OUT/policy2.txt"
+summarise "GET activity, authorizer component (A1):policy1:wrk" "GET activity, allow-all stub (B1):stub1:wrk" \
+  "GET activity, allow-all stub (B2):stub2:wrk" "GET activity, authorizer component (A2):policy2:wrk"
+awk '{ r[$1] = $2 } END { printf "\npolicy / stub (A1+A2)/(B1+B2): %.2f\n", (r["policy1"] + r["policy2"]) / (r["stub1"] + r["stub2"]) }' "$OUT/rates.txt"
