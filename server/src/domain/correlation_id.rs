@@ -19,8 +19,7 @@ impl CorrelationId {
         }
         let mut bytes = raw.bytes();
         let first_ok = bytes.next().is_some_and(|b| b.is_ascii_alphanumeric());
-        let rest_ok =
-            bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+        let rest_ok = bytes.all(super::ids::is_key_char);
         if first_ok && rest_ok {
             Ok(Self(raw.to_owned()))
         } else {

@@ -23,10 +23,7 @@ impl IdempotencyKey {
                 Self::MAX_LEN
             ));
         }
-        if raw
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
-        {
+        if raw.bytes().all(super::ids::is_key_char) {
             Ok(Self(raw.to_owned()))
         } else {
             Err("must match ^[A-Za-z0-9._:-]+$".to_owned())

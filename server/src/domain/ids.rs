@@ -10,6 +10,11 @@ pub fn parse_uuid(raw: &str) -> Option<Uuid> {
     }
 }
 
+/// The characters correlation ids and idempotency keys are made of: `[A-Za-z0-9._:-]`.
+pub(crate) fn is_key_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')
+}
+
 /// Text containing U+0000 cannot be stored (Postgres rejects it): refuse it as input instead.
 pub fn reject_nul(raw: &str) -> Result<&str, String> {
     if raw.contains('\0') {

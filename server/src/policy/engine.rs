@@ -355,50 +355,49 @@ impl PolicyEngine {
             .map_err(classify)
     }
 
-    /// Authorizes on a blocking thread, within the concurrency bound.
+    /// Runs `work` on a blocking thread within the concurrency bound. WASI's sync host functions
+    /// block on the runtime, so a guest must never run on an async worker thread.
+    async fn on_blocking_thread<T: Send + 'static>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&PolicyEngine) -> Result<T, PolicyFailure> + Send + 'static,
+    ) -> Result<T, PolicyFailure> {
+        let unavailable = |e: &dyn std::fmt::Display| PolicyFailure::Unavailable(e.to_string());
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let engine = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            work(&engine)
+        })
+        .await
+        .map_err(|e| unavailable(&e))?
+    }
+
+    /// Authorizes in a fresh instance, off the async workers.
     pub async fn authorize(
         self: &Arc<Self>,
         policy: Arc<CompiledPolicy>,
         input: &AuthzInput,
     ) -> Result<authz_types::AuthzDecision, PolicyFailure> {
         let request = input.to_wit();
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
+        self.on_blocking_thread(move |engine| engine.authorize_blocking(&policy, &request))
             .await
-            .map_err(|e| PolicyFailure::Unavailable(e.to_string()))?;
-        let engine = self.clone();
-        // WASI's sync host functions block on the runtime: never run them on a worker thread.
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            engine.authorize_blocking(&policy, &request)
-        })
-        .await
-        .map_err(|e| PolicyFailure::Unavailable(e.to_string()))?
     }
 
-    /// Moderates on a blocking thread, within the concurrency bound.
+    /// Moderates in a fresh instance, off the async workers.
     pub async fn moderate(
         self: &Arc<Self>,
         policy: Arc<CompiledPolicy>,
         input: &ModerationInput,
     ) -> Result<ModerationOutcome, PolicyFailure> {
         let request = input.to_wit();
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
+        self.on_blocking_thread(move |engine| engine.moderate_blocking(&policy, &request))
             .await
-            .map_err(|e| PolicyFailure::Unavailable(e.to_string()))?;
-        let engine = self.clone();
-        let decision = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            engine.moderate_blocking(&policy, &request)
-        })
-        .await
-        .map_err(|e| PolicyFailure::Unavailable(e.to_string()))??;
-        Ok(outcome(decision))
+            .map(outcome)
     }
 }
 
