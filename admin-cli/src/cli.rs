@@ -10,7 +10,8 @@ pub enum OutputFormat {
     Json,
 }
 
-/// Admin CLI of the control plane: organisations, workspaces, users and tokens.
+/// Admin CLI of the control plane: organisations, workspaces, users, tokens, policies, runners,
+/// workflows and plugins.
 #[derive(Debug, Parser)]
 #[command(name = "cpctl", version)]
 pub struct Cli {
@@ -70,6 +71,21 @@ pub enum Command {
     /// Policy components: install, activate, roll back, test, shadow.
     #[command(subcommand)]
     Policies(PoliciesCommand),
+    /// Runner pools of a workspace.
+    #[command(subcommand)]
+    Pools(crate::operations::PoolsCommand),
+    /// Runners, their keys, and signing a report as a runner.
+    #[command(subcommand)]
+    Runners(crate::operations::RunnersCommand),
+    /// Workflows and their revisions.
+    #[command(subcommand)]
+    Workflows(crate::operations::WorkflowsCommand),
+    /// Marketplace plugins.
+    #[command(subcommand)]
+    Plugins(crate::operations::PluginsCommand),
+    /// Reviews of a plugin.
+    #[command(subcommand)]
+    Reviews(crate::operations::ReviewsCommand),
     /// Print a shell completion script.
     Completion {
         #[arg(value_enum)]

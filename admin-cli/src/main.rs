@@ -2,6 +2,7 @@
 
 mod cli;
 mod commands;
+mod operations;
 mod output;
 
 use std::process::ExitCode;

@@ -390,3 +390,175 @@ async fn policies_install_activate_roll_back_and_refuse_the_wrong_world() {
     assert!(!again.status.success(), "nothing left to roll back");
     db.drop_db().await;
 }
+
+fn json_of(o: &Output) -> Value {
+    assert!(
+        o.status.success(),
+        "cpctl failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn runners_workflows_and_plugins_are_managed_from_the_cli() {
+    let db = Db::new().await;
+    let boot = json_of(&db.cpctl(&[
+        "bootstrap",
+        "--org",
+        "acme",
+        "--workspace",
+        "prod",
+        "--admin",
+        "ops@acme.test",
+        "-o",
+        "json",
+    ]));
+    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
+    let org = boot["organisationId"].as_str().unwrap().to_owned();
+
+    let pool = json_of(&db.cpctl(&[
+        "pools",
+        "create",
+        "--workspace",
+        &ws,
+        "builders",
+        "-o",
+        "json",
+    ]));
+    let pool_id = pool["id"].as_str().unwrap().to_owned();
+    let listed = json_of(&db.cpctl(&["pools", "list", "--workspace", &ws, "-o", "json"]));
+    assert_eq!(listed[0]["id"], pool["id"]);
+
+    // Without a public key, a pair is generated and the private key printed once.
+    let runner = json_of(&db.cpctl(&["runners", "register", "--pool", &pool_id, "-o", "json"]));
+    let runner_id = runner["runnerId"].as_str().unwrap().to_owned();
+    let key_id = runner["keyId"].as_str().unwrap().to_owned();
+    let private = runner["privateKey"].as_str().unwrap().to_owned();
+    assert_eq!(private.len(), 44, "base64 of 32 bytes");
+
+    // With a public key (RFC 8032 test 1), nothing secret is printed.
+    let given = json_of(&db.cpctl(&[
+        "runners",
+        "register",
+        "--pool",
+        &pool_id,
+        "--public-key",
+        "11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=",
+        "-o",
+        "json",
+    ]));
+    assert!(given["privateKey"].is_null());
+    let bad = db.cpctl(&[
+        "runners",
+        "register",
+        "--pool",
+        &pool_id,
+        "--public-key",
+        "abc",
+    ]);
+    assert!(!bad.status.success());
+
+    let added = json_of(&db.cpctl(&[
+        "runners", "keys", "add", "--runner", &runner_id, "-o", "json",
+    ]));
+    let second = added["keyId"].as_str().unwrap().to_owned();
+    assert_ne!(second, key_id);
+    let revoked = db.cpctl(&[
+        "runners", "keys", "revoke", "--runner", &runner_id, "--key", &second,
+    ]);
+    assert!(revoked.status.success());
+    let again = db.cpctl(&[
+        "runners", "keys", "revoke", "--runner", &runner_id, "--key", &second,
+    ]);
+    assert!(
+        !again.status.success(),
+        "a revoked key cannot be revoked twice"
+    );
+
+    // Signing needs no database, only the key.
+    let signed = Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args([
+            "runners",
+            "sign",
+            "--runner",
+            &runner_id,
+            "--key",
+            &key_id,
+            "--delivery",
+            &uuid::Uuid::new_v4().to_string(),
+            "--body",
+            r#"{"status":"received"}"#,
+        ])
+        .env("CP_RUNNER_PRIVATE_KEY", &private)
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    let line = stdout(&signed);
+    assert!(
+        signed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&signed.stderr)
+    );
+    for header in [
+        "x-sandbox-signature",
+        "x-sandbox-runner-id",
+        "x-sandbox-key-id",
+        "x-sandbox-timestamp",
+        "x-sandbox-nonce",
+    ] {
+        assert!(line.contains(header), "{header} missing from {line}");
+    }
+    assert!(
+        !line.contains(&private),
+        "the private key is never printed by sign"
+    );
+
+    let workflow = json_of(&db.cpctl(&[
+        "workflows",
+        "create",
+        "--workspace",
+        &ws,
+        "deploy",
+        "-o",
+        "json",
+    ]));
+    let wf = workflow["id"].as_str().unwrap().to_owned();
+    let r1 = json_of(&db.cpctl(&[
+        "workflows",
+        "revisions",
+        "create",
+        "--workflow",
+        &wf,
+        "-o",
+        "json",
+    ]));
+    let r2 = json_of(&db.cpctl(&[
+        "workflows",
+        "revisions",
+        "create",
+        "--workflow",
+        &wf,
+        "-o",
+        "json",
+    ]));
+    assert_eq!(
+        (r1["number"].as_i64(), r2["number"].as_i64()),
+        (Some(1), Some(2))
+    );
+    assert_eq!(r2["state"], "draft");
+
+    let plugin = json_of(&db.cpctl(&["plugins", "create", "--org", &org, "linter", "-o", "json"]));
+    let plugins = json_of(&db.cpctl(&["plugins", "list", "-o", "json"]));
+    assert_eq!(plugins[0]["id"], plugin["id"]);
+    let reviews = json_of(&db.cpctl(&[
+        "reviews",
+        "list",
+        "--plugin",
+        plugin["id"].as_str().unwrap(),
+        "-o",
+        "json",
+    ]));
+    assert_eq!(reviews, serde_json::json!([]));
+    db.drop_db().await;
+}

@@ -56,6 +56,24 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_MAX_ACTIVE_TOKENS_PER_USER", default_value_t = 500)]
     pub max_active_tokens_per_user: u32,
 
+    /// Comma-separated words the moderation policy holds reviews for (case-insensitive).
+    #[arg(
+        long,
+        env = "CP_MODERATION_BLOCKLIST",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    pub moderation_blocklist: Vec<String>,
+
+    /// Idle milliseconds between audit stream heartbeat comments.
+    #[arg(
+        long,
+        env = "CP_SSE_HEARTBEAT_MS",
+        default_value_t = 15_000,
+        hide = true
+    )]
+    pub sse_heartbeat_ms: u64,
+
     /// Redis URL for idempotency records and rate limits shared by every replica. Without it they
     /// live in this process, which is right for exactly one replica.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]

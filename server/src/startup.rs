@@ -61,6 +61,12 @@ pub async fn open_services(config: &ServerConfig) -> anyhow::Result<Arc<Services
     }
     let settings = ServiceSettings {
         max_active_tokens_per_user: config.max_active_tokens_per_user,
+        moderation_blocklist: config
+            .moderation_blocklist
+            .iter()
+            .map(|w| w.trim().to_lowercase())
+            .filter(|w| !w.is_empty())
+            .collect(),
     };
     let engine = PolicyEngine::new(EngineSettings {
         deadline: Duration::from_millis(config.policy_deadline_ms),
@@ -203,9 +209,12 @@ impl Application {
                 fail_closed: config.rate_limit_fail_closed,
             },
             key_prefix: config.redis_prefix.clone(),
+            heartbeat: Duration::from_millis(config.sse_heartbeat_ms.max(10)),
         };
+        services.set_nonce_store(fast.nonces.clone(), config.redis_prefix.clone());
         if let Some(pool) = services.store().postgres_pool() {
-            watch_policies(services.clone(), pool);
+            watch_policies(services.clone(), pool.clone());
+            services.audit_feed().follow_postgres(pool);
         }
         let endpoint = build_app(services.clone(), &http, fast, cipher)?.boxed();
         let acceptor = TcpListener::bind(config.listen.clone())

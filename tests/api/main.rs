@@ -2,6 +2,7 @@
 //! per test.
 
 mod activity;
+mod audit_stream;
 mod correlation;
 mod dependencies;
 mod framework_errors;
@@ -9,11 +10,15 @@ mod hardening;
 mod helpers;
 mod idempotency;
 mod issue_token;
+mod operation_auth;
 mod operations;
-mod pending_routes;
 mod policies;
 mod rate_limits;
 mod redis_outage;
 mod replicas;
+mod reviews;
 mod revoke_token;
+mod runners;
 mod secrets;
+mod signatures;
+mod workflows;

@@ -8,6 +8,8 @@ pub enum ActorKind {
     User,
     /// An operator using `cpctl` against the records store.
     Admin,
+    /// A runner authenticated by its signature.
+    Runner,
 }
 
 impl ActorKind {
@@ -15,6 +17,7 @@ impl ActorKind {
         match self {
             ActorKind::User => "user",
             ActorKind::Admin => "admin",
+            ActorKind::Runner => "runner",
         }
     }
 }
@@ -29,6 +32,13 @@ impl Actor {
     pub fn user(id: Uuid) -> Self {
         Self {
             kind: ActorKind::User,
+            id: Some(id),
+        }
+    }
+
+    pub fn runner(id: Uuid) -> Self {
+        Self {
+            kind: ActorKind::Runner,
             id: Some(id),
         }
     }

@@ -6,6 +6,8 @@ mod idempotency;
 mod ids;
 mod principal;
 mod scope;
+mod signature;
+mod states;
 mod token;
 mod validation;
 
@@ -15,6 +17,11 @@ pub use idempotency::{IdempotencyKey, RecordCipher, UndecryptableRecord};
 pub use ids::{parse_uuid, reject_nul};
 pub use principal::Principal;
 pub use scope::{Scope, Scopes, UnknownScope};
+pub use signature::{
+    CLOCK_TOLERANCE_SECS, Nonce, RunnerSignature, SignedHeaders, generate_keypair, public_key_of,
+    sign_request, signing_message,
+};
+pub use states::{CommandStatus, DeliveryStatus, ReportReason, ReviewStatus, RevisionState};
 pub use token::{
     ExpiresInDays, MalformedToken, PublicId, RevocationReason, TOKEN_PREFIX, TokenHasher,
     TokenName, TokenSecret,

@@ -159,13 +159,7 @@ impl<E: Endpoint> RequestContext<E> {
             Ok(decision) if decision.allowed => Ok(Some(decision)),
             Ok(decision) => {
                 self.metrics.rate_limited(class.as_str());
-                let failure = ApiFailure::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "rate_limited",
-                    "rate limit exceeded; retry later",
-                )
-                .with_details(serde_json::json!({ "limit": decision.limit }));
-                Err(RateLimited { failure, decision }.into())
+                Err(ApiFailure::rate_limited(decision).into())
             }
             Err(e) => {
                 let open = self.rates.settings.open_when_unavailable(class);
@@ -178,20 +172,6 @@ impl<E: Endpoint> RequestContext<E> {
                 }
             }
         }
-    }
-}
-
-/// A 429 and the decision whose headers it carries.
-#[derive(Debug, thiserror::Error)]
-#[error("rate limited")]
-struct RateLimited {
-    failure: ApiFailure,
-    decision: RateDecision,
-}
-
-impl poem::error::ResponseError for RateLimited {
-    fn status(&self) -> StatusCode {
-        StatusCode::TOO_MANY_REQUESTS
     }
 }
 
@@ -253,17 +233,18 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
             }
             Ok(response) => {
                 let operation = response.data::<OperationId>().map(|o| o.0);
+                // A handler that limits by a principal it authenticated itself (runners).
+                if let Some(own) = response.data::<RateDecision>() {
+                    decision = Some(*own);
+                }
                 (response, operation)
             }
             Err(err) => {
                 let operation = err.data::<OperationId>().map(|o| o.0);
-                let failure = match err.downcast::<RateLimited>() {
-                    Ok(limited) => {
-                        decision = Some(limited.decision);
-                        limited.failure
-                    }
-                    Err(err) => ApiFailure::from_poem(err),
-                };
+                let failure = ApiFailure::from_poem(err);
+                if let Some(own) = failure.rate {
+                    decision = Some(own);
+                }
                 code = Some(failure.code);
                 (failure.render(&cid), operation)
             }

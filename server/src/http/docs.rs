@@ -12,15 +12,40 @@ one is a 400 whose body and header carry a freshly generated id.
 `validation_failed`, `invalid_json`, `unsupported_media_type`, `payload_too_large`, \
 `unauthenticated`, `forbidden`, `not_found`, `method_not_allowed`, `conflict`, \
 `token_limit_reached`, `idempotency_key_reused`, `idempotency_in_progress`, `rate_limited`, \
-`policy_error` (the authorization policy failed; denied), `not_implemented`, `unavailable`, `internal`. `error.details` names the \
-failing field (`field`, `reason`, and `errors` listing all of them).
+`policy_error` (the authorization policy failed; denied), `invalid_signature` (a runner \
+signature was refused), `pool_busy`, `pool_deleted`, `invalid_transition`, \
+`already_reported`, `unavailable`, `internal`. `error.details` names the failing field \
+(`field`, `reason`, and `errors` listing all of them).
 * A wrong or missing `Content-Type` on a JSON body is a 400 `unsupported_media_type` (the \
 contract lists no 415). Bodies over the limit (1 MiB by default) are a 413.
 * Path ids are strings: an id that is not a uuid matches nothing (a workspace outside the \
-token's is 403, an unknown token 404).";
+token's is 403, an unknown token 404).
+* Runner status reports are signed, not bearer-authenticated. Headers: `x-sandbox-runner-id` \
+and `x-sandbox-key-id` (uuids from `cpctl runners register`), `x-sandbox-timestamp` (Unix \
+seconds, within 300 s of the server's clock), `x-sandbox-nonce` (16 to 128 of \
+`[A-Za-z0-9._-]`, single use) and `x-sandbox-signature`: base64 of the Ed25519 signature of \
+these lines joined by `\\n`: `v1`, the method, the path as sent without the query, the \
+timestamp, the nonce, the runner id, the key id, and the lowercase hex SHA-256 of the raw body.
+* States: runner command `queued → dispatched → running → succeeded | failed | cancelled`; \
+webhook delivery `pending → received → running → succeeded | failed` (and `failed` from any \
+live state; a delivery's report moves its command: received → dispatched, and so on); workflow \
+revision `draft → pending_approval → approved | rejected`; review \
+`published | held | rejected | hidden`, decided by the moderation policy.
+* The marketplace is shared by every organisation: any user with `reviews:write` may review \
+any plugin. Review and report events are organisation-level audit events of the actor's \
+organisation (they belong to no workspace's stream).";
 
 /// Request bodies that admit no other properties.
-const CLOSED_SCHEMAS: &[&str] = &["PersonalAccessTokenInput", "RevokeAccessTokenInput"];
+const CLOSED_SCHEMAS: &[&str] = &[
+    "PersonalAccessTokenInput",
+    "RevokeAccessTokenInput",
+    "DeleteRunnerPoolInput",
+    "SubmitRunnerCommandInput",
+    "DeliveryStatusReportInput",
+    "RequestApprovalInput",
+    "PluginReviewInput",
+    "ReviewReportInput",
+];
 
 pub fn finish(raw: &str) -> String {
     let Ok(mut doc) = serde_json::from_str::<Value>(raw) else {

@@ -42,6 +42,8 @@ pub struct ApiFailure {
     pub code: &'static str,
     pub message: String,
     pub details: Option<Value>,
+    /// A rate-limit decision whose headers the response carries (a 429).
+    pub rate: Option<crate::storage::RateDecision>,
 }
 
 impl ResponseError for ApiFailure {
@@ -57,6 +59,7 @@ impl ApiFailure {
             code,
             message: message.into(),
             details: None,
+            rate: None,
         }
     }
 
@@ -82,6 +85,18 @@ impl ApiFailure {
         .with_details(details)
     }
 
+    /// A 429 with the decision's headers.
+    pub fn rate_limited(decision: crate::storage::RateDecision) -> Self {
+        let mut failure = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            "rate limit exceeded; retry later",
+        )
+        .with_details(json!({ "limit": decision.limit }));
+        failure.rate = Some(decision);
+        failure
+    }
+
     pub fn payload_too_large(limit: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -89,14 +104,6 @@ impl ApiFailure {
             "the request body is too large",
         )
         .with_details(json!({ "limitBytes": limit }))
-    }
-
-    pub fn not_implemented() -> Self {
-        Self::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "not_implemented",
-            "this operation is part of the v1 contract but is not available yet",
-        )
     }
 
     pub fn internal() -> Self {
@@ -123,7 +130,7 @@ impl ApiFailure {
         let mut response = poem::web::Json(body)
             .with_status(self.status)
             .into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
+        if self.status == StatusCode::UNAUTHORIZED && self.code == "unauthenticated" {
             response.headers_mut().insert(
                 poem::http::header::WWW_AUTHENTICATE,
                 poem::http::HeaderValue::from_static("Bearer"),
@@ -196,17 +203,24 @@ impl From<ServiceError> for ApiFailure {
                 "unauthenticated",
                 "missing, invalid, expired or revoked credentials",
             ),
+            ServiceError::SignatureRejected(reason) => Self::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_signature",
+                format!("the runner signature was refused: {reason}"),
+            ),
             ServiceError::Forbidden { reason, details } => Self {
                 status: StatusCode::FORBIDDEN,
                 code: "forbidden",
                 message: reason,
                 details,
+                rate: None,
             },
             ServiceError::NotFound { message, details } => Self {
                 status: StatusCode::NOT_FOUND,
                 code: "not_found",
                 message,
                 details,
+                rate: None,
             },
             ServiceError::Conflict {
                 code,
@@ -217,6 +231,7 @@ impl From<ServiceError> for ApiFailure {
                 code,
                 message,
                 details,
+                rate: None,
             },
             ServiceError::PolicyError => Self::new(
                 StatusCode::FORBIDDEN,
@@ -254,7 +269,6 @@ fn describe(status: u16) -> &'static str {
         413 => "The request body exceeds the size limit",
         429 => "Rate limit exceeded",
         500 => "Internal error",
-        501 => "Part of the v1 contract, not available yet",
         503 => "A dependency is unavailable; retry later",
         _ => "Error",
     }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use poem::http::Method;
 
-use crate::storage::{Rate, RateLimiter};
+use super::error::ApiFailure;
+use crate::service::ServiceError;
+use crate::storage::{Rate, RateDecision, RateLimiter};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RateClass {
@@ -73,5 +75,32 @@ impl RateGuard {
             "all"
         };
         format!("{}rl:{{{subject}}}:{bucket}", self.prefix)
+    }
+}
+
+impl RateGuard {
+    /// One request of `subject` against its budget: the decision when allowed (for the
+    /// headers), a 429 when not, and the class's policy when the limiter is down.
+    pub async fn check(
+        &self,
+        subject: &str,
+        class: RateClass,
+    ) -> Result<Option<RateDecision>, ApiFailure> {
+        let Some(rate) = self.settings.rate(class) else {
+            return Ok(None);
+        };
+        match self.limiter.check(&self.key(subject, class), rate).await {
+            Ok(decision) if decision.allowed => Ok(Some(decision)),
+            Ok(decision) => Err(ApiFailure::rate_limited(decision)),
+            Err(e) => {
+                let open = self.settings.open_when_unavailable(class);
+                tracing::warn!(error = %e, class = class.as_str(), serve = open, "rate limiter unavailable");
+                if open {
+                    Ok(None)
+                } else {
+                    Err(ServiceError::Unavailable.into())
+                }
+            }
+        }
     }
 }

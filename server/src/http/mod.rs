@@ -38,11 +38,13 @@ pub struct HttpSettings {
     pub rates: RateSettings,
     /// Prefix of every fast-state key, so several deployments (or tests) can share one Redis.
     pub key_prefix: String,
+    /// Idle interval between audit stream heartbeat comments.
+    pub heartbeat: std::time::Duration,
 }
 
 pub const API_VERSION: &str = "0.5.0";
 
-fn openapi_service() -> OpenApiService<(api::TokensApi, api::ActivityApi, api::PendingApi), ()> {
+fn openapi_service() -> OpenApiService<api::AllApis, ()> {
     OpenApiService::new(api::all(), "Control plane", API_VERSION).description(docs::DESCRIPTION)
 }
 
@@ -117,6 +119,8 @@ pub fn build_app(
         .nest("/", service)
         .data(services.clone())
         .data(guard)
+        .data(rates.clone())
+        .data(api::Heartbeat(settings.heartbeat))
         // A panic becomes a bare 500 here, which the request context renders as an ApiError.
         .with(poem::middleware::CatchPanic::new());
     Ok(RequestContext::new(

@@ -27,6 +27,8 @@ pub struct JsonBody<T> {
     /// SHA-256 of the body re-serialised with sorted keys: equal for equal requests however the
     /// client ordered or spaced them (the idempotency fingerprint).
     pub digest: [u8; 32],
+    /// SHA-256 of the body exactly as received (what a runner signs).
+    pub raw_digest: [u8; 32],
 }
 
 impl<T: FromJson + Send> Payload for JsonBody<T> {
@@ -88,8 +90,13 @@ impl<T: FromJson + Send> ParsePayload for JsonBody<T> {
             return Err(ApiFailure::validation(&error.into()).into());
         }
         let digest = sha2::Sha256::digest(serde_json::to_vec(&value).unwrap_or_default()).into();
+        let raw_digest = sha2::Sha256::digest(&bytes).into();
         T::from_json(value)
-            .map(|value| JsonBody { value, digest })
+            .map(|value| JsonBody {
+                value,
+                digest,
+                raw_digest,
+            })
             .map_err(|errors| ApiFailure::validation(&errors).into())
     }
 }
@@ -221,6 +228,15 @@ impl JsonObject {
         self.string(field, required, |s| {
             parse_uuid(s).ok_or_else(|| "must be a uuid".to_owned())
         })
+    }
+
+    pub fn boolean(&mut self, field: &str, required: bool) -> Option<bool> {
+        let value = self.take(field, required)?;
+        let result = match value {
+            Value::Bool(b) => Ok(b),
+            other => Err(FieldError::new(field, "must be a boolean").with_value(other)),
+        };
+        self.errors.collect(result)
     }
 
     /// An integer field (a JSON number without a fraction), parsed by `parse`.

@@ -12,7 +12,7 @@ use crate::storage::{Environment, Organisation, StoreError, User, Workspace};
 
 const MAX_NAME_CHARS: usize = 120;
 
-fn parse_name(field: &str, raw: &str) -> Result<String, ServiceError> {
+pub(super) fn parse_name(field: &str, raw: &str) -> Result<String, ServiceError> {
     let name = raw.trim();
     if name.contains('\0') || name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
         return Err(ValidationErrors::from(FieldError::new(
@@ -39,7 +39,7 @@ fn parse_email(raw: &str) -> Result<String, ServiceError> {
 }
 
 /// A uniqueness conflict becomes a message that names the thing that exists.
-fn already_exists(what: String) -> impl FnOnce(StoreError) -> ServiceError {
+pub(super) fn already_exists(what: String) -> impl FnOnce(StoreError) -> ServiceError {
     move |e| match e {
         StoreError::Conflict(_) => ServiceError::Conflict {
             code: "conflict",
@@ -50,7 +50,7 @@ fn already_exists(what: String) -> impl FnOnce(StoreError) -> ServiceError {
     }
 }
 
-fn admin_event(
+pub(super) fn admin_event(
     organisation_id: Uuid,
     workspace_id: Option<Uuid>,
     event_type: &'static str,

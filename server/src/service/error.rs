@@ -11,6 +11,9 @@ pub enum ServiceError {
     Validation(ValidationErrors),
     #[error("missing, invalid, expired or revoked credentials")]
     Unauthenticated,
+    /// A runner signature was refused; the reason names the check, never a key.
+    #[error("{0}")]
+    SignatureRejected(String),
     #[error("{reason}")]
     Forbidden {
         reason: String,
@@ -43,6 +46,10 @@ impl ServiceError {
             reason: reason.into(),
             details: None,
         }
+    }
+
+    pub fn signature(reason: impl Into<String>) -> Self {
+        Self::SignatureRejected(reason.into())
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {

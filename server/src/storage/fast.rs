@@ -116,6 +116,14 @@ pub trait RateLimiter: Send + Sync {
     async fn check(&self, key: &str, rate: Rate) -> Result<RateDecision, FastStateError>;
 }
 
+/// Single-use values (runner signature nonces), remembered for a while.
+#[async_trait]
+pub trait NonceStore: Send + Sync {
+    /// Remembers `key` for `ttl`; false when it was already remembered (a replay). Atomic
+    /// across every process sharing the store.
+    async fn remember(&self, key: &str, ttl: Duration) -> Result<bool, FastStateError>;
+}
+
 /// GCRA on a theoretical arrival time `tat` (ms): shared by the in-process adapter and, in Lua,
 /// by the Redis one. Returns the decision and the new `tat` to store when allowed.
 pub fn gcra(now_ms: u64, tat_ms: Option<u64>, rate: Rate) -> (RateDecision, Option<u64>) {

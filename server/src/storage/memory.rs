@@ -34,6 +34,8 @@ pub struct MemoryFastState {
     records: Mutex<HashMap<String, Entry>>,
     /// key -> (theoretical arrival time, expiry), both in ms since `epoch`.
     rates: Mutex<HashMap<String, (u64, u64)>>,
+    /// nonce key -> expiry
+    nonces: Mutex<HashMap<String, Instant>>,
     epoch: Instant,
     operations: AtomicU64,
 }
@@ -43,6 +45,7 @@ impl Default for MemoryFastState {
         Self {
             records: Mutex::new(HashMap::new()),
             rates: Mutex::new(HashMap::new()),
+            nonces: Mutex::new(HashMap::new()),
             epoch: Instant::now(),
             operations: AtomicU64::new(0),
         }
@@ -78,12 +81,16 @@ impl MemoryFastState {
         if let Ok(mut rates) = self.rates.lock() {
             rates.retain(|_, (_, expires)| *expires > now_ms);
         }
+        if let Ok(mut nonces) = self.nonces.lock() {
+            nonces.retain(|_, expires| *expires > now);
+        }
     }
 
     /// Live entries, for tests of eviction.
     pub fn len(&self) -> usize {
         self.records.lock().map(|r| r.len()).unwrap_or(0)
             + self.rates.lock().map(|r| r.len()).unwrap_or(0)
+            + self.nonces.lock().map(|r| r.len()).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -179,6 +186,20 @@ impl IdempotencyStore for MemoryFastState {
     async fn discard(&self, key: &str) -> Result<(), FastStateError> {
         self.records.lock().map_err(|_| poisoned())?.remove(key);
         Ok(())
+    }
+}
+
+#[async_trait]
+impl super::fast::NonceStore for MemoryFastState {
+    async fn remember(&self, key: &str, ttl: Duration) -> Result<bool, FastStateError> {
+        self.maybe_sweep();
+        let now = Instant::now();
+        let mut nonces = self.nonces.lock().map_err(|_| poisoned())?;
+        if nonces.get(key).is_some_and(|expires| *expires > now) {
+            return Ok(false);
+        }
+        nonces.insert(key.to_owned(), now + ttl);
+        Ok(true)
     }
 }
 

@@ -4,7 +4,10 @@
 //! takes the audit events that record it and writes them in the same transaction.
 
 pub mod fast;
+mod feed;
 mod memory;
+mod operations;
+mod pg_operations;
 pub mod postgres;
 mod redis;
 
@@ -17,9 +20,13 @@ use uuid::Uuid;
 use crate::domain::{AuditEvent, NewAuditEvent};
 
 pub use self::redis::RedisFastState;
-pub use fast::{Claim, FastStateError, IdempotencyStore, Rate, RateDecision, RateLimiter};
+pub use fast::{
+    Claim, FastStateError, IdempotencyStore, NonceStore, Rate, RateDecision, RateLimiter,
+};
+pub use feed::AuditFeed;
 pub use memory::MemoryFastState;
-pub use postgres::{POLICY_CHANNEL, PostgresStore};
+pub use operations::*;
+pub use postgres::{AUDIT_CHANNEL, POLICY_CHANNEL, PostgresStore};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -172,6 +179,7 @@ pub trait DirectoryStore: Send + Sync {
     async fn create_user(&self, user: &User, event: &NewAuditEvent) -> Result<(), StoreError>;
     async fn list_users(&self, organisation_id: Option<Uuid>) -> Result<Vec<User>, StoreError>;
     async fn get_user(&self, id: Uuid) -> Result<Option<User>, StoreError>;
+    async fn get_workspace(&self, id: Uuid) -> Result<Option<Workspace>, StoreError>;
     async fn lookup_targets(
         &self,
         organisation_id: Uuid,
@@ -210,6 +218,13 @@ pub trait AuditStore: Send + Sync {
         &self,
         workspace_id: Uuid,
         before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEvent>, StoreError>;
+    /// A workspace's events with a sequence above `after`, oldest first.
+    async fn events_after(
+        &self,
+        workspace_id: Uuid,
+        after: i64,
         limit: u32,
     ) -> Result<Vec<AuditEvent>, StoreError>;
 }
@@ -293,7 +308,7 @@ pub trait PolicyStore: Send + Sync {
 
 /// Everything the service layer needs of the records store.
 pub trait RecordStore:
-    DirectoryStore + TokenStore + AuditStore + SettingsStore + PolicyStore
+    DirectoryStore + TokenStore + AuditStore + SettingsStore + PolicyStore + OperationsStore
 {
     /// The Postgres pool behind the store, for LISTEN; `None` for stores without one.
     fn postgres_pool(&self) -> Option<sqlx::PgPool> {
@@ -314,20 +329,23 @@ pub type SharedRecordStore = Arc<dyn RecordStore>;
 pub struct FastState {
     pub idempotency: Arc<dyn IdempotencyStore>,
     pub limiter: Arc<dyn RateLimiter>,
+    pub nonces: Arc<dyn NonceStore>,
 }
 
 impl FastState {
     pub fn redis(state: Arc<RedisFastState>) -> Self {
         Self {
             idempotency: state.clone(),
-            limiter: state,
+            limiter: state.clone(),
+            nonces: state,
         }
     }
 
     pub fn memory(state: Arc<MemoryFastState>) -> Self {
         Self {
             idempotency: state.clone(),
-            limiter: state,
+            limiter: state.clone(),
+            nonces: state,
         }
     }
 }

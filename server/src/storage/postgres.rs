@@ -92,7 +92,7 @@ impl PostgresStore {
     }
 }
 
-fn map_err(e: sqlx::Error) -> StoreError {
+pub(super) fn map_err(e: sqlx::Error) -> StoreError {
     match &e {
         sqlx::Error::Database(db) if db.is_unique_violation() => {
             StoreError::Conflict(db.constraint().unwrap_or("unique").to_owned())
@@ -120,15 +120,24 @@ fn map_err(e: sqlx::Error) -> StoreError {
     }
 }
 
-/// Writes one audit event, taking the next sequence of its workspace under that row's lock.
-async fn insert_event(conn: &mut PgConnection, event: &NewAuditEvent) -> Result<(), StoreError> {
+/// Writes one audit event, taking the next sequence of its workspace under that row's lock, and
+/// announces it on [`AUDIT_CHANNEL`] (delivered at commit, so listeners never see a rolled-back
+/// event). One round trip.
+pub(super) async fn insert_event(
+    conn: &mut PgConnection,
+    event: &NewAuditEvent,
+) -> Result<(), StoreError> {
     sqlx::query(
         "WITH seq AS (
              UPDATE workspaces SET audit_seq = audit_seq + 1 WHERE id = $3 RETURNING audit_seq
+         ), ins AS (
+             INSERT INTO audit_events (id, organisation_id, workspace_id, seq, event_type,
+                 actor_kind, actor_id, target_kind, target_id, correlation_id, occurred_at, data)
+             VALUES ($1, $2, $3, (SELECT audit_seq FROM seq), $4, $5, $6, $7, $8, $9, $10, $11)
+             RETURNING workspace_id, seq
          )
-         INSERT INTO audit_events (id, organisation_id, workspace_id, seq, event_type, actor_kind,
-             actor_id, target_kind, target_id, correlation_id, occurred_at, data)
-         VALUES ($1, $2, $3, (SELECT audit_seq FROM seq), $4, $5, $6, $7, $8, $9, $10, $11)",
+         SELECT pg_notify('cp_audit', workspace_id::text || ' ' || seq::text)
+         FROM ins WHERE seq IS NOT NULL",
     )
     .bind(Uuid::new_v4())
     .bind(event.organisation_id)
@@ -397,6 +406,24 @@ impl DirectoryStore for PostgresStore {
             .collect())
     }
 
+    async fn get_workspace(&self, id: Uuid) -> Result<Option<Workspace>, StoreError> {
+        let row: Option<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, organisation_id, name, created_at FROM workspaces WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(
+            row.map(|(id, organisation_id, name, created_at)| Workspace {
+                id,
+                organisation_id,
+                name,
+                created_at,
+            }),
+        )
+    }
+
     async fn get_user(&self, id: Uuid) -> Result<Option<User>, StoreError> {
         let row: Option<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
             "SELECT id, organisation_id, email, created_at FROM users WHERE id = $1",
@@ -611,29 +638,36 @@ impl TokenStore for PostgresStore {
 
 #[async_trait]
 impl AuditStore for PostgresStore {
+    async fn events_after(
+        &self,
+        workspace_id: Uuid,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AuditEvent>, StoreError> {
+        let rows: Vec<EventRow> = sqlx::query_as(
+            "SELECT id, organisation_id, workspace_id, seq, event_type, actor_kind, actor_id, target_kind,
+                    target_id, correlation_id, occurred_at, data::text AS data
+             FROM audit_events
+             WHERE workspace_id = $1 AND seq > $2
+             ORDER BY seq LIMIT $3",
+        )
+        .bind(workspace_id)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.into_iter().map(EventRow::into_event).collect()
+    }
+
     async fn list_events(
         &self,
         workspace_id: Uuid,
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<AuditEvent>, StoreError> {
-        #[derive(FromRow)]
-        struct Row {
-            id: Uuid,
-            organisation_id: Uuid,
-            workspace_id: Option<Uuid>,
-            seq: Option<i64>,
-            event_type: String,
-            actor_kind: String,
-            actor_id: Option<Uuid>,
-            target_kind: String,
-            target_id: Uuid,
-            correlation_id: String,
-            occurred_at: DateTime<Utc>,
-            data: String,
-        }
         // jsonb as text: readers pass it through, so nothing parses it into a tree.
-        let rows: Vec<Row> = sqlx::query_as(
+        let rows: Vec<EventRow> = sqlx::query_as(
             "SELECT id, organisation_id, workspace_id, seq, event_type, actor_kind, actor_id, target_kind,
                     target_id, correlation_id, occurred_at, data::text AS data
              FROM audit_events
@@ -646,29 +680,49 @@ impl AuditStore for PostgresStore {
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;
-        rows.into_iter()
-            .map(|r| {
-                let data = serde_json::value::RawValue::from_string(r.data).map_err(|e| {
-                    StoreError::Internal(format!("stored event data is not JSON: {e}"))
-                })?;
-                Ok(AuditEvent {
-                    id: r.id,
-                    organisation_id: r.organisation_id,
-                    workspace_id: r.workspace_id,
-                    sequence: r.seq,
-                    event_type: r.event_type,
-                    actor_kind: r.actor_kind,
-                    actor_id: r.actor_id,
-                    target_kind: r.target_kind,
-                    target_id: r.target_id,
-                    correlation_id: r.correlation_id,
-                    occurred_at: r.occurred_at,
-                    data,
-                })
-            })
-            .collect()
+        rows.into_iter().map(EventRow::into_event).collect()
     }
 }
+
+#[derive(FromRow)]
+struct EventRow {
+    id: Uuid,
+    organisation_id: Uuid,
+    workspace_id: Option<Uuid>,
+    seq: Option<i64>,
+    event_type: String,
+    actor_kind: String,
+    actor_id: Option<Uuid>,
+    target_kind: String,
+    target_id: Uuid,
+    correlation_id: String,
+    occurred_at: DateTime<Utc>,
+    data: String,
+}
+
+impl EventRow {
+    fn into_event(self) -> Result<AuditEvent, StoreError> {
+        let data = serde_json::value::RawValue::from_string(self.data)
+            .map_err(|e| StoreError::Internal(format!("stored event data is not JSON: {e}")))?;
+        Ok(AuditEvent {
+            id: self.id,
+            organisation_id: self.organisation_id,
+            workspace_id: self.workspace_id,
+            sequence: self.seq,
+            event_type: self.event_type,
+            actor_kind: self.actor_kind,
+            actor_id: self.actor_id,
+            target_kind: self.target_kind,
+            target_id: self.target_id,
+            correlation_id: self.correlation_id,
+            occurred_at: self.occurred_at,
+            data,
+        })
+    }
+}
+
+/// Channel on which new audit events are announced, as `<workspace id> <sequence>`.
+pub const AUDIT_CHANNEL: &str = "cp_audit";
 
 /// Channel on which policy changes are announced.
 pub const POLICY_CHANNEL: &str = "cp_policy";

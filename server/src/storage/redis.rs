@@ -119,6 +119,29 @@ impl RedisFastState {
     }
 }
 
+#[async_trait]
+impl super::fast::NonceStore for RedisFastState {
+    async fn remember(&self, key: &str, ttl: Duration) -> Result<bool, FastStateError> {
+        let mut conn = self.connection().await?;
+        let ttl_ms = ttl.as_millis().max(1) as u64;
+        // SET NX: the first writer wins on every replica; PX bounds memory.
+        let set: Option<String> = tokio::time::timeout(
+            self.timeout * 2,
+            redis::cmd("SET")
+                .arg(key)
+                .arg(1)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms)
+                .query_async(&mut conn),
+        )
+        .await
+        .map_err(|_| FastStateError::Unavailable("Redis did not answer in time".into()))?
+        .map_err(unavailable)?;
+        Ok(set.is_some())
+    }
+}
+
 fn unavailable(e: redis::RedisError) -> FastStateError {
     FastStateError::Unavailable(e.to_string())
 }

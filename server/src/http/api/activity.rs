@@ -75,7 +75,7 @@ struct Page<'a> {
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct Item<'a> {
+pub(super) struct Item<'a> {
     id: Uuid,
     sequence: i64,
     #[serde(rename = "type")]

@@ -1,14 +1,20 @@
 //! The v1 operations, one file per resource.
 
 mod activity;
-mod pending;
+mod audit;
+mod reviews;
+mod runners;
 mod tokens;
+mod workflows;
 
 use poem_openapi::Tags;
 
 pub use activity::ActivityApi;
-pub use pending::PendingApi;
+pub use audit::{AuditApi, Heartbeat};
+pub use reviews::ReviewsApi;
+pub use runners::RunnersApi;
 pub use tokens::TokensApi;
+pub use workflows::WorkflowsApi;
 
 #[derive(Tags)]
 pub enum ApiTags {
@@ -24,7 +30,23 @@ pub enum ApiTags {
     Marketplace,
 }
 
+pub type AllApis = (
+    TokensApi,
+    ActivityApi,
+    AuditApi,
+    RunnersApi,
+    WorkflowsApi,
+    ReviewsApi,
+);
+
 /// All v1 APIs, in the order they appear in the document.
-pub fn all() -> (TokensApi, ActivityApi, PendingApi) {
-    (TokensApi, ActivityApi, PendingApi)
+pub fn all() -> AllApis {
+    (
+        TokensApi,
+        ActivityApi,
+        AuditApi,
+        RunnersApi,
+        WorkflowsApi,
+        ReviewsApi,
+    )
 }

@@ -1,0 +1,405 @@
+//! `cpctl pools|runners|workflows|plugins|reviews`: the records the v1 operations act on.
+
+use anyhow::Context;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use clap::Subcommand;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use control_plane::domain::{CorrelationId, sign_request};
+use control_plane::service::Services;
+use control_plane::storage::{Plugin, Review, RunnerPool, Workflow, WorkflowRevision};
+
+use crate::cli::OutputFormat;
+use crate::output::{self, Render};
+
+#[derive(Debug, Subcommand)]
+pub enum PoolsCommand {
+    Create {
+        #[arg(long)]
+        workspace: Uuid,
+        name: String,
+    },
+    List {
+        #[arg(long)]
+        workspace: Option<Uuid>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunnersCommand {
+    /// Register a runner in a pool. Without --public-key, generates an Ed25519 pair and prints
+    /// the private key once (it is not stored).
+    Register {
+        #[arg(long)]
+        pool: Uuid,
+        #[arg(long, default_value = "runner")]
+        name: String,
+        /// Base64 of a 32-byte Ed25519 public key.
+        #[arg(long)]
+        public_key: Option<String>,
+    },
+    /// A runner's keys: add one for rotation, revoke an old one.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Print the headers (or a curl command) of a signed delivery status report.
+    Sign {
+        #[arg(long)]
+        runner: Uuid,
+        #[arg(long)]
+        key: Uuid,
+        /// Base64 private key, as `runners register` printed it (or CP_RUNNER_PRIVATE_KEY).
+        #[arg(long, env = "CP_RUNNER_PRIVATE_KEY", hide_env_values = true)]
+        private_key: String,
+        #[arg(long)]
+        delivery: Uuid,
+        /// The exact JSON body to send, such as '{"status":"received"}'.
+        #[arg(long)]
+        body: String,
+        /// Base URL of the server, for the printed curl command.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        url: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    Add {
+        #[arg(long)]
+        runner: Uuid,
+        #[arg(long)]
+        public_key: Option<String>,
+    },
+    Revoke {
+        #[arg(long)]
+        runner: Uuid,
+        #[arg(long)]
+        key: Uuid,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkflowsCommand {
+    Create {
+        #[arg(long)]
+        workspace: Uuid,
+        name: String,
+    },
+    List {
+        #[arg(long)]
+        workspace: Option<Uuid>,
+    },
+    /// Revisions of a workflow.
+    #[command(subcommand)]
+    Revisions(RevisionsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RevisionsCommand {
+    /// A new `draft` revision, numbered one past the newest.
+    Create {
+        #[arg(long)]
+        workflow: Uuid,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PluginsCommand {
+    Create {
+        /// The publishing organisation.
+        #[arg(long)]
+        org: Uuid,
+        name: String,
+    },
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReviewsCommand {
+    List {
+        #[arg(long)]
+        plugin: Uuid,
+    },
+}
+
+fn decode_key(raw: &str, what: &str) -> anyhow::Result<Vec<u8>> {
+    STANDARD
+        .decode(raw.trim())
+        .with_context(|| format!("{what} must be base64"))
+}
+
+fn print_key(out: OutputFormat, runner: Option<Uuid>, key_id: Uuid, private: Option<[u8; 32]>) {
+    let private = private.map(|k| STANDARD.encode(k));
+    match out {
+        OutputFormat::Json => {
+            let mut v = json!({ "keyId": key_id, "privateKey": private });
+            if let Some(runner) = runner {
+                v["runnerId"] = json!(runner);
+            }
+            println!("{v}");
+        }
+        OutputFormat::Table => {
+            if let Some(runner) = runner {
+                println!("runner:      {runner}");
+            }
+            println!("key:         {key_id}");
+            if let Some(private) = private {
+                println!("private key: {private}");
+                println!("(shown once; the server keeps only the public key)");
+            }
+        }
+    }
+}
+
+pub async fn pools(
+    services: &Services,
+    out: OutputFormat,
+    cid: &CorrelationId,
+    command: PoolsCommand,
+) -> anyhow::Result<()> {
+    match command {
+        PoolsCommand::Create { workspace, name } => {
+            let pool = services.create_pool(workspace, &name, cid).await?;
+            output::created(out, &pool, pool.id);
+        }
+        PoolsCommand::List { workspace } => {
+            output::list(out, &services.list_pools(workspace).await?)
+        }
+    }
+    Ok(())
+}
+
+pub async fn runners(
+    services: &Services,
+    out: OutputFormat,
+    cid: &CorrelationId,
+    command: RunnersCommand,
+) -> anyhow::Result<()> {
+    match command {
+        RunnersCommand::Register {
+            pool,
+            name,
+            public_key,
+        } => {
+            let public = public_key
+                .map(|k| decode_key(&k, "--public-key"))
+                .transpose()?;
+            let done = services
+                .register_runner(pool, &name, public.as_deref(), cid)
+                .await?;
+            print_key(out, Some(done.runner.id), done.key_id, done.private_key);
+        }
+        RunnersCommand::Keys(KeysCommand::Add { runner, public_key }) => {
+            let public = public_key
+                .map(|k| decode_key(&k, "--public-key"))
+                .transpose()?;
+            let (key_id, private) = services
+                .add_runner_key(runner, public.as_deref(), cid)
+                .await?;
+            print_key(out, None, key_id, private);
+        }
+        RunnersCommand::Keys(KeysCommand::Revoke { runner, key }) => {
+            services.revoke_runner_key(runner, key, cid).await?;
+            match out {
+                OutputFormat::Json => println!("{}", json!({ "revoked": true, "keyId": key })),
+                OutputFormat::Table => println!("revoked"),
+            }
+        }
+        RunnersCommand::Sign { .. } => sign(out, &command)?,
+    }
+    Ok(())
+}
+
+/// `cpctl runners sign`: needs no records store, only the key.
+pub fn sign(out: OutputFormat, command: &RunnersCommand) -> anyhow::Result<()> {
+    let RunnersCommand::Sign {
+        runner,
+        key,
+        private_key,
+        delivery,
+        body,
+        url,
+    } = command
+    else {
+        return Ok(());
+    };
+    let private: [u8; 32] = decode_key(private_key, "--private-key")?
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("--private-key must be 32 bytes"))?;
+    let path = format!("/v1/runner/webhook-deliveries/{delivery}/status");
+    let nonce = Uuid::new_v4().simple().to_string();
+    let headers = sign_request(
+        &private,
+        *runner,
+        *key,
+        "POST",
+        &path,
+        body.as_bytes(),
+        chrono::Utc::now().timestamp(),
+        &nonce,
+    );
+    match out {
+        OutputFormat::Json => {
+            let map: serde_json::Map<String, Value> = headers
+                .pairs()
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), json!(v)))
+                .collect();
+            println!(
+                "{}",
+                json!({ "method": "POST", "path": path, "headers": map })
+            );
+        }
+        OutputFormat::Table => {
+            let mut line = format!(
+                "curl -sS -X POST '{}{path}' -H 'content-type: application/json'",
+                url.trim_end_matches('/')
+            );
+            for (name, value) in headers.pairs() {
+                line.push_str(&format!(" -H '{name}: {value}'"));
+            }
+            line.push_str(&format!(" --data-raw '{}'", body.replace('\'', "'\\''")));
+            println!("{line}");
+        }
+    }
+    Ok(())
+}
+
+pub async fn workflows(
+    services: &Services,
+    out: OutputFormat,
+    cid: &CorrelationId,
+    command: WorkflowsCommand,
+) -> anyhow::Result<()> {
+    match command {
+        WorkflowsCommand::Create { workspace, name } => {
+            let workflow = services.create_workflow(workspace, &name, cid).await?;
+            output::created(out, &workflow, workflow.id);
+        }
+        WorkflowsCommand::List { workspace } => {
+            output::list(out, &services.list_workflows(workspace).await?)
+        }
+        WorkflowsCommand::Revisions(RevisionsCommand::Create { workflow }) => {
+            let revision = services.create_revision(workflow, cid).await?;
+            output::created(out, &revision, revision.id);
+        }
+    }
+    Ok(())
+}
+
+pub async fn plugins(
+    services: &Services,
+    out: OutputFormat,
+    cid: &CorrelationId,
+    command: PluginsCommand,
+) -> anyhow::Result<()> {
+    match command {
+        PluginsCommand::Create { org, name } => {
+            let plugin = services.create_plugin(org, &name, cid).await?;
+            output::created(out, &plugin, plugin.id);
+        }
+        PluginsCommand::List => output::list(out, &services.list_plugins().await?),
+    }
+    Ok(())
+}
+
+pub async fn reviews(
+    services: &Services,
+    out: OutputFormat,
+    command: ReviewsCommand,
+) -> anyhow::Result<()> {
+    let ReviewsCommand::List { plugin } = command;
+    output::list(out, &services.list_reviews(plugin).await?);
+    Ok(())
+}
+
+impl Render for RunnerPool {
+    fn json(&self) -> Value {
+        json!({ "id": self.id, "workspaceId": self.workspace_id, "name": self.name,
+                "createdAt": self.created_at, "deletedAt": self.deleted_at })
+    }
+    fn headers() -> &'static [&'static str] {
+        &["ID", "WORKSPACE", "NAME", "DELETED"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.id.to_string(),
+            self.workspace_id.to_string(),
+            self.name.clone(),
+            self.deleted_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+        ]
+    }
+}
+
+impl Render for Workflow {
+    fn json(&self) -> Value {
+        json!({ "id": self.id, "workspaceId": self.workspace_id, "name": self.name, "createdAt": self.created_at })
+    }
+    fn headers() -> &'static [&'static str] {
+        &["ID", "WORKSPACE", "NAME", "CREATED"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.id.to_string(),
+            self.workspace_id.to_string(),
+            self.name.clone(),
+            self.created_at.to_rfc3339(),
+        ]
+    }
+}
+
+impl Render for WorkflowRevision {
+    fn json(&self) -> Value {
+        json!({ "id": self.id, "workflowId": self.workflow_id, "number": self.number,
+                "state": self.state.as_str(), "createdAt": self.created_at })
+    }
+    fn headers() -> &'static [&'static str] {
+        &["ID", "WORKFLOW", "NUMBER", "STATE"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.id.to_string(),
+            self.workflow_id.to_string(),
+            self.number.to_string(),
+            self.state.as_str().to_owned(),
+        ]
+    }
+}
+
+impl Render for Plugin {
+    fn json(&self) -> Value {
+        json!({ "id": self.id, "organisationId": self.organisation_id, "name": self.name, "createdAt": self.created_at })
+    }
+    fn headers() -> &'static [&'static str] {
+        &["ID", "PUBLISHER", "NAME", "CREATED"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.id.to_string(),
+            self.organisation_id.to_string(),
+            self.name.clone(),
+            self.created_at.to_rfc3339(),
+        ]
+    }
+}
+
+impl Render for Review {
+    fn json(&self) -> Value {
+        json!({ "id": self.id, "pluginId": self.plugin_id, "authorId": self.author_id,
+                "rating": self.rating, "title": self.title, "status": self.status.as_str(),
+                "reasons": self.reasons, "labels": self.labels, "updatedAt": self.updated_at })
+    }
+    fn headers() -> &'static [&'static str] {
+        &["ID", "AUTHOR", "RATING", "STATUS", "TITLE"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.id.to_string(),
+            self.author_id.to_string(),
+            self.rating.to_string(),
+            self.status.as_str().to_owned(),
+            self.title.clone(),
+        ]
+    }
+}

@@ -1,0 +1,158 @@
+//! GET /v1/workspaces/{workspaceId}/audit/stream: Server-Sent Events.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use poem::web::Data;
+use poem::{Body, IntoResponse, Request, Response};
+use poem_openapi::param::{Path, Query};
+use poem_openapi::registry::{
+    MetaMediaType, MetaResponse, MetaResponses, MetaSchema, MetaSchemaRef, Registry,
+};
+use poem_openapi::types::Type;
+use poem_openapi::{ApiResponse, OpenApi};
+
+use super::ApiTags;
+use super::activity::{ActivityItem, Item};
+use crate::domain::AuditEvent;
+use crate::http::auth::BearerAuth;
+use crate::http::error::{ApiFailure, error_responses};
+use crate::service::{ServiceError, Services, StreamRequest};
+
+/// How often an idle stream sends a comment line, so proxies keep it open and a vanished
+/// client is noticed.
+#[derive(Debug, Clone, Copy)]
+pub struct Heartbeat(pub Duration);
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<Arc<AuditEvent>, ServiceError>> + Send>>;
+
+/// 200 `text/event-stream`.
+pub struct AuditStreamResponse {
+    events: EventStream,
+    heartbeat: Duration,
+}
+
+impl ApiResponse for AuditStreamResponse {
+    fn meta() -> MetaResponses {
+        MetaResponses {
+            responses: vec![MetaResponse {
+                description: "Server-Sent Events: `id:` is the workspace sequence, `event:` the \
+                              event type, `data:` one JSON activity item; comment lines are \
+                              heartbeats",
+                status: Some(200),
+                status_range: None,
+                content: vec![MetaMediaType {
+                    content_type: "text/event-stream",
+                    schema: MetaSchemaRef::Inline(Box::new(MetaSchema {
+                        items: Some(Box::new(ActivityItem::schema_ref())),
+                        ..MetaSchema::new("array")
+                    })),
+                }],
+                headers: vec![],
+            }],
+        }
+    }
+
+    fn register(registry: &mut Registry) {
+        ActivityItem::register(registry);
+    }
+}
+
+fn render(item: Result<Arc<AuditEvent>, ServiceError>) -> bytes::Bytes {
+    match item {
+        Ok(event) => {
+            let data = serde_json::to_string(&Item::from(event.as_ref())).unwrap_or_default();
+            format!(
+                "id: {}\nevent: {}\ndata: {data}\n\n",
+                event.sequence.unwrap_or_default(),
+                event.event_type
+            )
+            .into()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "audit stream ended early");
+            // The stream ends here; the client resumes from its last id.
+            bytes::Bytes::from_static(
+                b": the stream was interrupted; reconnect with Last-Event-ID\n\n",
+            )
+        }
+    }
+}
+
+impl IntoResponse for AuditStreamResponse {
+    fn into_response(self) -> Response {
+        let mut events = self.events.map(render);
+        let period = self.heartbeat;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        let mut opened = false;
+        let body = futures_util::stream::poll_fn(move |cx| {
+            if !opened {
+                opened = true;
+                // Tells the client how soon to reconnect, and that the subscription is live.
+                return Poll::Ready(Some(Ok::<_, std::io::Error>(bytes::Bytes::from_static(
+                    b"retry: 2000\n: subscribed\n\n",
+                ))));
+            }
+            if let Poll::Ready(item) = events.poll_next_unpin(cx) {
+                tick.reset();
+                return Poll::Ready(item.map(Ok));
+            }
+            tick.poll_tick(cx)
+                .map(|_| Some(Ok(bytes::Bytes::from_static(b": heartbeat\n\n"))))
+        });
+        Response::builder()
+            .content_type("text/event-stream")
+            .header("cache-control", "no-cache")
+            .header("x-accel-buffering", "no")
+            .body(Body::from_bytes_stream(body))
+    }
+}
+
+error_responses!(AuditStreamErrors: 400, 401, 403, 413, 429, 500, 503);
+
+pub struct AuditApi;
+
+#[OpenApi(prefix_path = "/v1", tag = "ApiTags::Audit")]
+impl AuditApi {
+    /// Stream a workspace's audit events
+    ///
+    /// Requires `audit:read` on the workspace. Server-Sent Events: with `Last-Event-ID` (or
+    /// `after`) the durable log is replayed from that sequence, then live events follow, from
+    /// every replica, with no gap and no duplicate. Without either, only events from now on.
+    /// A comment line is sent every 15 seconds when idle.
+    #[oai(
+        path = "/workspaces/:workspaceId/audit/stream",
+        method = "get",
+        operation_id = "streamAuditEvents"
+    )]
+    #[allow(clippy::too_many_arguments)]
+    async fn stream(
+        &self,
+        req: &Request,
+        auth: BearerAuth,
+        services: Data<&Arc<Services>>,
+        heartbeat: Data<&Heartbeat>,
+        #[oai(name = "workspaceId")] workspace_id: Path<String>,
+        /// Replay events with a sequence above this one (`Last-Event-ID` wins when both are given).
+        after: Query<Option<String>>,
+        /// Comma-separated event types to include, such as `token.issued,runner_pool.deleted`.
+        types: Query<Option<String>>,
+    ) -> Result<AuditStreamResponse, AuditStreamErrors> {
+        let last_event_id = req
+            .headers()
+            .get("last-event-id")
+            .map(|v| v.to_str().unwrap_or("invalid"));
+        let request = StreamRequest::parse(last_event_id, after.0.as_deref(), types.0.as_deref())
+            .map_err(|e| ApiFailure::validation(&e))?;
+        let events = services
+            .audit_stream(&auth.0, &workspace_id, request)
+            .await?;
+        Ok(AuditStreamResponse {
+            events: Box::pin(events),
+            heartbeat: heartbeat.0.0,
+        })
+    }
+}

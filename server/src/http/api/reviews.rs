@@ -1,0 +1,285 @@
+//! PUT /v1/marketplace/plugins/{pluginId}/reviews/me and
+//! POST /v1/marketplace/plugins/{pluginId}/reviews/{reviewId}/report
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use poem::IntoResponse;
+use poem::web::Data;
+use poem_openapi::param::Path;
+use poem_openapi::payload::Json;
+use poem_openapi::{ApiResponse, Enum, Object, OpenApi};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::ApiTags;
+use crate::domain::{CorrelationId, FieldError, ReportReason, ValidationErrors};
+use crate::http::auth::BearerAuth;
+use crate::http::error::{ApiFailure, error_responses};
+use crate::http::idempotency::{
+    IdempotencyGuard, IdempotencyHeader, IdempotentRequest, Replayable,
+};
+use crate::http::payload::{FromJson, JsonBody, JsonObject};
+use crate::service::{ModeratedReview, ReportReviewInput, ReviewInput, Services, bounded_text};
+
+/// Request body of a review.
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+#[allow(dead_code)] // Documents the body; `ReviewInput::from_json` parses it.
+pub struct PluginReviewInput {
+    #[oai(validator(minimum(value = "1"), maximum(value = "5")))]
+    rating: i64,
+    #[oai(validator(min_length = 1, max_length = 120))]
+    title: String,
+    #[oai(validator(min_length = 1, max_length = 5000))]
+    body: String,
+}
+
+impl FromJson for ReviewInput {
+    type Schema = PluginReviewInput;
+
+    fn from_json(value: Value) -> Result<Self, ValidationErrors> {
+        let mut body = JsonObject::new(value)?;
+        let rating = body.integer("rating", true, ReviewInput::parse_rating);
+        let title = body.string("title", true, |s| bounded_text(s, ReviewInput::MAX_TITLE));
+        let text = body.string("body", true, |s| bounded_text(s, ReviewInput::MAX_BODY));
+        body.finish()?;
+        match (rating, title, text) {
+            (Some(rating), Some(title), Some(body)) => Ok(Self {
+                rating,
+                title,
+                body,
+            }),
+            _ => Err(FieldError::new("body", "is incomplete").into()),
+        }
+    }
+}
+
+#[derive(Enum)]
+#[oai(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum ReportReasonName {
+    Spam,
+    Abuse,
+    OffTopic,
+    Other,
+}
+
+/// Request body of a report.
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+#[allow(dead_code)] // Documents the body; `ReportReviewInput::from_json` parses it.
+pub struct ReviewReportInput {
+    reason: ReportReasonName,
+    #[oai(validator(min_length = 1, max_length = 1000))]
+    comment: Option<String>,
+}
+
+impl FromJson for ReportReviewInput {
+    type Schema = ReviewReportInput;
+
+    fn from_json(value: Value) -> Result<Self, ValidationErrors> {
+        let mut body = JsonObject::new(value)?;
+        let reason = body.string("reason", true, ReportReason::parse);
+        let comment = body.string("comment", false, |s| {
+            bounded_text(s, ReportReviewInput::MAX_COMMENT)
+        });
+        body.finish()?;
+        let reason = reason.ok_or_else(|| FieldError::new("reason", "is required"))?;
+        Ok(Self { reason, comment })
+    }
+}
+
+#[derive(Object)]
+pub struct ModerationBody {
+    /// `publish`, `hold`, `reject` or `hide`, as the moderation policy decided.
+    decision: String,
+    /// Why, in the policy's words.
+    reasons: Vec<String>,
+}
+
+#[derive(Object)]
+#[oai(rename = "PluginReview", rename_all = "camelCase")]
+pub struct PluginReviewBody {
+    id: Uuid,
+    plugin_id: Uuid,
+    rating: u8,
+    title: String,
+    body: String,
+    /// `published`, `held`, `rejected` or `hidden`.
+    #[oai(validator(pattern = "^(published|held|rejected|hidden)$"))]
+    status: String,
+    moderation: ModerationBody,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+#[derive(Object)]
+pub struct PluginReviewEnvelope {
+    review: PluginReviewBody,
+}
+
+impl From<ModeratedReview> for PluginReviewBody {
+    fn from(m: ModeratedReview) -> Self {
+        let r = m.review;
+        Self {
+            id: r.id,
+            plugin_id: r.plugin_id,
+            rating: r.rating,
+            title: r.title,
+            body: r.body,
+            status: r.status.as_str().to_owned(),
+            moderation: ModerationBody {
+                decision: m.decision.to_owned(),
+                reasons: r.reasons,
+            },
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+#[derive(Object)]
+#[oai(rename = "ReviewReport", rename_all = "camelCase")]
+pub struct ReviewReportBody {
+    id: Uuid,
+    review_id: Uuid,
+    reason: String,
+    created_at: DateTime<Utc>,
+}
+
+#[derive(Object)]
+#[oai(rename = "ReportedReview")]
+pub struct ReportedReviewBody {
+    id: Uuid,
+    /// The review's status after the moderator saw the report.
+    status: String,
+}
+
+#[derive(Object)]
+pub struct ReviewReportEnvelope {
+    report: ReviewReportBody,
+    review: ReportedReviewBody,
+}
+
+#[derive(ApiResponse)]
+pub enum PutReviewResponse {
+    /// The review is stored with the moderator's decision.
+    #[oai(status = 200)]
+    Ok(Json<PluginReviewEnvelope>),
+}
+
+#[derive(ApiResponse)]
+pub enum ReportReviewResponse {
+    /// The report is recorded.
+    #[oai(status = 200)]
+    Ok(Json<ReviewReportEnvelope>),
+}
+
+error_responses!(PutReviewErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
+error_responses!(ReportReviewErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
+
+pub struct ReviewsApi;
+
+#[OpenApi(prefix_path = "/v1", tag = "ApiTags::Marketplace")]
+impl ReviewsApi {
+    /// Create or replace the caller's own review of a plugin
+    ///
+    /// Requires `reviews:write`. One review per user per plugin: a second PUT replaces it. The
+    /// active moderation policy decides its status; the response says the decision and why.
+    #[oai(
+        path = "/marketplace/plugins/:pluginId/reviews/me",
+        method = "put",
+        operation_id = "putOwnPluginReview"
+    )]
+    #[allow(clippy::too_many_arguments)]
+    async fn put_own_review(
+        &self,
+        auth: BearerAuth,
+        services: Data<&Arc<Services>>,
+        guard: Data<&Arc<IdempotencyGuard>>,
+        key: Data<&IdempotencyHeader>,
+        cid: Data<&CorrelationId>,
+        #[oai(name = "pluginId")] plugin_id: Path<String>,
+        body: JsonBody<ReviewInput>,
+    ) -> Result<Replayable<PutReviewResponse>, PutReviewErrors> {
+        let path = format!("/v1/marketplace/plugins/{}/reviews/me", plugin_id.0);
+        let request = IdempotentRequest {
+            principal: format!("tok:{}", auth.0.token_id),
+            operation: "putOwnPluginReview",
+            method: "PUT",
+            path: &path,
+            body_digest: body.digest,
+        };
+        let response = guard
+            .run(key.0.0.as_ref(), request, || async {
+                let review = services
+                    .put_review(&auth.0, &plugin_id, body.value, &cid)
+                    .await
+                    .map_err(ApiFailure::from)?;
+                let envelope = PluginReviewEnvelope {
+                    review: review.into(),
+                };
+                Ok(PutReviewResponse::Ok(Json(envelope)).into_response())
+            })
+            .await?;
+        Ok(Replayable::new(response))
+    }
+
+    /// Report a plugin review
+    ///
+    /// Requires `reviews:report`. One report per user per review (409 `already_reported`); 403
+    /// for one's own review. The moderation policy decides whether the review is hidden (by
+    /// default after reports from three distinct users).
+    #[oai(
+        path = "/marketplace/plugins/:pluginId/reviews/:reviewId/report",
+        method = "post",
+        operation_id = "reportPluginReview"
+    )]
+    #[allow(clippy::too_many_arguments)]
+    async fn report_review(
+        &self,
+        auth: BearerAuth,
+        services: Data<&Arc<Services>>,
+        guard: Data<&Arc<IdempotencyGuard>>,
+        key: Data<&IdempotencyHeader>,
+        cid: Data<&CorrelationId>,
+        #[oai(name = "pluginId")] plugin_id: Path<String>,
+        #[oai(name = "reviewId")] review_id: Path<String>,
+        body: JsonBody<ReportReviewInput>,
+    ) -> Result<Replayable<ReportReviewResponse>, ReportReviewErrors> {
+        let path = format!(
+            "/v1/marketplace/plugins/{}/reviews/{}/report",
+            plugin_id.0, review_id.0
+        );
+        let request = IdempotentRequest {
+            principal: format!("tok:{}", auth.0.token_id),
+            operation: "reportPluginReview",
+            method: "POST",
+            path: &path,
+            body_digest: body.digest,
+        };
+        let response = guard
+            .run(key.0.0.as_ref(), request, || async {
+                let (report, review) = services
+                    .report_review(&auth.0, &plugin_id, &review_id, body.value, &cid)
+                    .await
+                    .map_err(ApiFailure::from)?;
+                let envelope = ReviewReportEnvelope {
+                    report: ReviewReportBody {
+                        id: report.id,
+                        review_id: report.review_id,
+                        reason: report.reason.as_str().to_owned(),
+                        created_at: report.created_at,
+                    },
+                    review: ReportedReviewBody {
+                        id: review.id,
+                        status: review.status.as_str().to_owned(),
+                    },
+                };
+                Ok(ReportReviewResponse::Ok(Json(envelope)).into_response())
+            })
+            .await?;
+        Ok(Replayable::new(response))
+    }
+}

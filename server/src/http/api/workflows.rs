@@ -1,0 +1,148 @@
+//! POST /v1/workspaces/{workspaceId}/workflows/{workflowId}/revisions/{revisionId}/request-approval
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use poem::IntoResponse;
+use poem::web::Data;
+use poem_openapi::param::Path;
+use poem_openapi::payload::Json;
+use poem_openapi::{ApiResponse, Object, OpenApi};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::ApiTags;
+use crate::domain::{CorrelationId, ValidationErrors};
+use crate::http::auth::BearerAuth;
+use crate::http::error::{ApiFailure, error_responses};
+use crate::http::idempotency::{
+    IdempotencyGuard, IdempotencyHeader, IdempotentRequest, Replayable,
+};
+use crate::http::payload::{FromJson, JsonBody, JsonObject};
+use crate::service::{Services, bounded_text};
+use crate::storage::WorkflowRevision;
+
+/// The optional comment of an approval request.
+pub struct ApprovalComment(Option<String>);
+
+/// Request body of an approval request.
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+#[allow(dead_code)] // Documents the body; `ApprovalComment::from_json` parses it.
+pub struct RequestApprovalInput {
+    /// A note for the approvers; kept with the revision and in the audit log.
+    #[oai(validator(min_length = 1, max_length = 1000))]
+    comment: Option<String>,
+}
+
+impl FromJson for ApprovalComment {
+    type Schema = RequestApprovalInput;
+
+    fn from_json(value: Value) -> Result<Self, ValidationErrors> {
+        let mut body = JsonObject::new(value)?;
+        let comment = body.string("comment", false, |s| bounded_text(s, 1000));
+        body.finish()?;
+        Ok(Self(comment))
+    }
+}
+
+#[derive(Object)]
+#[oai(rename = "WorkflowRevision", rename_all = "camelCase")]
+pub struct WorkflowRevisionBody {
+    id: Uuid,
+    workflow_id: Uuid,
+    number: i32,
+    /// `draft → pending_approval → approved | rejected`.
+    #[oai(validator(pattern = "^(draft|pending_approval|approved|rejected)$"))]
+    state: String,
+    /// The user who asked for approval.
+    requested_by: Option<Uuid>,
+    requested_at: Option<DateTime<Utc>>,
+}
+
+impl From<WorkflowRevision> for WorkflowRevisionBody {
+    fn from(r: WorkflowRevision) -> Self {
+        Self {
+            id: r.id,
+            workflow_id: r.workflow_id,
+            number: r.number,
+            state: r.state.as_str().to_owned(),
+            requested_by: r.requested_by,
+            requested_at: r.requested_at,
+        }
+    }
+}
+
+#[derive(Object)]
+pub struct WorkflowRevisionEnvelope {
+    revision: WorkflowRevisionBody,
+}
+
+#[derive(ApiResponse)]
+pub enum RequestApprovalResponse {
+    /// The revision is pending approval.
+    #[oai(status = 200)]
+    Ok(Json<WorkflowRevisionEnvelope>),
+}
+
+error_responses!(RequestApprovalErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
+
+pub struct WorkflowsApi;
+
+#[OpenApi(prefix_path = "/v1", tag = "ApiTags::Workflows")]
+impl WorkflowsApi {
+    /// Request approval of a workflow revision
+    ///
+    /// Requires `workflows:request-approval` on the workspace. Moves a `draft` revision to
+    /// `pending_approval` and records who asked; 409 `invalid_transition` from any other state.
+    #[oai(
+        path = "/workspaces/:workspaceId/workflows/:workflowId/revisions/:revisionId/request-approval",
+        method = "post",
+        operation_id = "requestWorkflowRevisionApproval"
+    )]
+    #[allow(clippy::too_many_arguments)]
+    async fn request_approval(
+        &self,
+        auth: BearerAuth,
+        services: Data<&Arc<Services>>,
+        guard: Data<&Arc<IdempotencyGuard>>,
+        key: Data<&IdempotencyHeader>,
+        cid: Data<&CorrelationId>,
+        #[oai(name = "workspaceId")] workspace_id: Path<String>,
+        #[oai(name = "workflowId")] workflow_id: Path<String>,
+        #[oai(name = "revisionId")] revision_id: Path<String>,
+        body: JsonBody<ApprovalComment>,
+    ) -> Result<Replayable<RequestApprovalResponse>, RequestApprovalErrors> {
+        let path = format!(
+            "/v1/workspaces/{}/workflows/{}/revisions/{}/request-approval",
+            workspace_id.0, workflow_id.0, revision_id.0
+        );
+        let request = IdempotentRequest {
+            principal: format!("tok:{}", auth.0.token_id),
+            operation: "requestWorkflowRevisionApproval",
+            method: "POST",
+            path: &path,
+            body_digest: body.digest,
+        };
+        let response = guard
+            .run(key.0.0.as_ref(), request, || async {
+                let revision = services
+                    .request_approval(
+                        &auth.0,
+                        &workspace_id,
+                        &workflow_id,
+                        &revision_id,
+                        body.value.0,
+                        &cid,
+                    )
+                    .await
+                    .map_err(ApiFailure::from)?;
+                let envelope = WorkflowRevisionEnvelope {
+                    revision: revision.into(),
+                };
+                Ok(RequestApprovalResponse::Ok(Json(envelope)).into_response())
+            })
+            .await?;
+        Ok(Replayable::new(response))
+    }
+}

@@ -1,0 +1,331 @@
+//! Marketplace plugins (created by the admin CLI) and their reviews and reports, moderated by
+//! the active moderation policy.
+
+use serde_json::json;
+use uuid::Uuid;
+
+use super::admin::{admin_event, parse_name};
+use super::{Operation, ServiceError, Services};
+use crate::domain::{
+    Actor, CorrelationId, NewAuditEvent, Principal, ReportReason, ReviewStatus, parse_uuid,
+};
+use crate::policy::{ModerationInput, ReportInput, Verdict};
+use crate::storage::{Plugin, Report, Review, ReviewModeration};
+
+/// `PUT .../reviews/me` body.
+#[derive(Debug, Clone)]
+pub struct ReviewInput {
+    pub rating: u8,
+    pub title: String,
+    pub body: String,
+}
+
+impl ReviewInput {
+    pub const MAX_TITLE: usize = 120;
+    pub const MAX_BODY: usize = 5000;
+
+    pub fn parse_rating(n: i64) -> Result<u8, String> {
+        if (1..=5).contains(&n) {
+            Ok(n as u8)
+        } else {
+            Err("must be an integer from 1 to 5".into())
+        }
+    }
+}
+
+/// `POST .../report` body.
+#[derive(Debug, Clone)]
+pub struct ReportReviewInput {
+    pub reason: ReportReason,
+    pub comment: Option<String>,
+}
+
+impl ReportReviewInput {
+    pub const MAX_COMMENT: usize = 1000;
+}
+
+/// A review and the moderator's decision on it.
+#[derive(Debug, Clone)]
+pub struct ModeratedReview {
+    pub review: Review,
+    pub decision: &'static str,
+}
+
+fn status_of(verdict: Verdict) -> ReviewStatus {
+    match verdict {
+        Verdict::Publish => ReviewStatus::Published,
+        Verdict::Hold => ReviewStatus::Held,
+        Verdict::Reject => ReviewStatus::Rejected,
+        Verdict::Hide => ReviewStatus::Hidden,
+    }
+}
+
+/// The decision word shown to clients: `publish`, `hold`, `reject` or `hide`.
+pub fn decision_of(status: ReviewStatus) -> &'static str {
+    match status {
+        ReviewStatus::Published => "publish",
+        ReviewStatus::Held => "hold",
+        ReviewStatus::Rejected => "reject",
+        ReviewStatus::Hidden => "hide",
+    }
+}
+
+fn report_input(r: &Report) -> ReportInput {
+    ReportInput {
+        reporter_id: r.reporter_id.to_string(),
+        reason: r.reason.as_str().to_owned(),
+        comment: r.comment.clone(),
+    }
+}
+
+fn marketplace_event(
+    principal: &Principal,
+    event_type: &'static str,
+    target_kind: &'static str,
+    target_id: Uuid,
+    cid: &CorrelationId,
+    data: serde_json::Value,
+) -> NewAuditEvent {
+    // The marketplace belongs to no workspace: an organisation-level event of the actor's.
+    NewAuditEvent {
+        organisation_id: principal.organisation_id,
+        workspace_id: None,
+        event_type,
+        actor: Actor::user(principal.user_id),
+        target_kind,
+        target_id,
+        correlation_id: cid.to_string(),
+        occurred_at: Services::now(),
+        data,
+    }
+}
+
+impl Services {
+    pub async fn create_plugin(
+        &self,
+        organisation_id: Uuid,
+        name: &str,
+        cid: &CorrelationId,
+    ) -> Result<Plugin, ServiceError> {
+        let plugin = Plugin {
+            id: Uuid::new_v4(),
+            organisation_id,
+            name: parse_name("name", name)?,
+            created_at: Self::now(),
+        };
+        let event = admin_event(
+            organisation_id,
+            None,
+            "plugin.created",
+            "plugin",
+            plugin.id,
+            cid,
+            json!({ "name": plugin.name }),
+        );
+        self.store
+            .create_plugin(&plugin, &event)
+            .await
+            .map_err(super::admin::already_exists(format!(
+                "a plugin named {:?} already exists",
+                plugin.name
+            )))?;
+        Ok(plugin)
+    }
+
+    pub async fn list_plugins(&self) -> Result<Vec<Plugin>, ServiceError> {
+        Ok(self.store.list_plugins().await?)
+    }
+
+    pub async fn list_reviews(&self, plugin_id: Uuid) -> Result<Vec<Review>, ServiceError> {
+        Ok(self.store.list_reviews(plugin_id).await?)
+    }
+
+    async fn moderate(&self, input: &ModerationInput) -> crate::policy::ModerationOutcome {
+        match &self.policies {
+            Some(runtime) => runtime.moderate(input).await,
+            // No policy engine: nothing is published unseen.
+            None => crate::policy::ModerationOutcome {
+                verdict: Verdict::Hold,
+                reasons: vec!["no moderation policy is loaded; held for review".into()],
+                labels: vec![],
+            },
+        }
+    }
+
+    /// Creates or replaces the caller's review of a plugin; the active moderator decides its
+    /// status.
+    pub async fn put_review(
+        &self,
+        principal: &Principal,
+        plugin: &str,
+        input: ReviewInput,
+        cid: &CorrelationId,
+    ) -> Result<ModeratedReview, ServiceError> {
+        self.authorize(
+            principal,
+            Operation::WriteReview,
+            None,
+            vec![("pluginId", plugin.to_owned())],
+        )
+        .await?;
+        let not_found = || ServiceError::not_found("no such plugin");
+        let plugin_id = parse_uuid(plugin).ok_or_else(not_found)?;
+        self.store
+            .get_plugin(plugin_id)
+            .await?
+            .ok_or_else(not_found)?;
+        let existing = self
+            .store
+            .find_review_by_author(plugin_id, principal.user_id)
+            .await?;
+        let id = existing.as_ref().map_or_else(Uuid::new_v4, |r| r.id);
+        let prior = match &existing {
+            Some(r) => self.store.list_reports(r.id).await?,
+            None => vec![],
+        };
+        let outcome = self
+            .moderate(&ModerationInput {
+                review_id: id.to_string(),
+                plugin_id: plugin_id.to_string(),
+                author_id: principal.user_id.to_string(),
+                rating: input.rating,
+                title: input.title.clone(),
+                body: input.body.clone(),
+                report: None,
+                prior_reports: prior.iter().map(report_input).collect(),
+                blocklist: self.settings.moderation_blocklist.clone(),
+            })
+            .await;
+        let now = Self::now();
+        let status = status_of(outcome.verdict);
+        let review = Review {
+            id,
+            plugin_id,
+            author_id: principal.user_id,
+            organisation_id: principal.organisation_id,
+            rating: input.rating,
+            title: input.title,
+            body: input.body,
+            status,
+            reasons: outcome.reasons,
+            labels: outcome.labels,
+            created_at: existing.as_ref().map_or(now, |r| r.created_at),
+            updated_at: now,
+        };
+        let event = marketplace_event(
+            principal,
+            if existing.is_some() {
+                "review.replaced"
+            } else {
+                "review.created"
+            },
+            "review",
+            id,
+            cid,
+            json!({ "pluginId": plugin_id, "rating": review.rating, "status": status.as_str() }),
+        );
+        let review = self.store.upsert_review(&review, &event).await?;
+        Ok(ModeratedReview {
+            decision: decision_of(review.status),
+            review,
+        })
+    }
+
+    /// Reports another user's review, once; the moderator decides whether it is hidden.
+    pub async fn report_review(
+        &self,
+        principal: &Principal,
+        plugin: &str,
+        review: &str,
+        input: ReportReviewInput,
+        cid: &CorrelationId,
+    ) -> Result<(Report, Review), ServiceError> {
+        self.authorize(
+            principal,
+            Operation::ReportReview,
+            None,
+            vec![
+                ("pluginId", plugin.to_owned()),
+                ("reviewId", review.to_owned()),
+            ],
+        )
+        .await?;
+        let not_found = || ServiceError::not_found("no such review of this plugin");
+        let (plugin_id, review_id) = parse_uuid(plugin)
+            .zip(parse_uuid(review))
+            .ok_or_else(not_found)?;
+        let current = self
+            .store
+            .find_review(review_id)
+            .await?
+            .filter(|r| r.plugin_id == plugin_id)
+            .ok_or_else(not_found)?;
+        if current.author_id == principal.user_id {
+            return Err(ServiceError::forbidden(
+                "one cannot report one's own review",
+            ));
+        }
+        let prior = self.store.list_reports(review_id).await?;
+        let already = || ServiceError::Conflict {
+            code: "already_reported",
+            message: "you have already reported this review".into(),
+            details: None,
+        };
+        if prior.iter().any(|r| r.reporter_id == principal.user_id) {
+            return Err(already());
+        }
+        let report = Report {
+            id: Uuid::new_v4(),
+            review_id,
+            reporter_id: principal.user_id,
+            reason: input.reason,
+            comment: input.comment,
+            created_at: Self::now(),
+        };
+        let outcome = self
+            .moderate(&ModerationInput {
+                review_id: review_id.to_string(),
+                plugin_id: plugin_id.to_string(),
+                author_id: current.author_id.to_string(),
+                rating: current.rating,
+                title: current.title.clone(),
+                body: current.body.clone(),
+                report: Some(report_input(&report)),
+                prior_reports: prior.iter().map(report_input).collect(),
+                blocklist: self.settings.moderation_blocklist.clone(),
+            })
+            .await;
+        // A report can hide a review or hold it, never publish one the moderator had held.
+        let moderation = match outcome.verdict {
+            Verdict::Publish => ReviewModeration {
+                status: current.status,
+                reasons: current.reasons.clone(),
+                labels: current.labels.clone(),
+            },
+            verdict => ReviewModeration {
+                status: status_of(verdict),
+                reasons: outcome.reasons,
+                labels: outcome.labels,
+            },
+        };
+        let event = marketplace_event(
+            principal,
+            "review.reported",
+            "review",
+            review_id,
+            cid,
+            json!({
+                "pluginId": plugin_id,
+                "reportId": report.id,
+                "reason": report.reason.as_str(),
+                "status": moderation.status.as_str(),
+            }),
+        );
+        let review = self
+            .store
+            .insert_report(&report, &moderation, &event)
+            .await?
+            .ok_or_else(already)?;
+        Ok((report, review))
+    }
+}

@@ -1,0 +1,643 @@
+//! Runner pools, runners and their keys, runner commands, and the signed delivery reports.
+
+use std::time::Duration;
+
+use ed25519_dalek::{Signature, VerifyingKey};
+use serde_json::json;
+use uuid::Uuid;
+
+use super::admin::{admin_event, parse_name};
+use super::{Operation, ServiceError, Services};
+use crate::domain::{
+    Actor, CLOCK_TOLERANCE_SECS, CommandStatus, CorrelationId, DeliveryStatus, FieldError,
+    NewAuditEvent, Principal, RunnerSignature, ValidationErrors, parse_uuid, signing_message,
+};
+use crate::storage::{
+    DeletePool, DeletePoolOutcome, DeliveryTransition, Runner, RunnerCommand, RunnerKey,
+    RunnerPool, SubmitOutcome, WebhookDelivery,
+};
+
+/// Text of 1..=max characters without NUL.
+pub fn bounded_text(raw: &str, max: usize) -> Result<String, String> {
+    if raw.contains('\0') {
+        return Err("must not contain the NUL character".into());
+    }
+    let n = raw.chars().count();
+    if n == 0 || n > max {
+        return Err(format!("must be 1 to {max} characters"));
+    }
+    Ok(raw.to_owned())
+}
+
+/// `DELETE .../runner-pools/{poolId}` body.
+#[derive(Debug, Clone, Default)]
+pub struct DeletePoolInput {
+    pub reason: Option<String>,
+    pub force: bool,
+}
+
+/// `POST .../runner-commands` body, each field within its bounds.
+#[derive(Debug, Clone)]
+pub struct SubmitCommandInput {
+    pub pool_id: Uuid,
+    pub command: String,
+    pub args: Vec<String>,
+    pub environment_id: Option<Uuid>,
+    pub timeout_seconds: i32,
+}
+
+impl SubmitCommandInput {
+    pub const MAX_COMMAND: usize = 200;
+    pub const MAX_ARGS: usize = 64;
+    pub const MAX_ARG: usize = 4096;
+    pub const DEFAULT_TIMEOUT: i32 = 3600;
+    pub const MAX_TIMEOUT: i64 = 86_400;
+
+    pub fn parse_timeout(n: i64) -> Result<i32, String> {
+        if (1..=Self::MAX_TIMEOUT).contains(&n) {
+            Ok(n as i32)
+        } else {
+            Err(format!(
+                "must be an integer from 1 to {}",
+                Self::MAX_TIMEOUT
+            ))
+        }
+    }
+}
+
+/// A runner's report on a delivery.
+#[derive(Debug, Clone)]
+pub struct DeliveryStatusInput {
+    pub status: DeliveryStatus,
+    pub detail: Option<String>,
+    pub exit_code: Option<i32>,
+}
+
+impl DeliveryStatusInput {
+    pub const MAX_DETAIL: usize = 2000;
+
+    /// A runner reports what happened; `pending` is where deliveries start, never a report.
+    pub fn parse_status(raw: &str) -> Result<DeliveryStatus, String> {
+        match DeliveryStatus::parse(raw) {
+            Ok(DeliveryStatus::Pending) | Err(_) => {
+                Err("must be one of received, running, succeeded, failed".into())
+            }
+            Ok(s) => Ok(s),
+        }
+    }
+}
+
+/// A runner whose signature verified: what it may act on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunnerPrincipal {
+    pub runner_id: Uuid,
+    pub key_id: Uuid,
+    pub pool_id: Uuid,
+    pub workspace_id: Uuid,
+    pub organisation_id: Uuid,
+}
+
+/// One signed request, as received.
+#[derive(Debug, Clone)]
+pub struct SignedRequest<'a> {
+    pub signature: RunnerSignature,
+    pub method: &'a str,
+    /// As sent, without the query string.
+    pub path: &'a str,
+    pub body_sha256: [u8; 32],
+}
+
+/// A runner registered by the admin CLI, with its first key.
+#[derive(Debug, Clone)]
+pub struct RegisteredRunner {
+    pub runner: Runner,
+    pub key_id: Uuid,
+    /// Only when the server generated the pair: shown once, never stored.
+    pub private_key: Option<[u8; 32]>,
+}
+
+/// Nonces are kept at least twice the clock tolerance, so a nonce cannot be replayed while its
+/// timestamp is still acceptable.
+const NONCE_TTL: Duration = Duration::from_secs(2 * CLOCK_TOLERANCE_SECS as u64 + 60);
+
+fn user_event(
+    principal: &Principal,
+    workspace_id: Uuid,
+    event_type: &'static str,
+    target_kind: &'static str,
+    target_id: Uuid,
+    cid: &CorrelationId,
+    data: serde_json::Value,
+) -> NewAuditEvent {
+    NewAuditEvent {
+        organisation_id: principal.organisation_id,
+        workspace_id: Some(workspace_id),
+        event_type,
+        actor: Actor::user(principal.user_id),
+        target_kind,
+        target_id,
+        correlation_id: cid.to_string(),
+        occurred_at: Services::now(),
+        data,
+    }
+}
+
+fn public_key(raw: &[u8]) -> Result<VerifyingKey, ServiceError> {
+    <[u8; 32]>::try_from(raw)
+        .ok()
+        .and_then(|bytes| VerifyingKey::from_bytes(&bytes).ok())
+        .ok_or_else(|| {
+            ValidationErrors::from(FieldError::new(
+                "publicKey",
+                "must be base64 of a 32-byte Ed25519 public key",
+            ))
+            .into()
+        })
+}
+
+impl Services {
+    // ---- admin (cpctl) ----
+
+    pub async fn create_pool(
+        &self,
+        workspace_id: Uuid,
+        name: &str,
+        cid: &CorrelationId,
+    ) -> Result<RunnerPool, ServiceError> {
+        let workspace = self.workspace(workspace_id).await?;
+        let pool = RunnerPool {
+            id: Uuid::new_v4(),
+            workspace_id,
+            name: parse_name("name", name)?,
+            created_at: Self::now(),
+            deleted_at: None,
+        };
+        let event = admin_event(
+            workspace.organisation_id,
+            Some(workspace_id),
+            "runner_pool.created",
+            "runner_pool",
+            pool.id,
+            cid,
+            json!({ "name": pool.name }),
+        );
+        self.store.create_pool(&pool, &event).await.map_err(|e| {
+            super::admin::already_exists(format!("a pool named {:?} already exists", pool.name))(e)
+        })?;
+        Ok(pool)
+    }
+
+    pub async fn list_pools(
+        &self,
+        workspace_id: Option<Uuid>,
+    ) -> Result<Vec<RunnerPool>, ServiceError> {
+        Ok(self.store.list_pools(workspace_id).await?)
+    }
+
+    /// Registers a runner in a live pool with its first key: the given public key, or a pair
+    /// generated here whose private half is returned once.
+    pub async fn register_runner(
+        &self,
+        pool_id: Uuid,
+        name: &str,
+        public: Option<&[u8]>,
+        cid: &CorrelationId,
+    ) -> Result<RegisteredRunner, ServiceError> {
+        let pool = self.live_pool(pool_id).await?;
+        let workspace = self.workspace(pool.workspace_id).await?;
+        let (public, private) = match public {
+            Some(bytes) => (public_key(bytes)?.to_bytes(), None),
+            None => {
+                let (private, public) = crate::domain::generate_keypair();
+                (public, Some(private))
+            }
+        };
+        let now = Self::now();
+        let runner = Runner {
+            id: Uuid::new_v4(),
+            pool_id,
+            name: parse_name("name", name)?,
+            created_at: now,
+        };
+        let key = RunnerKey {
+            id: Uuid::new_v4(),
+            runner_id: runner.id,
+            public_key: public.to_vec(),
+            created_at: now,
+            revoked_at: None,
+        };
+        let event = admin_event(
+            workspace.organisation_id,
+            Some(pool.workspace_id),
+            "runner.registered",
+            "runner",
+            runner.id,
+            cid,
+            json!({ "poolId": pool_id, "name": runner.name, "keyId": key.id }),
+        );
+        self.store.create_runner(&runner, &key, &event).await?;
+        Ok(RegisteredRunner {
+            runner,
+            key_id: key.id,
+            private_key: private,
+        })
+    }
+
+    /// Adds a key to a runner (rotation); returns the key id and, when generated, the private key.
+    pub async fn add_runner_key(
+        &self,
+        runner_id: Uuid,
+        public: Option<&[u8]>,
+        cid: &CorrelationId,
+    ) -> Result<(Uuid, Option<[u8; 32]>), ServiceError> {
+        let runner = self
+            .store
+            .get_runner(runner_id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("no such runner"))?;
+        let pool = self.live_pool(runner.pool_id).await?;
+        let workspace = self.workspace(pool.workspace_id).await?;
+        let (public, private) = match public {
+            Some(bytes) => (public_key(bytes)?.to_bytes(), None),
+            None => {
+                let (private, public) = crate::domain::generate_keypair();
+                (public, Some(private))
+            }
+        };
+        let key = RunnerKey {
+            id: Uuid::new_v4(),
+            runner_id,
+            public_key: public.to_vec(),
+            created_at: Self::now(),
+            revoked_at: None,
+        };
+        let event = admin_event(
+            workspace.organisation_id,
+            Some(pool.workspace_id),
+            "runner.key_added",
+            "runner",
+            runner_id,
+            cid,
+            json!({ "keyId": key.id }),
+        );
+        self.store.add_runner_key(&key, &event).await?;
+        Ok((key.id, private))
+    }
+
+    pub async fn revoke_runner_key(
+        &self,
+        runner_id: Uuid,
+        key_id: Uuid,
+        cid: &CorrelationId,
+    ) -> Result<(), ServiceError> {
+        let runner = self
+            .store
+            .get_runner(runner_id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("no such runner"))?;
+        let pool = self
+            .store
+            .get_pool(runner.pool_id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("no such pool"))?;
+        let workspace = self.workspace(pool.workspace_id).await?;
+        let event = admin_event(
+            workspace.organisation_id,
+            Some(pool.workspace_id),
+            "runner.key_revoked",
+            "runner",
+            runner_id,
+            cid,
+            json!({ "keyId": key_id }),
+        );
+        if self
+            .store
+            .revoke_runner_key(runner_id, key_id, Self::now(), &event)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(ServiceError::not_found(
+                "the runner has no live key of that id",
+            ))
+        }
+    }
+
+    async fn workspace(&self, id: Uuid) -> Result<crate::storage::Workspace, ServiceError> {
+        self.store
+            .get_workspace(id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("no such workspace"))
+    }
+
+    async fn live_pool(&self, id: Uuid) -> Result<RunnerPool, ServiceError> {
+        match self.store.get_pool(id).await? {
+            Some(pool) if pool.deleted_at.is_none() => Ok(pool),
+            Some(_) => Err(ServiceError::Conflict {
+                code: "pool_deleted",
+                message: "the runner pool is deleted".into(),
+                details: None,
+            }),
+            None => Err(ServiceError::not_found("no such runner pool")),
+        }
+    }
+
+    // ---- v1 operations ----
+
+    /// Soft-deletes a pool; refused (409) while commands are open unless `force` cancels them.
+    pub async fn delete_pool(
+        &self,
+        principal: &Principal,
+        workspace: &str,
+        pool: &str,
+        input: DeletePoolInput,
+        cid: &CorrelationId,
+    ) -> Result<(RunnerPool, u64), ServiceError> {
+        self.authorize(
+            principal,
+            Operation::DeleteRunnerPool,
+            Some(workspace),
+            vec![("poolId", pool.to_owned())],
+        )
+        .await?;
+        let workspace_id =
+            parse_uuid(workspace).ok_or_else(|| ServiceError::forbidden("no access"))?;
+        let pool_id =
+            parse_uuid(pool).ok_or_else(|| ServiceError::not_found("no such runner pool"))?;
+        let event = user_event(
+            principal,
+            workspace_id,
+            "runner_pool.deleted",
+            "runner_pool",
+            pool_id,
+            cid,
+            json!({ "reason": input.reason, "force": input.force }),
+        );
+        let outcome = self
+            .store
+            .delete_pool(&DeletePool {
+                workspace_id,
+                pool_id,
+                reason: input.reason,
+                force: input.force,
+                at: Self::now(),
+                event,
+            })
+            .await?;
+        match outcome {
+            DeletePoolOutcome::Deleted { pool, cancelled } => Ok((pool, cancelled)),
+            DeletePoolOutcome::NotFound => Err(ServiceError::not_found("no such runner pool")),
+            DeletePoolOutcome::Busy { open } => Err(ServiceError::Conflict {
+                code: "pool_busy",
+                message: format!(
+                    "the pool has {open} queued or running commands; pass \"force\": true to cancel them"
+                ),
+                details: Some(json!({ "openCommands": open })),
+            }),
+        }
+    }
+
+    /// Queues a command on a live pool of the workspace, with its webhook delivery `pending`.
+    pub async fn submit_command(
+        &self,
+        principal: &Principal,
+        workspace: &str,
+        input: SubmitCommandInput,
+        cid: &CorrelationId,
+    ) -> Result<(RunnerCommand, WebhookDelivery), ServiceError> {
+        let mut resources = vec![("poolId", input.pool_id.to_string())];
+        if let Some(env) = input.environment_id {
+            resources.push(("environmentId", env.to_string()));
+        }
+        self.authorize(
+            principal,
+            Operation::SubmitRunnerCommand,
+            Some(workspace),
+            resources,
+        )
+        .await?;
+        let workspace_id =
+            parse_uuid(workspace).ok_or_else(|| ServiceError::forbidden("no access"))?;
+        if let Some(env) = input.environment_id {
+            // A token limited to some environments reaches only those.
+            if !principal.environment_ids.is_empty() && !principal.environment_ids.contains(&env) {
+                return Err(ServiceError::forbidden(
+                    "the token has no access to this environment",
+                ));
+            }
+            let lookup = self
+                .store
+                .lookup_targets(principal.organisation_id, &[], &[env])
+                .await?;
+            if !lookup
+                .environments
+                .iter()
+                .any(|(id, ws)| *id == env && *ws == workspace_id)
+            {
+                return Err(ServiceError::NotFound {
+                    message: "no such environment in this workspace".into(),
+                    details: Some(json!({ "field": "environmentId" })),
+                });
+            }
+        } else if !principal.environment_ids.is_empty() {
+            return Err(ServiceError::forbidden(
+                "the token is limited to some environments; name one in environmentId",
+            ));
+        }
+        let now = Self::now();
+        let command = RunnerCommand {
+            id: Uuid::new_v4(),
+            workspace_id,
+            pool_id: input.pool_id,
+            environment_id: input.environment_id,
+            command: input.command,
+            args: input.args,
+            timeout_seconds: input.timeout_seconds,
+            status: CommandStatus::Queued,
+            submitted_by: principal.user_id,
+            created_at: now,
+            updated_at: now,
+        };
+        let delivery = WebhookDelivery {
+            id: Uuid::new_v4(),
+            command_id: command.id,
+            status: DeliveryStatus::Pending,
+            detail: None,
+            exit_code: None,
+            created_at: now,
+            updated_at: now,
+        };
+        // The arguments may carry anything; the audit log keeps their count, not their values.
+        let event = user_event(
+            principal,
+            workspace_id,
+            "runner_command.submitted",
+            "runner_command",
+            command.id,
+            cid,
+            json!({
+                "poolId": command.pool_id,
+                "command": command.command,
+                "argCount": command.args.len(),
+                "environmentId": command.environment_id,
+                "timeoutSeconds": command.timeout_seconds,
+                "deliveryId": delivery.id,
+            }),
+        );
+        match self
+            .store
+            .submit_command(&command, &delivery, &event)
+            .await?
+        {
+            SubmitOutcome::Created => Ok((command, delivery)),
+            SubmitOutcome::PoolNotFound => Err(ServiceError::NotFound {
+                message: "no such runner pool in this workspace".into(),
+                details: Some(json!({ "field": "poolId" })),
+            }),
+            SubmitOutcome::PoolDeleted => Err(ServiceError::Conflict {
+                code: "pool_deleted",
+                message: "the runner pool is deleted".into(),
+                details: Some(json!({ "field": "poolId" })),
+            }),
+        }
+    }
+
+    /// Verifies a runner's signature: timestamp within tolerance, a live key of that runner
+    /// looked up by id (never taken from the request), the exact message, then the nonce, which
+    /// is spent only by a request whose signature verified.
+    pub async fn authenticate_runner(
+        &self,
+        request: &SignedRequest<'_>,
+    ) -> Result<RunnerPrincipal, ServiceError> {
+        let sig = &request.signature;
+        let now = chrono::Utc::now().timestamp();
+        if (now - sig.timestamp).abs() > CLOCK_TOLERANCE_SECS {
+            return Err(ServiceError::signature(format!(
+                "x-sandbox-timestamp is more than {CLOCK_TOLERANCE_SECS} s from the server's clock"
+            )));
+        }
+        let rejected = || {
+            ServiceError::signature("the signature does not verify with a live key of this runner")
+        };
+        let Some(found) = self.store.find_runner_key(sig.key_id).await? else {
+            return Err(rejected());
+        };
+        if found.key.runner_id != sig.runner_id || found.key.revoked_at.is_some() {
+            return Err(rejected());
+        }
+        let key = <[u8; 32]>::try_from(found.key.public_key.as_slice())
+            .ok()
+            .and_then(|b| VerifyingKey::from_bytes(&b).ok())
+            .ok_or_else(rejected)?;
+        let message = signing_message(
+            request.method,
+            request.path,
+            sig.timestamp,
+            sig.nonce.as_str(),
+            sig.runner_id,
+            sig.key_id,
+            &request.body_sha256,
+        );
+        // verify_strict refuses weak keys and malleable signatures.
+        key.verify_strict(message.as_bytes(), &Signature::from_bytes(&sig.signature))
+            .map_err(|_| rejected())?;
+        let nonces = self.nonces().ok_or(ServiceError::Unavailable)?;
+        let fresh = nonces
+            .remember(
+                &format!(
+                    "{}nonce:{{{}}}:{}",
+                    self.key_prefix(),
+                    sig.runner_id,
+                    sig.nonce.as_str()
+                ),
+                NONCE_TTL,
+            )
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "nonce store unavailable");
+                ServiceError::Unavailable
+            })?;
+        if !fresh {
+            return Err(ServiceError::signature("x-sandbox-nonce was already used"));
+        }
+        Ok(RunnerPrincipal {
+            runner_id: sig.runner_id,
+            key_id: sig.key_id,
+            pool_id: found.pool_id,
+            workspace_id: found.workspace_id,
+            organisation_id: found.organisation_id,
+        })
+    }
+
+    /// Moves a delivery (and its command) through its state machine.
+    pub async fn report_delivery_status(
+        &self,
+        runner: &RunnerPrincipal,
+        delivery: &str,
+        input: DeliveryStatusInput,
+        cid: &CorrelationId,
+    ) -> Result<WebhookDelivery, ServiceError> {
+        let not_found = || ServiceError::not_found("no such delivery");
+        let delivery_id = parse_uuid(delivery).ok_or_else(not_found)?;
+        let context = self
+            .store
+            .get_delivery(delivery_id)
+            .await?
+            .ok_or_else(not_found)?;
+        if context.pool_id != runner.pool_id {
+            return Err(ServiceError::forbidden(
+                "the delivery belongs to another runner pool",
+            ));
+        }
+        let from = context.delivery.status;
+        let conflict = |message: String| ServiceError::Conflict {
+            code: "invalid_transition",
+            message,
+            details: Some(json!({ "from": from.as_str(), "to": input.status.as_str() })),
+        };
+        if !context.command_status.is_open() {
+            return Err(conflict(format!(
+                "the command is {}; it takes no more reports",
+                context.command_status
+            )));
+        }
+        if !from.can_move_to(input.status) {
+            return Err(conflict(format!(
+                "a delivery cannot move from {from} to {}",
+                input.status
+            )));
+        }
+        let event = NewAuditEvent {
+            organisation_id: context.organisation_id,
+            workspace_id: Some(context.workspace_id),
+            event_type: "webhook_delivery.status_reported",
+            actor: Actor::runner(runner.runner_id),
+            target_kind: "webhook_delivery",
+            target_id: delivery_id,
+            correlation_id: cid.to_string(),
+            occurred_at: Self::now(),
+            data: json!({
+                "commandId": context.delivery.command_id,
+                "from": from.as_str(),
+                "to": input.status.as_str(),
+                "exitCode": input.exit_code,
+                "keyId": runner.key_id,
+            }),
+        };
+        let transition = DeliveryTransition {
+            delivery_id,
+            from,
+            to: input.status,
+            detail: input.detail,
+            exit_code: input.exit_code,
+            at: Self::now(),
+            event,
+        };
+        self.store
+            .transition_delivery(&transition)
+            .await?
+            .ok_or_else(|| {
+                conflict("the delivery or its command changed meanwhile; read it again".into())
+            })
+    }
+}

@@ -1,0 +1,190 @@
+//! Live fan-out of audit events to stream subscribers in this process, fed by announcements from
+//! every replica (Postgres NOTIFY on [`super::AUDIT_CHANNEL`]) and a once-a-second poll that
+//! covers notifications lost while the listener reconnects.
+//!
+//! One topic per workspace with subscribers: the feed reads each new event once from the
+//! records store and broadcasts it; `tokio::sync::broadcast` never blocks the sender, so a slow
+//! subscriber only lags (and then catches up from the durable log) while writers and other
+//! subscribers go on.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+use super::{AUDIT_CHANNEL, SharedRecordStore, StoreError};
+use crate::domain::AuditEvent;
+
+/// Events buffered per topic before a subscriber that does not read is told it lagged.
+const TOPIC_CAPACITY: usize = 1024;
+/// Events read from the store per query.
+const BATCH: u32 = 500;
+
+struct Topic {
+    tx: broadcast::Sender<Arc<AuditEvent>>,
+    /// The newest sequence broadcast (or known to exist when the topic was made).
+    last: i64,
+}
+
+pub struct AuditFeed {
+    store: SharedRecordStore,
+    topics: Mutex<HashMap<Uuid, Topic>>,
+}
+
+impl AuditFeed {
+    pub fn new(store: SharedRecordStore) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            topics: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A receiver of every event of the workspace with a sequence above the returned one.
+    /// Events up to that sequence are in the durable log already.
+    pub async fn subscribe(
+        &self,
+        workspace_id: Uuid,
+    ) -> Result<(broadcast::Receiver<Arc<AuditEvent>>, i64), StoreError> {
+        if let Some(found) = self.existing(workspace_id) {
+            return Ok(found);
+        }
+        let head = self
+            .store
+            .list_events(workspace_id, None, 1)
+            .await?
+            .first()
+            .and_then(|e| e.sequence)
+            .unwrap_or(0);
+        let mut topics = self.topics.lock().map_err(|_| poisoned())?;
+        let topic = topics.entry(workspace_id).or_insert_with(|| Topic {
+            tx: broadcast::channel(TOPIC_CAPACITY).0,
+            last: head,
+        });
+        Ok((topic.tx.subscribe(), topic.last))
+    }
+
+    fn existing(&self, workspace_id: Uuid) -> Option<(broadcast::Receiver<Arc<AuditEvent>>, i64)> {
+        let topics = self.topics.lock().ok()?;
+        topics
+            .get(&workspace_id)
+            .map(|t| (t.tx.subscribe(), t.last))
+    }
+
+    /// Number of live subscribers in this process.
+    pub fn subscribers(&self) -> usize {
+        self.topics
+            .lock()
+            .map(|t| t.values().map(|t| t.tx.receiver_count()).sum())
+            .unwrap_or(0)
+    }
+
+    /// Reads and broadcasts what the workspace's subscribers have not been sent yet.
+    pub async fn refresh(&self, workspace_id: Uuid) {
+        loop {
+            let Some(last) = self.topics.lock().ok().and_then(|mut topics| {
+                let topic = topics.get(&workspace_id)?;
+                if topic.tx.receiver_count() == 0 {
+                    topics.remove(&workspace_id);
+                    return None;
+                }
+                Some(topic.last)
+            }) else {
+                return;
+            };
+            let events = match self.store.events_after(workspace_id, last, BATCH).await {
+                Ok(events) => events,
+                Err(e) => {
+                    tracing::warn!(error = %e, "audit feed cannot read new events");
+                    return;
+                }
+            };
+            let full = events.len() == BATCH as usize;
+            if let Ok(mut topics) = self.topics.lock()
+                && let Some(topic) = topics.get_mut(&workspace_id)
+            {
+                for event in events {
+                    let seq = event.sequence.unwrap_or_default();
+                    if seq > topic.last {
+                        topic.last = seq;
+                        // No receiver left is fine: the topic is dropped on the next pass.
+                        let _ = topic.tx.send(Arc::new(event));
+                    }
+                }
+            }
+            if !full {
+                return;
+            }
+        }
+    }
+
+    async fn refresh_all(&self) {
+        let workspaces: Vec<Uuid> = self
+            .topics
+            .lock()
+            .map(|t| t.keys().copied().collect())
+            .unwrap_or_default();
+        for workspace_id in workspaces {
+            self.refresh(workspace_id).await;
+        }
+    }
+
+    /// Follows announcements from every replica through Postgres LISTEN, and polls each second.
+    pub fn follow_postgres(self: &Arc<Self>, pool: sqlx::PgPool) {
+        let feed = self.clone();
+        tokio::spawn(async move {
+            let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
+                Ok(mut l) => match l.listen(AUDIT_CHANNEL).await {
+                    Ok(()) => Some(l),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot listen for audit events; polling only");
+                        None
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for audit events; polling only");
+                    None
+                }
+            };
+            let mut poll = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                let notified = async {
+                    match listener.as_mut() {
+                        Some(l) => l.recv().await.ok(),
+                        None => std::future::pending().await,
+                    }
+                };
+                let woke = tokio::select! {
+                    notification = notified => Some(notification),
+                    _ = poll.tick() => None,
+                };
+                let Some(mut note) = woke else {
+                    feed.refresh_all().await;
+                    continue;
+                };
+                let mut touched = Vec::new();
+                // Coalesce a burst: one read per workspace, not one per event.
+                while let Some(n) = note {
+                    if let Some(ws) = n
+                        .payload()
+                        .split(' ')
+                        .next()
+                        .and_then(|w| Uuid::parse_str(w).ok())
+                        && !touched.contains(&ws)
+                    {
+                        touched.push(ws);
+                    }
+                    note = listener.as_mut().and_then(|l| l.next_buffered());
+                }
+                for ws in touched {
+                    feed.refresh(ws).await;
+                }
+            }
+        });
+    }
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Internal("audit feed lock poisoned".into())
+}

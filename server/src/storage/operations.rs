@@ -1,0 +1,295 @@
+//! The records of the runner, workflow and marketplace operations, and their port.
+//!
+//! The service layer decides every rule and transition (`domain::states`); each method here
+//! applies one change atomically with its audit event, re-checking in the transaction the state
+//! the service read, so a concurrent change is seen as a conflict instead of being overwritten.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::StoreError;
+use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunnerPool {
+    pub id: Uuid,
+    pub workspace_id: Uuid,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+    pub deleted_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Runner {
+    pub id: Uuid,
+    pub pool_id: Uuid,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunnerKey {
+    pub id: Uuid,
+    pub runner_id: Uuid,
+    pub public_key: Vec<u8>,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A key with what signature verification needs to know about its runner.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunnerKeyLookup {
+    pub key: RunnerKey,
+    pub pool_id: Uuid,
+    pub workspace_id: Uuid,
+    pub organisation_id: Uuid,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunnerCommand {
+    pub id: Uuid,
+    pub workspace_id: Uuid,
+    pub pool_id: Uuid,
+    pub environment_id: Option<Uuid>,
+    pub command: String,
+    pub args: Vec<String>,
+    pub timeout_seconds: i32,
+    pub status: CommandStatus,
+    pub submitted_by: Uuid,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookDelivery {
+    pub id: Uuid,
+    pub command_id: Uuid,
+    pub status: DeliveryStatus,
+    pub detail: Option<String>,
+    pub exit_code: Option<i32>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A delivery with its command's state and where it belongs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryContext {
+    pub delivery: WebhookDelivery,
+    pub command_status: CommandStatus,
+    pub pool_id: Uuid,
+    pub workspace_id: Uuid,
+    pub organisation_id: Uuid,
+}
+
+#[derive(Debug, Clone)]
+pub struct DeletePool {
+    pub workspace_id: Uuid,
+    pub pool_id: Uuid,
+    pub reason: Option<String>,
+    /// Cancel open commands instead of refusing.
+    pub force: bool,
+    pub at: DateTime<Utc>,
+    /// Its data gains `cancelledCommands`.
+    pub event: NewAuditEvent,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeletePoolOutcome {
+    Deleted {
+        pool: RunnerPool,
+        cancelled: u64,
+    },
+    /// Not deleted: this many commands are queued, dispatched or running.
+    Busy {
+        open: u64,
+    },
+    /// No live pool of that id in that workspace.
+    NotFound,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmitOutcome {
+    Created,
+    PoolNotFound,
+    PoolDeleted,
+}
+
+#[derive(Debug, Clone)]
+pub struct DeliveryTransition {
+    pub delivery_id: Uuid,
+    /// The state the service read; the change applies only if it is still the state.
+    pub from: DeliveryStatus,
+    pub to: DeliveryStatus,
+    pub detail: Option<String>,
+    pub exit_code: Option<i32>,
+    pub at: DateTime<Utc>,
+    pub event: NewAuditEvent,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workflow {
+    pub id: Uuid,
+    pub workspace_id: Uuid,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkflowRevision {
+    pub id: Uuid,
+    pub workflow_id: Uuid,
+    pub workspace_id: Uuid,
+    pub number: i32,
+    pub state: crate::domain::RevisionState,
+    pub requested_by: Option<Uuid>,
+    pub requested_at: Option<DateTime<Utc>>,
+    pub comment: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plugin {
+    pub id: Uuid,
+    pub organisation_id: Uuid,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Review {
+    pub id: Uuid,
+    pub plugin_id: Uuid,
+    pub author_id: Uuid,
+    pub organisation_id: Uuid,
+    pub rating: u8,
+    pub title: String,
+    pub body: String,
+    pub status: crate::domain::ReviewStatus,
+    pub reasons: Vec<String>,
+    pub labels: Vec<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub id: Uuid,
+    pub review_id: Uuid,
+    pub reporter_id: Uuid,
+    pub reason: crate::domain::ReportReason,
+    pub comment: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A moderation decision to store with a review.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReviewModeration {
+    pub status: crate::domain::ReviewStatus,
+    pub reasons: Vec<String>,
+    pub labels: Vec<String>,
+}
+
+#[async_trait]
+pub trait OperationsStore: Send + Sync {
+    // Runner pools, runners and keys (created by the admin CLI).
+    async fn create_pool(&self, pool: &RunnerPool, event: &NewAuditEvent)
+    -> Result<(), StoreError>;
+    async fn list_pools(&self, workspace_id: Option<Uuid>) -> Result<Vec<RunnerPool>, StoreError>;
+    async fn get_pool(&self, pool_id: Uuid) -> Result<Option<RunnerPool>, StoreError>;
+    async fn create_runner(
+        &self,
+        runner: &Runner,
+        key: &RunnerKey,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError>;
+    async fn get_runner(&self, runner_id: Uuid) -> Result<Option<Runner>, StoreError>;
+    async fn add_runner_key(
+        &self,
+        key: &RunnerKey,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError>;
+    /// False when the runner has no live key of that id.
+    async fn revoke_runner_key(
+        &self,
+        runner_id: Uuid,
+        key_id: Uuid,
+        at: DateTime<Utc>,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError>;
+    async fn find_runner_key(&self, key_id: Uuid) -> Result<Option<RunnerKeyLookup>, StoreError>;
+
+    // Pool deletion, commands and deliveries (v1 operations).
+    async fn delete_pool(&self, delete: &DeletePool) -> Result<DeletePoolOutcome, StoreError>;
+    /// Inserts the command and its delivery if the pool is live in the command's workspace.
+    async fn submit_command(
+        &self,
+        command: &RunnerCommand,
+        delivery: &WebhookDelivery,
+        event: &NewAuditEvent,
+    ) -> Result<SubmitOutcome, StoreError>;
+    async fn get_delivery(&self, delivery_id: Uuid) -> Result<Option<DeliveryContext>, StoreError>;
+    /// Moves the delivery and its command; `None` when either moved meanwhile (a conflict).
+    async fn transition_delivery(
+        &self,
+        transition: &DeliveryTransition,
+    ) -> Result<Option<WebhookDelivery>, StoreError>;
+
+    // Workflows.
+    async fn create_workflow(
+        &self,
+        workflow: &Workflow,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError>;
+    async fn list_workflows(&self, workspace_id: Option<Uuid>)
+    -> Result<Vec<Workflow>, StoreError>;
+    async fn get_workflow(&self, workflow_id: Uuid) -> Result<Option<Workflow>, StoreError>;
+    /// A new `draft` revision numbered one past the workflow's newest.
+    async fn create_revision(
+        &self,
+        workflow: &Workflow,
+        id: Uuid,
+        at: DateTime<Utc>,
+        event: &NewAuditEvent,
+    ) -> Result<WorkflowRevision, StoreError>;
+    async fn get_revision(&self, revision_id: Uuid)
+    -> Result<Option<WorkflowRevision>, StoreError>;
+    /// `draft → pending_approval`; `None` when the revision is no longer a draft.
+    async fn request_approval(
+        &self,
+        revision_id: Uuid,
+        by: Uuid,
+        comment: Option<&str>,
+        at: DateTime<Utc>,
+        event: &NewAuditEvent,
+    ) -> Result<Option<WorkflowRevision>, StoreError>;
+
+    // Marketplace.
+    async fn create_plugin(&self, plugin: &Plugin, event: &NewAuditEvent)
+    -> Result<(), StoreError>;
+    async fn list_plugins(&self) -> Result<Vec<Plugin>, StoreError>;
+    async fn get_plugin(&self, plugin_id: Uuid) -> Result<Option<Plugin>, StoreError>;
+    async fn find_review(&self, review_id: Uuid) -> Result<Option<Review>, StoreError>;
+    async fn find_review_by_author(
+        &self,
+        plugin_id: Uuid,
+        author_id: Uuid,
+    ) -> Result<Option<Review>, StoreError>;
+    async fn list_reviews(&self, plugin_id: Uuid) -> Result<Vec<Review>, StoreError>;
+    async fn list_reports(&self, review_id: Uuid) -> Result<Vec<Report>, StoreError>;
+    /// Creates the author's review of the plugin, or replaces it (keeping its id and creation
+    /// time); returns the stored review.
+    async fn upsert_review(
+        &self,
+        review: &Review,
+        event: &NewAuditEvent,
+    ) -> Result<Review, StoreError>;
+    /// Stores the report and the review's new moderation; `None` when this reporter already
+    /// reported the review.
+    async fn insert_report(
+        &self,
+        report: &Report,
+        moderation: &ReviewModeration,
+        event: &NewAuditEvent,
+    ) -> Result<Option<Review>, StoreError>;
+}

@@ -1,0 +1,211 @@
+//! Every v1 operation authenticates before anything else and asks for its own scope: 401 without
+//! a credential, 403 with a token that holds every scope but the one it needs. The runner route
+//! takes no bearer token: only a signature.
+
+use control_plane::domain::{CorrelationId, Scope};
+use reqwest::{Method, Response};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::helpers::{Tenant, TestApp, assert_api_error, spawn_app};
+
+/// One bearer route with a body that would succeed, against real resources.
+struct Route {
+    method: Method,
+    path: String,
+    scope: Scope,
+    body: Option<Value>,
+}
+
+#[tokio::test]
+async fn every_bearer_operation_needs_a_token_and_its_own_scope() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let routes = routes(&app, &tenant).await;
+
+    for route in &routes {
+        let label = format!("{} {}", route.method, route.path);
+        assert_api_error(send(&app, route, None).await, 401, "unauthenticated").await;
+        assert_api_error(
+            send(&app, route, Some("cpat_not_a_real_token")).await,
+            401,
+            "unauthenticated",
+        )
+        .await;
+        let lacking: Vec<Scope> = Scope::ALL
+            .iter()
+            .copied()
+            .filter(|s| *s != route.scope)
+            .collect();
+        let token = app
+            .admin_token(&tenant, &lacking, &[tenant.workspace_id], &[])
+            .await;
+        let response = send(&app, route, Some(&token)).await;
+        let err = assert_api_error(response, 403, "forbidden").await;
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(route.scope.as_str())),
+            "{label}: the refusal names the missing scope: {err}"
+        );
+    }
+
+    // The refused requests changed nothing: each one still succeeds with the scope.
+    for route in &routes {
+        let response = send(&app, route, Some(&tenant.token)).await;
+        assert_eq!(
+            response.status(),
+            200,
+            "{} {} with every scope",
+            route.method,
+            route.path
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_runner_route_takes_a_signature_not_a_bearer_token() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let path = format!("/v1/runner/webhook-deliveries/{}/status", Uuid::new_v4());
+    let body = json!({"status": "received"});
+    let unsigned = app
+        .request(Method::POST, &path)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(unsigned, 401, "invalid_signature").await;
+    let bearer = app
+        .post_json(&path, &tenant.token, &body)
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(bearer, 401, "invalid_signature").await;
+}
+
+async fn send(app: &TestApp, route: &Route, token: Option<&str>) -> Response {
+    let mut request = app.request(route.method.clone(), &route.path);
+    if let Some(body) = &route.body {
+        request = request.json(body);
+    }
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.unwrap()
+}
+
+/// The bearer routes of the v1 operations, each with what it needs to succeed.
+async fn routes(app: &TestApp, tenant: &Tenant) -> Vec<Route> {
+    let cid = CorrelationId::generate();
+    let ws = tenant.workspace_id;
+    // Two pools: commands go to one, the other is deleted.
+    let commands_pool = app
+        .services
+        .create_pool(ws, "commands", &cid)
+        .await
+        .expect("pool")
+        .id;
+    let doomed_pool = app
+        .services
+        .create_pool(ws, "doomed", &cid)
+        .await
+        .expect("pool")
+        .id;
+    let workflow = app
+        .services
+        .create_workflow(ws, "deploy", &cid)
+        .await
+        .expect("workflow");
+    let revision = app
+        .services
+        .create_revision(workflow.id, &cid)
+        .await
+        .expect("revision");
+    let plugin = app
+        .services
+        .create_plugin(tenant.organisation_id, "linter", &cid)
+        .await
+        .expect("plugin")
+        .id;
+    // A review by another user, for the tenant's user to report.
+    let author = app
+        .services
+        .create_user(
+            tenant.organisation_id,
+            &format!("author-{}@example.com", Uuid::new_v4().simple()),
+            &cid,
+        )
+        .await
+        .expect("user");
+    let author_token = app
+        .admin_token(
+            &Tenant {
+                user_id: author.id,
+                ..tenant.clone()
+            },
+            &[Scope::ReviewsWrite],
+            &[ws],
+            &[],
+        )
+        .await;
+    let review: Value = app
+        .request(
+            Method::PUT,
+            &format!("/v1/marketplace/plugins/{plugin}/reviews/me"),
+        )
+        .bearer_auth(&author_token)
+        .json(&json!({"rating": 4, "title": "Solid plugin", "body": "Does what it says."}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let review_id = review["review"]["id"]
+        .as_str()
+        .expect("review id")
+        .to_owned();
+
+    vec![
+        Route {
+            method: Method::POST,
+            path: format!("/v1/workspaces/{ws}/runner-commands"),
+            scope: Scope::RunnerCommandsSubmit,
+            body: Some(json!({"poolId": commands_pool, "command": "echo"})),
+        },
+        Route {
+            method: Method::DELETE,
+            path: format!("/v1/workspaces/{ws}/runner-pools/{doomed_pool}"),
+            scope: Scope::RunnerPoolsDelete,
+            body: Some(json!({"reason": "retired"})),
+        },
+        Route {
+            method: Method::GET,
+            path: format!("/v1/workspaces/{ws}/audit/stream"),
+            scope: Scope::AuditRead,
+            body: None,
+        },
+        Route {
+            method: Method::POST,
+            path: format!(
+                "/v1/workspaces/{ws}/workflows/{}/revisions/{}/request-approval",
+                workflow.id, revision.id
+            ),
+            scope: Scope::WorkflowsRequestApproval,
+            body: Some(json!({})),
+        },
+        Route {
+            method: Method::PUT,
+            path: format!("/v1/marketplace/plugins/{plugin}/reviews/me"),
+            scope: Scope::ReviewsWrite,
+            body: Some(json!({"rating": 5, "title": "Great", "body": "Works well for us."})),
+        },
+        Route {
+            method: Method::POST,
+            path: format!("/v1/marketplace/plugins/{plugin}/reviews/{review_id}/report"),
+            scope: Scope::ReviewsReport,
+            body: Some(json!({"reason": "spam"})),
+        },
+    ]
+}

@@ -1,0 +1,412 @@
+//! Marketplace reviews under the default moderation policy, and reports on them.
+
+use chrono::{DateTime, Utc};
+use control_plane::domain::{CorrelationId, Scope};
+use reqwest::{Method, Response};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::helpers::{Tenant, TestApp, assert_api_error, spawn_app};
+
+#[tokio::test]
+async fn a_plain_review_is_published_and_a_second_put_replaces_it() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let plugin = create_plugin(&app, &tenant, "formatter").await;
+
+    let response = put_review(
+        &app,
+        &tenant.token,
+        plugin,
+        &json!({"rating": 4, "title": "Solid plugin", "body": "Does what it says."}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().contains_key("x-correlation-id"));
+    let first: Value = response.json().await.unwrap();
+    let review = &first["review"];
+    let id = review["id"].as_str().expect("id").to_owned();
+    assert_eq!(review["pluginId"], plugin.to_string());
+    assert_eq!(review["rating"], 4);
+    assert_eq!(review["title"], "Solid plugin");
+    assert_eq!(review["body"], "Does what it says.");
+    assert_eq!(review["status"], "published");
+    assert_eq!(review["moderation"]["decision"], "publish");
+    assert_eq!(review["moderation"]["reasons"], json!([]));
+    let created = time(&review["createdAt"]);
+
+    let response = put_review(
+        &app,
+        &tenant.token,
+        plugin,
+        &json!({"rating": 2, "title": "Changed my mind", "body": "It got slower after the update."}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let second: Value = response.json().await.unwrap();
+    let review = &second["review"];
+    assert_eq!(review["id"], id.as_str(), "the same review, replaced");
+    assert_eq!(review["rating"], 2);
+    assert_eq!(review["title"], "Changed my mind");
+    assert_eq!(review["body"], "It got slower after the update.");
+    assert_eq!(review["status"], "published");
+    let recreated = time(&review["createdAt"]);
+    assert!(
+        (recreated - created).num_milliseconds().abs() <= 1,
+        "createdAt is kept: {created} then {recreated}"
+    );
+    assert!(time(&review["updatedAt"]) > recreated);
+
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM plugin_reviews WHERE plugin_id = $1")
+        .bind(plugin)
+        .fetch_one(&mut app.db().await)
+        .await
+        .unwrap();
+    assert_eq!(n, 1, "one review per user per plugin");
+}
+
+#[tokio::test]
+async fn the_default_moderator_holds_or_rejects_on_clear_signals() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let plugin = create_plugin(&app, &tenant, "deployer").await;
+    for (title, body, status, decision, reason) in [
+        (
+            "See",
+            "more at https://example.com",
+            "held",
+            "hold",
+            "contains a link",
+        ),
+        (
+            "Buy",
+            "https://a.example and www.b.example",
+            "rejected",
+            "reject",
+            "contains several links",
+        ),
+        (
+            "THIS IS TERRIBLE",
+            "I HATE ALL OF IT",
+            "held",
+            "hold",
+            "mostly capital letters",
+        ),
+        (
+            "Mail me",
+            "write to someone@example.com",
+            "held",
+            "hold",
+            "contains contact details",
+        ),
+        (
+            "Fine again",
+            "Works as documented.",
+            "published",
+            "publish",
+            "",
+        ),
+    ] {
+        // The same author each time: each PUT replaces the review and is moderated afresh.
+        let response = put_review(
+            &app,
+            &tenant.token,
+            plugin,
+            &json!({"rating": 3, "title": title, "body": body}),
+        )
+        .await;
+        assert_eq!(response.status(), 200, "{body}");
+        let v: Value = response.json().await.unwrap();
+        assert_eq!(v["review"]["status"], status, "{body}: {v}");
+        assert_eq!(v["review"]["moderation"]["decision"], decision, "{body}");
+        let reasons: Vec<&str> = v["review"]["moderation"]["reasons"]
+            .as_array()
+            .expect("reasons")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        if reason.is_empty() {
+            assert!(reasons.is_empty(), "{v}");
+        } else {
+            assert_eq!(reasons, [reason], "{v}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn review_bodies_are_validated_and_plugins_must_exist() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let plugin = create_plugin(&app, &tenant, "scanner").await;
+    for body in [
+        json!({"rating": 0, "title": "t", "body": "b"}),
+        json!({"rating": 6, "title": "t", "body": "b"}),
+        json!({"rating": 4.5, "title": "t", "body": "b"}),
+        json!({"rating": 4, "title": "", "body": "b"}),
+        json!({"rating": 4, "title": "t".repeat(121), "body": "b"}),
+        json!({"rating": 4, "title": "t", "body": "b".repeat(5001)}),
+        json!({"rating": 4, "title": "t"}),
+        json!({"rating": 4, "title": "t", "body": "b", "stars": 5}),
+    ] {
+        let response = put_review(&app, &tenant.token, plugin, &body).await;
+        let err = assert_api_error(response, 400, "validation_failed").await;
+        assert!(err["error"]["details"]["field"].is_string(), "{body}");
+    }
+    let valid = json!({"rating": 5, "title": "Good", "body": "Useful."});
+    for unknown in [Uuid::new_v4().to_string(), "not-a-uuid".to_owned()] {
+        let response = app
+            .request(
+                Method::PUT,
+                &format!("/v1/marketplace/plugins/{unknown}/reviews/me"),
+            )
+            .bearer_auth(&tenant.token)
+            .json(&valid)
+            .send()
+            .await
+            .unwrap();
+        assert_api_error(response, 404, "not_found").await;
+    }
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM plugin_reviews")
+        .fetch_one(&mut app.db().await)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+}
+
+#[tokio::test]
+async fn one_cannot_report_ones_own_review_nor_report_twice() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let plugin = create_plugin(&app, &tenant, "linter").await;
+    let review = published_review(&app, &tenant.token, plugin).await;
+
+    let response = report(
+        &app,
+        &tenant.token,
+        plugin,
+        &review,
+        &json!({"reason": "spam"}),
+    )
+    .await;
+    assert_api_error(response, 403, "forbidden").await;
+
+    let (_, reporter) = user_token(&app, &tenant, &[Scope::ReviewsReport]).await;
+    let response = report(
+        &app,
+        &reporter,
+        plugin,
+        &review,
+        &json!({"reason": "off_topic", "comment": "about another plugin"}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().contains_key("x-correlation-id"));
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["report"]["id"]
+            .as_str()
+            .is_some_and(|id| id.parse::<Uuid>().is_ok())
+    );
+    assert_eq!(body["report"]["reviewId"], review.as_str());
+    assert_eq!(body["report"]["reason"], "off_topic");
+    assert!(body["report"]["createdAt"].is_string());
+    assert_eq!(body["review"]["id"], review.as_str());
+    assert_eq!(body["review"]["status"], "published");
+
+    for reason in ["off_topic", "abuse"] {
+        let response = report(&app, &reporter, plugin, &review, &json!({"reason": reason})).await;
+        assert_api_error(response, 409, "already_reported").await;
+    }
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM review_reports")
+        .fetch_one(&mut app.db().await)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[tokio::test]
+async fn reports_are_validated_and_name_a_review_of_that_plugin() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let plugin = create_plugin(&app, &tenant, "bundler").await;
+    let other_plugin = create_plugin(&app, &tenant, "minifier").await;
+    let review = published_review(&app, &tenant.token, plugin).await;
+    let (_, reporter) = user_token(&app, &tenant, &[Scope::ReviewsReport]).await;
+
+    for body in [
+        json!({}),
+        json!({"reason": "boring"}),
+        json!({"reason": "spam", "comment": ""}),
+        json!({"reason": "spam", "comment": "c".repeat(1001)}),
+        json!({"reason": "spam", "severity": 3}),
+    ] {
+        let response = report(&app, &reporter, plugin, &review, &body).await;
+        let err = assert_api_error(response, 400, "validation_failed").await;
+        assert!(err["error"]["details"]["field"].is_string(), "{body}");
+    }
+    let spam = json!({"reason": "spam"});
+    for (plugin_id, review_id) in [
+        (other_plugin.to_string(), review.clone()),
+        (plugin.to_string(), Uuid::new_v4().to_string()),
+        (plugin.to_string(), "not-a-uuid".to_owned()),
+        (Uuid::new_v4().to_string(), review.clone()),
+    ] {
+        let response = app
+            .post_json(
+                &format!("/v1/marketplace/plugins/{plugin_id}/reviews/{review_id}/report"),
+                &reporter,
+                &spam,
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_api_error(response, 404, "not_found").await;
+    }
+    // None of those counted: the first real report is accepted.
+    let response = report(&app, &reporter, plugin, &review, &spam).await;
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn reports_from_three_distinct_users_hide_a_review() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let plugin = create_plugin(&app, &tenant, "profiler").await;
+    let review = published_review(&app, &tenant.token, plugin).await;
+
+    let mut reporters = Vec::new();
+    for _ in 0..3 {
+        reporters.push(user_token(&app, &tenant, &[Scope::ReviewsReport]).await.1);
+    }
+    let expected = ["published", "published", "hidden"];
+    for (i, (reporter, status)) in reporters.iter().zip(expected).enumerate() {
+        let reason = if i == 1 { "abuse" } else { "spam" };
+        let response = report(&app, reporter, plugin, &review, &json!({"reason": reason})).await;
+        assert_eq!(response.status(), 200, "report {i}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["review"]["status"], status, "after report {i}: {body}");
+    }
+
+    // A repeated report from one of them still does not count twice.
+    let response = report(
+        &app,
+        &reporters[0],
+        plugin,
+        &review,
+        &json!({"reason": "spam"}),
+    )
+    .await;
+    assert_api_error(response, 409, "already_reported").await;
+    let (status,): (String,) = sqlx::query_as("SELECT status FROM plugin_reviews WHERE id = $1")
+        .bind(review.parse::<Uuid>().unwrap())
+        .fetch_one(&mut app.db().await)
+        .await
+        .unwrap();
+    assert_eq!(status, "hidden");
+}
+
+#[tokio::test]
+async fn two_reports_from_one_user_are_not_two_reporters() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let plugin = create_plugin(&app, &tenant, "tracer").await;
+    let review = published_review(&app, &tenant.token, plugin).await;
+    // Two tokens of one user, and a second user: two distinct reporters, not three.
+    let (user, first) = user_token(&app, &tenant, &[Scope::ReviewsReport]).await;
+    let as_user = Tenant {
+        user_id: user,
+        ..tenant.clone()
+    };
+    let second = app
+        .admin_token(
+            &as_user,
+            &[Scope::ReviewsReport],
+            &[tenant.workspace_id],
+            &[],
+        )
+        .await;
+    let (_, other) = user_token(&app, &tenant, &[Scope::ReviewsReport]).await;
+
+    let spam = json!({"reason": "spam"});
+    assert_eq!(
+        report(&app, &first, plugin, &review, &spam).await.status(),
+        200
+    );
+    let response = report(&app, &second, plugin, &review, &spam).await;
+    assert_api_error(response, 409, "already_reported").await;
+    let response = report(&app, &other, plugin, &review, &spam).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["review"]["status"], "published");
+}
+
+async fn create_plugin(app: &TestApp, tenant: &Tenant, name: &str) -> Uuid {
+    app.services
+        .create_plugin(tenant.organisation_id, name, &CorrelationId::generate())
+        .await
+        .expect("plugin")
+        .id
+}
+
+/// A new user of the tenant's organisation and a token of theirs: (user id, token).
+async fn user_token(app: &TestApp, tenant: &Tenant, scopes: &[Scope]) -> (Uuid, String) {
+    let user = app
+        .services
+        .create_user(
+            tenant.organisation_id,
+            &format!("user-{}@example.com", Uuid::new_v4().simple()),
+            &CorrelationId::generate(),
+        )
+        .await
+        .expect("user");
+    let as_user = Tenant {
+        user_id: user.id,
+        ..tenant.clone()
+    };
+    let token = app
+        .admin_token(&as_user, scopes, &[tenant.workspace_id], &[])
+        .await;
+    (user.id, token)
+}
+
+async fn put_review(app: &TestApp, token: &str, plugin: Uuid, body: &Value) -> Response {
+    app.request(
+        Method::PUT,
+        &format!("/v1/marketplace/plugins/{plugin}/reviews/me"),
+    )
+    .bearer_auth(token)
+    .json(body)
+    .send()
+    .await
+    .unwrap()
+}
+
+/// Puts a review that the default moderator publishes; returns its id.
+async fn published_review(app: &TestApp, token: &str, plugin: Uuid) -> String {
+    let response = put_review(
+        app,
+        token,
+        plugin,
+        &json!({"rating": 5, "title": "Great", "body": "Saved us hours every week."}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["review"]["status"], "published", "{body}");
+    body["review"]["id"].as_str().expect("id").to_owned()
+}
+
+async fn report(app: &TestApp, token: &str, plugin: Uuid, review: &str, body: &Value) -> Response {
+    app.post_json(
+        &format!("/v1/marketplace/plugins/{plugin}/reviews/{review}/report"),
+        token,
+        body,
+    )
+    .send()
+    .await
+    .unwrap()
+}
+
+fn time(value: &Value) -> DateTime<Utc> {
+    serde_json::from_value(value.clone()).expect("an RFC 3339 time")
+}

@@ -1,0 +1,466 @@
+//! Runner pool deletion and command submission.
+
+use control_plane::domain::{CorrelationId, Scope};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::helpers::{Tenant, TestApp, assert_api_error, spawn_app};
+
+#[tokio::test]
+async fn an_idle_pool_is_deleted_once_and_then_takes_no_commands() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let pool = create_pool(&app, tenant.workspace_id, "build").await;
+
+    let response = delete_pool(&app, &tenant, pool, &json!({"reason": "decommissioned"})).await;
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().contains_key("x-correlation-id"));
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["pool"]["id"], pool.to_string());
+    assert_eq!(body["pool"]["workspaceId"], tenant.workspace_id.to_string());
+    assert_eq!(body["pool"]["name"], "build");
+    let deleted_at = body["pool"]["deletedAt"].as_str().expect("deletedAt");
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(deleted_at).is_ok(),
+        "{deleted_at}"
+    );
+    assert_eq!(body["cancelledCommands"], 0);
+
+    let again = delete_pool(&app, &tenant, pool, &json!({"force": true})).await;
+    assert_api_error(again, 404, "not_found").await;
+
+    let response = submit(&app, &tenant, &json!({"poolId": pool, "command": "echo"})).await;
+    let err = assert_api_error(response, 409, "pool_deleted").await;
+    assert_eq!(err["error"]["details"]["field"], "poolId");
+}
+
+#[tokio::test]
+async fn a_pool_with_an_open_command_is_busy_until_force_cancels_it() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let pool = create_pool(&app, tenant.workspace_id, "busy").await;
+    let command = submitted(&app, &tenant, pool).await;
+
+    for body in [json!({}), json!({"reason": "cleanup", "force": false})] {
+        let response = delete_pool(&app, &tenant, pool, &body).await;
+        let err = assert_api_error(response, 409, "pool_busy").await;
+        assert_eq!(err["error"]["details"]["openCommands"], 1, "{body}");
+    }
+    assert_eq!(command_status(&app, command).await, "queued");
+
+    let response = delete_pool(
+        &app,
+        &tenant,
+        pool,
+        &json!({"reason": "stuck runner", "force": true}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["cancelledCommands"], 1);
+    assert!(body["pool"]["deletedAt"].is_string());
+    assert_eq!(command_status(&app, command).await, "cancelled");
+
+    let again = delete_pool(&app, &tenant, pool, &json!({"force": true})).await;
+    assert_api_error(again, 404, "not_found").await;
+}
+
+#[tokio::test]
+async fn unknown_pools_and_bad_delete_bodies() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let pool = create_pool(&app, tenant.workspace_id, "kept").await;
+    for id in [Uuid::new_v4().to_string(), "not-a-uuid".to_owned()] {
+        let response = app
+            .delete_json(
+                &format!("/v1/workspaces/{}/runner-pools/{id}", tenant.workspace_id),
+                &tenant.token,
+                &json!({}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_api_error(response, 404, "not_found").await;
+    }
+    for body in [
+        json!({"reason": ""}),
+        json!({"reason": "r".repeat(501)}),
+        json!({"force": "yes"}),
+        json!({"reason": "ok", "cascade": true}),
+        json!([]),
+    ] {
+        let response = delete_pool(&app, &tenant, pool, &body).await;
+        let err = assert_api_error(response, 400, "validation_failed").await;
+        assert!(err["error"]["details"]["field"].is_string(), "{body}");
+    }
+    // None of those deleted it.
+    let response = delete_pool(&app, &tenant, pool, &json!({"reason": "r".repeat(500)})).await;
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn a_submitted_command_is_queued_with_a_pending_delivery() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let pool = create_pool(&app, tenant.workspace_id, "deploy").await;
+    let env = app
+        .create_environment(tenant.workspace_id, "production")
+        .await;
+
+    let response = submit(
+        &app,
+        &tenant,
+        &json!({
+            "poolId": pool,
+            "command": "deploy",
+            "args": ["--tag", "v1.2.3"],
+            "environmentId": env,
+            "timeoutSeconds": 60,
+        }),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    let command = &body["command"];
+    let id: Uuid = command["id"].as_str().unwrap().parse().unwrap();
+    let delivery: Uuid = command["deliveryId"].as_str().unwrap().parse().unwrap();
+    assert_ne!(id, delivery);
+    assert_eq!(command["workspaceId"], tenant.workspace_id.to_string());
+    assert_eq!(command["poolId"], pool.to_string());
+    assert_eq!(command["environmentId"], env.to_string());
+    assert_eq!(command["command"], "deploy");
+    assert_eq!(command["args"], json!(["--tag", "v1.2.3"]));
+    assert_eq!(command["timeoutSeconds"], 60);
+    assert_eq!(command["status"], "queued");
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(command["createdAt"].as_str().unwrap()).is_ok(),
+        "{command}"
+    );
+    let (status, command_id): (String, Uuid) =
+        sqlx::query_as("SELECT status, command_id FROM webhook_deliveries WHERE id = $1")
+            .bind(delivery)
+            .fetch_one(&mut app.db().await)
+            .await
+            .unwrap();
+    assert_eq!(status, "pending");
+    assert_eq!(command_id, id);
+
+    // The optional fields take their defaults.
+    let response = submit(&app, &tenant, &json!({"poolId": pool, "command": "status"})).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["command"]["args"], json!([]));
+    assert!(body["command"]["environmentId"].is_null());
+    assert_eq!(body["command"]["timeoutSeconds"], 3600);
+}
+
+#[tokio::test]
+async fn submission_refuses_unknown_pools_foreign_environments_and_bad_fields() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let pool = create_pool(&app, tenant.workspace_id, "main").await;
+    let second = app.create_workspace(tenant.organisation_id, "second").await;
+    let foreign_env = app.create_environment(second, "staging").await;
+    let foreign_pool = create_pool(&app, second, "other").await;
+
+    for body in [
+        json!({"poolId": Uuid::new_v4(), "command": "echo"}),
+        // A pool of another workspace is not in this one.
+        json!({"poolId": foreign_pool, "command": "echo"}),
+    ] {
+        let err = assert_api_error(submit(&app, &tenant, &body).await, 404, "not_found").await;
+        assert_eq!(err["error"]["details"]["field"], "poolId", "{body}");
+    }
+    for env in [foreign_env, Uuid::new_v4()] {
+        let body = json!({"poolId": pool, "command": "echo", "environmentId": env});
+        let err = assert_api_error(submit(&app, &tenant, &body).await, 404, "not_found").await;
+        assert_eq!(err["error"]["details"]["field"], "environmentId", "{body}");
+    }
+    for (body, field) in [
+        (
+            json!({"poolId": pool, "command": "echo", "shell": true}),
+            "shell",
+        ),
+        (
+            json!({"poolId": pool, "command": "echo", "timeoutSeconds": 0}),
+            "timeoutSeconds",
+        ),
+        (
+            json!({"poolId": pool, "command": "echo", "timeoutSeconds": 86_401}),
+            "timeoutSeconds",
+        ),
+        (
+            json!({"poolId": pool, "command": "echo", "timeoutSeconds": 1.5}),
+            "timeoutSeconds",
+        ),
+        (json!({"poolId": pool, "command": ""}), "command"),
+        (
+            json!({"poolId": pool, "command": "c".repeat(201)}),
+            "command",
+        ),
+        (json!({"poolId": pool}), "command"),
+        (json!({"command": "echo"}), "poolId"),
+        (json!({"poolId": "nope", "command": "echo"}), "poolId"),
+        (
+            json!({"poolId": pool, "command": "echo", "args": [1]}),
+            "args[0]",
+        ),
+        (
+            json!({"poolId": pool, "command": "echo", "args": args(65)}),
+            "args",
+        ),
+    ] {
+        let err =
+            assert_api_error(submit(&app, &tenant, &body).await, 400, "validation_failed").await;
+        let fields: Vec<&str> = err["error"]["details"]["errors"]
+            .as_array()
+            .expect("errors")
+            .iter()
+            .filter_map(|e| e["field"].as_str())
+            .collect();
+        assert!(fields.contains(&field), "{field} in {err}");
+    }
+    // Nothing above was stored.
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM runner_commands")
+        .fetch_one(&mut app.db().await)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+    // The bounds themselves are accepted.
+    let body =
+        json!({"poolId": pool, "command": "echo", "timeoutSeconds": 86_400, "args": args(64)});
+    assert_eq!(submit(&app, &tenant, &body).await.status(), 200);
+}
+
+#[tokio::test]
+async fn a_token_of_one_workspace_cannot_touch_another_workspaces_pool() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let second = app.create_workspace(tenant.organisation_id, "second").await;
+    let other_pool = create_pool(&app, second, "theirs").await;
+    let other = app.bootstrap().await;
+    let other_org_pool = create_pool(&app, other.workspace_id, "foreign").await;
+
+    // The bootstrap token holds only the first workspace.
+    for (workspace, pool) in [(second, other_pool), (other.workspace_id, other_org_pool)] {
+        let response = app
+            .delete_json(
+                &format!("/v1/workspaces/{workspace}/runner-pools/{pool}"),
+                &tenant.token,
+                &json!({"force": true}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_api_error(response, 403, "forbidden").await;
+        let response = app
+            .post_json(
+                &format!("/v1/workspaces/{workspace}/runner-commands"),
+                &tenant.token,
+                &json!({"poolId": pool, "command": "echo"}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_api_error(response, 403, "forbidden").await;
+        // Through its own workspace's path, the pool is not there.
+        let response = delete_pool(&app, &tenant, pool, &json!({"force": true})).await;
+        assert_api_error(response, 404, "not_found").await;
+    }
+
+    // The pool is untouched: a token of its workspace deletes it.
+    let theirs = app
+        .admin_token(&tenant, &[Scope::RunnerPoolsDelete], &[second], &[])
+        .await;
+    let response = app
+        .delete_json(
+            &format!("/v1/workspaces/{second}/runner-pools/{other_pool}"),
+            &theirs,
+            &json!({}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn a_token_limited_to_environments_names_one_of_them() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let pool = create_pool(&app, tenant.workspace_id, "envs").await;
+    let staging = app.create_environment(tenant.workspace_id, "staging").await;
+    let production = app
+        .create_environment(tenant.workspace_id, "production")
+        .await;
+    let limited = app
+        .admin_token(
+            &tenant,
+            &[Scope::RunnerCommandsSubmit],
+            &[tenant.workspace_id],
+            &[staging],
+        )
+        .await;
+    let path = format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id);
+    for body in [
+        json!({"poolId": pool, "command": "echo"}),
+        json!({"poolId": pool, "command": "echo", "environmentId": production}),
+    ] {
+        let response = app.post_json(&path, &limited, &body).send().await.unwrap();
+        assert_api_error(response, 403, "forbidden").await;
+    }
+    let body = json!({"poolId": pool, "command": "echo", "environmentId": staging});
+    let response = app.post_json(&path, &limited, &body).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn deletion_and_submission_are_audited_without_argument_values() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let pool = create_pool(&app, tenant.workspace_id, "audited").await;
+    let response = app
+        .post_json(
+            &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+            &tenant.token,
+            &json!({"poolId": pool, "command": "login", "args": ["--password=hunter2-secret"]}),
+        )
+        .header("x-correlation-id", "submit-audit-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    let command_id = body["command"]["id"].as_str().unwrap().to_owned();
+    let delivery_id = body["command"]["deliveryId"].as_str().unwrap().to_owned();
+    let response = app
+        .delete_json(
+            &format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id),
+            &tenant.token,
+            &json!({"reason": "end of project", "force": true}),
+        )
+        .header("x-correlation-id", "delete-audit-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+
+    let page: Value = app
+        .get(
+            &format!("/v1/workspaces/{}/activity?limit=100", tenant.workspace_id),
+            &tenant.token,
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let items = page["items"].as_array().expect("items");
+    let find = |kind: &str| {
+        items
+            .iter()
+            .find(|i| i["type"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in {page}"))
+            .clone()
+    };
+    let deleted = find("runner_pool.deleted");
+    let submission = find("runner_command.submitted");
+    // Newest first: the deletion came after the submission.
+    assert!(deleted["sequence"].as_i64().unwrap() > submission["sequence"].as_i64().unwrap());
+
+    assert_eq!(submission["correlationId"], "submit-audit-1");
+    assert_eq!(submission["actor"]["kind"], "user");
+    assert_eq!(submission["actor"]["id"], tenant.user_id.to_string());
+    assert_eq!(submission["target"]["kind"], "runner_command");
+    assert_eq!(submission["target"]["id"], command_id);
+    assert_eq!(submission["data"]["poolId"], pool.to_string());
+    assert_eq!(submission["data"]["command"], "login");
+    assert_eq!(submission["data"]["argCount"], 1);
+    assert_eq!(submission["data"]["deliveryId"], delivery_id);
+    assert!(
+        !page.to_string().contains("hunter2"),
+        "argument values stay out of the audit log: {page}"
+    );
+
+    assert_eq!(deleted["correlationId"], "delete-audit-1");
+    assert_eq!(deleted["actor"]["id"], tenant.user_id.to_string());
+    assert_eq!(deleted["target"]["kind"], "runner_pool");
+    assert_eq!(deleted["target"]["id"], pool.to_string());
+    assert_eq!(deleted["data"]["reason"], "end of project");
+    assert_eq!(deleted["data"]["force"], true);
+    assert_eq!(deleted["data"]["cancelledCommands"], 1);
+
+    // A refused deletion writes no event.
+    let busy = create_pool(&app, tenant.workspace_id, "busy").await;
+    submitted(&app, &tenant, busy).await;
+    let before = events_of(&app, "runner_pool.deleted").await;
+    let response = delete_pool(&app, &tenant, busy, &json!({})).await;
+    assert_api_error(response, 409, "pool_busy").await;
+    assert_eq!(events_of(&app, "runner_pool.deleted").await, before);
+}
+
+async fn create_pool(app: &TestApp, workspace: Uuid, name: &str) -> Uuid {
+    app.services
+        .create_pool(workspace, name, &CorrelationId::generate())
+        .await
+        .expect("pool")
+        .id
+}
+
+async fn delete_pool(
+    app: &TestApp,
+    tenant: &Tenant,
+    pool: Uuid,
+    body: &Value,
+) -> reqwest::Response {
+    app.delete_json(
+        &format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id),
+        &tenant.token,
+        body,
+    )
+    .send()
+    .await
+    .unwrap()
+}
+
+async fn submit(app: &TestApp, tenant: &Tenant, body: &Value) -> reqwest::Response {
+    app.post_json(
+        &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+        &tenant.token,
+        body,
+    )
+    .send()
+    .await
+    .unwrap()
+}
+
+/// Submits `echo` to `pool`; returns the command's id.
+async fn submitted(app: &TestApp, tenant: &Tenant, pool: Uuid) -> Uuid {
+    let response = submit(app, tenant, &json!({"poolId": pool, "command": "echo"})).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    body["command"]["id"].as_str().unwrap().parse().unwrap()
+}
+
+fn args(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("arg-{i}")).collect()
+}
+
+async fn command_status(app: &TestApp, command: Uuid) -> String {
+    let (status,): (String,) = sqlx::query_as("SELECT status FROM runner_commands WHERE id = $1")
+        .bind(command)
+        .fetch_one(&mut app.db().await)
+        .await
+        .unwrap();
+    status
+}
+
+async fn events_of(app: &TestApp, event_type: &str) -> i64 {
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM audit_events WHERE event_type = $1")
+        .bind(event_type)
+        .fetch_one(&mut app.db().await)
+        .await
+        .unwrap();
+    n
+}

@@ -1,0 +1,658 @@
+//! Signed delivery reports: the delivery state machine, and every way a runner signature is
+//! refused (DESIGN.md, "Runner signatures").
+
+use std::fmt::Display;
+
+use control_plane::domain::{CorrelationId, SignedHeaders, sign_request};
+use reqwest::Response;
+use reqwest::header::CONTENT_TYPE;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::helpers::{
+    ServerProcess, Tenant, TestApp, assert_api_error, redis_or_skip, spawn_app, spawn_app_with,
+};
+
+const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
+
+#[tokio::test]
+async fn a_delivery_moves_received_running_succeeded_and_its_command_follows() {
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture().await;
+    let (command, delivery) = submit(&app, &tenant, pool).await;
+
+    for (status, command_status) in [
+        ("received", "dispatched"),
+        ("running", "running"),
+        ("succeeded", "succeeded"),
+    ] {
+        let response = report(&app, &runner, delivery, json!({"status": status})).await;
+        assert_eq!(response.status(), 200, "{status}");
+        assert!(response.headers().contains_key("x-correlation-id"));
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["delivery"]["id"], delivery.to_string());
+        assert_eq!(body["delivery"]["commandId"], command.to_string());
+        assert_eq!(body["delivery"]["status"], status);
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(body["delivery"]["updatedAt"].as_str().unwrap())
+                .is_ok(),
+            "{body}"
+        );
+        assert_eq!(delivery_status(&app, delivery).await, status);
+        assert_eq!(command_status_of(&app, command).await, command_status);
+    }
+
+    // A finished command takes no more reports.
+    let response = report(&app, &runner, delivery, json!({"status": "failed"})).await;
+    assert_api_error(response, 409, "invalid_transition").await;
+
+    // Each report is audited with the runner as its actor.
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM audit_events
+         WHERE event_type = 'webhook_delivery.status_reported'
+           AND actor_kind = 'runner' AND actor_id = $1 AND target_id = $2",
+    )
+    .bind(runner.runner_id)
+    .bind(delivery)
+    .fetch_one(&mut app.db().await)
+    .await
+    .unwrap();
+    assert_eq!(n, 3);
+
+    // Nothing is open any more: the pool can go without force.
+    let response = app
+        .delete_json(
+            &format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id),
+            &tenant.token,
+            &json!({}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn transitions_the_state_machine_forbids_are_409() {
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture().await;
+    let (command, delivery) = submit(&app, &tenant, pool).await;
+
+    for status in ["succeeded", "running"] {
+        let response = report(&app, &runner, delivery, json!({"status": status})).await;
+        let err = assert_api_error(response, 409, "invalid_transition").await;
+        assert_eq!(err["error"]["details"]["from"], "pending", "{err}");
+        assert_eq!(err["error"]["details"]["to"], status, "{err}");
+    }
+    assert_eq!(delivery_status(&app, delivery).await, "pending");
+
+    let response = report(&app, &runner, delivery, json!({"status": "received"})).await;
+    assert_eq!(response.status(), 200);
+    let response = report(&app, &runner, delivery, json!({"status": "received"})).await;
+    assert_api_error(response, 409, "invalid_transition").await;
+
+    // `failed` is allowed from any live state, with its detail and exit code.
+    let response = report(
+        &app,
+        &runner,
+        delivery,
+        json!({"status": "failed", "detail": "image pull failed", "exitCode": 125}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let (detail, exit_code): (Option<String>, Option<i32>) =
+        sqlx::query_as("SELECT detail, exit_code FROM webhook_deliveries WHERE id = $1")
+            .bind(delivery)
+            .fetch_one(&mut app.db().await)
+            .await
+            .unwrap();
+    assert_eq!(detail.as_deref(), Some("image pull failed"));
+    assert_eq!(exit_code, Some(125));
+    assert_eq!(command_status_of(&app, command).await, "failed");
+
+    let response = report(&app, &runner, delivery, json!({"status": "running"})).await;
+    assert_api_error(response, 409, "invalid_transition").await;
+}
+
+#[tokio::test]
+async fn report_bodies_are_validated() {
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture().await;
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+    for body in [
+        json!({}),
+        json!({"status": "pending"}),
+        json!({"status": "done"}),
+        json!({"status": "received", "detail": ""}),
+        json!({"status": "received", "detail": "d".repeat(2001)}),
+        json!({"status": "received", "exitCode": 4_294_967_296_i64}),
+        json!({"status": "received", "extra": 1}),
+    ] {
+        let response = report(&app, &runner, delivery, body.clone()).await;
+        let err = assert_api_error(response, 400, "validation_failed").await;
+        assert!(err["error"]["details"]["field"].is_string(), "{body}");
+    }
+    assert_eq!(delivery_status(&app, delivery).await, "pending");
+}
+
+#[tokio::test]
+async fn every_signature_failure_is_401_invalid_signature_and_changes_nothing() {
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture().await;
+    let other = register(&app, pool, "runner-b").await;
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+    let path = status_path(delivery);
+    let body = json!({"status": "received"}).to_string().into_bytes();
+    let good = || sign(&runner, &path, &body, now());
+
+    // Each header missing, or given twice.
+    let signed = good();
+    for (missing, _) in signed.pairs() {
+        let pairs: Vec<(&str, &str)> = signed
+            .pairs()
+            .into_iter()
+            .filter(|(name, _)| *name != missing)
+            .collect();
+        assert_refused(send(&app, &path, &body, &pairs).await).await;
+    }
+    let signed = good();
+    let mut pairs = signed.pairs().to_vec();
+    pairs.push(("x-sandbox-nonce", signed.nonce.as_str()));
+    assert_refused(send(&app, &path, &body, &pairs).await).await;
+
+    // Malformed headers.
+    let mut malformed: Vec<SignedHeaders> = Vec::new();
+    for signature in [
+        "*".repeat(88),
+        "not base64".to_owned(),
+        base64_of(&[7; 63]),
+        // Well-formed, but not a signature of this request.
+        base64_of(&[0; 64]),
+    ] {
+        let mut signed = good();
+        signed.signature = signature;
+        malformed.push(signed);
+    }
+    for (field, value) in [
+        ("runner", "not-a-uuid"),
+        ("key", "not-a-uuid"),
+        ("timestamp", "soon"),
+        ("timestamp", "-5"),
+        ("timestamp", ""),
+        ("nonce", "short"),
+        ("nonce", "spaces are not allowed"),
+    ] {
+        let mut signed = good();
+        let slot = match field {
+            "runner" => &mut signed.runner_id,
+            "key" => &mut signed.key_id,
+            "timestamp" => &mut signed.timestamp,
+            _ => &mut signed.nonce,
+        };
+        *slot = value.to_owned();
+        malformed.push(signed);
+    }
+    for signed in &malformed {
+        assert_refused(send(&app, &path, &body, &signed.pairs()).await).await;
+    }
+
+    let ts = now();
+    let refused = [
+        // An unknown key id.
+        sign_request(
+            &runner.private_key,
+            runner.runner_id,
+            Uuid::new_v4(),
+            "POST",
+            &path,
+            &body,
+            ts,
+            &nonce(),
+        ),
+        // Runner B's key id (and private key) under runner A's id.
+        sign_request(
+            &other.private_key,
+            runner.runner_id,
+            other.key_id,
+            "POST",
+            &path,
+            &body,
+            ts,
+            &nonce(),
+        ),
+        // Runner B's identity, signed with runner A's private key.
+        sign_request(
+            &runner.private_key,
+            other.runner_id,
+            other.key_id,
+            "POST",
+            &path,
+            &body,
+            ts,
+            &nonce(),
+        ),
+        // Signed for another method.
+        sign_request(
+            &runner.private_key,
+            runner.runner_id,
+            runner.key_id,
+            "PUT",
+            &path,
+            &body,
+            ts,
+            &nonce(),
+        ),
+        // Signed for another delivery's path.
+        sign(&runner, &status_path(Uuid::new_v4()), &body, ts),
+        // Signed for another body.
+        sign(&runner, &path, br#"{"status":"failed"}"#, ts),
+        // The same JSON, spaced differently: the raw bytes are what is signed.
+        sign(&runner, &path, br#"{"status": "received"}"#, ts),
+    ];
+    for signed in &refused {
+        assert_refused(send(&app, &path, &body, &signed.pairs()).await).await;
+    }
+    // Too old, and too far ahead (with a few seconds of margin for the request itself).
+    for offset in [-301, 305] {
+        let signed = sign(&runner, &path, &body, now() + offset);
+        assert_refused(send(&app, &path, &body, &signed.pairs()).await).await;
+    }
+
+    // None of that moved the delivery; a timestamp within the tolerance is accepted.
+    assert_eq!(delivery_status(&app, delivery).await, "pending");
+    let signed = sign(&runner, &path, &body, now() - 250);
+    let response = send(&app, &path, &body, &signed.pairs()).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(delivery_status(&app, delivery).await, "received");
+}
+
+#[tokio::test]
+async fn a_replayed_nonce_is_refused_but_one_of_a_refused_request_is_not_spent() {
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture().await;
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+    let path = status_path(delivery);
+    let body = json!({"status": "received"}).to_string().into_bytes();
+
+    // A request whose signature fails does not spend its nonce.
+    let shared = nonce();
+    let mut forged = sign_with_nonce(&runner, &path, &body, &shared);
+    forged.signature = base64_of(&[1; 64]);
+    assert_refused(send(&app, &path, &body, &forged.pairs()).await).await;
+    let signed = sign_with_nonce(&runner, &path, &body, &shared);
+    assert_eq!(
+        send(&app, &path, &body, &signed.pairs()).await.status(),
+        200
+    );
+
+    // The exact same request again: refused, and the delivery does not move.
+    let replay = send(&app, &path, &body, &signed.pairs()).await;
+    let err = assert_api_error(replay, 401, "invalid_signature").await;
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("nonce")),
+        "{err}"
+    );
+    // The nonce is spent for this runner whatever the request.
+    let running = json!({"status": "running"}).to_string().into_bytes();
+    let reused = sign_with_nonce(&runner, &path, &running, &shared);
+    assert_refused(send(&app, &path, &running, &reused.pairs()).await).await;
+    assert_eq!(delivery_status(&app, delivery).await, "received");
+
+    let response = report(&app, &runner, delivery, json!({"status": "running"})).await;
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn rotation_keeps_both_keys_working_until_one_is_revoked() {
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture().await;
+    let (key_id, private_key) = app
+        .services
+        .add_runner_key(runner.runner_id, None, &CorrelationId::generate())
+        .await
+        .expect("second key");
+    let rotated = RunnerKey {
+        runner_id: runner.runner_id,
+        key_id,
+        private_key: private_key.expect("generated key"),
+    };
+    assert_ne!(rotated.key_id, runner.key_id);
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+
+    let response = report(&app, &runner, delivery, json!({"status": "received"})).await;
+    assert_eq!(response.status(), 200);
+    let response = report(&app, &rotated, delivery, json!({"status": "running"})).await;
+    assert_eq!(response.status(), 200);
+
+    app.services
+        .revoke_runner_key(runner.runner_id, runner.key_id, &CorrelationId::generate())
+        .await
+        .expect("revoke the first key");
+    let response = report(&app, &runner, delivery, json!({"status": "succeeded"})).await;
+    assert_refused(response).await;
+    assert_eq!(delivery_status(&app, delivery).await, "running");
+    let response = report(&app, &rotated, delivery, json!({"status": "succeeded"})).await;
+    assert_eq!(response.status(), 200);
+
+    // A key revoked twice is not there any more.
+    assert!(
+        app.services
+            .revoke_runner_key(runner.runner_id, runner.key_id, &CorrelationId::generate())
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn a_runner_reports_only_on_deliveries_of_its_own_pool() {
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture().await;
+    let other_pool = create_pool(&app, tenant.workspace_id, "other-pool").await;
+    let stranger = register(&app, other_pool, "stranger").await;
+    let elsewhere = app.bootstrap().await;
+    let foreign_pool = create_pool(&app, elsewhere.workspace_id, "foreign").await;
+    let foreigner = register(&app, foreign_pool, "foreigner").await;
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+
+    for intruder in [&stranger, &foreigner] {
+        let response = report(&app, intruder, delivery, json!({"status": "received"})).await;
+        assert_api_error(response, 403, "forbidden").await;
+    }
+    assert_eq!(delivery_status(&app, delivery).await, "pending");
+
+    for unknown in [Uuid::new_v4().to_string(), "not-a-uuid".to_owned()] {
+        let response = report(&app, &runner, &unknown, json!({"status": "received"})).await;
+        assert_api_error(response, 404, "not_found").await;
+    }
+
+    let response = report(&app, &runner, delivery, json!({"status": "received"})).await;
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn reports_on_a_command_cancelled_by_a_forced_pool_deletion_are_409() {
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture().await;
+    let (command, delivery) = submit(&app, &tenant, pool).await;
+    let response = report(&app, &runner, delivery, json!({"status": "received"})).await;
+    assert_eq!(response.status(), 200);
+
+    let response = app
+        .delete_json(
+            &format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id),
+            &tenant.token,
+            &json!({"reason": "runner lost", "force": true}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["cancelledCommands"], 1);
+    assert_eq!(command_status_of(&app, command).await, "cancelled");
+
+    for status in ["running", "failed"] {
+        let response = report(&app, &runner, delivery, json!({"status": status})).await;
+        assert_api_error(response, 409, "invalid_transition").await;
+    }
+    assert_eq!(delivery_status(&app, delivery).await, "received");
+}
+
+#[tokio::test]
+async fn redis_only_a_nonce_spent_through_one_process_is_refused_by_another() {
+    if redis_or_skip("redis_only_a_nonce_spent_through_one_process_is_refused_by_another").is_none()
+    {
+        return;
+    }
+    let app = spawn_app_with(|c| c.token_hash_key = Some(HASH_KEY.into())).await;
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture_on(app).await;
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+    let first = ServerProcess::start(&app.config, HASH_KEY, RECORD_KEY);
+    let second = ServerProcess::start(&app.config, HASH_KEY, RECORD_KEY);
+    let client = reqwest::Client::new();
+    let path = status_path(delivery);
+
+    let body = json!({"status": "received"}).to_string().into_bytes();
+    let signed = sign(&runner, &path, &body, now());
+    let response = send_to(
+        &client,
+        &format!("{}{path}", first.address),
+        &body,
+        &signed.pairs(),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    for process in [&second, &first] {
+        let replay = send_to(
+            &client,
+            &format!("{}{path}", process.address),
+            &body,
+            &signed.pairs(),
+        )
+        .await;
+        assert_refused(replay).await;
+    }
+
+    // The second process is healthy: a fresh nonce moves the delivery on from `received`.
+    let body = json!({"status": "running"}).to_string().into_bytes();
+    let signed = sign(&runner, &path, &body, now());
+    let response = send_to(
+        &client,
+        &format!("{}{path}", second.address),
+        &body,
+        &signed.pairs(),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(delivery_status(&app, delivery).await, "running");
+}
+
+/// A runner's identity and one of its keys.
+#[derive(Clone, Copy)]
+struct RunnerKey {
+    runner_id: Uuid,
+    key_id: Uuid,
+    private_key: [u8; 32],
+}
+
+/// A tenant with one pool and one registered runner in it.
+struct Fixture {
+    app: TestApp,
+    tenant: Tenant,
+    pool: Uuid,
+    runner: RunnerKey,
+}
+
+async fn fixture() -> Fixture {
+    fixture_on(spawn_app().await).await
+}
+
+async fn fixture_on(app: TestApp) -> Fixture {
+    let tenant = app.bootstrap().await;
+    let pool = create_pool(&app, tenant.workspace_id, "runners").await;
+    let runner = register(&app, pool, "runner-a").await;
+    Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    }
+}
+
+async fn create_pool(app: &TestApp, workspace: Uuid, name: &str) -> Uuid {
+    app.services
+        .create_pool(workspace, name, &CorrelationId::generate())
+        .await
+        .expect("pool")
+        .id
+}
+
+async fn register(app: &TestApp, pool: Uuid, name: &str) -> RunnerKey {
+    let registered = app
+        .services
+        .register_runner(pool, name, None, &CorrelationId::generate())
+        .await
+        .expect("register a runner");
+    RunnerKey {
+        runner_id: registered.runner.id,
+        key_id: registered.key_id,
+        private_key: registered.private_key.expect("a generated key pair"),
+    }
+}
+
+/// Submits a command over HTTP; returns (command id, delivery id).
+async fn submit(app: &TestApp, tenant: &Tenant, pool: Uuid) -> (Uuid, Uuid) {
+    let response = app
+        .post_json(
+            &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+            &tenant.token,
+            &json!({"poolId": pool, "command": "make", "args": ["test"]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    let id = |field: &str| -> Uuid {
+        body["command"][field]
+            .as_str()
+            .expect("an id")
+            .parse()
+            .expect("a uuid")
+    };
+    (id("id"), id("deliveryId"))
+}
+
+fn status_path(delivery: impl Display) -> String {
+    format!("/v1/runner/webhook-deliveries/{delivery}/status")
+}
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+fn nonce() -> String {
+    format!("nonce-{}", Uuid::new_v4().simple())
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn sign(key: &RunnerKey, path: &str, body: &[u8], timestamp: i64) -> SignedHeaders {
+    sign_request(
+        &key.private_key,
+        key.runner_id,
+        key.key_id,
+        "POST",
+        path,
+        body,
+        timestamp,
+        &nonce(),
+    )
+}
+
+fn sign_with_nonce(key: &RunnerKey, path: &str, body: &[u8], nonce: &str) -> SignedHeaders {
+    sign_request(
+        &key.private_key,
+        key.runner_id,
+        key.key_id,
+        "POST",
+        path,
+        body,
+        now(),
+        nonce,
+    )
+}
+
+/// Signs `body` as `key` and posts it to the delivery's status route.
+async fn report(app: &TestApp, key: &RunnerKey, delivery: impl Display, body: Value) -> Response {
+    let path = status_path(delivery);
+    let bytes = body.to_string().into_bytes();
+    let signed = sign(key, &path, &bytes, now());
+    send(app, &path, &bytes, &signed.pairs()).await
+}
+
+async fn send(app: &TestApp, path: &str, body: &[u8], headers: &[(&str, &str)]) -> Response {
+    send_to(&app.client, &app.url(path), body, headers).await
+}
+
+async fn send_to(
+    client: &reqwest::Client,
+    url: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+) -> Response {
+    let mut request = client
+        .post(url)
+        .header(CONTENT_TYPE, "application/json")
+        .body(body.to_vec());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
+}
+
+async fn assert_refused(response: Response) {
+    assert_api_error(response, 401, "invalid_signature").await;
+}
+
+async fn delivery_status(app: &TestApp, delivery: Uuid) -> String {
+    let (status,): (String,) =
+        sqlx::query_as("SELECT status FROM webhook_deliveries WHERE id = $1")
+            .bind(delivery)
+            .fetch_one(&mut app.db().await)
+            .await
+            .unwrap();
+    status
+}
+
+async fn command_status_of(app: &TestApp, command: Uuid) -> String {
+    let (status,): (String,) = sqlx::query_as("SELECT status FROM runner_commands WHERE id = $1")
+        .bind(command)
+        .fetch_one(&mut app.db().await)
+        .await
+        .unwrap();
+    status
+}

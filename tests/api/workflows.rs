@@ -1,0 +1,250 @@
+//! Requesting approval of a workflow revision.
+
+use control_plane::domain::{CorrelationId, Scope};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::helpers::{TestApp, assert_api_error, spawn_app};
+
+#[tokio::test]
+async fn a_draft_goes_to_pending_approval_once() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let (workflow, revision) = draft(&app, tenant.workspace_id, "deploy").await;
+    let caller = app
+        .admin_token(
+            &tenant,
+            &[Scope::WorkflowsRequestApproval],
+            &[tenant.workspace_id],
+            &[],
+        )
+        .await;
+
+    let response = request_approval(
+        &app,
+        &caller,
+        tenant.workspace_id,
+        workflow,
+        revision,
+        &json!({"comment": "ready for production"}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().contains_key("x-correlation-id"));
+    let body: Value = response.json().await.unwrap();
+    let revision_body = &body["revision"];
+    assert_eq!(revision_body["id"], revision.to_string());
+    assert_eq!(revision_body["workflowId"], workflow.to_string());
+    assert_eq!(revision_body["number"], 1);
+    assert_eq!(revision_body["state"], "pending_approval");
+    assert_eq!(revision_body["requestedBy"], tenant.user_id.to_string());
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(revision_body["requestedAt"].as_str().unwrap())
+            .is_ok(),
+        "{body}"
+    );
+    let (state, comment): (String, Option<String>) =
+        sqlx::query_as("SELECT state, request_comment FROM workflow_revisions WHERE id = $1")
+            .bind(revision)
+            .fetch_one(&mut app.db().await)
+            .await
+            .unwrap();
+    assert_eq!(state, "pending_approval");
+    assert_eq!(comment.as_deref(), Some("ready for production"));
+
+    let again = request_approval(
+        &app,
+        &caller,
+        tenant.workspace_id,
+        workflow,
+        revision,
+        &json!({}),
+    )
+    .await;
+    let err = assert_api_error(again, 409, "invalid_transition").await;
+    assert_eq!(err["error"]["details"]["state"], "pending_approval");
+
+    // The request is audited once, with the comment.
+    let (n, data): (i64, Value) = sqlx::query_as(
+        "SELECT count(*) OVER (), data FROM audit_events
+         WHERE event_type = 'workflow_revision.approval_requested' AND target_id = $1",
+    )
+    .bind(revision)
+    .fetch_one(&mut app.db().await)
+    .await
+    .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(data["comment"], "ready for production");
+    assert_eq!(data["workflowId"], workflow.to_string());
+}
+
+#[tokio::test]
+async fn the_comment_is_optional_and_each_revision_has_its_own_state() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let (workflow, first) = draft(&app, tenant.workspace_id, "build").await;
+    let second = app
+        .services
+        .create_revision(workflow, &CorrelationId::generate())
+        .await
+        .expect("second revision");
+    assert_eq!(second.number, 2);
+
+    let response = request_approval(
+        &app,
+        &tenant.token,
+        tenant.workspace_id,
+        workflow,
+        second.id,
+        &json!({}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["revision"]["number"], 2);
+    assert_eq!(body["revision"]["state"], "pending_approval");
+
+    // The first revision is still a draft.
+    let response = request_approval(
+        &app,
+        &tenant.token,
+        tenant.workspace_id,
+        workflow,
+        first,
+        &json!({}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn unknown_or_mismatched_revisions_are_404_and_foreign_workspaces_403() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let (workflow, revision) = draft(&app, ws, "deploy").await;
+    let (other_workflow, other_revision) = draft(&app, ws, "rollback").await;
+    let second = app.create_workspace(tenant.organisation_id, "second").await;
+    let (far_workflow, far_revision) = draft(&app, second, "deploy").await;
+
+    for (workflow_id, revision_id) in [
+        (workflow.to_string(), Uuid::new_v4().to_string()),
+        (Uuid::new_v4().to_string(), revision.to_string()),
+        (workflow.to_string(), "not-a-uuid".to_owned()),
+        ("not-a-uuid".to_owned(), revision.to_string()),
+        // A revision of another workflow of the same workspace.
+        (workflow.to_string(), other_revision.to_string()),
+        (other_workflow.to_string(), revision.to_string()),
+        // A workflow of another workspace, named under this one.
+        (far_workflow.to_string(), far_revision.to_string()),
+    ] {
+        let response = app
+            .post_json(
+                &format!(
+                    "/v1/workspaces/{ws}/workflows/{workflow_id}/revisions/{revision_id}/request-approval"
+                ),
+                &tenant.token,
+                &json!({}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_api_error(response, 404, "not_found").await;
+    }
+
+    // Under its own workspace, which the token does not hold.
+    let response = request_approval(
+        &app,
+        &tenant.token,
+        second,
+        far_workflow,
+        far_revision,
+        &json!({}),
+    )
+    .await;
+    assert_api_error(response, 403, "forbidden").await;
+    let other = app.bootstrap().await;
+    let response = request_approval(&app, &other.token, ws, workflow, revision, &json!({})).await;
+    assert_api_error(response, 403, "forbidden").await;
+
+    // None of that touched the revisions.
+    let states: Vec<(String,)> = sqlx::query_as("SELECT state FROM workflow_revisions")
+        .fetch_all(&mut app.db().await)
+        .await
+        .unwrap();
+    assert_eq!(states.len(), 3);
+    assert!(states.iter().all(|(s,)| s == "draft"), "{states:?}");
+}
+
+#[tokio::test]
+async fn the_comment_is_bounded_and_the_body_closed() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let (workflow, revision) = draft(&app, tenant.workspace_id, "deploy").await;
+    for body in [
+        json!({"comment": "c".repeat(1001)}),
+        json!({"comment": ""}),
+        json!({"comment": 5}),
+        json!({"comment": "fine", "approver": "me"}),
+        json!("comment"),
+    ] {
+        let response = request_approval(
+            &app,
+            &tenant.token,
+            tenant.workspace_id,
+            workflow,
+            revision,
+            &body,
+        )
+        .await;
+        let err = assert_api_error(response, 400, "validation_failed").await;
+        assert!(err["error"]["details"]["field"].is_string(), "{body}");
+    }
+    let response = request_approval(
+        &app,
+        &tenant.token,
+        tenant.workspace_id,
+        workflow,
+        revision,
+        &json!({"comment": "c".repeat(1000)}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+}
+
+/// A workflow with one draft revision: (workflow id, revision id).
+async fn draft(app: &TestApp, workspace: Uuid, name: &str) -> (Uuid, Uuid) {
+    let cid = CorrelationId::generate();
+    let workflow = app
+        .services
+        .create_workflow(workspace, name, &cid)
+        .await
+        .expect("workflow");
+    let revision = app
+        .services
+        .create_revision(workflow.id, &cid)
+        .await
+        .expect("revision");
+    assert_eq!(revision.number, 1);
+    (workflow.id, revision.id)
+}
+
+async fn request_approval(
+    app: &TestApp,
+    token: &str,
+    workspace: Uuid,
+    workflow: Uuid,
+    revision: Uuid,
+    body: &Value,
+) -> reqwest::Response {
+    app.post_json(
+        &format!(
+            "/v1/workspaces/{workspace}/workflows/{workflow}/revisions/{revision}/request-approval"
+        ),
+        token,
+        body,
+    )
+    .send()
+    .await
+    .unwrap()
+}
