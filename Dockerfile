@@ -13,10 +13,14 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin controlplane
+ && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin controlplane \
+ && mkdir /data && chown 10001:10001 /data
 COPY --from=build /usr/local/bin/control-plane /usr/local/bin/cpctl /usr/local/bin/
 USER 10001:10001
+# Without DATABASE_URL the embedded default keeps its SQLite file in /data (mount a volume).
 ENV CP_LISTEN=0.0.0.0:8080 \
-    CP_LOG_FORMAT=json
+    CP_LOG_FORMAT=json \
+    CP_DATA_DIR=/data
+VOLUME /data
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/control-plane"]

@@ -15,9 +15,14 @@ pub enum OutputFormat {
 #[derive(Debug, Parser)]
 #[command(name = "cpctl", version)]
 pub struct Cli {
-    /// Postgres URL of the records store (the one the server uses).
+    /// Records store the server uses: postgres://… or sqlite://PATH. Without it, the embedded
+    /// default: SQLite at DATA_DIR/control-plane.db (safe while the server runs).
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+
+    /// Data directory of the embedded default (as the server's --data-dir).
+    #[arg(long, global = true, env = "CP_DATA_DIR", default_value = "./data")]
+    pub data_dir: std::path::PathBuf,
 
     /// Base64 token hashing key; must match the server's when the server sets one.
     #[arg(long, global = true, env = "CP_TOKEN_HASH_KEY", hide_env_values = true)]

@@ -19,11 +19,9 @@ use crate::output;
 use control_plane::policy::{EngineSettings, PolicyEngine, PolicyKind, run_cases};
 
 async fn services(cli: &Cli) -> anyhow::Result<std::sync::Arc<Services>> {
-    let url = cli
-        .database_url
-        .clone()
-        .context("DATABASE_URL (or --database-url) is required")?;
-    let mut config = ServerConfig::for_database(url);
+    let mut config = ServerConfig::for_database(cli.database_url.clone().unwrap_or_default());
+    config.database_url = cli.database_url.clone();
+    config.data_dir = cli.data_dir.clone();
     config.token_hash_key = cli.token_hash_key.clone();
     config.db_max_connections = 2;
     open_services(&config).await

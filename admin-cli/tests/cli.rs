@@ -222,16 +222,46 @@ fn completion_scripts_are_generated() {
 }
 
 #[test]
-fn a_missing_database_url_is_a_one_line_error() {
+fn without_a_database_url_the_embedded_store_in_the_data_dir_is_used() {
+    let dir = std::env::temp_dir().join(format!("cp-cli-{}", uuid::Uuid::new_v4().simple()));
+    let cpctl = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_cpctl"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(&dir)
+            .env_remove("DATABASE_URL")
+            .env_remove("CP_TOKEN_HASH_KEY")
+            .output()
+            .unwrap()
+    };
+    let created = cpctl(&["orgs", "create", "embedded-org"]);
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    assert!(dir.join("control-plane.db").exists());
+    let listed = cpctl(&["orgs", "list", "-o", "json"]);
+    let orgs: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(orgs[0]["name"], "embedded-org");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_unusable_store_is_a_one_line_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_cpctl"))
-        .args(["orgs", "list"])
-        .env_remove("DATABASE_URL")
+        .args([
+            "orgs",
+            "list",
+            "--database-url",
+            "sqlite:///proc/cp-cannot-live-here/x.db",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("DATABASE_URL"));
+    assert!(err.contains("/proc/cp-cannot-live-here"), "{err}");
 }
 
 #[tokio::test]

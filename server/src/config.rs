@@ -35,9 +35,19 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
 
-    /// Postgres URL of the records store, e.g. postgres://postgres@127.0.0.1:5432/control_plane.
+    /// Records store: a Postgres URL (postgres://user@host:5432/db) for several replicas, or
+    /// sqlite://PATH. Without it: SQLite at DATA_DIR/control-plane.db (one process only).
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+
+    /// Where the embedded default keeps its SQLite file, when no DATABASE_URL is given.
+    #[arg(long, env = "CP_DATA_DIR", default_value = "./data")]
+    pub data_dir: std::path::PathBuf,
+
+    /// On first start with an empty store, create an organisation `dev`, a workspace `default`
+    /// and an admin `admin@localhost`, and print a token with every scope once.
+    #[arg(long, env = "CP_DEV")]
+    pub dev: bool,
 
     /// Base64 key (at least 32 bytes) for hashing token secrets. When absent, a key is generated
     /// on first start and kept in the records store; production should set it explicitly.
@@ -125,7 +135,18 @@ pub struct ServerConfig {
     pub db_max_connections: u32,
 }
 
+/// Which records store a configuration names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordsLocation {
+    Postgres(String),
+    Sqlite(std::path::PathBuf),
+}
+
 impl ServerConfig {
+    pub fn records(&self) -> RecordsLocation {
+        records_location(self.database_url.as_deref(), &self.data_dir)
+    }
+
     /// Defaults for a given database, as tests and embedding programs need.
     pub fn for_database(database_url: impl Into<String>) -> Self {
         let mut config = Self::parse_from(["control-plane"]);
@@ -135,5 +156,47 @@ impl ServerConfig {
         config.redis_url = None;
         config.idempotency_keys = None;
         config
+    }
+}
+
+/// `sqlite://PATH` or `sqlite:PATH` is SQLite; any other URL is Postgres; none is the
+/// embedded default under `data_dir`.
+pub fn records_location(url: Option<&str>, data_dir: &std::path::Path) -> RecordsLocation {
+    match url.map(str::trim).filter(|u| !u.is_empty()) {
+        Some(url) => match url.strip_prefix("sqlite:") {
+            Some(path) => {
+                let path = path.strip_prefix("//").unwrap_or(path);
+                RecordsLocation::Sqlite(path.into())
+            }
+            None => RecordsLocation::Postgres(url.to_owned()),
+        },
+        None => RecordsLocation::Sqlite(data_dir.join("control-plane.db")),
+    }
+}
+
+#[cfg(test)]
+mod records_tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn urls_name_their_store() {
+        let dir = Path::new("./data");
+        assert_eq!(
+            records_location(None, dir),
+            RecordsLocation::Sqlite("./data/control-plane.db".into())
+        );
+        assert_eq!(
+            records_location(Some("sqlite:///tmp/a.db"), dir),
+            RecordsLocation::Sqlite("/tmp/a.db".into())
+        );
+        assert_eq!(
+            records_location(Some("sqlite://./x.db"), dir),
+            RecordsLocation::Sqlite("./x.db".into())
+        );
+        assert_eq!(
+            records_location(Some("postgres://h/db"), dir),
+            RecordsLocation::Postgres("postgres://h/db".into())
+        );
     }
 }

@@ -7,7 +7,7 @@ use anyhow::Context;
 use poem::listener::{Acceptor, Listener, TcpAcceptor, TcpListener};
 use poem::{EndpointExt, Server};
 
-use crate::config::ServerConfig;
+use crate::config::{RecordsLocation, ServerConfig};
 use crate::http::{HttpSettings, RateSettings, build_app};
 use crate::policy::{
     Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
@@ -18,39 +18,163 @@ use crate::service::{
 };
 use crate::storage::postgres::PostgresSettings;
 use crate::storage::{
-    DisagreementRecord, FastState, MemoryFastState, POLICY_CHANNEL, PolicyStore, PostgresStore,
-    RedisFastState,
+    DisagreementRecord, FastState, MemoryFastState, POLICY_CHANNEL, PostgresStore, RedisFastState,
+    SharedRecordStore, SqliteStore,
 };
 
 pub struct Application {
     acceptor: TcpAcceptor,
     endpoint: poem::endpoint::BoxEndpoint<'static>,
     services: Arc<Services>,
+    /// Held while serving: the embedded store's one-process lock.
+    _lock: Option<std::fs::File>,
+}
+
+/// The embedded store keeps limits, idempotency records and nonces in this process, so a second
+/// server on the same file would split them: refuse it.
+fn lock_embedded_store(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".server-lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| {
+            format!(
+                "could not open {}",
+                std::path::Path::new(&lock_path).display()
+            )
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another control-plane server is already using {}: the embedded store serves one \
+             process (rate limits and idempotency live in it). To run several replicas, use \
+             Postgres and Redis (set DATABASE_URL and REDIS_URL; see the README)",
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("could not lock {}", path.display()))
+        }
+    }
+}
+
+/// On an empty store: bootstrap a development tenant (`--dev`) and print its token once, or
+/// log the command that bootstraps one.
+async fn first_start(config: &ServerConfig, services: &Services) -> anyhow::Result<()> {
+    if !services.list_organisations().await?.is_empty() {
+        return Ok(());
+    }
+    if config.dev {
+        let done = services
+            .bootstrap(
+                crate::service::BootstrapInput {
+                    organisation: "dev".into(),
+                    workspace: "default".into(),
+                    admin_email: "admin@localhost".into(),
+                    expires_in_days: crate::domain::ExpiresInDays::default(),
+                },
+                &crate::domain::CorrelationId::generate(),
+            )
+            .await?;
+        // Printed, never logged: a secret must not reach a log line.
+        println!(
+            "--dev: organisation {} workspace {} admin {}\ntoken (shown once): {}",
+            done.organisation.id,
+            done.workspace.id,
+            done.user.id,
+            done.credential.secret.expose()
+        );
+        return Ok(());
+    }
+    let store_arg = match config.records() {
+        RecordsLocation::Postgres(_) => "DATABASE_URL=... ".to_owned(),
+        RecordsLocation::Sqlite(path) => format!("--database-url sqlite://{} ", path.display()),
+    };
+    tracing::warn!(
+        command = %format!(
+            "cpctl {store_arg}bootstrap --org ORG --workspace WORKSPACE --admin EMAIL"
+        ),
+        "the records store is empty: create the first organisation, workspace and admin token with this command (or restart with --dev)"
+    );
+    Ok(())
+}
+
+/// An open records store, and what the server must do for its kind.
+pub struct OpenedStore {
+    pub store: SharedRecordStore,
+    /// The SQLite adapter, when that is the store: it announces audit events in process.
+    sqlite: Option<Arc<SqliteStore>>,
+}
+
+/// Opens the records store the configuration names and applies its migrations.
+pub async fn open_store(config: &ServerConfig) -> anyhow::Result<OpenedStore> {
+    match config.records() {
+        RecordsLocation::Postgres(url) => {
+            let settings = PostgresSettings {
+                max_connections: config.db_max_connections,
+                ..PostgresSettings::default()
+            };
+            if PostgresStore::ensure_database(&url)
+                .await
+                .context("could not reach Postgres (is it running and DATABASE_URL right?)")?
+            {
+                tracing::info!("created the records database");
+            }
+            let store = PostgresStore::connect_lazy(&url, &settings)?;
+            store
+                .migrate()
+                .await
+                .context("could not apply migrations to the records store (is Postgres running and DATABASE_URL right?)")?;
+            Ok(OpenedStore {
+                store: Arc::new(store),
+                sqlite: None,
+            })
+        }
+        RecordsLocation::Sqlite(path) => {
+            let store = SqliteStore::open(&path, config.db_max_connections)
+                .await
+                .with_context(|| {
+                    format!("could not open the SQLite records store {}", path.display())
+                })?;
+            store
+                .migrate()
+                .await
+                .with_context(|| format!("could not apply migrations to {}", path.display()))?;
+            let store = Arc::new(store);
+            Ok(OpenedStore {
+                store: store.clone(),
+                sqlite: Some(store),
+            })
+        }
+    }
 }
 
 /// Opens the records store, applies migrations and builds the service layer: shared by the
 /// server and `cpctl`.
 pub async fn open_services(config: &ServerConfig) -> anyhow::Result<Arc<Services>> {
-    let url = config
-        .database_url
-        .as_deref()
-        .context("DATABASE_URL (or --database-url) is required: the records store is Postgres")?;
-    let settings = PostgresSettings {
-        max_connections: config.db_max_connections,
-        ..PostgresSettings::default()
-    };
-    if PostgresStore::ensure_database(url)
-        .await
-        .context("could not reach Postgres (is it running and DATABASE_URL right?)")?
-    {
-        tracing::info!("created the records database");
+    let opened = open_store(config).await?;
+    let services = build_services(config, opened.store.clone()).await?;
+    if let Some(sqlite) = &opened.sqlite {
+        // No NOTIFY in SQLite: this process's own writes reach its stream subscribers at once;
+        // other processes' (cpctl) within the feed's poll.
+        let feed = services.audit_feed().clone();
+        sqlite.on_audit_event(move |workspace| {
+            let feed = feed.clone();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move { feed.refresh(workspace).await });
+            }
+        });
     }
-    let store = PostgresStore::connect_lazy(url, &settings)?;
-    store
-        .migrate()
-        .await
-        .context("could not apply migrations to the records store (is Postgres running and DATABASE_URL right?)")?;
-    let (hasher, source) = load_token_hasher(&store, config.token_hash_key.as_deref())
+    Ok(services)
+}
+
+async fn build_services(
+    config: &ServerConfig,
+    store: SharedRecordStore,
+) -> anyhow::Result<Arc<Services>> {
+    let (hasher, source) = load_token_hasher(store.as_ref(), config.token_hash_key.as_deref())
         .await
         .context("could not load the token hashing key")?;
     if source == KeySource::Generated {
@@ -85,7 +209,6 @@ pub async fn open_services(config: &ServerConfig) -> anyhow::Result<Arc<Services
         authorizer_default,
         moderator_default,
     )?);
-    let store = Arc::new(store);
     let sink_store = store.clone();
     runtime.set_disagreement_sink(Arc::new(move |d: Disagreement| {
         let store = sink_store.clone();
@@ -124,21 +247,30 @@ pub async fn open_services(config: &ServerConfig) -> anyhow::Result<Arc<Services
 }
 
 /// Keeps this process's policies in step with the store: reloads on every notification, and
-/// every second regardless (a notification can be missed while the listener reconnects).
-fn watch_policies(services: Arc<Services>, pool: sqlx::PgPool) {
+/// polls regardless (a notification can be missed while the listener reconnects; SQLite has
+/// none, so it is polled four times a second to stay within a second of `cpctl`).
+fn watch_policies(services: Arc<Services>, pool: Option<sqlx::PgPool>) {
     tokio::spawn(async move {
-        let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
-            Ok(mut l) => match l.listen(POLICY_CHANNEL).await {
-                Ok(()) => Some(l),
+        let mut listener = match pool {
+            Some(pool) => match sqlx::postgres::PgListener::connect_with(&pool).await {
+                Ok(mut l) => match l.listen(POLICY_CHANNEL).await {
+                    Ok(()) => Some(l),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot listen for policy changes; polling only");
+                        None
+                    }
+                },
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot listen for policy changes; polling only");
                     None
                 }
             },
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for policy changes; polling only");
-                None
-            }
+            None => None,
+        };
+        let poll = if listener.is_some() {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_millis(250)
         };
         let mut generation = None;
         loop {
@@ -150,7 +282,7 @@ fn watch_policies(services: Arc<Services>, pool: sqlx::PgPool) {
             };
             tokio::select! {
                 _ = notified => {}
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                () = tokio::time::sleep(poll) => {}
             }
             match services.store().policy_state().await {
                 Ok(state) if Some(state.generation) == generation => continue,
@@ -177,7 +309,18 @@ fn watch_policies(services: Arc<Services>, pool: sqlx::PgPool) {
 
 impl Application {
     pub async fn build(config: &ServerConfig) -> anyhow::Result<Self> {
+        let lock = match config.records() {
+            RecordsLocation::Sqlite(path) => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("could not create {}", dir.display()))?;
+                }
+                Some(lock_embedded_store(&path)?)
+            }
+            RecordsLocation::Postgres(_) => None,
+        };
         let services = open_services(config).await?;
+        first_start(config, &services).await?;
         let (cipher, source) = load_record_cipher(
             services.store().as_ref(),
             config.idempotency_keys.as_deref(),
@@ -212,10 +355,9 @@ impl Application {
             heartbeat: Duration::from_millis(config.sse_heartbeat_ms.max(10)),
         };
         services.set_nonce_store(fast.nonces.clone(), config.redis_prefix.clone());
-        if let Some(pool) = services.store().postgres_pool() {
-            watch_policies(services.clone(), pool.clone());
-            services.audit_feed().follow_postgres(pool);
-        }
+        let pool = services.store().postgres_pool();
+        watch_policies(services.clone(), pool.clone());
+        services.audit_feed().follow(pool);
         let endpoint = build_app(services.clone(), &http, fast, cipher)?.boxed();
         let acceptor = TcpListener::bind(config.listen.clone())
             .into_acceptor()
@@ -225,6 +367,7 @@ impl Application {
             acceptor,
             endpoint,
             services,
+            _lock: lock,
         })
     }
 

@@ -7,7 +7,7 @@ use control_plane::domain::{CorrelationId, Scope};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, assert_api_error, issuance_body, spawn_app};
+use crate::helpers::{TestApp, assert_api_error, issuance_body, spawn_app, sql_all};
 
 /// Longest wait for anything on a stream, so a failing test cannot hang.
 const WAIT: Duration = Duration::from_secs(10);
@@ -369,9 +369,11 @@ async fn submit(app: &TestApp, token: &str, workspace: Uuid, pool: Uuid) -> Uuid
 
 /// The workspace's durable log: (sequence, type), oldest first.
 async fn logged_events(app: &TestApp, workspace: Uuid) -> Vec<(i64, String)> {
-    sqlx::query_as("SELECT seq, event_type FROM audit_events WHERE workspace_id = $1 ORDER BY seq")
-        .bind(workspace)
-        .fetch_all(&mut app.db().await)
-        .await
-        .unwrap()
+    sql_all!(
+        &mut app.db().await,
+        (i64, String),
+        "SELECT seq, event_type FROM audit_events WHERE workspace_id = $1 ORDER BY seq",
+        workspace
+    )
+    .unwrap()
 }

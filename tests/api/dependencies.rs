@@ -2,10 +2,16 @@
 
 use std::time::Duration;
 
-use crate::helpers::{Proxy, assert_api_error, create_database, spawn_with_config};
+use crate::helpers::{
+    Proxy, assert_api_error, create_database, postgres_or_skip, spawn_with_config,
+};
 
+/// Postgres only: the outage is a proxy in front of the Postgres server, cut and restored.
 #[tokio::test]
-async fn postgres_down_is_503_and_recovery_needs_no_restart() {
+async fn postgres_only_down_is_503_and_recovery_needs_no_restart() {
+    if !postgres_or_skip("postgres_only_down_is_503_and_recovery_needs_no_restart") {
+        return;
+    }
     let (name, _) = create_database().await;
     let postgres = crate::helpers::postgres_base();
     let hostport = postgres.rsplit('@').next().unwrap().to_owned();

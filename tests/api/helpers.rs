@@ -1,7 +1,10 @@
-//! Spawns the real application on an ephemeral port against its own fresh Postgres database.
+//! Spawns the real application on an ephemeral port against its own fresh records store: a
+//! Postgres database, or with `TEST_RECORDS=sqlite` an SQLite file in a directory of its own.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use control_plane::config::{LogFormat, ServerConfig};
 use control_plane::domain::{CorrelationId, ExpiresInDays, Scope, Scopes, TokenName};
@@ -9,8 +12,35 @@ use control_plane::service::{BootstrapInput, IssueTokenInput, Services};
 use control_plane::startup::Application;
 use reqwest::{Method, RequestBuilder, Response};
 use serde_json::Value;
-use sqlx::{Connection, Executor, PgConnection};
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{Connection, Executor, PgConnection, SqliteConnection};
 use uuid::Uuid;
+
+/// True when the suite runs on SQLite records (`TEST_RECORDS=sqlite`); anything else is Postgres.
+pub fn sqlite_mode() -> bool {
+    std::env::var("TEST_RECORDS").is_ok_and(|v| v == "sqlite")
+}
+
+/// Tests that only make sense on Postgres (a second process on the same database, a proxy in
+/// front of Postgres, LISTEN/NOTIFY between processes) say so and return early on SQLite.
+pub fn postgres_or_skip(test: &str) -> bool {
+    let postgres = !sqlite_mode();
+    if !postgres {
+        eprintln!("{test}: needs Postgres; skipped on the SQLite records run");
+    }
+    postgres
+}
+
+/// The directory under which each SQLite test keeps its database, one directory per test.
+fn sqlite_root() -> PathBuf {
+    std::env::temp_dir().join("cp-tests")
+}
+
+/// The file of an `sqlite:` URL, read as the server reads it; `None` for a Postgres URL.
+fn sqlite_path(url: &str) -> Option<&Path> {
+    let path = url.strip_prefix("sqlite:")?;
+    Some(Path::new(path.strip_prefix("//").unwrap_or(path)))
+}
 
 /// Base URL of the test Postgres server (no database part).
 pub fn postgres_base() -> String {
@@ -57,7 +87,11 @@ pub fn captured_logs() -> String {
 }
 
 /// Redis of the test suite, unless `TEST_FAST_STATE=memory` runs it on the in-process adapter.
+/// The SQLite run always uses the in-process adapter.
 pub fn test_redis_url() -> Option<String> {
+    if sqlite_mode() {
+        return None;
+    }
     match std::env::var("TEST_FAST_STATE").as_deref() {
         Ok("memory") => None,
         _ => Some(
@@ -66,19 +100,30 @@ pub fn test_redis_url() -> Option<String> {
     }
 }
 
-/// Tests that only make sense with a shared Redis say so and return early on the memory run.
+/// Tests that only make sense with a shared Redis say so and return early on the memory run,
+/// and on the SQLite run (which has no Redis).
 pub fn redis_or_skip(test: &str) -> Option<String> {
     let url = test_redis_url();
     if url.is_none() {
-        eprintln!("{test}: needs Redis; skipped on the in-process fast-state run");
+        let run = if sqlite_mode() {
+            "SQLite records (in-process fast state)"
+        } else {
+            "in-process fast-state"
+        };
+        eprintln!("{test}: needs Redis; skipped on the {run} run");
     }
     url
 }
 
-/// A configuration for one test: its own database, and its own Redis key prefix.
+/// A configuration for one test: its own database, and its own Redis key prefix. On SQLite
+/// records the fast state is always in process.
 pub fn test_config(database_url: &str) -> ServerConfig {
     let mut config = ServerConfig::for_database(database_url);
-    config.redis_url = test_redis_url();
+    config.redis_url = if sqlite_path(database_url).is_some() {
+        None
+    } else {
+        test_redis_url()
+    };
     config.redis_prefix = format!("cpt:{}:", Uuid::new_v4().simple());
     // Generous, so the limiter runs on every request without tripping unrelated tests.
     config.rate_limit = control_plane::config::RateOption(Some(
@@ -92,6 +137,7 @@ pub struct TestApp {
     pub address: String,
     pub client: reqwest::Client,
     pub services: Arc<Services>,
+    /// The Postgres database to drop, or on SQLite the directory to delete, after the test.
     pub database_name: String,
     pub database_url: String,
     pub config: ServerConfig,
@@ -107,7 +153,16 @@ pub struct Tenant {
     pub token: String,
 }
 
+/// A fresh, empty records store for one test: (what to remove afterwards, its URL). On Postgres
+/// a new database; on SQLite a new directory under `<temp>/cp-tests/` where the server creates
+/// `cp.db`.
 pub async fn create_database() -> (String, String) {
+    if sqlite_mode() {
+        let dir = sqlite_root().join(Uuid::new_v4().to_string());
+        std::fs::create_dir_all(&dir).expect("create the test database directory");
+        let url = format!("sqlite://{}", dir.join("cp.db").display());
+        return (dir.display().to_string(), url);
+    }
     let name = format!("cp_test_{}", Uuid::new_v4().simple());
     let mut admin = PgConnection::connect(&format!("{}/postgres", postgres_base()))
         .await
@@ -161,9 +216,23 @@ pub async fn spawn_with_config(database_name: String, config: ServerConfig) -> T
 impl Drop for TestApp {
     fn drop(&mut self) {
         self.server.abort();
-        let name = self.database_name.clone();
+        // The Postgres database to drop; an SQLite directory goes at once.
+        let postgres = if sqlite_path(&self.database_url).is_some() {
+            // Only ever a directory `create_database` made: never anything else by mistake.
+            let root = sqlite_root();
+            let dir = Path::new(&self.database_name);
+            if dir.starts_with(&root) && dir != root {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            None
+        } else {
+            Some(self.database_name.clone())
+        };
         let redis = self.config.redis_url.clone();
         let prefix = self.config.redis_prefix.clone();
+        if postgres.is_none() && redis.is_none() {
+            return;
+        }
         // Async drop does not exist: clean up on a thread with its own runtime.
         let _ = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -176,8 +245,9 @@ impl Drop for TestApp {
                 if let Some(url) = redis {
                     delete_redis_keys(&url, &prefix).await;
                 }
-                if let Ok(mut admin) =
-                    PgConnection::connect(&format!("{}/postgres", postgres_base())).await
+                if let Some(name) = postgres
+                    && let Ok(mut admin) =
+                        PgConnection::connect(&format!("{}/postgres", postgres_base())).await
                 {
                     let _ = admin
                         .execute(sqlx::AssertSqlSafe(format!(
@@ -327,10 +397,26 @@ impl TestApp {
             .json(body)
     }
 
-    pub async fn db(&self) -> PgConnection {
-        PgConnection::connect(&self.database_url)
-            .await
-            .expect("connect to the test database")
+    /// A connection of its own to the test's records store, for [`sql_one!`], [`sql_all!`] and
+    /// [`sql_exec!`].
+    pub async fn db(&self) -> TestDb {
+        match sqlite_path(&self.database_url) {
+            Some(path) => {
+                let options = SqliteConnectOptions::new()
+                    .filename(path)
+                    .busy_timeout(Duration::from_secs(5));
+                TestDb::Sqlite(
+                    SqliteConnection::connect_with(&options)
+                        .await
+                        .expect("open the test database"),
+                )
+            }
+            None => TestDb::Pg(
+                PgConnection::connect(&self.database_url)
+                    .await
+                    .expect("connect to the test database"),
+            ),
+        }
     }
 
     /// Bootstraps a tenant through the service layer, as `cpctl bootstrap` does.
@@ -407,6 +493,76 @@ impl TestApp {
             .expect("request")
     }
 }
+
+/// A connection to a test's records store, on whichever backend the run uses.
+///
+/// Query it with [`sql_one!`], [`sql_all!`] and [`sql_exec!`]. Their SQL must be valid on both
+/// backends: `$1` parameters, no `::` casts, no `= ANY`, no backend-only functions. Uuids bind
+/// and decode as `Uuid` on both; read a JSON column as `CAST(data AS TEXT)` into a `String`
+/// and parse it with serde_json.
+pub enum TestDb {
+    Pg(PgConnection),
+    Sqlite(SqliteConnection),
+}
+
+/// `sql_fetch!(fetch_one, db, (i64,), "SELECT ... WHERE id = $1", id)`: runs the query on `db`
+/// (a `&mut TestDb`), binding every argument for the backend in use, and fetches rows of the
+/// given type with the given method. The result is the method's `Result`.
+macro_rules! sql_fetch {
+    ($fetch:ident, $db:expr, $row:ty, $sql:expr $(, $arg:expr)* $(,)?) => {
+        match $db {
+            $crate::helpers::TestDb::Pg(conn) => {
+                sqlx::query_as::<sqlx::Postgres, $row>($sql)
+                    $(.bind($arg))*
+                    .$fetch(conn)
+                    .await
+            }
+            $crate::helpers::TestDb::Sqlite(conn) => {
+                sqlx::query_as::<sqlx::Sqlite, $row>($sql)
+                    $(.bind($arg))*
+                    .$fetch(conn)
+                    .await
+            }
+        }
+    };
+}
+pub(crate) use sql_fetch;
+
+/// `sql_one!(&mut db, (i64,), "SELECT count(*) FROM t WHERE id = $1", id)`: exactly one row.
+macro_rules! sql_one {
+    ($($tokens:tt)*) => {
+        $crate::helpers::sql_fetch!(fetch_one, $($tokens)*)
+    };
+}
+pub(crate) use sql_one;
+
+/// `sql_all!(&mut db, (String,), "SELECT state FROM t")`: every row.
+macro_rules! sql_all {
+    ($($tokens:tt)*) => {
+        $crate::helpers::sql_fetch!(fetch_all, $($tokens)*)
+    };
+}
+pub(crate) use sql_all;
+
+/// `sql_exec!(&mut db, "UPDATE t SET a = $1 WHERE id = $2", a, id)`: runs a statement and
+/// returns `Result<u64, sqlx::Error>`, the number of rows it affected.
+macro_rules! sql_exec {
+    ($db:expr, $sql:expr $(, $arg:expr)* $(,)?) => {
+        match $db {
+            $crate::helpers::TestDb::Pg(conn) => sqlx::query::<sqlx::Postgres>($sql)
+                $(.bind($arg))*
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected()),
+            $crate::helpers::TestDb::Sqlite(conn) => sqlx::query::<sqlx::Sqlite>($sql)
+                $(.bind($arg))*
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected()),
+        }
+    };
+}
+pub(crate) use sql_exec;
 
 /// A valid issuance body for `tenant`, to be varied by each test.
 pub fn issuance_body(tenant: &Tenant) -> Value {

@@ -6,7 +6,7 @@ use control_plane::domain::Scope;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, assert_api_error, issuance_body, redis_values, spawn_app};
+use crate::helpers::{TestApp, assert_api_error, issuance_body, redis_values, spawn_app, sql_one};
 
 async fn issue_with_key(app: &TestApp, token: &str, key: &str, body: &Value) -> reqwest::Response {
     app.post_json("/v1/personal-access-tokens", token, body)
@@ -17,11 +17,13 @@ async fn issue_with_key(app: &TestApp, token: &str, key: &str, body: &Value) -> 
 }
 
 async fn tokens_named(app: &TestApp, name: &str) -> i64 {
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM tokens WHERE name = $1")
-        .bind(name)
-        .fetch_one(&mut app.db().await)
-        .await
-        .unwrap();
+    let (n,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM tokens WHERE name = $1",
+        name
+    )
+    .unwrap();
     n
 }
 
@@ -75,10 +77,12 @@ async fn a_replay_returns_the_same_secret_without_running_again() {
     assert_eq!(first.status(), 200);
     assert!(first.headers().get("idempotency-replayed").is_none());
     let first_body = first.text().await.unwrap();
-    let (events_before,): (i64,) = sqlx::query_as("SELECT count(*) FROM audit_events")
-        .fetch_one(&mut app.db().await)
-        .await
-        .unwrap();
+    let (events_before,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM audit_events"
+    )
+    .unwrap();
 
     // Same request with other spacing and key order: the same canonical body.
     let reordered: Value = serde_json::from_str(&body.to_string()).unwrap();
@@ -87,10 +91,12 @@ async fn a_replay_returns_the_same_secret_without_running_again() {
     assert_eq!(second.headers()["idempotency-replayed"], "true");
     assert!(second.headers().contains_key("x-correlation-id"));
     assert_eq!(second.text().await.unwrap(), first_body, "byte for byte");
-    let (events_after,): (i64,) = sqlx::query_as("SELECT count(*) FROM audit_events")
-        .fetch_one(&mut app.db().await)
-        .await
-        .unwrap();
+    let (events_after,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM audit_events"
+    )
+    .unwrap();
     assert_eq!(events_after, events_before, "no second audit event");
 }
 

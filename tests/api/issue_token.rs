@@ -3,7 +3,9 @@ use control_plane::domain::Scope;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{assert_api_error, issuance_body, spawn_app, spawn_app_with};
+use crate::helpers::{
+    TestDb, assert_api_error, issuance_body, spawn_app, spawn_app_with, sql_all, sql_one,
+};
 
 const CREDENTIAL_FIELDS: [&str; 10] = [
     "createdAt",
@@ -405,31 +407,34 @@ async fn issuance_writes_its_audit_event_in_each_workspace() {
         .unwrap()
         .parse()
         .unwrap();
-    let mut db = app.db().await;
-    let rows: Vec<(String, Option<Uuid>, String, serde_json::Value)> = sqlx::query_as(
-        "SELECT event_type, workspace_id, correlation_id, data FROM audit_events WHERE target_id = $1",
+    let rows = sql_all!(
+        &mut app.db().await,
+        (String, Option<Uuid>, String, String),
+        "SELECT event_type, workspace_id, correlation_id, CAST(data AS TEXT) FROM audit_events
+         WHERE target_id = $1",
+        token_id
     )
-    .bind(token_id)
-    .fetch_all(&mut db)
-    .await
     .unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].0, "token.issued");
     assert_eq!(rows[0].1, Some(tenant.workspace_id));
     assert_eq!(rows[0].2, cid);
+    let data: Value = serde_json::from_str(&rows[0].3).expect("event data is JSON");
+    assert_eq!(data["tokenId"], token_id.to_string(), "{data}");
     assert!(
         !rows[0]
             .3
-            .to_string()
             .contains(credential["credential"]["token"].as_str().unwrap())
     );
 }
 
-async fn row_counts(db: &mut sqlx::PgConnection) -> (i64, i64) {
-    sqlx::query_as("SELECT (SELECT count(*) FROM tokens), (SELECT count(*) FROM audit_events)")
-        .fetch_one(db)
-        .await
-        .unwrap()
+async fn row_counts(db: &mut TestDb) -> (i64, i64) {
+    sql_one!(
+        db,
+        (i64, i64),
+        "SELECT (SELECT count(*) FROM tokens), (SELECT count(*) FROM audit_events)"
+    )
+    .unwrap()
 }
 
 #[tokio::test]

@@ -1,10 +1,12 @@
-//! Integration tests: the real HTTP surface on an ephemeral port, real Postgres, one database
-//! per test.
+//! Integration tests: the real HTTP surface on an ephemeral port, one records store per test:
+//! a Postgres database, or an SQLite file with `TEST_RECORDS=sqlite` (tests named
+//! `postgres_only_*` and `redis_only_*` skip themselves on that run).
 
 mod activity;
 mod audit_stream;
 mod correlation;
 mod dependencies;
+mod embedded;
 mod framework_errors;
 mod hardening;
 mod helpers;

@@ -13,6 +13,8 @@ use crate::helpers::{
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
 
+/// Also Postgres only: two server processes on one records store. `redis_or_skip` skips it on the
+/// SQLite run, which has no Redis.
 #[tokio::test]
 async fn redis_only_two_processes_share_replays_limits_and_revocations() {
     if redis_or_skip("redis_only_two_processes_share_replays_limits_and_revocations").is_none() {

@@ -6,7 +6,7 @@ use reqwest::{Method, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, assert_api_error, spawn_app};
+use crate::helpers::{Tenant, TestApp, assert_api_error, spawn_app, sql_one};
 
 #[tokio::test]
 async fn a_plain_review_is_published_and_a_second_put_replaces_it() {
@@ -57,11 +57,13 @@ async fn a_plain_review_is_published_and_a_second_put_replaces_it() {
     );
     assert!(time(&review["updatedAt"]) > recreated);
 
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM plugin_reviews WHERE plugin_id = $1")
-        .bind(plugin)
-        .fetch_one(&mut app.db().await)
-        .await
-        .unwrap();
+    let (n,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM plugin_reviews WHERE plugin_id = $1",
+        plugin
+    )
+    .unwrap();
     assert_eq!(n, 1, "one review per user per plugin");
 }
 
@@ -166,10 +168,12 @@ async fn review_bodies_are_validated_and_plugins_must_exist() {
             .unwrap();
         assert_api_error(response, 404, "not_found").await;
     }
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM plugin_reviews")
-        .fetch_one(&mut app.db().await)
-        .await
-        .unwrap();
+    let (n,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM plugin_reviews"
+    )
+    .unwrap();
     assert_eq!(n, 0);
 }
 
@@ -217,10 +221,12 @@ async fn one_cannot_report_ones_own_review_nor_report_twice() {
         let response = report(&app, &reporter, plugin, &review, &json!({"reason": reason})).await;
         assert_api_error(response, 409, "already_reported").await;
     }
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM review_reports")
-        .fetch_one(&mut app.db().await)
-        .await
-        .unwrap();
+    let (n,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM review_reports"
+    )
+    .unwrap();
     assert_eq!(n, 1);
 }
 
@@ -297,11 +303,13 @@ async fn reports_from_three_distinct_users_hide_a_review() {
     )
     .await;
     assert_api_error(response, 409, "already_reported").await;
-    let (status,): (String,) = sqlx::query_as("SELECT status FROM plugin_reviews WHERE id = $1")
-        .bind(review.parse::<Uuid>().unwrap())
-        .fetch_one(&mut app.db().await)
-        .await
-        .unwrap();
+    let (status,) = sql_one!(
+        &mut app.db().await,
+        (String,),
+        "SELECT status FROM plugin_reviews WHERE id = $1",
+        review.parse::<Uuid>().unwrap()
+    )
+    .unwrap();
     assert_eq!(status, "hidden");
 }
 

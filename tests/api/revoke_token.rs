@@ -2,7 +2,7 @@ use control_plane::domain::Scope;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, assert_api_error, issuance_body, spawn_app};
+use crate::helpers::{Tenant, TestApp, assert_api_error, issuance_body, spawn_app, sql_one};
 
 fn revoke_path(workspace: impl std::fmt::Display, token: impl std::fmt::Display) -> String {
     format!("/v1/workspaces/{workspace}/access-tokens/{token}")
@@ -261,13 +261,15 @@ async fn revocation_is_audited_with_its_reason() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let (event_type, correlation, data): (String, String, Value) = sqlx::query_as(
-        "SELECT event_type, correlation_id, data FROM audit_events WHERE target_id = $1 AND event_type <> 'token.issued'",
+    let (event_type, correlation, data) = sql_one!(
+        &mut app.db().await,
+        (String, String, String),
+        "SELECT event_type, correlation_id, CAST(data AS TEXT) FROM audit_events
+         WHERE target_id = $1 AND event_type <> 'token.issued'",
+        id
     )
-    .bind(id)
-    .fetch_one(&mut app.db().await)
-    .await
     .unwrap();
+    let data: Value = serde_json::from_str(&data).expect("event data is JSON");
     assert_eq!(event_type, "token.workspace_access_revoked");
     assert_eq!(correlation, "revoke-audit-1");
     assert_eq!(data["reason"], "compromised laptop");

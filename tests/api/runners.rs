@@ -4,7 +4,7 @@ use control_plane::domain::{CorrelationId, Scope};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, assert_api_error, spawn_app};
+use crate::helpers::{Tenant, TestApp, assert_api_error, spawn_app, sql_one};
 
 #[tokio::test]
 async fn an_idle_pool_is_deleted_once_and_then_takes_no_commands() {
@@ -136,12 +136,13 @@ async fn a_submitted_command_is_queued_with_a_pending_delivery() {
         chrono::DateTime::parse_from_rfc3339(command["createdAt"].as_str().unwrap()).is_ok(),
         "{command}"
     );
-    let (status, command_id): (String, Uuid) =
-        sqlx::query_as("SELECT status, command_id FROM webhook_deliveries WHERE id = $1")
-            .bind(delivery)
-            .fetch_one(&mut app.db().await)
-            .await
-            .unwrap();
+    let (status, command_id) = sql_one!(
+        &mut app.db().await,
+        (String, Uuid),
+        "SELECT status, command_id FROM webhook_deliveries WHERE id = $1",
+        delivery
+    )
+    .unwrap();
     assert_eq!(status, "pending");
     assert_eq!(command_id, id);
 
@@ -221,10 +222,12 @@ async fn submission_refuses_unknown_pools_foreign_environments_and_bad_fields() 
         assert!(fields.contains(&field), "{field} in {err}");
     }
     // Nothing above was stored.
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM runner_commands")
-        .fetch_one(&mut app.db().await)
-        .await
-        .unwrap();
+    let (n,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM runner_commands"
+    )
+    .unwrap();
     assert_eq!(n, 0);
     // The bounds themselves are accepted.
     let body =
@@ -448,19 +451,23 @@ fn args(n: usize) -> Vec<String> {
 }
 
 async fn command_status(app: &TestApp, command: Uuid) -> String {
-    let (status,): (String,) = sqlx::query_as("SELECT status FROM runner_commands WHERE id = $1")
-        .bind(command)
-        .fetch_one(&mut app.db().await)
-        .await
-        .unwrap();
+    let (status,) = sql_one!(
+        &mut app.db().await,
+        (String,),
+        "SELECT status FROM runner_commands WHERE id = $1",
+        command
+    )
+    .unwrap();
     status
 }
 
 async fn events_of(app: &TestApp, event_type: &str) -> i64 {
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM audit_events WHERE event_type = $1")
-        .bind(event_type)
-        .fetch_one(&mut app.db().await)
-        .await
-        .unwrap();
+    let (n,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM audit_events WHERE event_type = $1",
+        event_type
+    )
+    .unwrap();
     n
 }

@@ -4,7 +4,7 @@ use control_plane::domain::TokenSecret;
 use reqwest::Method;
 use serde_json::Value;
 
-use crate::helpers::{assert_api_error, captured_logs, issuance_body, spawn_app};
+use crate::helpers::{assert_api_error, captured_logs, issuance_body, spawn_app, sql_exec};
 
 #[tokio::test]
 async fn missing_malformed_unknown_and_expired_credentials_are_401() {
@@ -46,11 +46,19 @@ async fn missing_malformed_unknown_and_expired_credentials_are_401() {
         .unwrap();
     let secret = issued["credential"]["token"].as_str().unwrap();
     assert_eq!(app.get(&path, secret).send().await.unwrap().status(), 200);
-    sqlx::query("UPDATE tokens SET expires_at = now() - interval '1 second' WHERE id = $1::uuid")
-        .bind(issued["credential"]["id"].as_str().unwrap())
-        .execute(&mut app.db().await)
-        .await
+    let id: uuid::Uuid = issued["credential"]["id"]
+        .as_str()
+        .unwrap()
+        .parse()
         .unwrap();
+    let expired = sql_exec!(
+        &mut app.db().await,
+        "UPDATE tokens SET expires_at = $1 WHERE id = $2",
+        chrono::Utc::now() - chrono::TimeDelta::seconds(1),
+        id
+    )
+    .unwrap();
+    assert_eq!(expired, 1, "the token row was updated");
     assert_api_error(
         app.get(&path, secret).send().await.unwrap(),
         401,

@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use crate::helpers::{
     ServerProcess, Tenant, TestApp, assert_api_error, redis_or_skip, spawn_app, spawn_app_with,
+    sql_one,
 };
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -52,15 +53,15 @@ async fn a_delivery_moves_received_running_succeeded_and_its_command_follows() {
     assert_api_error(response, 409, "invalid_transition").await;
 
     // Each report is audited with the runner as its actor.
-    let (n,): (i64,) = sqlx::query_as(
+    let (n,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
         "SELECT count(*) FROM audit_events
          WHERE event_type = 'webhook_delivery.status_reported'
            AND actor_kind = 'runner' AND actor_id = $1 AND target_id = $2",
+        runner.runner_id,
+        delivery
     )
-    .bind(runner.runner_id)
-    .bind(delivery)
-    .fetch_one(&mut app.db().await)
-    .await
     .unwrap();
     assert_eq!(n, 3);
 
@@ -109,12 +110,13 @@ async fn transitions_the_state_machine_forbids_are_409() {
     )
     .await;
     assert_eq!(response.status(), 200);
-    let (detail, exit_code): (Option<String>, Option<i32>) =
-        sqlx::query_as("SELECT detail, exit_code FROM webhook_deliveries WHERE id = $1")
-            .bind(delivery)
-            .fetch_one(&mut app.db().await)
-            .await
-            .unwrap();
+    let (detail, exit_code) = sql_one!(
+        &mut app.db().await,
+        (Option<String>, Option<i32>),
+        "SELECT detail, exit_code FROM webhook_deliveries WHERE id = $1",
+        delivery
+    )
+    .unwrap();
     assert_eq!(detail.as_deref(), Some("image pull failed"));
     assert_eq!(exit_code, Some(125));
     assert_eq!(command_status_of(&app, command).await, "failed");
@@ -433,6 +435,8 @@ async fn reports_on_a_command_cancelled_by_a_forced_pool_deletion_are_409() {
     assert_eq!(delivery_status(&app, delivery).await, "received");
 }
 
+/// Also Postgres only: two server processes on one records store. `redis_or_skip` skips it on the
+/// SQLite run, which has no Redis.
 #[tokio::test]
 async fn redis_only_a_nonce_spent_through_one_process_is_refused_by_another() {
     if redis_or_skip("redis_only_a_nonce_spent_through_one_process_is_refused_by_another").is_none()
@@ -639,20 +643,23 @@ async fn assert_refused(response: Response) {
 }
 
 async fn delivery_status(app: &TestApp, delivery: Uuid) -> String {
-    let (status,): (String,) =
-        sqlx::query_as("SELECT status FROM webhook_deliveries WHERE id = $1")
-            .bind(delivery)
-            .fetch_one(&mut app.db().await)
-            .await
-            .unwrap();
+    let (status,) = sql_one!(
+        &mut app.db().await,
+        (String,),
+        "SELECT status FROM webhook_deliveries WHERE id = $1",
+        delivery
+    )
+    .unwrap();
     status
 }
 
 async fn command_status_of(app: &TestApp, command: Uuid) -> String {
-    let (status,): (String,) = sqlx::query_as("SELECT status FROM runner_commands WHERE id = $1")
-        .bind(command)
-        .fetch_one(&mut app.db().await)
-        .await
-        .unwrap();
+    let (status,) = sql_one!(
+        &mut app.db().await,
+        (String,),
+        "SELECT status FROM runner_commands WHERE id = $1",
+        command
+    )
+    .unwrap();
     status
 }

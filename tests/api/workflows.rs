@@ -4,7 +4,7 @@ use control_plane::domain::{CorrelationId, Scope};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, assert_api_error, spawn_app};
+use crate::helpers::{TestApp, assert_api_error, spawn_app, sql_all, sql_one};
 
 #[tokio::test]
 async fn a_draft_goes_to_pending_approval_once() {
@@ -43,12 +43,13 @@ async fn a_draft_goes_to_pending_approval_once() {
             .is_ok(),
         "{body}"
     );
-    let (state, comment): (String, Option<String>) =
-        sqlx::query_as("SELECT state, request_comment FROM workflow_revisions WHERE id = $1")
-            .bind(revision)
-            .fetch_one(&mut app.db().await)
-            .await
-            .unwrap();
+    let (state, comment) = sql_one!(
+        &mut app.db().await,
+        (String, Option<String>),
+        "SELECT state, request_comment FROM workflow_revisions WHERE id = $1",
+        revision
+    )
+    .unwrap();
     assert_eq!(state, "pending_approval");
     assert_eq!(comment.as_deref(), Some("ready for production"));
 
@@ -65,14 +66,15 @@ async fn a_draft_goes_to_pending_approval_once() {
     assert_eq!(err["error"]["details"]["state"], "pending_approval");
 
     // The request is audited once, with the comment.
-    let (n, data): (i64, Value) = sqlx::query_as(
-        "SELECT count(*) OVER (), data FROM audit_events
+    let (n, data) = sql_one!(
+        &mut app.db().await,
+        (i64, String),
+        "SELECT count(*) OVER (), CAST(data AS TEXT) FROM audit_events
          WHERE event_type = 'workflow_revision.approval_requested' AND target_id = $1",
+        revision
     )
-    .bind(revision)
-    .fetch_one(&mut app.db().await)
-    .await
     .unwrap();
+    let data: Value = serde_json::from_str(&data).expect("event data is JSON");
     assert_eq!(n, 1);
     assert_eq!(data["comment"], "ready for production");
     assert_eq!(data["workflowId"], workflow.to_string());
@@ -168,10 +170,12 @@ async fn unknown_or_mismatched_revisions_are_404_and_foreign_workspaces_403() {
     assert_api_error(response, 403, "forbidden").await;
 
     // None of that touched the revisions.
-    let states: Vec<(String,)> = sqlx::query_as("SELECT state FROM workflow_revisions")
-        .fetch_all(&mut app.db().await)
-        .await
-        .unwrap();
+    let states = sql_all!(
+        &mut app.db().await,
+        (String,),
+        "SELECT state FROM workflow_revisions"
+    )
+    .unwrap();
     assert_eq!(states.len(), 3);
     assert!(states.iter().all(|(s,)| s == "draft"), "{states:?}");
 }

@@ -130,22 +130,26 @@ impl AuditFeed {
         }
     }
 
-    /// Follows announcements from every replica through Postgres LISTEN, and polls each second.
-    pub fn follow_postgres(self: &Arc<Self>, pool: sqlx::PgPool) {
+    /// Follows announcements from every replica through Postgres LISTEN (when given a pool),
+    /// and polls each second for what no announcement covered.
+    pub fn follow(self: &Arc<Self>, pool: Option<sqlx::PgPool>) {
         let feed = self.clone();
         tokio::spawn(async move {
-            let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
-                Ok(mut l) => match l.listen(AUDIT_CHANNEL).await {
-                    Ok(()) => Some(l),
+            let mut listener = match pool {
+                Some(pool) => match sqlx::postgres::PgListener::connect_with(&pool).await {
+                    Ok(mut l) => match l.listen(AUDIT_CHANNEL).await {
+                        Ok(()) => Some(l),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot listen for audit events; polling only");
+                            None
+                        }
+                    },
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot listen for audit events; polling only");
                         None
                     }
                 },
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot listen for audit events; polling only");
-                    None
-                }
+                None => None,
             };
             let mut poll = tokio::time::interval(Duration::from_secs(1));
             loop {

@@ -10,6 +10,7 @@ mod operations;
 mod pg_operations;
 pub mod postgres;
 mod redis;
+mod sqlite;
 
 use std::sync::Arc;
 
@@ -27,6 +28,7 @@ pub use feed::AuditFeed;
 pub use memory::MemoryFastState;
 pub use operations::*;
 pub use postgres::{AUDIT_CHANNEL, POLICY_CHANNEL, PostgresStore};
+pub use sqlite::SqliteStore;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -321,6 +323,8 @@ impl RecordStore for PostgresStore {
         Some(self.pool().clone())
     }
 }
+
+impl RecordStore for SqliteStore {}
 
 pub type SharedRecordStore = Arc<dyn RecordStore>;
 

@@ -37,15 +37,21 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// The set of uuids in a JSON array bound as a parameter (see [`to_json`]), for `IN (...)`.
 macro_rules! uuids_in {
     ($param:literal) => {
-        concat!("(SELECT unhex(replace(value, '-', '')) FROM json_each(", $param, "))")
+        concat!(
+            "(SELECT unhex(replace(value, '-', '')) FROM json_each(",
+            $param,
+            "))"
+        )
     };
 }
+
+type Announcer = Box<dyn Fn(Uuid) + Send + Sync>;
 
 #[derive(Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
     /// Called after commit with each workspace that gained audit events; SQLite has no NOTIFY.
-    announce: Arc<OnceLock<Box<dyn Fn(Uuid) + Send + Sync>>>,
+    announce: Arc<OnceLock<Announcer>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -106,7 +112,10 @@ impl SqliteStore {
     /// Begins a write transaction holding the write lock from the start, so what it reads
     /// cannot change before it writes.
     async fn begin(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)
+        self.pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_err)
     }
 
     /// Commits, then announces the workspaces whose events it wrote (never before: a rolled-back
@@ -190,7 +199,10 @@ fn with_data(event: &NewAuditEvent, key: &str, value: Value) -> NewAuditEvent {
 
 /// Writes one audit event, giving a workspace event the next sequence of its workspace (the
 /// transaction holds the write lock, so sequences are gapless and unique).
-async fn insert_event(conn: &mut SqliteConnection, event: &NewAuditEvent) -> Result<(), StoreError> {
+async fn insert_event(
+    conn: &mut SqliteConnection,
+    event: &NewAuditEvent,
+) -> Result<(), StoreError> {
     // Organisation-level events have no sequence.
     let seq: Option<i64> = match event.workspace_id {
         Some(workspace_id) => {

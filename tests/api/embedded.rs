@@ -1,0 +1,163 @@
+//! The embedded default: SQLite and in-process state, one server process per file. These tests
+//! make their own SQLite file, so they run the same on either suite run.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use control_plane::config::ServerConfig;
+use control_plane::policy::{PolicyKind, fixtures};
+use control_plane::startup::{Application, open_services};
+use uuid::Uuid;
+
+use crate::helpers::{captured_logs, spawn_with_config, test_config};
+
+fn temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join("cp-embedded-tests")
+        .join(Uuid::new_v4().simple().to_string());
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn embedded_config(dir: &std::path::Path) -> ServerConfig {
+    let mut config = test_config(&format!("sqlite://{}", dir.join("cp.db").display()));
+    config.redis_url = None;
+    config
+}
+
+#[tokio::test]
+async fn embedded_a_second_server_on_the_same_file_is_refused() {
+    let dir = temp_dir();
+    let config = embedded_config(&dir);
+    let first = Application::build(&config)
+        .await
+        .expect("the first server starts");
+    let second = Application::build(&config).await;
+    let error = format!("{:#}", second.err().expect("the second server is refused"));
+    assert!(error.contains("already using"), "{error}");
+    assert!(error.contains("Postgres and Redis"), "{error}");
+    drop(first);
+    // The lock goes with the first server: the file can be served again.
+    assert!(Application::build(&config).await.is_ok());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn embedded_first_start_logs_the_bootstrap_command_once() {
+    let dir = temp_dir();
+    let config = embedded_config(&dir);
+    let app = Application::build(&config).await.expect("starts");
+    let logs = captured_logs();
+    let path = dir.join("cp.db");
+    let expected = format!(
+        "cpctl --database-url sqlite://{} bootstrap --org ORG --workspace WORKSPACE --admin EMAIL",
+        path.display()
+    );
+    assert!(logs.contains(&expected), "no bootstrap hint in the logs");
+    drop(app);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn embedded_dev_bootstraps_a_tenant_once() {
+    let dir = temp_dir();
+    let mut config = embedded_config(&dir);
+    config.dev = true;
+    let app = Application::build(&config).await.expect("starts");
+    let orgs = app.services().list_organisations().await.unwrap();
+    assert_eq!(orgs.len(), 1);
+    assert_eq!(orgs[0].name, "dev");
+    drop(app);
+    // A second start finds the tenant and creates nothing.
+    let app = Application::build(&config).await.expect("restarts");
+    assert_eq!(app.services().list_organisations().await.unwrap().len(), 1);
+    drop(app);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn embedded_an_activation_by_cpctl_reaches_the_running_server_within_a_second() {
+    let dir = temp_dir();
+    let config = embedded_config(&dir);
+    let app = spawn_with_config(dir.display().to_string(), config.clone()).await;
+    let tenant = app.bootstrap().await;
+    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let status = || async {
+        app.get(&path, &tenant.token)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(status().await, 200);
+
+    // What cpctl does: its own pool on the same file, the server still running.
+    let admin = open_services(&config).await.expect("cpctl opens the file");
+    let policy = admin
+        .install_policy("deny-all", PolicyKind::Authorizer, fixtures::DENY_ALL)
+        .await
+        .unwrap();
+    admin
+        .activate_policy(&format!("deny-all@{}", policy.version))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    while status().await != 403 {
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the activation never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    drop(app);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn embedded_events_written_by_cpctl_reach_the_audit_stream() {
+    let dir = temp_dir();
+    let config = embedded_config(&dir);
+    let app = spawn_with_config(dir.display().to_string(), config.clone()).await;
+    let tenant = app.bootstrap().await;
+    let mut stream = app
+        .get(
+            &format!("/v1/workspaces/{}/audit/stream", tenant.workspace_id),
+            &tenant.token,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.chunk())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&first).contains(": subscribed"));
+
+    let admin = open_services(&config).await.expect("cpctl opens the file");
+    let pool = admin
+        .create_pool(
+            tenant.workspace_id,
+            "from-cpctl",
+            &control_plane::domain::CorrelationId::generate(),
+        )
+        .await
+        .unwrap();
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !seen.contains("runner_pool.created") {
+        assert!(Instant::now() < deadline, "no event; got {seen:?}");
+        if let Ok(Ok(Some(chunk))) =
+            tokio::time::timeout(Duration::from_millis(500), stream.chunk()).await
+        {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+    assert!(seen.contains(&pool.id.to_string()));
+    drop(app);
+    let _ = std::fs::remove_dir_all(dir);
+}
