@@ -23,7 +23,14 @@ async fn main() -> anyhow::Result<()> {
         .lossy(false)
         .finish(std::io::stdout());
     telemetry::init(config.log_format, "info,sqlx=warn", writer);
-    let app = Application::build(&config).await?;
+    let app = match Application::build(&config).await {
+        Ok(app) => app,
+        Err(e) => {
+            // One clear line for the operator, not a backtrace.
+            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            std::process::exit(1);
+        }
+    };
     app.run_until_stopped().await?;
     Ok(())
 }
