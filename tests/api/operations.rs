@@ -97,6 +97,59 @@ async fn openapi_document_states_statuses_and_closed_bodies() {
 }
 
 #[tokio::test]
+async fn openapi_document_states_the_contract_headers() {
+    let app = spawn_app().await;
+    let doc: Value = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names = |op: &Value| -> Vec<String> {
+        op["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["in"] == "header")
+            .map(|p| p["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    for (path, methods) in doc["paths"].as_object().unwrap() {
+        for (method, op) in methods.as_object().unwrap() {
+            let headers = names(op);
+            let mutating = method != "get";
+            assert_eq!(
+                headers.contains(&"Idempotency-Key".to_owned()),
+                mutating,
+                "{method} {path}: {headers:?}"
+            );
+            let limited = &op["responses"]["429"]["headers"];
+            for h in ["retry-after", "x-ratelimit-limit", "x-ratelimit-remaining"] {
+                assert_eq!(limited[h]["required"], true, "{method} {path} 429 {h}");
+            }
+            assert_eq!(
+                op["responses"]["200"]["headers"]["idempotency-replayed"].is_object(),
+                mutating,
+                "{method} {path}"
+            );
+        }
+    }
+    let signed = names(&doc["paths"]["/v1/runner/webhook-deliveries/{deliveryId}/status"]["post"]);
+    for h in [
+        "x-sandbox-signature",
+        "x-sandbox-runner-id",
+        "x-sandbox-key-id",
+        "x-sandbox-timestamp",
+        "x-sandbox-nonce",
+    ] {
+        assert!(signed.contains(&h.to_owned()), "{h} missing: {signed:?}");
+    }
+}
+
+#[tokio::test]
 async fn docs_ui_is_served() {
     let app = spawn_app().await;
     let response = app.client.get(app.url("/docs")).send().await.unwrap();

@@ -60,6 +60,16 @@ pub fn finish(raw: &str) -> String {
         }
     }
     if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
+        for (path, methods) in paths.iter_mut() {
+            let signed = path.starts_with("/v1/runner/");
+            let Some(methods) = methods.as_object_mut() else {
+                continue;
+            };
+            for (method, operation) in methods.iter_mut() {
+                let mutating = matches!(method.as_str(), "post" | "put" | "delete" | "patch");
+                add_contract_headers(operation, mutating, signed);
+            }
+        }
         for operation in paths
             .values_mut()
             .filter_map(Value::as_object_mut)
@@ -88,6 +98,92 @@ pub fn finish(raw: &str) -> String {
         }
     }
     serde_json::to_string_pretty(&doc).unwrap_or_else(|_| raw.to_owned())
+}
+
+fn header(name: &str, description: &str, schema: Value) -> Value {
+    json!({ "name": name, "in": "header", "required": false, "description": description, "schema": schema })
+}
+
+/// What the contract says of every operation and the derive cannot: the `Idempotency-Key`
+/// request header and `idempotency-replayed` response header of mutating operations, the
+/// rate-limit headers, and the runner signature headers of the signed route.
+fn add_contract_headers(operation: &mut Value, mutating: bool, signed: bool) {
+    let Some(operation) = operation.as_object_mut() else {
+        return;
+    };
+    let parameters = operation.entry("parameters").or_insert_with(|| json!([]));
+    if let Some(list) = parameters.as_array_mut() {
+        if mutating {
+            list.push(header(
+                "Idempotency-Key",
+                "Enables exact replay of this request for 24 hours; scoped to the caller and the operation.",
+                json!({ "type": "string", "minLength": 16, "maxLength": 200, "pattern": "^[A-Za-z0-9._:-]+$" }),
+            ));
+        }
+        if signed {
+            let uuid = json!({ "type": "string", "format": "uuid" });
+            let mut required = |name: &str, description: &str, schema: Value| {
+                let mut h = header(name, description, schema);
+                h["required"] = Value::Bool(true);
+                list.push(h);
+            };
+            required("x-sandbox-runner-id", "The runner.", uuid.clone());
+            required("x-sandbox-key-id", "The runner's key that signed.", uuid);
+            required(
+                "x-sandbox-timestamp",
+                "Unix seconds; within 300 s of the server's clock.",
+                json!({ "type": "string", "pattern": "^[0-9]+$" }),
+            );
+            required(
+                "x-sandbox-nonce",
+                "Single use.",
+                json!({ "type": "string", "minLength": 16, "maxLength": 128, "pattern": "^[A-Za-z0-9._-]+$" }),
+            );
+            required(
+                "x-sandbox-signature",
+                "Base64 Ed25519 signature of the lines described in the API description.",
+                json!({ "type": "string" }),
+            );
+        }
+    }
+    let Some(responses) = operation
+        .get_mut("responses")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let integer = json!({ "type": "integer" });
+    for (status, response) in responses.iter_mut() {
+        let Some(headers) = response
+            .as_object_mut()
+            .map(|r| r.entry("headers").or_insert_with(|| json!({})))
+            .and_then(Value::as_object_mut)
+        else {
+            continue;
+        };
+        if mutating && status.starts_with('2') {
+            headers.insert(
+                "idempotency-replayed".into(),
+                json!({ "description": "`true` when this response is a replay.", "schema": { "type": "string", "enum": ["true"] } }),
+            );
+        }
+        let limited = status == "429";
+        for (name, description) in [
+            ("x-ratelimit-limit", "Requests allowed in a burst."),
+            ("x-ratelimit-remaining", "Requests left before the limit."),
+        ] {
+            headers.insert(
+                name.into(),
+                json!({ "description": description, "required": limited, "schema": integer }),
+            );
+        }
+        if limited {
+            headers.insert(
+                "retry-after".into(),
+                json!({ "description": "Seconds until a request is allowed.", "required": true, "schema": integer }),
+            );
+        }
+    }
 }
 
 /// Every operation accepts the optional `x-correlation-id` request header.
