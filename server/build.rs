@@ -27,6 +27,7 @@ fn main() {
         "hostile",
         "Cargo.toml",
         "Cargo.lock",
+        ".cargo/config.toml",
     ] {
         println!(
             "cargo:rerun-if-changed={}",
@@ -48,7 +49,9 @@ fn main() {
         ])
         .arg(policies.join("Cargo.toml"))
         .arg("--target-dir")
-        .arg(&target_dir);
+        .arg(&target_dir)
+        // From policies/, so its .cargo/config.toml (the guests' link flags) applies.
+        .current_dir(&policies);
     // The outer build's settings are for the host; the guests get their own.
     for var in [
         "CARGO_ENCODED_RUSTFLAGS",

@@ -377,13 +377,20 @@ impl PolicyEngine {
         .map_err(|e| unavailable(&e))?
     }
 
-    /// Authorizes in a fresh instance, off the async workers.
+    /// Authorizes in a fresh instance: the built-in authorizer on the request's own thread,
+    /// any other policy off the async workers.
     pub async fn authorize(
         self: &Arc<Self>,
         policy: Arc<CompiledPolicy>,
         input: &AuthzInput,
     ) -> Result<authz_types::AuthzDecision, PolicyFailure> {
         let request = input.to_wit();
+        if is_builtin(&policy.digest) {
+            // This repository's own policy, built with the server: a decision takes a few
+            // microseconds (BENCHMARKS.md), less than the hop to a blocking thread and back. An
+            // installed policy may spin to its deadline, so it never runs on an async worker.
+            return self.authorize_blocking(&policy, &request);
+        }
         self.on_blocking_thread(move |engine| engine.authorize_blocking(&policy, &request))
             .await
     }
@@ -399,6 +406,17 @@ impl PolicyEngine {
             .await
             .map(outcome)
     }
+}
+
+/// Is this the digest of a policy built into the server?
+fn is_builtin(digest: &str) -> bool {
+    static BUILTIN: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
+        [
+            super::digest(super::defaults::AUTHORIZER),
+            super::digest(super::defaults::MODERATOR),
+        ]
+    });
+    BUILTIN.iter().any(|d| d == digest)
 }
 
 pub(crate) fn outcome(decision: moderation_types::ModerationDecision) -> ModerationOutcome {
