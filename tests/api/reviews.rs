@@ -6,7 +6,7 @@ use reqwest::{Method, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, assert_api_error, spawn_app, sql_one};
+use crate::helpers::{Tenant, TestApp, assert_api_error, spawn_app, spawn_app_with, sql_one};
 
 #[tokio::test]
 async fn a_plain_review_is_published_and_a_second_put_replaces_it() {
@@ -133,6 +133,28 @@ async fn the_default_moderator_holds_or_rejects_on_clear_signals() {
             assert_eq!(reasons, [reason], "{v}");
         }
     }
+}
+
+#[tokio::test]
+async fn the_configured_blocklist_reaches_the_moderator() {
+    let app = spawn_app_with(|c| c.moderation_blocklist = vec!["frobnicate".into()]).await;
+    let tenant = app.bootstrap().await;
+    let plugin = create_plugin(&app, &tenant, "blocklisted").await;
+    let body =
+        json!({"rating": 4, "title": "Solid", "body": "It does frobnicate my builds nicely."});
+    let response = put_review(&app, &tenant.token, plugin, &body).await;
+    assert_eq!(response.status(), 200);
+    let review: Value = response.json().await.unwrap();
+    assert_eq!(review["review"]["status"], "rejected", "{review}");
+    assert_eq!(review["review"]["moderation"]["decision"], "reject");
+    // Without the word, the same author's replacement is published.
+    let clean = json!({"rating": 4, "title": "Solid", "body": "It speeds up my builds nicely."});
+    let review: Value = put_review(&app, &tenant.token, plugin, &clean)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(review["review"]["status"], "published", "{review}");
 }
 
 #[tokio::test]
