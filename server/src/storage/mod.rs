@@ -10,6 +10,7 @@ mod operations;
 mod pg_operations;
 pub mod postgres;
 mod redis;
+mod rows;
 mod sqlite;
 
 use std::sync::Arc;

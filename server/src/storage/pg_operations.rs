@@ -9,133 +9,11 @@ use uuid::Uuid;
 use super::StoreError;
 use super::operations::*;
 use super::postgres::{PostgresStore, insert_event, map_err};
-use crate::domain::{
-    CommandStatus, DeliveryStatus, NewAuditEvent, ReportReason, ReviewStatus, RevisionState,
-};
-
-fn parse_state<T>(raw: &str, parse: fn(&str) -> Result<T, String>) -> Result<T, StoreError> {
-    parse(raw).map_err(|_| StoreError::Internal(format!("unknown stored state {raw:?}")))
-}
-
-#[derive(FromRow)]
-struct PoolRow {
-    id: Uuid,
-    workspace_id: Uuid,
-    name: String,
-    created_at: DateTime<Utc>,
-    deleted_at: Option<DateTime<Utc>>,
-}
-
-impl From<PoolRow> for RunnerPool {
-    fn from(r: PoolRow) -> Self {
-        Self {
-            id: r.id,
-            workspace_id: r.workspace_id,
-            name: r.name,
-            created_at: r.created_at,
-            deleted_at: r.deleted_at,
-        }
-    }
-}
-
-const POOL_COLUMNS: &str = "id, workspace_id, name, created_at, deleted_at";
-
-#[derive(FromRow)]
-struct DeliveryRow {
-    id: Uuid,
-    command_id: Uuid,
-    status: String,
-    detail: Option<String>,
-    exit_code: Option<i32>,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
-
-impl TryFrom<DeliveryRow> for WebhookDelivery {
-    type Error = StoreError;
-    fn try_from(r: DeliveryRow) -> Result<Self, StoreError> {
-        Ok(Self {
-            id: r.id,
-            command_id: r.command_id,
-            status: parse_state(&r.status, DeliveryStatus::parse)?,
-            detail: r.detail,
-            exit_code: r.exit_code,
-            created_at: r.created_at,
-            updated_at: r.updated_at,
-        })
-    }
-}
-
-#[derive(FromRow)]
-struct RevisionRow {
-    id: Uuid,
-    workflow_id: Uuid,
-    workspace_id: Uuid,
-    number: i32,
-    state: String,
-    requested_by: Option<Uuid>,
-    requested_at: Option<DateTime<Utc>>,
-    request_comment: Option<String>,
-    created_at: DateTime<Utc>,
-}
-
-impl TryFrom<RevisionRow> for WorkflowRevision {
-    type Error = StoreError;
-    fn try_from(r: RevisionRow) -> Result<Self, StoreError> {
-        Ok(Self {
-            id: r.id,
-            workflow_id: r.workflow_id,
-            workspace_id: r.workspace_id,
-            number: r.number,
-            state: parse_state(&r.state, RevisionState::parse)?,
-            requested_by: r.requested_by,
-            requested_at: r.requested_at,
-            comment: r.request_comment,
-            created_at: r.created_at,
-        })
-    }
-}
+use super::rows::*;
+use crate::domain::{CommandStatus, NewAuditEvent, ReportReason, ReviewStatus, RevisionState};
 
 const REVISION_COLUMNS: &str = "r.id, r.workflow_id, w.workspace_id, r.number, r.state,
     r.requested_by, r.requested_at, r.request_comment, r.created_at";
-
-#[derive(FromRow)]
-struct WorkflowRow {
-    id: Uuid,
-    workspace_id: Uuid,
-    name: String,
-    created_at: DateTime<Utc>,
-}
-
-impl From<WorkflowRow> for Workflow {
-    fn from(r: WorkflowRow) -> Self {
-        Self {
-            id: r.id,
-            workspace_id: r.workspace_id,
-            name: r.name,
-            created_at: r.created_at,
-        }
-    }
-}
-
-#[derive(FromRow)]
-struct PluginRow {
-    id: Uuid,
-    organisation_id: Uuid,
-    name: String,
-    created_at: DateTime<Utc>,
-}
-
-impl From<PluginRow> for Plugin {
-    fn from(r: PluginRow) -> Self {
-        Self {
-            id: r.id,
-            organisation_id: r.organisation_id,
-            name: r.name,
-            created_at: r.created_at,
-        }
-    }
-}
 
 #[derive(FromRow)]
 struct ReviewRow {
@@ -175,14 +53,6 @@ impl TryFrom<ReviewRow> for Review {
 
 const REVIEW_COLUMNS: &str = "id, plugin_id, author_id, organisation_id, rating, title, body,
     status, reasons, labels, created_at, updated_at";
-
-fn with_data(event: &NewAuditEvent, key: &str, value: Value) -> NewAuditEvent {
-    let mut event = event.clone();
-    if let Value::Object(data) = &mut event.data {
-        data.insert(key.into(), value);
-    }
-    event
-}
 
 #[async_trait]
 impl OperationsStore for PostgresStore {

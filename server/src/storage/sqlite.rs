@@ -18,6 +18,7 @@ use sqlx::{FromRow, Sqlite, SqliteConnection, Transaction};
 use uuid::Uuid;
 
 use super::operations::*;
+use super::rows::*;
 use super::{
     AuditStore, DirectoryStore, DisagreementRecord, Environment, InsertTokenError, NewToken,
     Organisation, PolicyRecord, PolicyState, PolicyStore, RevokeGrant, RevokeOutcome,
@@ -25,8 +26,7 @@ use super::{
     TokenStore, User, Workspace,
 };
 use crate::domain::{
-    AuditEvent, CommandStatus, DeliveryStatus, NewAuditEvent, ReportReason, ReviewStatus,
-    RevisionState,
+    AuditEvent, CommandStatus, NewAuditEvent, ReportReason, ReviewStatus, RevisionState,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -179,22 +179,10 @@ fn from_json<T: serde::de::DeserializeOwned>(raw: &str) -> Result<T, StoreError>
         .map_err(|e| StoreError::Internal(format!("stored list is not valid JSON: {e}")))
 }
 
-fn parse_state<T>(raw: &str, parse: fn(&str) -> Result<T, String>) -> Result<T, StoreError> {
-    parse(raw).map_err(|_| StoreError::Internal(format!("unknown stored state {raw:?}")))
-}
-
 /// The open command statuses as a JSON array, for `status IN (SELECT value FROM json_each(..))`.
 fn open_statuses() -> Result<String, StoreError> {
     let open: Vec<&str> = CommandStatus::OPEN.iter().map(|s| s.as_str()).collect();
     to_json(&open)
-}
-
-fn with_data(event: &NewAuditEvent, key: &str, value: Value) -> NewAuditEvent {
-    let mut event = event.clone();
-    if let Value::Object(data) = &mut event.data {
-        data.insert(key.into(), value);
-    }
-    event
 }
 
 /// Writes one audit event, giving a workspace event the next sequence of its workspace (the
@@ -1071,123 +1059,6 @@ impl PolicyStore for SqliteStore {
                 },
             )
             .collect())
-    }
-}
-
-#[derive(FromRow)]
-struct PoolRow {
-    id: Uuid,
-    workspace_id: Uuid,
-    name: String,
-    created_at: DateTime<Utc>,
-    deleted_at: Option<DateTime<Utc>>,
-}
-
-impl From<PoolRow> for RunnerPool {
-    fn from(r: PoolRow) -> Self {
-        Self {
-            id: r.id,
-            workspace_id: r.workspace_id,
-            name: r.name,
-            created_at: r.created_at,
-            deleted_at: r.deleted_at,
-        }
-    }
-}
-
-const POOL_COLUMNS: &str = "id, workspace_id, name, created_at, deleted_at";
-
-#[derive(FromRow)]
-struct DeliveryRow {
-    id: Uuid,
-    command_id: Uuid,
-    status: String,
-    detail: Option<String>,
-    exit_code: Option<i32>,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
-
-impl TryFrom<DeliveryRow> for WebhookDelivery {
-    type Error = StoreError;
-    fn try_from(r: DeliveryRow) -> Result<Self, StoreError> {
-        Ok(Self {
-            id: r.id,
-            command_id: r.command_id,
-            status: parse_state(&r.status, DeliveryStatus::parse)?,
-            detail: r.detail,
-            exit_code: r.exit_code,
-            created_at: r.created_at,
-            updated_at: r.updated_at,
-        })
-    }
-}
-
-#[derive(FromRow)]
-struct RevisionRow {
-    id: Uuid,
-    workflow_id: Uuid,
-    workspace_id: Uuid,
-    number: i32,
-    state: String,
-    requested_by: Option<Uuid>,
-    requested_at: Option<DateTime<Utc>>,
-    request_comment: Option<String>,
-    created_at: DateTime<Utc>,
-}
-
-impl TryFrom<RevisionRow> for WorkflowRevision {
-    type Error = StoreError;
-    fn try_from(r: RevisionRow) -> Result<Self, StoreError> {
-        Ok(Self {
-            id: r.id,
-            workflow_id: r.workflow_id,
-            workspace_id: r.workspace_id,
-            number: r.number,
-            state: parse_state(&r.state, RevisionState::parse)?,
-            requested_by: r.requested_by,
-            requested_at: r.requested_at,
-            comment: r.request_comment,
-            created_at: r.created_at,
-        })
-    }
-}
-
-#[derive(FromRow)]
-struct WorkflowRow {
-    id: Uuid,
-    workspace_id: Uuid,
-    name: String,
-    created_at: DateTime<Utc>,
-}
-
-impl From<WorkflowRow> for Workflow {
-    fn from(r: WorkflowRow) -> Self {
-        Self {
-            id: r.id,
-            workspace_id: r.workspace_id,
-            name: r.name,
-            created_at: r.created_at,
-        }
-    }
-}
-
-#[derive(FromRow)]
-struct PluginRow {
-    id: Uuid,
-    organisation_id: Uuid,
-    name: String,
-    created_at: DateTime<Utc>,
-}
-
-impl From<PluginRow> for Plugin {
-    fn from(r: PluginRow) -> Self {
-        Self {
-            id: r.id,
-            organisation_id: r.organisation_id,
-            name: r.name,
-            created_at: r.created_at,
-        }
     }
 }
 

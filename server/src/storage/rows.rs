@@ -1,0 +1,143 @@
+//! Rows and conversions both records adapters share: the columns of these tables decode to the
+//! same Rust types in Postgres and SQLite, and the state names are the domain's.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::FromRow;
+use uuid::Uuid;
+
+use super::StoreError;
+use super::operations::{Plugin, RunnerPool, WebhookDelivery, Workflow, WorkflowRevision};
+use crate::domain::{DeliveryStatus, NewAuditEvent, RevisionState};
+
+pub(super) fn parse_state<T>(
+    raw: &str,
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<T, StoreError> {
+    parse(raw).map_err(|_| StoreError::Internal(format!("unknown stored state {raw:?}")))
+}
+
+#[derive(FromRow)]
+pub(super) struct PoolRow {
+    pub(super) id: Uuid,
+    pub(super) workspace_id: Uuid,
+    pub(super) name: String,
+    pub(super) created_at: DateTime<Utc>,
+    pub(super) deleted_at: Option<DateTime<Utc>>,
+}
+
+impl From<PoolRow> for RunnerPool {
+    fn from(r: PoolRow) -> Self {
+        Self {
+            id: r.id,
+            workspace_id: r.workspace_id,
+            name: r.name,
+            created_at: r.created_at,
+            deleted_at: r.deleted_at,
+        }
+    }
+}
+
+pub(super) const POOL_COLUMNS: &str = "id, workspace_id, name, created_at, deleted_at";
+
+#[derive(FromRow)]
+pub(super) struct DeliveryRow {
+    pub(super) id: Uuid,
+    pub(super) command_id: Uuid,
+    pub(super) status: String,
+    pub(super) detail: Option<String>,
+    pub(super) exit_code: Option<i32>,
+    pub(super) created_at: DateTime<Utc>,
+    pub(super) updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<DeliveryRow> for WebhookDelivery {
+    type Error = StoreError;
+    fn try_from(r: DeliveryRow) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: r.id,
+            command_id: r.command_id,
+            status: parse_state(&r.status, DeliveryStatus::parse)?,
+            detail: r.detail,
+            exit_code: r.exit_code,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct RevisionRow {
+    pub(super) id: Uuid,
+    pub(super) workflow_id: Uuid,
+    pub(super) workspace_id: Uuid,
+    pub(super) number: i32,
+    pub(super) state: String,
+    pub(super) requested_by: Option<Uuid>,
+    pub(super) requested_at: Option<DateTime<Utc>>,
+    pub(super) request_comment: Option<String>,
+    pub(super) created_at: DateTime<Utc>,
+}
+
+impl TryFrom<RevisionRow> for WorkflowRevision {
+    type Error = StoreError;
+    fn try_from(r: RevisionRow) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: r.id,
+            workflow_id: r.workflow_id,
+            workspace_id: r.workspace_id,
+            number: r.number,
+            state: parse_state(&r.state, RevisionState::parse)?,
+            requested_by: r.requested_by,
+            requested_at: r.requested_at,
+            comment: r.request_comment,
+            created_at: r.created_at,
+        })
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct WorkflowRow {
+    pub(super) id: Uuid,
+    pub(super) workspace_id: Uuid,
+    pub(super) name: String,
+    pub(super) created_at: DateTime<Utc>,
+}
+
+impl From<WorkflowRow> for Workflow {
+    fn from(r: WorkflowRow) -> Self {
+        Self {
+            id: r.id,
+            workspace_id: r.workspace_id,
+            name: r.name,
+            created_at: r.created_at,
+        }
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct PluginRow {
+    pub(super) id: Uuid,
+    pub(super) organisation_id: Uuid,
+    pub(super) name: String,
+    pub(super) created_at: DateTime<Utc>,
+}
+
+impl From<PluginRow> for Plugin {
+    fn from(r: PluginRow) -> Self {
+        Self {
+            id: r.id,
+            organisation_id: r.organisation_id,
+            name: r.name,
+            created_at: r.created_at,
+        }
+    }
+}
+
+pub(super) fn with_data(event: &NewAuditEvent, key: &str, value: Value) -> NewAuditEvent {
+    let mut event = event.clone();
+    if let Value::Object(data) = &mut event.data {
+        data.insert(key.into(), value);
+    }
+    event
+}
