@@ -181,9 +181,13 @@ impl Services {
             cid,
             json!({ "name": pool.name }),
         );
-        self.store.create_pool(&pool, &event).await.map_err(|e| {
-            super::admin::already_exists(format!("a pool named {:?} already exists", pool.name))(e)
-        })?;
+        self.store
+            .create_pool(&pool, &event)
+            .await
+            .map_err(super::admin::already_exists(format!(
+                "a pool named {:?} already exists",
+                pool.name
+            )))?;
         Ok(pool)
     }
 
