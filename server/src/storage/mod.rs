@@ -7,6 +7,7 @@ pub mod fast;
 mod feed;
 mod memory;
 mod operations;
+mod pg_lane;
 mod pg_operations;
 pub mod postgres;
 mod redis;
