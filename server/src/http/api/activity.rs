@@ -184,7 +184,15 @@ impl ActivityApi {
             items: page.items.iter().map(Item::from).collect(),
             next_cursor: page.next_cursor.as_deref(),
         };
-        let bytes = serde_json::to_vec(&body)
+        // Sized up front: growing a ~30 KB page by doubling copied it several times over.
+        let estimate = 64
+            + page
+                .items
+                .iter()
+                .map(|e| 384 + e.data.get().len())
+                .sum::<usize>();
+        let mut bytes = Vec::with_capacity(estimate);
+        serde_json::to_writer(&mut bytes, &body)
             .map_err(|e| ApiFailure::from(crate::service::ServiceError::Internal(e.to_string())))?;
         Ok(ActivityResponse(bytes))
     }
