@@ -57,3 +57,74 @@ async fn postgres_only_down_is_503_and_recovery_needs_no_restart() {
     }
     assert_eq!(status, 200, "recovered without a restart");
 }
+
+/// Postgres only: a network that silently drops packets (nothing is closed, nothing answers)
+/// is a 503 within the statement deadline, not a hang; and it heals when packets flow again.
+#[tokio::test]
+async fn postgres_only_a_silent_partition_is_503_not_a_hang() {
+    if !postgres_or_skip("postgres_only_a_silent_partition_is_503_not_a_hang") {
+        return;
+    }
+    let (name, _) = create_database().await;
+    let postgres = crate::helpers::postgres_base();
+    let hostport = postgres.rsplit('@').next().unwrap().to_owned();
+    let proxy = Proxy::start(&hostport).await;
+    let via_proxy = format!(
+        "{}@127.0.0.1:{}/{name}",
+        postgres.rsplit_once('@').unwrap().0,
+        proxy.port
+    );
+    let app = spawn_with_config(name, crate::helpers::test_config(&via_proxy)).await;
+    let tenant = app.bootstrap().await;
+    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    // Warm: the read lane now holds a connection it will reuse without a ping.
+    for _ in 0..3 {
+        let ok = app.get(&path, &tenant.token).send().await.unwrap();
+        assert_eq!(ok.status(), 200);
+    }
+
+    proxy.stall();
+    let started = std::time::Instant::now();
+    let response = app
+        .get(&path, &tenant.token)
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .expect("answered, not hung");
+    assert_api_error(response, 503, "unavailable").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "answered within the deadline, not hung: {:?}",
+        started.elapsed()
+    );
+    let started = std::time::Instant::now();
+    let ready = app
+        .client
+        .get(app.url("/readyz"))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .expect("answered, not hung");
+    assert_api_error(ready, 503, "unavailable").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "readyz answered"
+    );
+
+    proxy.unstall();
+    let mut status = 0;
+    for _ in 0..40 {
+        status = app
+            .get(&path, &tenant.token)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(status, 200, "recovered without a restart");
+}

@@ -599,11 +599,14 @@ pub async fn assert_api_error(response: Response, status: u16, code: &str) -> Va
     body
 }
 
-/// A TCP proxy that a test can cut and restore, to simulate a dependency going down.
+/// A TCP proxy that a test can cut and restore, to simulate a dependency going down, or
+/// stall, to simulate a network that silently drops packets.
 pub struct Proxy {
     pub port: u16,
     target: String,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// While true, bytes are held instead of forwarded; connections stay open.
+    stalled: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Proxy {
@@ -616,6 +619,7 @@ impl Proxy {
             port,
             target: target.to_owned(),
             task: Mutex::new(None),
+            stalled: Arc::new(tokio::sync::watch::channel(false).0),
         });
         proxy.serve(listener);
         proxy
@@ -623,13 +627,20 @@ impl Proxy {
 
     fn serve(&self, listener: tokio::net::TcpListener) {
         let target = self.target.clone();
+        let stalled = self.stalled.clone();
         let task = tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
-            while let Ok((mut inbound, _)) = listener.accept().await {
+            while let Ok((inbound, _)) = listener.accept().await {
                 let target = target.clone();
+                let stalled = stalled.clone();
                 connections.spawn(async move {
-                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    if let Ok(outbound) = tokio::net::TcpStream::connect(target).await {
+                        let (in_read, in_write) = inbound.into_split();
+                        let (out_read, out_write) = outbound.into_split();
+                        tokio::join!(
+                            pump(in_read, out_write, stalled.subscribe()),
+                            pump(out_read, in_write, stalled.subscribe()),
+                        );
                     }
                 });
             }
@@ -637,6 +648,16 @@ impl Proxy {
         if let Ok(mut slot) = self.task.lock() {
             *slot = Some(task);
         }
+    }
+
+    /// Holds every byte from now on, in both directions, without closing anything.
+    pub fn stall(&self) {
+        self.stalled.send_replace(true);
+    }
+
+    /// Forwards again, held bytes first.
+    pub fn unstall(&self) {
+        self.stalled.send_replace(false);
     }
 
     /// Stops accepting and drops every open connection (the JoinSet aborts them on drop).
@@ -654,4 +675,23 @@ impl Proxy {
             .expect("rebind proxy");
         self.serve(listener);
     }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut stalled: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if stalled.wait_for(|s| !*s).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
 }
