@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# GET activity against its pgbench floor, alternated ROUNDS times so that machine noise (this
+# runs on shared virtual cores) shows as a spread instead of hiding in a single ratio.
+#
+#   tests/bench/activity-ratio.sh [rounds] [seconds]     (defaults 5 and 10)
+SECS=${2:-10}
+ROUNDS=${1:-5}
+source "$(dirname "$0")/lib.sh"
+
+start_server 18080 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off
+wrk -t2 -c$CONNS -d3s -s $HERE/activity.lua http://127.0.0.1:18080 >/dev/null
+PUBLIC_ID=$(cut -d_ -f2 <<<"$TOKEN0")
+for r in $(seq 1 "$ROUNDS"); do
+  wrk_run -s $HERE/activity.lua http://127.0.0.1:18080 > "$OUT/activity.txt"
+  pg_run pg_activity -D public_id="$PUBLIC_ID" -D ws="$WS" -f "$PWD/$HERE/pgbench-activity.sql"
+  rm -f "$OUT"/pg_activity.[0-9]*
+  a=$(awk '/Requests\/sec/ {print $2}' "$OUT/activity.txt")
+  p=$(awk '/^tps =/ {print $3}' "$OUT/pg_activity.txt")
+  echo "$r $a $p" | awk '{printf "round %d: GET activity %.0f req/s, floor %.0f tps, ratio %.2f\n", $1, $2, $3, $2/$3}'
+done | tee "$OUT/rounds.txt"
+awk '{print $NF}' "$OUT/rounds.txt" | sort -n | awk '{v[NR]=$1} END {printf "median ratio: %.2f (min %.2f, max %.2f)\n", v[int((NR+1)/2)], v[1], v[NR]}'
