@@ -130,8 +130,10 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_AUTHORIZER", default_value = "policy", hide = true)]
     pub authorizer: String,
 
-    /// Size of the Postgres connection pool.
-    #[arg(long, env = "CP_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    /// Size of the records store's connection pool, at least 3: on Postgres two connections
+    /// stay on LISTEN, and up to half of the rest serve the request path's reads.
+    #[arg(long, env = "CP_DB_MAX_CONNECTIONS", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(3..))]
     pub db_max_connections: u32,
 }
 

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use crate::helpers::{
-    Proxy, assert_api_error, create_database, postgres_or_skip, spawn_with_config,
+    Proxy, assert_api_error, create_database, issuance_body, postgres_or_skip, spawn_app_with,
+    spawn_with_config,
 };
 
 /// Postgres only: the outage is a proxy in front of the Postgres server, cut and restored.
@@ -127,4 +128,20 @@ async fn postgres_only_a_silent_partition_is_503_not_a_hang() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert_eq!(status, 200, "recovered without a restart");
+}
+
+/// The smallest pool (3): two connections stay on LISTEN and the read lane keeps none between
+/// statements, so a write after a read still finds the third (it would otherwise wait out the
+/// acquire timeout and be a 503).
+#[tokio::test]
+async fn the_smallest_pool_serves_reads_and_writes() {
+    let app = spawn_app_with(|config| config.db_max_connections = 3).await;
+    let tenant = app.bootstrap().await;
+    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    for _ in 0..3 {
+        let read = app.get(&path, &tenant.token).send().await.unwrap();
+        assert_eq!(read.status(), 200);
+        let write = app.issue(&tenant.token, &issuance_body(&tenant)).await;
+        assert_eq!(write.status(), 200);
+    }
 }

@@ -11,7 +11,8 @@
 //!   pool opens a replacement;
 //! - a connection is handed back to the pool after [`MAX_LEASE`], so connections still retire.
 //!
-//! The lane holds at most `size` connections, all counted in the pool's `max_connections`.
+//! The lane holds at most `size` connections, all counted in the pool's `max_connections`;
+//! in the smallest pool it keeps none, so writes are never locked out.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -37,6 +38,9 @@ struct Idle {
 pub struct ReadLane {
     pool: PgPool,
     idle: Mutex<Vec<Idle>>,
+    /// How many connections the lane keeps between statements. Zero (the smallest pool) keeps
+    /// none: each statement takes a connection from the pool and gives it back.
+    keep: usize,
     slots: Semaphore,
     acquire_timeout: Duration,
     /// Client-side bound on one statement: a connection that stops answering (a network
@@ -49,6 +53,7 @@ impl ReadLane {
         Self {
             pool,
             idle: Mutex::new(Vec::with_capacity(size)),
+            keep: size,
             slots: Semaphore::new(size.max(1)),
             acquire_timeout,
             deadline,
@@ -86,7 +91,10 @@ impl ReadLane {
         if leased_at.elapsed() >= MAX_LEASE {
             return; // dropped: back to the pool, which retires it
         }
-        if let Ok(mut idle) = self.idle.lock() {
+        // Not kept (the lane keeps none): dropped, back to the pool.
+        if let Ok(mut idle) = self.idle.lock()
+            && idle.len() < self.keep
+        {
             idle.push(Idle {
                 conn,
                 leased_at,
@@ -184,5 +192,24 @@ fn leaves_session_usable(e: &sqlx::Error) -> bool {
         | sqlx::Error::Decode(_)
         | sqlx::Error::TypeNotFound { .. } => true,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::leaves_session_usable;
+
+    #[test]
+    fn only_statement_and_decode_errors_keep_a_connection() {
+        assert!(leaves_session_usable(&sqlx::Error::RowNotFound));
+        assert!(leaves_session_usable(&sqlx::Error::ColumnNotFound(
+            "x".into()
+        )));
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert!(!leaves_session_usable(&sqlx::Error::Io(io)));
+        assert!(!leaves_session_usable(&sqlx::Error::Protocol(
+            "unexpected message".into()
+        )));
+        assert!(!leaves_session_usable(&sqlx::Error::PoolTimedOut));
     }
 }

@@ -22,6 +22,9 @@ use crate::domain::{AuditEvent, NewAuditEvent};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
+/// Pool connections held for good by `LISTEN` (the audit feed and the policy watcher).
+pub const LISTENING_CONNECTIONS: u32 = 2;
+
 /// Connection settings; defaults suit one replica on a small machine.
 #[derive(Debug, Clone)]
 pub struct PostgresSettings {
@@ -73,10 +76,13 @@ impl PostgresStore {
             // only bound on a statement sent over a silently partitioned network. The request
             // path's reads avoid that round trip through the read lane, which has its own.
             .connect_lazy_with(options);
-        // Half the pool at most, so writes always find connections of their own.
+        // Half of what the listeners leave, so writes always find connections of their own.
         let lane = ReadLane::new(
             pool.clone(),
-            (settings.max_connections as usize / 2).max(1),
+            (settings
+                .max_connections
+                .saturating_sub(LISTENING_CONNECTIONS)
+                / 2) as usize,
             settings.acquire_timeout,
             settings.statement_timeout + Duration::from_secs(1),
         );
