@@ -1,18 +1,16 @@
 //! A records store that goes away yields 503 with an ApiError, never a hang, and recovers.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::helpers::{
-    Proxy, assert_api_error, create_database, issuance_body, postgres_or_skip, spawn_app_with,
-    spawn_with_config,
+    Proxy, Tenant, TestApp, assert_api_error, create_database, issuance_body, postgres_or_skip,
+    spawn_app_with, spawn_with_config,
 };
 
-/// Postgres only: the outage is a proxy in front of the Postgres server, cut and restored.
-#[tokio::test]
-async fn postgres_only_down_is_503_and_recovery_needs_no_restart() {
-    if !postgres_or_skip("postgres_only_down_is_503_and_recovery_needs_no_restart") {
-        return;
-    }
+/// An app whose Postgres is reached through a proxy the test controls, a tenant, and the path
+/// of the tenant's activity, read once to warm the connections.
+async fn behind_proxy() -> (TestApp, Tenant, Arc<Proxy>, String) {
     let (name, _) = create_database().await;
     let postgres = crate::helpers::postgres_base();
     let hostport = postgres.rsplit('@').next().unwrap().to_owned();
@@ -25,38 +23,57 @@ async fn postgres_only_down_is_503_and_recovery_needs_no_restart() {
     let app = spawn_with_config(name, crate::helpers::test_config(&via_proxy)).await;
     let tenant = app.bootstrap().await;
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
-    assert_eq!(
-        app.get(&path, &tenant.token).send().await.unwrap().status(),
-        200
-    );
+    let warm = app.get(&path, &tenant.token).send().await.unwrap();
+    assert_eq!(warm.status(), 200);
+    (app, tenant, proxy, path)
+}
 
-    proxy.cut();
+/// Asserts that `path` answers 503 `unavailable` within 15 s (a client timeout of 30 s turns a
+/// hang into a failure instead of a stuck test).
+async fn assert_prompt_503(app: &TestApp, path: &str, token: Option<&str>) {
+    let request = match token {
+        Some(token) => app.get(path, token),
+        None => app.client.get(app.url(path)),
+    };
     let started = std::time::Instant::now();
-    let response = app.get(&path, &tenant.token).send().await.unwrap();
+    let response = request
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .expect("answered, not hung");
     assert_api_error(response, 503, "unavailable").await;
     assert!(
         started.elapsed() < Duration::from_secs(15),
-        "answered, not hung"
+        "{path} answered late: {:?}",
+        started.elapsed()
     );
-    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
-    assert_api_error(ready, 503, "unavailable").await;
+}
 
-    proxy.restore().await;
+/// Asserts that `path` is served again within 10 s, with no restart.
+async fn assert_recovers(app: &TestApp, path: &str, token: &str) {
     let mut status = 0;
     for _ in 0..40 {
-        status = app
-            .get(&path, &tenant.token)
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16();
+        status = app.get(path, token).send().await.unwrap().status().as_u16();
         if status == 200 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert_eq!(status, 200, "recovered without a restart");
+}
+
+/// Postgres only: the outage is a proxy in front of the Postgres server, cut and restored.
+#[tokio::test]
+async fn postgres_only_down_is_503_and_recovery_needs_no_restart() {
+    if !postgres_or_skip("postgres_only_down_is_503_and_recovery_needs_no_restart") {
+        return;
+    }
+    let (app, tenant, proxy, path) = behind_proxy().await;
+    proxy.cut();
+    assert_prompt_503(&app, &path, Some(&tenant.token)).await;
+    assert_prompt_503(&app, "/readyz", None).await;
+    proxy.restore().await;
+    assert_recovers(&app, &path, &tenant.token).await;
 }
 
 /// Postgres only: a network that silently drops packets (nothing is closed, nothing answers)
@@ -66,68 +83,13 @@ async fn postgres_only_a_silent_partition_is_503_not_a_hang() {
     if !postgres_or_skip("postgres_only_a_silent_partition_is_503_not_a_hang") {
         return;
     }
-    let (name, _) = create_database().await;
-    let postgres = crate::helpers::postgres_base();
-    let hostport = postgres.rsplit('@').next().unwrap().to_owned();
-    let proxy = Proxy::start(&hostport).await;
-    let via_proxy = format!(
-        "{}@127.0.0.1:{}/{name}",
-        postgres.rsplit_once('@').unwrap().0,
-        proxy.port
-    );
-    let app = spawn_with_config(name, crate::helpers::test_config(&via_proxy)).await;
-    let tenant = app.bootstrap().await;
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
-    // Warm: the read lane now holds a connection it will reuse without a ping.
-    for _ in 0..3 {
-        let ok = app.get(&path, &tenant.token).send().await.unwrap();
-        assert_eq!(ok.status(), 200);
-    }
-
+    let (app, tenant, proxy, path) = behind_proxy().await;
+    // The read lane now holds a connection it will reuse without a ping.
     proxy.stall();
-    let started = std::time::Instant::now();
-    let response = app
-        .get(&path, &tenant.token)
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .expect("answered, not hung");
-    assert_api_error(response, 503, "unavailable").await;
-    assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "answered within the deadline, not hung: {:?}",
-        started.elapsed()
-    );
-    let started = std::time::Instant::now();
-    let ready = app
-        .client
-        .get(app.url("/readyz"))
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .expect("answered, not hung");
-    assert_api_error(ready, 503, "unavailable").await;
-    assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "readyz answered"
-    );
-
+    assert_prompt_503(&app, &path, Some(&tenant.token)).await;
+    assert_prompt_503(&app, "/readyz", None).await;
     proxy.unstall();
-    let mut status = 0;
-    for _ in 0..40 {
-        status = app
-            .get(&path, &tenant.token)
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16();
-        if status == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    assert_eq!(status, 200, "recovered without a restart");
+    assert_recovers(&app, &path, &tenant.token).await;
 }
 
 /// The smallest pool (3): two connections stay on LISTEN and the read lane keeps none between
