@@ -78,19 +78,19 @@ pub enum Command {
     Policies(PoliciesCommand),
     /// Runner pools of a workspace.
     #[command(subcommand)]
-    Pools(crate::operations::PoolsCommand),
+    Pools(crate::resources::PoolsCommand),
     /// Runners, their keys, and signing a report as a runner.
     #[command(subcommand)]
-    Runners(crate::operations::RunnersCommand),
+    Runners(crate::resources::RunnersCommand),
     /// Workflows and their revisions.
     #[command(subcommand)]
-    Workflows(crate::operations::WorkflowsCommand),
+    Workflows(crate::resources::WorkflowsCommand),
     /// Marketplace plugins.
     #[command(subcommand)]
-    Plugins(crate::operations::PluginsCommand),
+    Plugins(crate::resources::PluginsCommand),
     /// Reviews of a plugin.
     #[command(subcommand)]
-    Reviews(crate::operations::ReviewsCommand),
+    Reviews(crate::resources::ReviewsCommand),
     /// Print a shell completion script.
     Completion {
         #[arg(value_enum)]

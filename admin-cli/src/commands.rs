@@ -40,10 +40,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         // Needs no records store: the component and the cases are files.
         return test_policy(cli.output, file, cases, kind);
     }
-    if let Command::Runners(command @ crate::operations::RunnersCommand::Sign { .. }) = &cli.command
+    if let Command::Runners(command @ crate::resources::RunnersCommand::Sign { .. }) = &cli.command
     {
         // Needs no records store: only the runner's key.
-        return crate::operations::sign(cli.output, command);
+        return crate::resources::sign(cli.output, command);
     }
     let services = services(&cli).await?;
     // Every admin action is audited under one correlation id per invocation.
@@ -139,17 +139,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             output::credential(out, &credential);
         }
         Command::Policies(command) => policies(&services, out, command).await?,
-        Command::Pools(command) => crate::operations::pools(&services, out, &cid, command).await?,
+        Command::Pools(command) => crate::resources::pools(&services, out, &cid, command).await?,
         Command::Runners(command) => {
-            crate::operations::runners(&services, out, &cid, command).await?
+            crate::resources::runners(&services, out, &cid, command).await?
         }
         Command::Workflows(command) => {
-            crate::operations::workflows(&services, out, &cid, command).await?
+            crate::resources::workflows(&services, out, &cid, command).await?
         }
         Command::Plugins(command) => {
-            crate::operations::plugins(&services, out, &cid, command).await?
+            crate::resources::plugins(&services, out, &cid, command).await?
         }
-        Command::Reviews(command) => crate::operations::reviews(&services, out, command).await?,
+        Command::Reviews(command) => crate::resources::reviews(&services, out, command).await?,
         Command::Tokens(TokensCommand::List { user, workspace }) => {
             let filter = TokenFilter {
                 user_id: user,

@@ -2,8 +2,8 @@
 
 mod cli;
 mod commands;
-mod operations;
 mod output;
+mod resources;
 
 use std::process::ExitCode;
 

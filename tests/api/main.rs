@@ -13,7 +13,7 @@ mod helpers;
 mod idempotency;
 mod issue_token;
 mod operation_auth;
-mod operations;
+mod ops_endpoints;
 mod policies;
 mod rate_limits;
 mod redis_outage;

@@ -1,3 +1,5 @@
+//! The ops endpoints beside the v1 API: /healthz, /readyz and /metrics.
+
 use serde_json::Value;
 
 use crate::helpers::spawn_app;

@@ -1,4 +1,5 @@
-//! `cpctl pools|runners|workflows|plugins|reviews`: the records the v1 operations act on.
+//! `cpctl pools|runners|workflows|plugins|reviews`: the resources the v1 API acts on (runner pools,
+//! runners and their keys, workflows, plugins and their reviews).
 
 use anyhow::Context;
 use base64::Engine;
