@@ -7,10 +7,10 @@ use sqlx::FromRow;
 use uuid::Uuid;
 
 use super::StoreError;
-use super::operations::{Plugin, RunnerPool, WebhookDelivery, Workflow, WorkflowRevision};
+use super::{Plugin, RunnerPool, WebhookDelivery, Workflow, WorkflowRevision};
 use crate::domain::{DeliveryStatus, NewAuditEvent, RevisionState};
 
-pub(super) fn parse_state<T>(
+pub(crate) fn parse_state<T>(
     raw: &str,
     parse: fn(&str) -> Result<T, String>,
 ) -> Result<T, StoreError> {
@@ -18,12 +18,12 @@ pub(super) fn parse_state<T>(
 }
 
 #[derive(FromRow)]
-pub(super) struct PoolRow {
-    pub(super) id: Uuid,
-    pub(super) workspace_id: Uuid,
-    pub(super) name: String,
-    pub(super) created_at: DateTime<Utc>,
-    pub(super) deleted_at: Option<DateTime<Utc>>,
+pub(crate) struct PoolRow {
+    pub(crate) id: Uuid,
+    pub(crate) workspace_id: Uuid,
+    pub(crate) name: String,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) deleted_at: Option<DateTime<Utc>>,
 }
 
 impl From<PoolRow> for RunnerPool {
@@ -38,17 +38,17 @@ impl From<PoolRow> for RunnerPool {
     }
 }
 
-pub(super) const POOL_COLUMNS: &str = "id, workspace_id, name, created_at, deleted_at";
+pub(crate) const POOL_COLUMNS: &str = "id, workspace_id, name, created_at, deleted_at";
 
 #[derive(FromRow)]
-pub(super) struct DeliveryRow {
-    pub(super) id: Uuid,
-    pub(super) command_id: Uuid,
-    pub(super) status: String,
-    pub(super) detail: Option<String>,
-    pub(super) exit_code: Option<i32>,
-    pub(super) created_at: DateTime<Utc>,
-    pub(super) updated_at: DateTime<Utc>,
+pub(crate) struct DeliveryRow {
+    pub(crate) id: Uuid,
+    pub(crate) command_id: Uuid,
+    pub(crate) status: String,
+    pub(crate) detail: Option<String>,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) updated_at: DateTime<Utc>,
 }
 
 impl TryFrom<DeliveryRow> for WebhookDelivery {
@@ -67,16 +67,16 @@ impl TryFrom<DeliveryRow> for WebhookDelivery {
 }
 
 #[derive(FromRow)]
-pub(super) struct RevisionRow {
-    pub(super) id: Uuid,
-    pub(super) workflow_id: Uuid,
-    pub(super) workspace_id: Uuid,
-    pub(super) number: i32,
-    pub(super) state: String,
-    pub(super) requested_by: Option<Uuid>,
-    pub(super) requested_at: Option<DateTime<Utc>>,
-    pub(super) request_comment: Option<String>,
-    pub(super) created_at: DateTime<Utc>,
+pub(crate) struct RevisionRow {
+    pub(crate) id: Uuid,
+    pub(crate) workflow_id: Uuid,
+    pub(crate) workspace_id: Uuid,
+    pub(crate) number: i32,
+    pub(crate) state: String,
+    pub(crate) requested_by: Option<Uuid>,
+    pub(crate) requested_at: Option<DateTime<Utc>>,
+    pub(crate) request_comment: Option<String>,
+    pub(crate) created_at: DateTime<Utc>,
 }
 
 impl TryFrom<RevisionRow> for WorkflowRevision {
@@ -97,11 +97,11 @@ impl TryFrom<RevisionRow> for WorkflowRevision {
 }
 
 #[derive(FromRow)]
-pub(super) struct WorkflowRow {
-    pub(super) id: Uuid,
-    pub(super) workspace_id: Uuid,
-    pub(super) name: String,
-    pub(super) created_at: DateTime<Utc>,
+pub(crate) struct WorkflowRow {
+    pub(crate) id: Uuid,
+    pub(crate) workspace_id: Uuid,
+    pub(crate) name: String,
+    pub(crate) created_at: DateTime<Utc>,
 }
 
 impl From<WorkflowRow> for Workflow {
@@ -116,11 +116,11 @@ impl From<WorkflowRow> for Workflow {
 }
 
 #[derive(FromRow)]
-pub(super) struct PluginRow {
-    pub(super) id: Uuid,
-    pub(super) organisation_id: Uuid,
-    pub(super) name: String,
-    pub(super) created_at: DateTime<Utc>,
+pub(crate) struct PluginRow {
+    pub(crate) id: Uuid,
+    pub(crate) organisation_id: Uuid,
+    pub(crate) name: String,
+    pub(crate) created_at: DateTime<Utc>,
 }
 
 impl From<PluginRow> for Plugin {
@@ -134,7 +134,7 @@ impl From<PluginRow> for Plugin {
     }
 }
 
-pub(super) fn with_data(event: &NewAuditEvent, key: &str, value: Value) -> NewAuditEvent {
+pub(crate) fn with_data(event: &NewAuditEvent, key: &str, value: Value) -> NewAuditEvent {
     let mut event = event.clone();
     if let Value::Object(data) = &mut event.data {
         data.insert(key.into(), value);
