@@ -10,6 +10,7 @@ mod ports;
 pub mod postgres;
 mod redis;
 mod rows;
+mod rules;
 mod sqlite;
 
 use std::sync::Arc;

@@ -1,6 +1,8 @@
 //! Rows and conversions both records adapters share: the columns of these tables decode to the
 //! same Rust types in Postgres and SQLite, and the state names are the domain's.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::FromRow;
@@ -8,7 +10,7 @@ use uuid::Uuid;
 
 use super::StoreError;
 use super::{Plugin, RunnerPool, WebhookDelivery, Workflow, WorkflowRevision};
-use crate::domain::{DeliveryStatus, NewAuditEvent, RevisionState};
+use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent, RevisionState};
 
 pub(crate) fn parse_state<T>(
     raw: &str,
@@ -140,4 +142,18 @@ pub(crate) fn with_data(event: &NewAuditEvent, key: &str, value: Value) -> NewAu
         data.insert(key.into(), value);
     }
     event
+}
+
+/// The open command statuses as an SQL list, `('queued', ...)`, for `status IN ...`: constants
+/// of the code, written into the statement rather than bound, as the two backends bind lists
+/// differently.
+pub(crate) fn open_statuses() -> &'static str {
+    static LIST: LazyLock<String> = LazyLock::new(|| {
+        let quoted: Vec<String> = CommandStatus::OPEN
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        format!("({})", quoted.join(", "))
+    });
+    &LIST
 }

@@ -1,14 +1,20 @@
-//! The audit log: writing events (with their NOTIFY) and reading them back.
+//! The audit log: writing one event and announcing it with NOTIFY on [`AUDIT_CHANNEL`], and the
+//! activity page read through the read lane; the rest is shared (`storage/sql/audit.rs`).
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use sqlx::postgres::PgRow;
-use sqlx::{FromRow, PgConnection, Row as _};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
+use self::shared::{EVENT_COLUMNS, EventRow};
 use super::{PostgresStore, map_err};
-use crate::domain::{AuditEvent, NewAuditEvent};
-use crate::storage::{AuditStore, StoreError};
+use crate::domain::NewAuditEvent;
+use crate::storage::StoreError;
+
+// Compiled once per SQL backend (see `storage/sql/mod.rs`).
+#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
+#[path = "../sql/audit.rs"]
+mod shared;
+
+pub(super) use self::shared::insert_events;
 
 /// Channel on which new audit events are announced, as `<workspace id> <sequence>`.
 pub const AUDIT_CHANNEL: &str = "cp_audit";
@@ -16,7 +22,7 @@ pub const AUDIT_CHANNEL: &str = "cp_audit";
 /// Writes one audit event, taking the next sequence of its workspace under that row's lock, and
 /// announces it on [`AUDIT_CHANNEL`] (delivered at commit, so listeners never see a rolled-back
 /// event). One round trip.
-pub(crate) async fn insert_event(
+pub(super) async fn insert_event(
     conn: &mut PgConnection,
     event: &NewAuditEvent,
 ) -> Result<(), StoreError> {
@@ -49,121 +55,23 @@ pub(crate) async fn insert_event(
     Ok(())
 }
 
-/// Writes events in workspace order so concurrent writers lock workspace rows in one order.
-pub(super) async fn insert_events(
-    conn: &mut PgConnection,
-    events: &[NewAuditEvent],
-) -> Result<(), StoreError> {
-    let mut ordered: Vec<&NewAuditEvent> = events.iter().collect();
-    ordered.sort_by_key(|e| e.workspace_id);
-    for event in ordered {
-        insert_event(conn, event).await?;
-    }
-    Ok(())
-}
-
-#[async_trait]
-impl AuditStore for PostgresStore {
-    async fn events_after(
-        &self,
-        workspace_id: Uuid,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<AuditEvent>, StoreError> {
-        let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {EVENT_COLUMNS} FROM audit_events
-             WHERE workspace_id = $1 AND seq > $2
-             ORDER BY seq LIMIT $3"
-        )))
-        .bind(workspace_id)
-        .bind(after)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
-        rows.into_iter().map(EventRow::into_event).collect()
-    }
-
-    async fn list_events(
-        &self,
-        workspace_id: Uuid,
-        before: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<AuditEvent>, StoreError> {
-        let mut lease = self.lane.lease().await?;
-        let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {EVENT_COLUMNS} FROM audit_events
-             WHERE workspace_id = $1 AND ($2::bigint IS NULL OR seq < $2)
-             ORDER BY seq DESC LIMIT $3"
-        )))
-        .bind(workspace_id)
-        .bind(before)
-        .bind(i64::from(limit))
-        .fetch_all(lease.conn()?);
-        let outcome = tokio::time::timeout(self.lane.deadline(), query).await;
-        let rows: Vec<EventRow> = lease.settle(outcome)?;
-        rows.into_iter().map(EventRow::into_event).collect()
-    }
-}
-
-/// The columns [`EventRow`] decodes, in its order. jsonb as text: readers pass event data
-/// through, so nothing parses it into a tree.
-const EVENT_COLUMNS: &str = "id, organisation_id, workspace_id, seq, event_type, actor_kind,
-    actor_id, target_kind, target_id, correlation_id, occurred_at, data::text AS data";
-
-struct EventRow {
-    id: Uuid,
-    organisation_id: Uuid,
-    workspace_id: Option<Uuid>,
-    seq: Option<i64>,
-    event_type: String,
-    actor_kind: String,
-    actor_id: Option<Uuid>,
-    target_kind: String,
-    target_id: Uuid,
-    correlation_id: String,
-    occurred_at: DateTime<Utc>,
-    data: String,
-}
-
-impl<'r> FromRow<'r, PgRow> for EventRow {
-    /// By position, in [`EVENT_COLUMNS`] order: a page is 51 rows, and looking each column up
-    /// by name showed in profiles.
-    fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            id: row.try_get(0)?,
-            organisation_id: row.try_get(1)?,
-            workspace_id: row.try_get(2)?,
-            seq: row.try_get(3)?,
-            event_type: row.try_get(4)?,
-            actor_kind: row.try_get(5)?,
-            actor_id: row.try_get(6)?,
-            target_kind: row.try_get(7)?,
-            target_id: row.try_get(8)?,
-            correlation_id: row.try_get(9)?,
-            occurred_at: row.try_get(10)?,
-            data: row.try_get(11)?,
-        })
-    }
-}
-
-impl EventRow {
-    fn into_event(self) -> Result<AuditEvent, StoreError> {
-        let data = serde_json::value::RawValue::from_string(self.data)
-            .map_err(|e| StoreError::Internal(format!("stored event data is not JSON: {e}")))?;
-        Ok(AuditEvent {
-            id: self.id,
-            organisation_id: self.organisation_id,
-            workspace_id: self.workspace_id,
-            sequence: self.seq,
-            event_type: self.event_type,
-            actor_kind: self.actor_kind,
-            actor_id: self.actor_id,
-            target_kind: self.target_kind,
-            target_id: self.target_id,
-            correlation_id: self.correlation_id,
-            occurred_at: self.occurred_at,
-            data,
-        })
-    }
+/// A page of a workspace's activity, newest first, through the read lane.
+async fn list_events_page(
+    store: &PostgresStore,
+    workspace_id: Uuid,
+    before: Option<i64>,
+    limit: u32,
+) -> Result<Vec<EventRow>, StoreError> {
+    let mut lease = store.lane.lease().await?;
+    let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {EVENT_COLUMNS} FROM audit_events
+         WHERE workspace_id = $1 AND ($2::bigint IS NULL OR seq < $2)
+         ORDER BY seq DESC LIMIT $3"
+    )))
+    .bind(workspace_id)
+    .bind(before)
+    .bind(i64::from(limit))
+    .fetch_all(lease.conn()?);
+    let outcome = tokio::time::timeout(store.lane.deadline(), query).await;
+    lease.settle(outcome)
 }

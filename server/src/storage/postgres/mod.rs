@@ -1,8 +1,10 @@
 //! The Postgres adapter of the storage ports: one module per port, as in `sqlite/`.
 //!
-//! This module opens, migrates and maps errors; `audit` writes events and announces them on
+//! Most statements are shared with SQLite (`storage/sql/`); each port file here holds only what
+//! Postgres does its own way. This module opens, migrates, maps errors and provides the
+//! primitives the shared code needs; `audit` writes events and announces them on
 //! [`AUDIT_CHANNEL`] (NOTIFY), `policies` announces policy changes on [`POLICY_CHANNEL`], and
-//! `lane` keeps the request path's read connections.
+//! `lane` keeps the request path's read connections (credential lookup, activity pages).
 
 mod audit;
 mod directory;
@@ -19,12 +21,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{PgConnection, Postgres, Transaction};
+use uuid::Uuid;
 
+use self::audit::insert_event;
 use self::lane::ReadLane;
 use super::StoreError;
 
 pub use self::audit::AUDIT_CHANNEL;
-pub(super) use self::audit::insert_event;
 pub use self::policies::POLICY_CHANNEL;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -155,5 +159,54 @@ pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e.to_string()),
         _ => StoreError::Internal(e.to_string()),
+    }
+}
+
+// What the implementations shared with SQLite (`storage/sql/`) need of this backend.
+
+type Store = PostgresStore;
+type Connection = PgConnection;
+type Row = sqlx::postgres::PgRow;
+/// List columns are arrays.
+type StringList = Vec<String>;
+type UuidList = Vec<Uuid>;
+
+/// The row locks a check-then-write takes on the rows it reads.
+const FOR_UPDATE: &str = "FOR UPDATE";
+const FOR_SHARE: &str = "FOR SHARE";
+
+/// A list bound as an array.
+fn list_param<T>(list: &[T]) -> Result<&[T], StoreError> {
+    Ok(list)
+}
+
+fn decode_list<T>(list: Vec<T>) -> Result<Vec<T>, StoreError> {
+    Ok(list)
+}
+
+/// A value bound as jsonb.
+fn json_param<T: serde::Serialize + ?Sized>(value: &T) -> Result<serde_json::Value, StoreError> {
+    Ok(serde_json::to_value(value).unwrap_or(serde_json::Value::Null))
+}
+
+/// The predicate `<column> <this>`: the column is one of the uuids bound as `param` (see
+/// [`list_param`]).
+fn in_uuid_list(param: &str) -> String {
+    format!("= ANY({param})")
+}
+
+impl PostgresStore {
+    async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        self.pool.begin().await.map_err(map_err)
+    }
+
+    /// Commits. Listeners learn of the events written by NOTIFY, which is delivered at commit,
+    /// so the workspaces need no announcing here.
+    async fn commit(
+        &self,
+        tx: Transaction<'static, Postgres>,
+        _workspaces: &[Option<Uuid>],
+    ) -> Result<(), StoreError> {
+        tx.commit().await.map_err(map_err)
     }
 }

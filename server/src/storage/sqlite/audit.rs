@@ -1,14 +1,20 @@
-//! The audit log: writing events (announced after commit, see `SqliteStore::commit`) and reading
-//! them back.
+//! The audit log: writing one event (announced after commit by `SqliteStore::commit`) and the
+//! activity page; the rest is shared (`storage/sql/audit.rs`).
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use sqlx::{FromRow, SqliteConnection};
+use sqlx::SqliteConnection;
 use uuid::Uuid;
 
+use self::shared::{EVENT_COLUMNS, EventRow};
 use super::{SqliteStore, map_err};
-use crate::domain::{AuditEvent, NewAuditEvent};
-use crate::storage::{AuditStore, StoreError};
+use crate::domain::NewAuditEvent;
+use crate::storage::StoreError;
+
+// Compiled once per SQL backend (see `storage/sql/mod.rs`).
+#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
+#[path = "../sql/audit.rs"]
+mod shared;
+
+pub(super) use self::shared::insert_events;
 
 /// Writes one audit event, giving a workspace event the next sequence of its workspace (the
 /// transaction holds the write lock, so sequences are gapless and unique).
@@ -53,86 +59,22 @@ pub(super) async fn insert_event(
     Ok(())
 }
 
-#[derive(FromRow)]
-struct EventRow {
-    id: Uuid,
-    organisation_id: Uuid,
-    workspace_id: Option<Uuid>,
-    seq: Option<i64>,
-    event_type: String,
-    actor_kind: String,
-    actor_id: Option<Uuid>,
-    target_kind: String,
-    target_id: Uuid,
-    correlation_id: String,
-    occurred_at: DateTime<Utc>,
-    data: String,
-}
-
-impl EventRow {
-    fn into_event(self) -> Result<AuditEvent, StoreError> {
-        let data = serde_json::value::RawValue::from_string(self.data)
-            .map_err(|e| StoreError::Internal(format!("stored event data is not JSON: {e}")))?;
-        Ok(AuditEvent {
-            id: self.id,
-            organisation_id: self.organisation_id,
-            workspace_id: self.workspace_id,
-            sequence: self.seq,
-            event_type: self.event_type,
-            actor_kind: self.actor_kind,
-            actor_id: self.actor_id,
-            target_kind: self.target_kind,
-            target_id: self.target_id,
-            correlation_id: self.correlation_id,
-            occurred_at: self.occurred_at,
-            data,
-        })
-    }
-}
-
-#[async_trait]
-impl AuditStore for SqliteStore {
-    async fn list_events(
-        &self,
-        workspace_id: Uuid,
-        before: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<AuditEvent>, StoreError> {
-        let rows: Vec<EventRow> = sqlx::query_as(
-            "SELECT id, organisation_id, workspace_id, seq, event_type, actor_kind, actor_id,
-                    target_kind, target_id, correlation_id, occurred_at, data
-             FROM audit_events
-             WHERE workspace_id = $1 AND ($2 IS NULL OR seq < $2)
-             ORDER BY seq DESC LIMIT $3",
-        )
-        .bind(workspace_id)
-        .bind(before)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
-        rows.into_iter().map(EventRow::into_event).collect()
-    }
-
-    async fn events_after(
-        &self,
-        workspace_id: Uuid,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<AuditEvent>, StoreError> {
-        let rows: Vec<EventRow> = sqlx::query_as(
-            "SELECT id, organisation_id, workspace_id, seq, event_type, actor_kind, actor_id,
-                    target_kind, target_id, correlation_id, occurred_at, data
-             FROM audit_events
-             WHERE workspace_id = $1 AND seq > $2
-             ORDER BY seq LIMIT $3",
-        )
-        .bind(workspace_id)
-        .bind(after)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
-        rows.into_iter().map(EventRow::into_event).collect()
-    }
+/// A page of a workspace's activity, newest first.
+async fn list_events_page(
+    store: &SqliteStore,
+    workspace_id: Uuid,
+    before: Option<i64>,
+    limit: u32,
+) -> Result<Vec<EventRow>, StoreError> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {EVENT_COLUMNS} FROM audit_events
+         WHERE workspace_id = $1 AND ($2 IS NULL OR seq < $2)
+         ORDER BY seq DESC LIMIT $3"
+    )))
+    .bind(workspace_id)
+    .bind(before)
+    .bind(i64::from(limit))
+    .fetch_all(&store.pool)
+    .await
+    .map_err(map_err)
 }

@@ -5,20 +5,11 @@
 //! are serialised, so every check-then-write is atomic without row locks. Uuids are stored as
 //! BLOBs, times as RFC 3339 TEXT in UTC (text order is time order), arrays as JSON TEXT.
 //!
-//! This module opens, migrates, begins and commits (announcing, after commit, the workspaces
-//! that gained audit events to the hook set by [`SqliteStore::on_audit_event`]) and maps errors;
-//! `audit` writes and reads events.
-
-/// The set of uuids in a JSON array bound as a parameter (see [`to_json`]), for `IN (...)`.
-macro_rules! uuids_in {
-    ($param:literal) => {
-        concat!(
-            "(SELECT unhex(replace(value, '-', '')) FROM json_each(",
-            $param,
-            "))"
-        )
-    };
-}
+//! Most statements are shared with Postgres (`storage/sql/`); each port file here holds only what
+//! SQLite does its own way. This module opens, migrates, begins and commits (announcing, after
+//! commit, the workspaces that gained audit events to the hook set by
+//! [`SqliteStore::on_audit_event`]), maps errors and provides the primitives the shared code
+//! needs; `audit` writes events.
 
 mod audit;
 mod directory;
@@ -36,11 +27,10 @@ use std::time::Duration;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Sqlite, Transaction};
+use sqlx::{Sqlite, SqliteConnection, Transaction};
 use uuid::Uuid;
 
 use super::StoreError;
-use crate::domain::CommandStatus;
 
 use self::audit::insert_event;
 
@@ -183,8 +173,36 @@ fn from_json<T: serde::de::DeserializeOwned>(raw: &str) -> Result<T, StoreError>
         .map_err(|e| StoreError::Internal(format!("stored list is not valid JSON: {e}")))
 }
 
-/// The open command statuses as a JSON array, for `status IN (SELECT value FROM json_each(..))`.
-fn open_statuses() -> Result<String, StoreError> {
-    let open: Vec<&str> = CommandStatus::OPEN.iter().map(|s| s.as_str()).collect();
-    to_json(&open)
+// What the implementations shared with Postgres (`storage/sql/`) need of this backend.
+
+type Store = SqliteStore;
+type Connection = SqliteConnection;
+type Row = sqlx::sqlite::SqliteRow;
+/// List columns are JSON text.
+type StringList = String;
+type UuidList = String;
+
+/// No row locks: a write transaction holds the database's write lock from its BEGIN IMMEDIATE,
+/// which orders every check-then-write.
+const FOR_UPDATE: &str = "";
+const FOR_SHARE: &str = "";
+
+/// A list bound as JSON text.
+fn list_param<T: serde::Serialize>(list: &[T]) -> Result<String, StoreError> {
+    to_json(list)
+}
+
+fn decode_list<T: serde::de::DeserializeOwned>(raw: String) -> Result<Vec<T>, StoreError> {
+    from_json(&raw)
+}
+
+/// A value bound as JSON text.
+fn json_param<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, StoreError> {
+    to_json(value)
+}
+
+/// The predicate `<column> <this>`: the column is one of the uuids in the JSON array bound as
+/// `param` (see [`list_param`]).
+fn in_uuid_list(param: &str) -> String {
+    format!("IN (SELECT unhex(replace(value, '-', '')) FROM json_each({param}))")
 }
