@@ -2,6 +2,29 @@
 //!
 //! The service layer states the rules; an adapter only makes each call atomic. Every mutation
 //! takes the audit events that record it and writes them in the same transaction.
+//!
+//! # Layout
+//! - `ports/`: one file per records port (`directory`, `tokens`, `audit`, `settings`,
+//!   `policies`, `runners`, `workflows`, `marketplace`), its trait and the records it carries;
+//!   [`RecordStore`] lists them.
+//! - `sql/`: the implementations of those ports that both SQL backends share, one file per port.
+//!   Each is compiled twice, as a child module of the port file of the same name in `postgres/`
+//!   and in `sqlite/` (`#[path = "../sql/<port>.rs"] mod shared;`): one text serves both
+//!   backends without generics over `sqlx::Database`, whose bounds would name every bound type.
+//!   sqlx takes `$n` placeholders on both, and most statements read the same. What does not is
+//!   a primitive the shared code imports by name: from the adapter's root (`super::super`)
+//!   `Store`, `begin`/`commit`, `insert_event`, `map_err`, the row and list-column types with
+//!   `list_param`/`decode_list`/`json_param`, `in_uuid_list`, and the row-lock clauses
+//!   `FOR_UPDATE`/`FOR_SHARE` (empty on SQLite, whose write transactions hold the database's
+//!   write lock from their start); from the adapter's port file (`super`) the statements whose
+//!   SQL differs, such as the read lane's queries on Postgres.
+//! - `postgres/`, `sqlite/`: the adapters, with the same file per port holding only what the
+//!   backend does its own way; `mod.rs` opens, migrates, maps errors and provides the primitives.
+//! - `rows.rs`: rows that decode the same on both backends; `rules.rs`: what the counts a
+//!   transaction takes under its lock mean (name taken, the token cap, lost access, a busy pool),
+//!   decided once.
+//! - `fast.rs`, `redis.rs`, `memory.rs`: the fast-state ports and their adapters; `feed.rs`: the
+//!   audit feed.
 
 pub mod fast;
 mod feed;

@@ -9,7 +9,7 @@ use sqlx::FromRow;
 use uuid::Uuid;
 
 use super::StoreError;
-use super::{Plugin, RunnerPool, WebhookDelivery, Workflow, WorkflowRevision};
+use super::{Plugin, PolicyRecord, RunnerPool, WebhookDelivery, Workflow, WorkflowRevision};
 use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent, RevisionState};
 
 pub(crate) fn parse_state<T>(
@@ -112,6 +112,35 @@ impl From<WorkflowRow> for Workflow {
             id: r.id,
             workspace_id: r.workspace_id,
             name: r.name,
+            created_at: r.created_at,
+        }
+    }
+}
+
+pub(crate) const POLICY_COLUMNS: &str =
+    "id, name, kind, version, digest, CAST(length(bytes) AS BIGINT) AS size, created_at";
+
+/// A policy version without its bytes, with their size.
+#[derive(FromRow)]
+pub(crate) struct PolicyRow {
+    pub(crate) id: Uuid,
+    pub(crate) name: String,
+    pub(crate) kind: String,
+    pub(crate) version: i32,
+    pub(crate) digest: String,
+    pub(crate) size: i64,
+    pub(crate) created_at: DateTime<Utc>,
+}
+
+impl From<PolicyRow> for PolicyRecord {
+    fn from(r: PolicyRow) -> Self {
+        PolicyRecord {
+            id: r.id,
+            name: r.name,
+            kind: r.kind,
+            version: r.version,
+            digest: r.digest,
+            size: r.size,
             created_at: r.created_at,
         }
     }

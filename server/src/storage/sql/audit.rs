@@ -1,5 +1,5 @@
-//! Reading the audit log, and writing several events (shared by both SQL adapters; see
-//! `storage/sql/mod.rs`). Writing one event is the adapter's own `insert_event`.
+//! Reading the audit log, and writing several events (shared by both SQL adapters; see the
+//! layout in `storage/mod.rs`). Writing one event is the adapter's own `insert_event`.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

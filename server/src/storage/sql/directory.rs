@@ -1,5 +1,5 @@
-//! Organisations, workspaces, environments and users (shared by both SQL adapters; see
-//! `storage/sql/mod.rs`).
+//! Organisations, workspaces, environments and users (shared by both SQL adapters; see the
+//! layout in `storage/mod.rs`).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

@@ -1,43 +1,15 @@
-//! Policy versions, activations and shadows (shared by both SQL adapters; see
-//! `storage/sql/mod.rs`). Every change calls the adapter's `policy_changed`, which bumps the
+//! Policy versions, activations and shadows (shared by both SQL adapters; see the layout in
+//! `storage/mod.rs`). Every change calls the adapter's `policy_changed`, which bumps the
 //! generation (and on Postgres notifies the other replicas).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::FromRow;
 use uuid::Uuid;
 
 use super::super::{Store, map_err};
 use super::{policy_changed, serialise_versions};
+use crate::storage::rows::{POLICY_COLUMNS, PolicyRow};
 use crate::storage::{DisagreementRecord, PolicyRecord, PolicyState, PolicyStore, StoreError};
-
-const POLICY_COLUMNS: &str =
-    "id, name, kind, version, digest, CAST(length(bytes) AS BIGINT) AS size, created_at";
-
-#[derive(FromRow)]
-struct PolicyRow {
-    id: Uuid,
-    name: String,
-    kind: String,
-    version: i32,
-    digest: String,
-    size: i64,
-    created_at: DateTime<Utc>,
-}
-
-impl From<PolicyRow> for PolicyRecord {
-    fn from(r: PolicyRow) -> Self {
-        PolicyRecord {
-            id: r.id,
-            name: r.name,
-            kind: r.kind,
-            version: r.version,
-            digest: r.digest,
-            size: r.size,
-            created_at: r.created_at,
-        }
-    }
-}
 
 impl Store {
     async fn policy_by_id(&self, id: Option<Uuid>) -> Result<Option<PolicyRecord>, StoreError> {

@@ -1,5 +1,5 @@
 //! Runner pools, runners and keys, commands and their deliveries (shared by both SQL adapters;
-//! see `storage/sql/mod.rs`).
+//! see the layout in `storage/mod.rs`).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

@@ -1,4 +1,4 @@
-//! Server-wide settings (shared by both SQL adapters; see `storage/sql/mod.rs`).
+//! Server-wide settings (shared by both SQL adapters; see the layout in `storage/mod.rs`).
 
 use async_trait::async_trait;
 

@@ -1,5 +1,5 @@
-//! Personal access tokens and their grants (shared by both SQL adapters; see
-//! `storage/sql/mod.rs`). The issuance rules are decided by `storage::rules` on what the
+//! Personal access tokens and their grants (shared by both SQL adapters; see the
+//! layout in `storage/mod.rs`). The issuance rules are decided by `storage::rules` on what the
 //! transaction counted under its locks.
 
 use async_trait::async_trait;

@@ -1,4 +1,4 @@
-//! Workflows and their revisions (shared by both SQL adapters; see `storage/sql/mod.rs`).
+//! Workflows and their revisions (shared by both SQL adapters; see the layout in `storage/mod.rs`).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

@@ -9,7 +9,7 @@ use super::{SqliteStore, map_err};
 use crate::domain::NewAuditEvent;
 use crate::storage::StoreError;
 
-// Compiled once per SQL backend (see `storage/sql/mod.rs`).
+// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
 #[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
 #[path = "../sql/audit.rs"]
 mod shared;

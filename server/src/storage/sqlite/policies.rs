@@ -6,7 +6,7 @@ use sqlx::SqliteConnection;
 use super::map_err;
 use crate::storage::StoreError;
 
-// Compiled once per SQL backend (see `storage/sql/mod.rs`).
+// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
 #[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
 #[path = "../sql/policies.rs"]
 mod shared;

@@ -7,7 +7,7 @@ use self::shared::CredentialRow;
 use super::{SqliteStore, map_err, to_json};
 use crate::storage::{NewToken, StoreError};
 
-// Compiled once per SQL backend (see `storage/sql/mod.rs`).
+// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
 #[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
 #[path = "../sql/tokens.rs"]
 mod shared;
