@@ -1,10 +1,11 @@
 use chrono::{DateTime, Utc};
 use control_plane::domain::Scope;
+use control_plane::storage::{InsertTokenError, NewToken, TokenFilter, TokenRecord};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    TestDb, assert_api_error, issuance_body, spawn_app, spawn_app_with, sql_all, sql_one,
+    TestDb, assert_api_error, issuance_body, spawn_app, spawn_app_with, sql_all, sql_exec, sql_one,
 };
 
 const CREDENTIAL_FIELDS: [&str; 10] = [
@@ -447,4 +448,52 @@ async fn a_failed_issuance_writes_nothing() {
     assert_eq!(app.issue(&tenant.token, &body).await.status(), 200);
     assert_eq!(app.issue(&tenant.token, &body).await.status(), 409);
     assert_eq!(row_counts(&mut db).await, (before.0 + 1, before.1 + 1));
+}
+
+/// The issuer's grants are checked again inside the insert's transaction, so a revocation racing
+/// an issuance cannot be escaped: on every backend the store refuses an issuer whose grant on a
+/// requested workspace is gone, writes nothing, and accepts the same issuance once it is back.
+#[tokio::test]
+async fn the_store_refuses_an_issuer_that_lost_a_requested_workspace() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let store = app.services.store();
+    let filter = TokenFilter {
+        user_id: Some(tenant.user_id),
+        workspace_id: None,
+    };
+    let issuer = store.list_tokens(&filter).await.unwrap().remove(0);
+    let mut db = app.db().await;
+    let revoke = "UPDATE token_workspaces SET revoked_at = $1 WHERE token_id = $2";
+    sql_exec!(&mut db, revoke, Some(Utc::now()), issuer.id).unwrap();
+
+    let now = Utc::now();
+    let token = NewToken {
+        record: TokenRecord {
+            id: Uuid::new_v4(),
+            public_id: format!("race{}", Uuid::new_v4().simple()),
+            user_id: tenant.user_id,
+            organisation_id: tenant.organisation_id,
+            name: "issued-while-revoked".into(),
+            scopes: vec![],
+            workspace_ids: vec![tenant.workspace_id],
+            environment_ids: vec![],
+            created_at: now,
+            expires_at: now + chrono::Duration::days(1),
+            revoked_at: None,
+        },
+        secret_hash: vec![0; 32],
+        issuer_token_id: Some(issuer.id),
+    };
+    let refused = store.insert_token(&token, &[], 100, now).await;
+    assert!(
+        matches!(refused, Err(InsertTokenError::IssuerLostAccess)),
+        "{refused:?}"
+    );
+    let count = "SELECT count(*) FROM tokens WHERE name = 'issued-while-revoked'";
+    assert_eq!(sql_one!(&mut db, (i64,), count).unwrap().0, 0);
+
+    sql_exec!(&mut db, revoke, None::<DateTime<Utc>>, issuer.id).unwrap();
+    store.insert_token(&token, &[], 100, now).await.unwrap();
+    assert_eq!(sql_one!(&mut db, (i64,), count).unwrap().0, 1);
 }

@@ -1,16 +1,18 @@
 //! Rows and conversions both records adapters share: the columns of these tables decode to the
 //! same Rust types in Postgres and SQLite, and the state names are the domain's.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::FromRow;
 use uuid::Uuid;
 
 use super::StoreError;
-use super::operations::{Plugin, RunnerPool, WebhookDelivery, Workflow, WorkflowRevision};
-use crate::domain::{DeliveryStatus, NewAuditEvent, RevisionState};
+use super::{Plugin, PolicyRecord, RunnerPool, WebhookDelivery, Workflow, WorkflowRevision};
+use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent, RevisionState};
 
-pub(super) fn parse_state<T>(
+pub(crate) fn parse_state<T>(
     raw: &str,
     parse: fn(&str) -> Result<T, String>,
 ) -> Result<T, StoreError> {
@@ -18,12 +20,12 @@ pub(super) fn parse_state<T>(
 }
 
 #[derive(FromRow)]
-pub(super) struct PoolRow {
-    pub(super) id: Uuid,
-    pub(super) workspace_id: Uuid,
-    pub(super) name: String,
-    pub(super) created_at: DateTime<Utc>,
-    pub(super) deleted_at: Option<DateTime<Utc>>,
+pub(crate) struct PoolRow {
+    pub(crate) id: Uuid,
+    pub(crate) workspace_id: Uuid,
+    pub(crate) name: String,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) deleted_at: Option<DateTime<Utc>>,
 }
 
 impl From<PoolRow> for RunnerPool {
@@ -38,17 +40,17 @@ impl From<PoolRow> for RunnerPool {
     }
 }
 
-pub(super) const POOL_COLUMNS: &str = "id, workspace_id, name, created_at, deleted_at";
+pub(crate) const POOL_COLUMNS: &str = "id, workspace_id, name, created_at, deleted_at";
 
 #[derive(FromRow)]
-pub(super) struct DeliveryRow {
-    pub(super) id: Uuid,
-    pub(super) command_id: Uuid,
-    pub(super) status: String,
-    pub(super) detail: Option<String>,
-    pub(super) exit_code: Option<i32>,
-    pub(super) created_at: DateTime<Utc>,
-    pub(super) updated_at: DateTime<Utc>,
+pub(crate) struct DeliveryRow {
+    pub(crate) id: Uuid,
+    pub(crate) command_id: Uuid,
+    pub(crate) status: String,
+    pub(crate) detail: Option<String>,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) updated_at: DateTime<Utc>,
 }
 
 impl TryFrom<DeliveryRow> for WebhookDelivery {
@@ -67,16 +69,16 @@ impl TryFrom<DeliveryRow> for WebhookDelivery {
 }
 
 #[derive(FromRow)]
-pub(super) struct RevisionRow {
-    pub(super) id: Uuid,
-    pub(super) workflow_id: Uuid,
-    pub(super) workspace_id: Uuid,
-    pub(super) number: i32,
-    pub(super) state: String,
-    pub(super) requested_by: Option<Uuid>,
-    pub(super) requested_at: Option<DateTime<Utc>>,
-    pub(super) request_comment: Option<String>,
-    pub(super) created_at: DateTime<Utc>,
+pub(crate) struct RevisionRow {
+    pub(crate) id: Uuid,
+    pub(crate) workflow_id: Uuid,
+    pub(crate) workspace_id: Uuid,
+    pub(crate) number: i32,
+    pub(crate) state: String,
+    pub(crate) requested_by: Option<Uuid>,
+    pub(crate) requested_at: Option<DateTime<Utc>>,
+    pub(crate) request_comment: Option<String>,
+    pub(crate) created_at: DateTime<Utc>,
 }
 
 impl TryFrom<RevisionRow> for WorkflowRevision {
@@ -97,11 +99,11 @@ impl TryFrom<RevisionRow> for WorkflowRevision {
 }
 
 #[derive(FromRow)]
-pub(super) struct WorkflowRow {
-    pub(super) id: Uuid,
-    pub(super) workspace_id: Uuid,
-    pub(super) name: String,
-    pub(super) created_at: DateTime<Utc>,
+pub(crate) struct WorkflowRow {
+    pub(crate) id: Uuid,
+    pub(crate) workspace_id: Uuid,
+    pub(crate) name: String,
+    pub(crate) created_at: DateTime<Utc>,
 }
 
 impl From<WorkflowRow> for Workflow {
@@ -115,12 +117,41 @@ impl From<WorkflowRow> for Workflow {
     }
 }
 
+pub(crate) const POLICY_COLUMNS: &str =
+    "id, name, kind, version, digest, CAST(length(bytes) AS BIGINT) AS size, created_at";
+
+/// A policy version without its bytes, with their size.
 #[derive(FromRow)]
-pub(super) struct PluginRow {
-    pub(super) id: Uuid,
-    pub(super) organisation_id: Uuid,
-    pub(super) name: String,
-    pub(super) created_at: DateTime<Utc>,
+pub(crate) struct PolicyRow {
+    pub(crate) id: Uuid,
+    pub(crate) name: String,
+    pub(crate) kind: String,
+    pub(crate) version: i32,
+    pub(crate) digest: String,
+    pub(crate) size: i64,
+    pub(crate) created_at: DateTime<Utc>,
+}
+
+impl From<PolicyRow> for PolicyRecord {
+    fn from(r: PolicyRow) -> Self {
+        PolicyRecord {
+            id: r.id,
+            name: r.name,
+            kind: r.kind,
+            version: r.version,
+            digest: r.digest,
+            size: r.size,
+            created_at: r.created_at,
+        }
+    }
+}
+
+#[derive(FromRow)]
+pub(crate) struct PluginRow {
+    pub(crate) id: Uuid,
+    pub(crate) organisation_id: Uuid,
+    pub(crate) name: String,
+    pub(crate) created_at: DateTime<Utc>,
 }
 
 impl From<PluginRow> for Plugin {
@@ -134,10 +165,24 @@ impl From<PluginRow> for Plugin {
     }
 }
 
-pub(super) fn with_data(event: &NewAuditEvent, key: &str, value: Value) -> NewAuditEvent {
+pub(crate) fn with_data(event: &NewAuditEvent, key: &str, value: Value) -> NewAuditEvent {
     let mut event = event.clone();
     if let Value::Object(data) = &mut event.data {
         data.insert(key.into(), value);
     }
     event
+}
+
+/// The open command statuses as an SQL list, `('queued', ...)`, for `status IN ...`: constants
+/// of the code, written into the statement rather than bound, as the two backends bind lists
+/// differently.
+pub(crate) fn open_statuses() -> &'static str {
+    static LIST: LazyLock<String> = LazyLock::new(|| {
+        let quoted: Vec<String> = CommandStatus::OPEN
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        format!("({})", quoted.join(", "))
+    });
+    &LIST
 }

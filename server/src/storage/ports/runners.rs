@@ -1,4 +1,4 @@
-//! The records of the runner, workflow and marketplace operations, and their port.
+//! Runner pools, runners, their keys, commands and webhook deliveries.
 //!
 //! The service layer decides every rule and transition (`domain::states`); each method here
 //! applies one change atomically with its audit event, re-checking in the transaction the state
@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::StoreError;
 use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent};
+use crate::storage::StoreError;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunnerPool {
@@ -127,72 +127,10 @@ pub struct DeliveryTransition {
     pub event: NewAuditEvent,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct Workflow {
-    pub id: Uuid,
-    pub workspace_id: Uuid,
-    pub name: String,
-    pub created_at: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct WorkflowRevision {
-    pub id: Uuid,
-    pub workflow_id: Uuid,
-    pub workspace_id: Uuid,
-    pub number: i32,
-    pub state: crate::domain::RevisionState,
-    pub requested_by: Option<Uuid>,
-    pub requested_at: Option<DateTime<Utc>>,
-    pub comment: Option<String>,
-    pub created_at: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Plugin {
-    pub id: Uuid,
-    pub organisation_id: Uuid,
-    pub name: String,
-    pub created_at: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Review {
-    pub id: Uuid,
-    pub plugin_id: Uuid,
-    pub author_id: Uuid,
-    pub organisation_id: Uuid,
-    pub rating: u8,
-    pub title: String,
-    pub body: String,
-    pub status: crate::domain::ReviewStatus,
-    pub reasons: Vec<String>,
-    pub labels: Vec<String>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Report {
-    pub id: Uuid,
-    pub review_id: Uuid,
-    pub reporter_id: Uuid,
-    pub reason: crate::domain::ReportReason,
-    pub comment: Option<String>,
-    pub created_at: DateTime<Utc>,
-}
-
-/// A moderation decision to store with a review.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReviewModeration {
-    pub status: crate::domain::ReviewStatus,
-    pub reasons: Vec<String>,
-    pub labels: Vec<String>,
-}
-
+/// Runner pools, runners and keys (created by the admin CLI), pool deletion, commands and their
+/// deliveries.
 #[async_trait]
-pub trait OperationsStore: Send + Sync {
-    // Runner pools, runners and keys (created by the admin CLI).
+pub trait RunnerStore: Send + Sync {
     async fn create_pool(&self, pool: &RunnerPool, event: &NewAuditEvent)
     -> Result<(), StoreError>;
     async fn list_pools(&self, workspace_id: Option<Uuid>) -> Result<Vec<RunnerPool>, StoreError>;
@@ -219,7 +157,7 @@ pub trait OperationsStore: Send + Sync {
     ) -> Result<bool, StoreError>;
     async fn find_runner_key(&self, key_id: Uuid) -> Result<Option<RunnerKeyLookup>, StoreError>;
 
-    // Pool deletion, commands and deliveries (v1 operations).
+    // Pool deletion, commands and deliveries.
     async fn delete_pool(&self, delete: &DeletePool) -> Result<DeletePoolOutcome, StoreError>;
     /// Inserts the command and its delivery if the pool is live in the command's workspace.
     async fn submit_command(
@@ -234,62 +172,4 @@ pub trait OperationsStore: Send + Sync {
         &self,
         transition: &DeliveryTransition,
     ) -> Result<Option<WebhookDelivery>, StoreError>;
-
-    // Workflows.
-    async fn create_workflow(
-        &self,
-        workflow: &Workflow,
-        event: &NewAuditEvent,
-    ) -> Result<(), StoreError>;
-    async fn list_workflows(&self, workspace_id: Option<Uuid>)
-    -> Result<Vec<Workflow>, StoreError>;
-    async fn get_workflow(&self, workflow_id: Uuid) -> Result<Option<Workflow>, StoreError>;
-    /// A new `draft` revision numbered one past the workflow's newest.
-    async fn create_revision(
-        &self,
-        workflow: &Workflow,
-        id: Uuid,
-        at: DateTime<Utc>,
-        event: &NewAuditEvent,
-    ) -> Result<WorkflowRevision, StoreError>;
-    async fn get_revision(&self, revision_id: Uuid)
-    -> Result<Option<WorkflowRevision>, StoreError>;
-    /// `draft → pending_approval`; `None` when the revision is no longer a draft.
-    async fn request_approval(
-        &self,
-        revision_id: Uuid,
-        by: Uuid,
-        comment: Option<&str>,
-        at: DateTime<Utc>,
-        event: &NewAuditEvent,
-    ) -> Result<Option<WorkflowRevision>, StoreError>;
-
-    // Marketplace.
-    async fn create_plugin(&self, plugin: &Plugin, event: &NewAuditEvent)
-    -> Result<(), StoreError>;
-    async fn list_plugins(&self) -> Result<Vec<Plugin>, StoreError>;
-    async fn get_plugin(&self, plugin_id: Uuid) -> Result<Option<Plugin>, StoreError>;
-    async fn find_review(&self, review_id: Uuid) -> Result<Option<Review>, StoreError>;
-    async fn find_review_by_author(
-        &self,
-        plugin_id: Uuid,
-        author_id: Uuid,
-    ) -> Result<Option<Review>, StoreError>;
-    async fn list_reviews(&self, plugin_id: Uuid) -> Result<Vec<Review>, StoreError>;
-    async fn list_reports(&self, review_id: Uuid) -> Result<Vec<Report>, StoreError>;
-    /// Creates the author's review of the plugin, or replaces it (keeping its id and creation
-    /// time); returns the stored review.
-    async fn upsert_review(
-        &self,
-        review: &Review,
-        event: &NewAuditEvent,
-    ) -> Result<Review, StoreError>;
-    /// Stores the report and the review's new moderation; `None` when this reporter already
-    /// reported the review.
-    async fn insert_report(
-        &self,
-        report: &Report,
-        moderation: &ReviewModeration,
-        event: &NewAuditEvent,
-    ) -> Result<Option<Review>, StoreError>;
 }

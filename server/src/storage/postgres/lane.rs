@@ -22,7 +22,7 @@ use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::StoreError;
-use super::postgres::map_err;
+use super::map_err;
 
 /// A lane connection idle this long is pinged before it is used.
 const IDLE_PING_AFTER: Duration = Duration::from_secs(10);

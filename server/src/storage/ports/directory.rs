@@ -1,0 +1,88 @@
+//! Organisations, workspaces, environments and users.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::domain::NewAuditEvent;
+use crate::storage::StoreError;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Organisation {
+    pub id: Uuid,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workspace {
+    pub id: Uuid,
+    pub organisation_id: Uuid,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Environment {
+    pub id: Uuid,
+    pub workspace_id: Uuid,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct User {
+    pub id: Uuid,
+    pub organisation_id: Uuid,
+    pub email: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Which of the referenced organisation, workspaces and environments exist, and where.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TargetLookup {
+    pub organisation_exists: bool,
+    /// (workspace id, its organisation id)
+    pub workspaces: Vec<(Uuid, Uuid)>,
+    /// (environment id, its workspace id)
+    pub environments: Vec<(Uuid, Uuid)>,
+}
+
+/// Organisations, workspaces, environments and users: created by the admin CLI.
+#[async_trait]
+pub trait DirectoryStore: Send + Sync {
+    async fn create_organisation(
+        &self,
+        org: &Organisation,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError>;
+    async fn list_organisations(&self) -> Result<Vec<Organisation>, StoreError>;
+    async fn create_workspace(
+        &self,
+        ws: &Workspace,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError>;
+    async fn list_workspaces(
+        &self,
+        organisation_id: Option<Uuid>,
+    ) -> Result<Vec<Workspace>, StoreError>;
+    async fn create_environment(
+        &self,
+        env: &Environment,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError>;
+    async fn list_environments(
+        &self,
+        workspace_id: Option<Uuid>,
+    ) -> Result<Vec<Environment>, StoreError>;
+    async fn create_user(&self, user: &User, event: &NewAuditEvent) -> Result<(), StoreError>;
+    async fn list_users(&self, organisation_id: Option<Uuid>) -> Result<Vec<User>, StoreError>;
+    async fn get_user(&self, id: Uuid) -> Result<Option<User>, StoreError>;
+    async fn get_workspace(&self, id: Uuid) -> Result<Option<Workspace>, StoreError>;
+    async fn lookup_targets(
+        &self,
+        organisation_id: Uuid,
+        workspace_ids: &[Uuid],
+        environment_ids: &[Uuid],
+    ) -> Result<TargetLookup, StoreError>;
+}

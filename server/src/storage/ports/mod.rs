@@ -1,0 +1,21 @@
+//! The records ports: one module per concern, each with its trait and the records it carries.
+//! The SQL adapters (`postgres/`, `sqlite/`) implement them with one file per port of the same
+//! name.
+
+mod audit;
+mod directory;
+mod marketplace;
+mod policies;
+mod runners;
+mod settings;
+mod tokens;
+mod workflows;
+
+pub use audit::*;
+pub use directory::*;
+pub use marketplace::*;
+pub use policies::*;
+pub use runners::*;
+pub use settings::*;
+pub use tokens::*;
+pub use workflows::*;

@@ -1,0 +1,19 @@
+//! Server-wide settings.
+
+use async_trait::async_trait;
+
+use crate::storage::StoreError;
+
+/// Server-wide settings, such as a generated key kept for the next start.
+#[async_trait]
+pub trait SettingsStore: Send + Sync {
+    async fn ping(&self) -> Result<(), StoreError>;
+    async fn setting_get(&self, key: &str) -> Result<Option<String>, StoreError>;
+    /// Returns the stored value, inserting `candidate` first when there is none.
+    /// The flag is true when `candidate` was inserted.
+    async fn setting_get_or_insert(
+        &self,
+        key: &str,
+        candidate: &str,
+    ) -> Result<(String, bool), StoreError>;
+}

@@ -1,0 +1,98 @@
+//! Personal access tokens and their per-workspace grants.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::domain::NewAuditEvent;
+use crate::storage::StoreError;
+
+/// A token as stored, without its hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenRecord {
+    pub id: Uuid,
+    pub public_id: String,
+    pub user_id: Uuid,
+    pub organisation_id: Uuid,
+    pub name: String,
+    pub scopes: Vec<String>,
+    /// Workspaces whose grant is still active, in grant order.
+    pub workspace_ids: Vec<Uuid>,
+    pub environment_ids: Vec<Uuid>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// What authentication needs: the record and the keyed hash of its secret.
+#[derive(Debug, Clone)]
+pub struct StoredCredential {
+    pub token: TokenRecord,
+    pub secret_hash: Vec<u8>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewToken {
+    pub record: TokenRecord,
+    pub secret_hash: Vec<u8>,
+    /// The token that issued this one; its grants on every new workspace are re-checked in the
+    /// insert's transaction, so a revocation racing the issuance cannot be escaped.
+    pub issuer_token_id: Option<Uuid>,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum InsertTokenError {
+    #[error("an active token with this name already exists")]
+    NameTaken,
+    #[error("the owner already holds the maximum number of active tokens")]
+    LimitReached,
+    #[error("the issuing token lost access to a workspace while issuing")]
+    IssuerLostAccess,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct TokenFilter {
+    pub user_id: Option<Uuid>,
+    pub workspace_id: Option<Uuid>,
+}
+
+/// Revocation of one token's access to one workspace.
+#[derive(Debug, Clone)]
+pub struct RevokeGrant {
+    pub token_id: Uuid,
+    pub workspace_id: Uuid,
+    pub reason: String,
+    pub revoked_at: DateTime<Utc>,
+    /// Written with the change; its data gains `tokenRevoked` once known.
+    pub event: NewAuditEvent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RevokeOutcome {
+    /// True when the token has no workspace left and is revoked entirely.
+    pub token_revoked: bool,
+}
+
+/// Personal access tokens and their per-workspace grants.
+#[async_trait]
+pub trait TokenStore: Send + Sync {
+    /// Inserts the token unless its owner already has an active token of that name or
+    /// `max_active` active tokens; checked and written atomically.
+    async fn insert_token(
+        &self,
+        token: &NewToken,
+        events: &[NewAuditEvent],
+        max_active: u32,
+        now: DateTime<Utc>,
+    ) -> Result<(), InsertTokenError>;
+    async fn find_credential(
+        &self,
+        public_id: &str,
+    ) -> Result<Option<StoredCredential>, StoreError>;
+    /// `None` when the token has no active grant on that workspace.
+    async fn revoke_grant(&self, revoke: &RevokeGrant)
+    -> Result<Option<RevokeOutcome>, StoreError>;
+    async fn list_tokens(&self, filter: &TokenFilter) -> Result<Vec<TokenRecord>, StoreError>;
+}

@@ -1,0 +1,212 @@
+//! The Postgres adapter of the storage ports: one module per port, as in `sqlite/`.
+//!
+//! Most statements are shared with SQLite (`storage/sql/`); each port file here holds only what
+//! Postgres does its own way. This module opens, migrates, maps errors and provides the
+//! primitives the shared code needs; `audit` writes events and announces them on
+//! [`AUDIT_CHANNEL`] (NOTIFY), `policies` announces policy changes on [`POLICY_CHANNEL`], and
+//! `lane` keeps the request path's read connections (credential lookup, activity pages).
+
+mod audit;
+mod directory;
+mod lane;
+mod marketplace;
+mod policies;
+mod runners;
+mod settings;
+mod tokens;
+mod workflows;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{PgConnection, Postgres, Transaction};
+use uuid::Uuid;
+
+use self::audit::insert_event;
+use self::lane::ReadLane;
+use super::StoreError;
+
+pub use self::audit::AUDIT_CHANNEL;
+pub use self::policies::POLICY_CHANNEL;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// Pool connections held for good by `LISTEN` (the audit feed and the policy watcher).
+pub const LISTENING_CONNECTIONS: u32 = 2;
+
+/// Connection settings; defaults suit one replica on a small machine.
+#[derive(Debug, Clone)]
+pub struct PostgresSettings {
+    pub max_connections: u32,
+    /// How long a request waits for a connection before it is answered 503.
+    pub acquire_timeout: Duration,
+    /// Server-side cap on one statement, so a stuck query cannot hang a request.
+    pub statement_timeout: Duration,
+}
+
+impl Default for PostgresSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(3),
+            statement_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    /// Connections for the request path's single-statement reads (see `lane`).
+    lane: Arc<ReadLane>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+impl PostgresStore {
+    /// Opens a pool lazily: nothing is dialled until the first query.
+    pub fn connect_lazy(url: &str, settings: &PostgresSettings) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| StoreError::Internal(format!("invalid DATABASE_URL: {e}")))?
+            .options([(
+                "statement_timeout",
+                settings.statement_timeout.as_millis().to_string(),
+            )]);
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout)
+            // sqlx pings a connection before handing it out, within the acquire timeout: the
+            // only bound on a statement sent over a silently partitioned network. The request
+            // path's reads avoid that round trip through the read lane, which has its own.
+            .connect_lazy_with(options);
+        // Half of what the listeners leave, so writes always find connections of their own.
+        let lane = ReadLane::new(
+            pool.clone(),
+            (settings
+                .max_connections
+                .saturating_sub(LISTENING_CONNECTIONS)
+                / 2) as usize,
+            settings.acquire_timeout,
+            settings.statement_timeout + Duration::from_secs(1),
+        );
+        Ok(Self {
+            pool,
+            lane: Arc::new(lane),
+        })
+    }
+
+    /// Creates the database named in `url` when it does not exist yet, so a first run needs no
+    /// `createdb`. Returns true when it was created.
+    pub async fn ensure_database(url: &str) -> Result<bool, StoreError> {
+        use sqlx::migrate::MigrateDatabase;
+        if sqlx::Postgres::database_exists(url)
+            .await
+            .map_err(map_err)?
+        {
+            return Ok(false);
+        }
+        match sqlx::Postgres::create_database(url).await {
+            Ok(()) => Ok(true),
+            // Another replica created it first.
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P04") => Ok(false),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
+    /// Applies pending migrations; replicas starting together serialise on an advisory lock.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(inner) => map_err(inner),
+            other => StoreError::Internal(other.to_string()),
+        })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            StoreError::Conflict(db.constraint().unwrap_or("unique").to_owned())
+        }
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            // 08: connection exceptions, 57P: shutdown, 57014: statement timeout, 53: resources.
+            if code.starts_with("08")
+                || code.starts_with("57P")
+                || code == "57014"
+                || code.starts_with("53")
+            {
+                StoreError::Unavailable(e.to_string())
+            } else {
+                StoreError::Internal(e.to_string())
+            }
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e.to_string()),
+        _ => StoreError::Internal(e.to_string()),
+    }
+}
+
+// What the implementations shared with SQLite (`storage/sql/`) need of this backend.
+
+type Store = PostgresStore;
+type Connection = PgConnection;
+type Row = sqlx::postgres::PgRow;
+/// List columns are arrays.
+type StringList = Vec<String>;
+type UuidList = Vec<Uuid>;
+
+/// The row locks a check-then-write takes on the rows it reads.
+const FOR_UPDATE: &str = "FOR UPDATE";
+const FOR_SHARE: &str = "FOR SHARE";
+
+/// A list bound as an array.
+fn list_param<T>(list: &[T]) -> Result<&[T], StoreError> {
+    Ok(list)
+}
+
+fn decode_list<T>(list: Vec<T>) -> Result<Vec<T>, StoreError> {
+    Ok(list)
+}
+
+/// A value bound as jsonb.
+fn json_param<T: serde::Serialize + ?Sized>(value: &T) -> Result<serde_json::Value, StoreError> {
+    Ok(serde_json::to_value(value).unwrap_or(serde_json::Value::Null))
+}
+
+/// The predicate `<column> <this>`: the column is one of the uuids bound as `param` (see
+/// [`list_param`]).
+fn in_uuid_list(param: &str) -> String {
+    format!("= ANY({param})")
+}
+
+impl PostgresStore {
+    async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        self.pool.begin().await.map_err(map_err)
+    }
+
+    /// Commits. Listeners learn of the events written by NOTIFY, which is delivered at commit,
+    /// so the workspaces need no announcing here.
+    async fn commit(
+        &self,
+        tx: Transaction<'static, Postgres>,
+        _workspaces: &[Option<Uuid>],
+    ) -> Result<(), StoreError> {
+        tx.commit().await.map_err(map_err)
+    }
+}

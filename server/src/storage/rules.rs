@@ -1,0 +1,79 @@
+//! The rules the records adapters enforce inside their transactions, decided here once.
+//!
+//! An adapter counts or reads under its lock (Postgres row locks, SQLite's write lock) and asks
+//! these functions what the counts mean, so a rule cannot drift between backends.
+
+use crate::domain::NewAuditEvent;
+use crate::storage::InsertTokenError;
+
+/// The issuing token must still hold a live grant on every workspace the new token names:
+/// `live` is how many of the `requested` workspaces it still holds.
+pub(crate) fn issuer_kept_access(live: i64, requested: usize) -> Result<(), InsertTokenError> {
+    if live != requested as i64 {
+        return Err(InsertTokenError::IssuerLostAccess);
+    }
+    Ok(())
+}
+
+/// The owner may hold one more active token unless one of them has the same name
+/// (`same_name` > 0) or they already hold `max_active` (`active`).
+pub(crate) fn owner_may_hold_another(
+    same_name: i64,
+    active: i64,
+    max_active: u32,
+) -> Result<(), InsertTokenError> {
+    if same_name > 0 {
+        return Err(InsertTokenError::NameTaken);
+    }
+    if active >= i64::from(max_active) {
+        return Err(InsertTokenError::LimitReached);
+    }
+    Ok(())
+}
+
+/// A pool with open commands is deleted only when forced (which cancels them).
+pub(crate) fn pool_is_busy(open: i64) -> bool {
+    open > 0
+}
+
+/// Events in the order their workspaces' rows are locked: concurrent writers of several
+/// workspaces then lock them in one order and cannot deadlock. Events of one workspace keep
+/// their order.
+pub(crate) fn in_lock_order(events: &[NewAuditEvent]) -> Vec<&NewAuditEvent> {
+    let mut ordered: Vec<&NewAuditEvent> = events.iter().collect();
+    ordered.sort_by_key(|e| e.workspace_id);
+    ordered
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_issuer_must_still_hold_every_requested_workspace() {
+        assert!(issuer_kept_access(2, 2).is_ok());
+        assert!(matches!(
+            issuer_kept_access(1, 2),
+            Err(InsertTokenError::IssuerLostAccess)
+        ));
+    }
+
+    #[test]
+    fn a_taken_name_wins_over_the_cap() {
+        assert!(owner_may_hold_another(0, 2, 3).is_ok());
+        assert!(matches!(
+            owner_may_hold_another(1, 3, 3),
+            Err(InsertTokenError::NameTaken)
+        ));
+        assert!(matches!(
+            owner_may_hold_another(0, 3, 3),
+            Err(InsertTokenError::LimitReached)
+        ));
+    }
+
+    #[test]
+    fn only_open_commands_make_a_pool_busy() {
+        assert!(!pool_is_busy(0));
+        assert!(pool_is_busy(1));
+    }
+}

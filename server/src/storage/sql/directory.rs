@@ -1,0 +1,232 @@
+//! Organisations, workspaces, environments and users (shared by both SQL adapters; see the
+//! layout in `storage/mod.rs`).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::super::{Store, in_uuid_list, insert_event, list_param, map_err};
+use crate::domain::NewAuditEvent;
+use crate::storage::{
+    DirectoryStore, Environment, Organisation, StoreError, TargetLookup, User, Workspace,
+};
+
+#[async_trait]
+impl DirectoryStore for Store {
+    async fn create_organisation(
+        &self,
+        org: &Organisation,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query("INSERT INTO organisations (id, name, created_at) VALUES ($1, $2, $3)")
+            .bind(org.id)
+            .bind(&org.name)
+            .bind(org.created_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, &[event.workspace_id]).await
+    }
+
+    async fn list_organisations(&self) -> Result<Vec<Organisation>, StoreError> {
+        let rows: Vec<(Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, name, created_at FROM organisations ORDER BY created_at, name",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, name, created_at)| Organisation {
+                id,
+                name,
+                created_at,
+            })
+            .collect())
+    }
+
+    async fn create_workspace(
+        &self,
+        ws: &Workspace,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO workspaces (id, organisation_id, name, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(ws.id)
+        .bind(ws.organisation_id)
+        .bind(&ws.name)
+        .bind(ws.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, &[event.workspace_id]).await
+    }
+
+    async fn list_workspaces(
+        &self,
+        organisation_id: Option<Uuid>,
+    ) -> Result<Vec<Workspace>, StoreError> {
+        let rows: Vec<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, organisation_id, name, created_at FROM workspaces
+             WHERE $1 IS NULL OR organisation_id = $1 ORDER BY created_at, name",
+        )
+        .bind(organisation_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows.into_iter().map(workspace).collect())
+    }
+
+    async fn create_environment(
+        &self,
+        env: &Environment,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO environments (id, workspace_id, name, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(env.id)
+        .bind(env.workspace_id)
+        .bind(&env.name)
+        .bind(env.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, &[event.workspace_id]).await
+    }
+
+    async fn list_environments(
+        &self,
+        workspace_id: Option<Uuid>,
+    ) -> Result<Vec<Environment>, StoreError> {
+        let rows: Vec<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, workspace_id, name, created_at FROM environments
+             WHERE $1 IS NULL OR workspace_id = $1 ORDER BY created_at, name",
+        )
+        .bind(workspace_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, workspace_id, name, created_at)| Environment {
+                id,
+                workspace_id,
+                name,
+                created_at,
+            })
+            .collect())
+    }
+
+    async fn create_user(&self, user: &User, event: &NewAuditEvent) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO users (id, organisation_id, email, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(user.id)
+        .bind(user.organisation_id)
+        .bind(&user.email)
+        .bind(user.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, &[event.workspace_id]).await
+    }
+
+    async fn list_users(&self, organisation_id: Option<Uuid>) -> Result<Vec<User>, StoreError> {
+        let rows: Vec<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, organisation_id, email, created_at FROM users
+             WHERE $1 IS NULL OR organisation_id = $1 ORDER BY created_at, email",
+        )
+        .bind(organisation_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows.into_iter().map(user).collect())
+    }
+
+    async fn get_user(&self, id: Uuid) -> Result<Option<User>, StoreError> {
+        let row: Option<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, organisation_id, email, created_at FROM users WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(user))
+    }
+
+    async fn get_workspace(&self, id: Uuid) -> Result<Option<Workspace>, StoreError> {
+        let row: Option<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, organisation_id, name, created_at FROM workspaces WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(workspace))
+    }
+
+    async fn lookup_targets(
+        &self,
+        organisation_id: Uuid,
+        workspace_ids: &[Uuid],
+        environment_ids: &[Uuid],
+    ) -> Result<TargetLookup, StoreError> {
+        // One row per thing found: (0, organisation), (1, workspace, its organisation),
+        // (2, environment, its workspace).
+        let rows: Vec<(i64, Uuid, Uuid)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT CAST(0 AS BIGINT) AS k, id, id AS parent FROM organisations WHERE id = $1
+             UNION ALL
+             SELECT 1, id, organisation_id FROM workspaces WHERE id {}
+             UNION ALL
+             SELECT 2, id, workspace_id FROM environments WHERE id {}
+             ORDER BY k, id",
+            in_uuid_list("$2"),
+            in_uuid_list("$3"),
+        )))
+        .bind(organisation_id)
+        .bind(list_param(workspace_ids)?)
+        .bind(list_param(environment_ids)?)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        let mut lookup = TargetLookup::default();
+        for (kind, id, parent) in rows {
+            match kind {
+                0 => lookup.organisation_exists = true,
+                1 => lookup.workspaces.push((id, parent)),
+                _ => lookup.environments.push((id, parent)),
+            }
+        }
+        Ok(lookup)
+    }
+}
+
+fn workspace(
+    (id, organisation_id, name, created_at): (Uuid, Uuid, String, DateTime<Utc>),
+) -> Workspace {
+    Workspace {
+        id,
+        organisation_id,
+        name,
+        created_at,
+    }
+}
+
+fn user((id, organisation_id, email, created_at): (Uuid, Uuid, String, DateTime<Utc>)) -> User {
+    User {
+        id,
+        organisation_id,
+        email,
+        created_at,
+    }
+}

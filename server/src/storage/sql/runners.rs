@@ -1,0 +1,381 @@
+//! Runner pools, runners and keys, commands and their deliveries (shared by both SQL adapters;
+//! see the layout in `storage/mod.rs`).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::FromRow;
+use uuid::Uuid;
+
+use super::super::{Connection, FOR_SHARE, FOR_UPDATE, Store, insert_event, json_param, map_err};
+use crate::domain::{CommandStatus, NewAuditEvent};
+use crate::storage::rows::{
+    DeliveryRow, POOL_COLUMNS, PoolRow, open_statuses, parse_state, with_data,
+};
+use crate::storage::rules;
+use crate::storage::{
+    DeletePool, DeletePoolOutcome, DeliveryContext, DeliveryTransition, Runner, RunnerCommand,
+    RunnerKey, RunnerKeyLookup, RunnerPool, RunnerStore, StoreError, SubmitOutcome,
+    WebhookDelivery,
+};
+
+#[async_trait]
+impl RunnerStore for Store {
+    async fn create_pool(
+        &self,
+        pool: &RunnerPool,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO runner_pools (id, workspace_id, name, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(pool.id)
+        .bind(pool.workspace_id)
+        .bind(&pool.name)
+        .bind(pool.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, &[event.workspace_id]).await
+    }
+
+    async fn list_pools(&self, workspace_id: Option<Uuid>) -> Result<Vec<RunnerPool>, StoreError> {
+        let rows: Vec<PoolRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {POOL_COLUMNS} FROM runner_pools
+             WHERE ($1 IS NULL OR workspace_id = $1) ORDER BY created_at, name"
+        )))
+        .bind(workspace_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn get_pool(&self, pool_id: Uuid) -> Result<Option<RunnerPool>, StoreError> {
+        let row: Option<PoolRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {POOL_COLUMNS} FROM runner_pools WHERE id = $1"
+        )))
+        .bind(pool_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn create_runner(
+        &self,
+        runner: &Runner,
+        key: &RunnerKey,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query("INSERT INTO runners (id, pool_id, name, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(runner.id)
+            .bind(runner.pool_id)
+            .bind(&runner.name)
+            .bind(runner.created_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        insert_key(&mut tx, key).await?;
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, &[event.workspace_id]).await
+    }
+
+    async fn get_runner(&self, runner_id: Uuid) -> Result<Option<Runner>, StoreError> {
+        let row: Option<(Uuid, Uuid, String, DateTime<Utc>)> =
+            sqlx::query_as("SELECT id, pool_id, name, created_at FROM runners WHERE id = $1")
+                .bind(runner_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(map_err)?;
+        Ok(row.map(|(id, pool_id, name, created_at)| Runner {
+            id,
+            pool_id,
+            name,
+            created_at,
+        }))
+    }
+
+    async fn add_runner_key(
+        &self,
+        key: &RunnerKey,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        insert_key(&mut tx, key).await?;
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, &[event.workspace_id]).await
+    }
+
+    async fn revoke_runner_key(
+        &self,
+        runner_id: Uuid,
+        key_id: Uuid,
+        at: DateTime<Utc>,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        let updated = sqlx::query(
+            "UPDATE runner_keys SET revoked_at = $3
+             WHERE id = $1 AND runner_id = $2 AND revoked_at IS NULL",
+        )
+        .bind(key_id)
+        .bind(runner_id)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        if updated == 0 {
+            return Ok(false);
+        }
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, &[event.workspace_id]).await?;
+        Ok(true)
+    }
+
+    async fn find_runner_key(&self, key_id: Uuid) -> Result<Option<RunnerKeyLookup>, StoreError> {
+        #[derive(FromRow)]
+        struct Row {
+            id: Uuid,
+            runner_id: Uuid,
+            public_key: Vec<u8>,
+            created_at: DateTime<Utc>,
+            revoked_at: Option<DateTime<Utc>>,
+            pool_id: Uuid,
+            workspace_id: Uuid,
+            organisation_id: Uuid,
+        }
+        let row: Option<Row> = sqlx::query_as(
+            "SELECT k.id, k.runner_id, k.public_key, k.created_at, k.revoked_at, r.pool_id,
+                    p.workspace_id, w.organisation_id
+             FROM runner_keys k JOIN runners r ON r.id = k.runner_id
+             JOIN runner_pools p ON p.id = r.pool_id JOIN workspaces w ON w.id = p.workspace_id
+             WHERE k.id = $1",
+        )
+        .bind(key_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(|r| RunnerKeyLookup {
+            key: RunnerKey {
+                id: r.id,
+                runner_id: r.runner_id,
+                public_key: r.public_key,
+                created_at: r.created_at,
+                revoked_at: r.revoked_at,
+            },
+            pool_id: r.pool_id,
+            workspace_id: r.workspace_id,
+            organisation_id: r.organisation_id,
+        }))
+    }
+
+    async fn delete_pool(&self, delete: &DeletePool) -> Result<DeletePoolOutcome, StoreError> {
+        let mut tx = self.begin().await?;
+        // Postgres: the pool's row lock orders this against submissions, which take it FOR
+        // SHARE (SQLite: the write lock does), so no open command can be added between the
+        // count (or the cancelling) and the delete.
+        let pool: Option<PoolRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {POOL_COLUMNS} FROM runner_pools
+             WHERE id = $1 AND workspace_id = $2 AND deleted_at IS NULL {FOR_UPDATE}"
+        )))
+        .bind(delete.pool_id)
+        .bind(delete.workspace_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let Some(pool) = pool else {
+            return Ok(DeletePoolOutcome::NotFound);
+        };
+        let cancelled = if delete.force {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE runner_commands SET status = $2, updated_at = $3
+                 WHERE pool_id = $1 AND status IN {}",
+                open_statuses()
+            )))
+            .bind(pool.id)
+            .bind(CommandStatus::Cancelled.as_str())
+            .bind(delete.at)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected()
+        } else {
+            let (open,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM runner_commands WHERE pool_id = $1 AND status IN {}",
+                open_statuses()
+            )))
+            .bind(pool.id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            if rules::pool_is_busy(open) {
+                return Ok(DeletePoolOutcome::Busy { open: open as u64 });
+            }
+            0
+        };
+        sqlx::query("UPDATE runner_pools SET deleted_at = $2, deleted_reason = $3 WHERE id = $1")
+            .bind(pool.id)
+            .bind(delete.at)
+            .bind(&delete.reason)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let event = with_data(&delete.event, "cancelledCommands", Value::from(cancelled));
+        insert_event(&mut tx, &event).await?;
+        self.commit(tx, &[event.workspace_id]).await?;
+        let mut pool = RunnerPool::from(pool);
+        pool.deleted_at = Some(delete.at);
+        Ok(DeletePoolOutcome::Deleted { pool, cancelled })
+    }
+
+    async fn submit_command(
+        &self,
+        command: &RunnerCommand,
+        delivery: &WebhookDelivery,
+        event: &NewAuditEvent,
+    ) -> Result<SubmitOutcome, StoreError> {
+        let mut tx = self.begin().await?;
+        let pool: Option<(Option<DateTime<Utc>>,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT deleted_at FROM runner_pools WHERE id = $1 AND workspace_id = $2 {FOR_SHARE}"
+        )))
+        .bind(command.pool_id)
+        .bind(command.workspace_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        match pool {
+            None => return Ok(SubmitOutcome::PoolNotFound),
+            Some((Some(_),)) => return Ok(SubmitOutcome::PoolDeleted),
+            Some((None,)) => {}
+        }
+        sqlx::query(
+            "INSERT INTO runner_commands (id, workspace_id, pool_id, environment_id, command, args,
+                 timeout_seconds, status, submitted_by, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)",
+        )
+        .bind(command.id)
+        .bind(command.workspace_id)
+        .bind(command.pool_id)
+        .bind(command.environment_id)
+        .bind(&command.command)
+        .bind(json_param(&command.args)?)
+        .bind(command.timeout_seconds)
+        .bind(command.status.as_str())
+        .bind(command.submitted_by)
+        .bind(command.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        sqlx::query(
+            "INSERT INTO webhook_deliveries (id, command_id, status, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $4)",
+        )
+        .bind(delivery.id)
+        .bind(delivery.command_id)
+        .bind(delivery.status.as_str())
+        .bind(delivery.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, &[event.workspace_id]).await?;
+        Ok(SubmitOutcome::Created)
+    }
+
+    async fn get_delivery(&self, delivery_id: Uuid) -> Result<Option<DeliveryContext>, StoreError> {
+        #[derive(FromRow)]
+        struct Row {
+            #[sqlx(flatten)]
+            delivery: DeliveryRow,
+            command_status: String,
+            pool_id: Uuid,
+            workspace_id: Uuid,
+            organisation_id: Uuid,
+        }
+        let row: Option<Row> = sqlx::query_as(
+            "SELECT d.id, d.command_id, d.status, d.detail, d.exit_code, d.created_at, d.updated_at,
+                    c.status AS command_status, c.pool_id, c.workspace_id, w.organisation_id
+             FROM webhook_deliveries d JOIN runner_commands c ON c.id = d.command_id
+             JOIN workspaces w ON w.id = c.workspace_id
+             WHERE d.id = $1",
+        )
+        .bind(delivery_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        row.map(|r| {
+            Ok(DeliveryContext {
+                delivery: r.delivery.try_into()?,
+                command_status: parse_state(&r.command_status, CommandStatus::parse)?,
+                pool_id: r.pool_id,
+                workspace_id: r.workspace_id,
+                organisation_id: r.organisation_id,
+            })
+        })
+        .transpose()
+    }
+
+    async fn transition_delivery(
+        &self,
+        t: &DeliveryTransition,
+    ) -> Result<Option<WebhookDelivery>, StoreError> {
+        let mut tx = self.begin().await?;
+        // Applies only from the state the service read: a concurrent move is a conflict.
+        let row: Option<DeliveryRow> = sqlx::query_as(
+            "UPDATE webhook_deliveries SET status = $3, detail = COALESCE($4, detail),
+                 exit_code = COALESCE($5, exit_code), updated_at = $6
+             WHERE id = $1 AND status = $2
+             RETURNING id, command_id, status, detail, exit_code, created_at, updated_at",
+        )
+        .bind(t.delivery_id)
+        .bind(t.from.as_str())
+        .bind(t.to.as_str())
+        .bind(&t.detail)
+        .bind(t.exit_code)
+        .bind(t.at)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        // A cancelled (or otherwise finished) command takes no more reports.
+        let moved = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE runner_commands SET status = $2, updated_at = $3
+             WHERE id = $1 AND status IN {}",
+            open_statuses()
+        )))
+        .bind(row.command_id)
+        .bind(t.to.command_status().as_str())
+        .bind(t.at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        if moved == 0 {
+            return Ok(None);
+        }
+        insert_event(&mut tx, &t.event).await?;
+        self.commit(tx, &[t.event.workspace_id]).await?;
+        row.try_into().map(Some)
+    }
+}
+
+async fn insert_key(conn: &mut Connection, key: &RunnerKey) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO runner_keys (id, runner_id, public_key, created_at) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(key.id)
+    .bind(key.runner_id)
+    .bind(&key.public_key)
+    .bind(key.created_at)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}

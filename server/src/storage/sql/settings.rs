@@ -1,0 +1,51 @@
+//! Server-wide settings (shared by both SQL adapters; see the layout in `storage/mod.rs`).
+
+use async_trait::async_trait;
+
+use super::super::{Store, map_err};
+use crate::storage::{SettingsStore, StoreError};
+
+#[async_trait]
+impl SettingsStore for Store {
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn setting_get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let row: Option<(String,)> = sqlx::query_as("SELECT value FROM settings WHERE key = $1")
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(row.map(|(v,)| v))
+    }
+
+    async fn setting_get_or_insert(
+        &self,
+        key: &str,
+        candidate: &str,
+    ) -> Result<(String, bool), StoreError> {
+        let mut tx = self.begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+        )
+        .bind(key)
+        .bind(candidate)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected()
+            == 1;
+        let (value,): (String,) = sqlx::query_as("SELECT value FROM settings WHERE key = $1")
+            .bind(key)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        self.commit(tx, &[]).await?;
+        Ok((value, inserted))
+    }
+}

@@ -1,0 +1,202 @@
+//! Personal access tokens and their grants (shared by both SQL adapters; see the
+//! layout in `storage/mod.rs`). The issuance rules are decided by `storage::rules` on what the
+//! transaction counted under its locks.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::FromRow;
+use uuid::Uuid;
+
+use super::super::audit::insert_events;
+use super::super::{
+    FOR_SHARE, FOR_UPDATE, Store, StringList, UuidList, decode_list, in_uuid_list, insert_event,
+    list_param, map_err,
+};
+use super::{TOKEN_COLUMNS, find_credential_row, insert_token_rows};
+use crate::domain::NewAuditEvent;
+use crate::storage::rows::with_data;
+use crate::storage::rules;
+use crate::storage::{
+    InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, StoreError, StoredCredential,
+    TokenFilter, TokenRecord, TokenStore,
+};
+
+/// A token as [`TOKEN_COLUMNS`] selects it.
+#[derive(FromRow)]
+pub(super) struct TokenRow {
+    id: Uuid,
+    public_id: String,
+    user_id: Uuid,
+    organisation_id: Uuid,
+    name: String,
+    scopes: StringList,
+    workspace_ids: UuidList,
+    environment_ids: UuidList,
+    created_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+    revoked_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<TokenRow> for TokenRecord {
+    type Error = StoreError;
+    fn try_from(r: TokenRow) -> Result<Self, StoreError> {
+        Ok(TokenRecord {
+            id: r.id,
+            public_id: r.public_id,
+            user_id: r.user_id,
+            organisation_id: r.organisation_id,
+            name: r.name,
+            scopes: decode_list(r.scopes)?,
+            workspace_ids: decode_list(r.workspace_ids)?,
+            environment_ids: decode_list(r.environment_ids)?,
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            revoked_at: r.revoked_at,
+        })
+    }
+}
+
+/// A token with the keyed hash of its secret: `SELECT {TOKEN_COLUMNS}, t.secret_hash`.
+#[derive(FromRow)]
+pub(super) struct CredentialRow {
+    #[sqlx(flatten)]
+    token: TokenRow,
+    secret_hash: Vec<u8>,
+}
+
+#[async_trait]
+impl TokenStore for Store {
+    async fn insert_token(
+        &self,
+        token: &NewToken,
+        events: &[NewAuditEvent],
+        max_active: u32,
+        now: DateTime<Utc>,
+    ) -> Result<(), InsertTokenError> {
+        let t = &token.record;
+        let mut tx = self.begin().await?;
+        if let Some(issuer) = token.issuer_token_id {
+            // Postgres: FOR SHARE on the issuer conflicts with revocation's FOR UPDATE, so one
+            // waits for the other (SQLite: the write lock orders them).
+            let (live,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM token_workspaces tw
+                 WHERE tw.token_id = (SELECT id FROM tokens WHERE id = $1 AND revoked_at IS NULL {FOR_SHARE})
+                   AND tw.revoked_at IS NULL AND tw.workspace_id {}",
+                in_uuid_list("$2")
+            )))
+            .bind(issuer)
+            .bind(list_param(&t.workspace_ids)?)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            rules::issuer_kept_access(live, t.workspace_ids.len())?;
+        }
+        // Postgres: the owner's row lock serialises issuance per user, so the counts below still
+        // hold at the insert (SQLite: the write lock, held since BEGIN, does).
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT 1 FROM users WHERE id = $1 {FOR_UPDATE}"
+        )))
+        .bind(t.user_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let (same_name, active): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE name = $2), count(*) FROM tokens
+             WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > $3",
+        )
+        .bind(t.user_id)
+        .bind(&t.name)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        rules::owner_may_hold_another(same_name, active, max_active)?;
+        insert_token_rows(&mut tx, token).await?;
+        insert_events(&mut tx, events).await?;
+        let workspaces: Vec<Option<Uuid>> = events.iter().map(|e| e.workspace_id).collect();
+        self.commit(tx, &workspaces).await?;
+        Ok(())
+    }
+
+    async fn find_credential(
+        &self,
+        public_id: &str,
+    ) -> Result<Option<StoredCredential>, StoreError> {
+        let row = find_credential_row(self, public_id).await?;
+        row.map(|r| {
+            Ok(StoredCredential {
+                token: r.token.try_into()?,
+                secret_hash: r.secret_hash,
+            })
+        })
+        .transpose()
+    }
+
+    async fn revoke_grant(
+        &self,
+        revoke: &RevokeGrant,
+    ) -> Result<Option<RevokeOutcome>, StoreError> {
+        let mut tx = self.begin().await?;
+        // Lock the token first: two revocations of its last grants must not both see one left
+        // (SQLite: the write lock already orders them).
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT 1 FROM tokens WHERE id = $1 {FOR_UPDATE}"
+        )))
+        .bind(revoke.token_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let updated = sqlx::query(
+            "UPDATE token_workspaces SET revoked_at = $3, revoked_reason = $4
+             WHERE token_id = $1 AND workspace_id = $2 AND revoked_at IS NULL",
+        )
+        .bind(revoke.token_id)
+        .bind(revoke.workspace_id)
+        .bind(revoke.revoked_at)
+        .bind(&revoke.reason)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        if updated == 0 {
+            return Ok(None);
+        }
+        let (left,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM token_workspaces WHERE token_id = $1 AND revoked_at IS NULL",
+        )
+        .bind(revoke.token_id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let token_revoked = left == 0;
+        if token_revoked {
+            sqlx::query("UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
+                .bind(revoke.token_id)
+                .bind(revoke.revoked_at)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+        }
+        let event = with_data(&revoke.event, "tokenRevoked", Value::Bool(token_revoked));
+        insert_event(&mut tx, &event).await?;
+        self.commit(tx, &[event.workspace_id]).await?;
+        Ok(Some(RevokeOutcome { token_revoked }))
+    }
+
+    async fn list_tokens(&self, filter: &TokenFilter) -> Result<Vec<TokenRecord>, StoreError> {
+        let rows: Vec<TokenRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {TOKEN_COLUMNS} FROM tokens t
+             WHERE ($1 IS NULL OR t.user_id = $1)
+               AND ($2 IS NULL OR EXISTS (SELECT 1 FROM token_workspaces tw
+                    WHERE tw.token_id = t.id AND tw.workspace_id = $2 AND tw.revoked_at IS NULL))
+             ORDER BY t.created_at, t.name"
+        )))
+        .bind(filter.user_id)
+        .bind(filter.workspace_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+}

@@ -1,0 +1,80 @@
+//! The audit log: writing one event (announced after commit by `SqliteStore::commit`) and the
+//! activity page; the rest is shared (`storage/sql/audit.rs`).
+
+use sqlx::SqliteConnection;
+use uuid::Uuid;
+
+use self::shared::{EVENT_COLUMNS, EventRow};
+use super::{SqliteStore, map_err};
+use crate::domain::NewAuditEvent;
+use crate::storage::StoreError;
+
+// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
+#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
+#[path = "../sql/audit.rs"]
+mod shared;
+
+pub(super) use self::shared::insert_events;
+
+/// Writes one audit event, giving a workspace event the next sequence of its workspace (the
+/// transaction holds the write lock, so sequences are gapless and unique).
+pub(super) async fn insert_event(
+    conn: &mut SqliteConnection,
+    event: &NewAuditEvent,
+) -> Result<(), StoreError> {
+    // Organisation-level events have no sequence.
+    let seq: Option<i64> = match event.workspace_id {
+        Some(workspace_id) => {
+            let row: Option<(i64,)> = sqlx::query_as(
+                "UPDATE workspaces SET audit_seq = audit_seq + 1 WHERE id = $1 RETURNING audit_seq",
+            )
+            .bind(workspace_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map_err)?;
+            row.map(|(seq,)| seq)
+        }
+        None => None,
+    };
+    sqlx::query(
+        "INSERT INTO audit_events (id, organisation_id, workspace_id, seq, event_type, actor_kind,
+             actor_id, target_kind, target_id, correlation_id, occurred_at, data)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    )
+    .bind(Uuid::new_v4())
+    .bind(event.organisation_id)
+    .bind(event.workspace_id)
+    .bind(seq)
+    .bind(event.event_type)
+    .bind(event.actor.kind.as_str())
+    .bind(event.actor.id)
+    .bind(event.target_kind)
+    .bind(event.target_id)
+    .bind(&event.correlation_id)
+    .bind(event.occurred_at)
+    .bind(event.data.to_string())
+    .execute(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// A page of a workspace's activity, newest first.
+async fn list_events_page(
+    store: &SqliteStore,
+    workspace_id: Uuid,
+    before: Option<i64>,
+    limit: u32,
+) -> Result<Vec<EventRow>, StoreError> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {EVENT_COLUMNS} FROM audit_events
+         WHERE workspace_id = $1 AND ($2 IS NULL OR seq < $2)
+         ORDER BY seq DESC LIMIT $3"
+    )))
+    .bind(workspace_id)
+    .bind(before)
+    .bind(i64::from(limit))
+    .fetch_all(&store.pool)
+    .await
+    .map_err(map_err)
+}

@@ -1,0 +1,208 @@
+//! The SQLite adapter of the storage ports, for a single replica with an embedded store: one
+//! module per port, as in `postgres/`.
+//!
+//! Write transactions begin IMMEDIATE, taking the database's write lock at their start: writers
+//! are serialised, so every check-then-write is atomic without row locks. Uuids are stored as
+//! BLOBs, times as RFC 3339 TEXT in UTC (text order is time order), arrays as JSON TEXT.
+//!
+//! Most statements are shared with Postgres (`storage/sql/`); each port file here holds only what
+//! SQLite does its own way. This module opens, migrates, begins and commits (announcing, after
+//! commit, the workspaces that gained audit events to the hook set by
+//! [`SqliteStore::on_audit_event`]), maps errors and provides the primitives the shared code
+//! needs; `audit` writes events.
+
+mod audit;
+mod directory;
+mod marketplace;
+mod policies;
+mod runners;
+mod settings;
+mod tokens;
+mod workflows;
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{Sqlite, SqliteConnection, Transaction};
+use uuid::Uuid;
+
+use super::StoreError;
+
+use self::audit::insert_event;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// How long a statement waits for another writer's lock, and a request for a connection.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+type Announcer = Box<dyn Fn(Uuid) + Send + Sync>;
+
+#[derive(Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    /// Called after commit with each workspace that gained audit events; SQLite has no NOTIFY.
+    announce: Arc<OnceLock<Announcer>>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating when missing) the database file and its parent directory.
+    pub async fn open(path: &Path, max_connections: u32) -> Result<Self, StoreError> {
+        if let Some(parent) = path.parent()
+            && !parent.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                StoreError::Internal(format!("cannot create {}: {e}", parent.display()))
+            })?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(BUSY_TIMEOUT);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(BUSY_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(map_err)?;
+        Ok(Self {
+            pool,
+            announce: Arc::new(OnceLock::new()),
+        })
+    }
+
+    /// Applies pending migrations.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(inner) => map_err(inner),
+            other => StoreError::Internal(other.to_string()),
+        })
+    }
+
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Sets the function told, after each commit, of every workspace that gained audit events
+    /// (it stands in for Postgres's NOTIFY). Only the first call takes effect.
+    pub fn on_audit_event(&self, f: impl Fn(Uuid) + Send + Sync + 'static) {
+        let _ = self.announce.set(Box::new(f));
+    }
+
+    /// Begins a write transaction holding the write lock from the start, so what it reads
+    /// cannot change before it writes.
+    async fn begin(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        self.pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_err)
+    }
+
+    /// Commits, then announces the workspaces whose events it wrote (never before: a rolled-back
+    /// event must not be announced).
+    async fn commit(
+        &self,
+        tx: Transaction<'static, Sqlite>,
+        workspaces: &[Option<Uuid>],
+    ) -> Result<(), StoreError> {
+        tx.commit().await.map_err(map_err)?;
+        if let Some(announce) = self.announce.get() {
+            let mut seen: Vec<Uuid> = Vec::with_capacity(workspaces.len());
+            for id in workspaces.iter().flatten() {
+                if !seen.contains(id) {
+                    seen.push(*id);
+                    announce(*id);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn map_err(e: sqlx::Error) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            // SQLite names no constraint; its message names the columns instead.
+            let rule = db
+                .constraint()
+                .or_else(|| db.message().strip_prefix("UNIQUE constraint failed: "))
+                .unwrap_or("unique");
+            StoreError::Conflict(rule.to_owned())
+        }
+        sqlx::Error::Database(db) => {
+            // Primary result codes: 5 BUSY, 6 LOCKED, 10 IOERR, 13 FULL, 14 CANTOPEN.
+            let primary = db
+                .code()
+                .and_then(|code| code.parse::<i32>().ok())
+                .map(|code| code & 0xff);
+            if matches!(primary, Some(5 | 6 | 10 | 13 | 14)) {
+                StoreError::Unavailable(e.to_string())
+            } else {
+                StoreError::Internal(e.to_string())
+            }
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e.to_string()),
+        _ => StoreError::Internal(e.to_string()),
+    }
+}
+
+fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value)
+        .map_err(|e| StoreError::Internal(format!("cannot encode a list as JSON: {e}")))
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(raw: &str) -> Result<T, StoreError> {
+    serde_json::from_str(raw)
+        .map_err(|e| StoreError::Internal(format!("stored list is not valid JSON: {e}")))
+}
+
+// What the implementations shared with Postgres (`storage/sql/`) need of this backend.
+
+type Store = SqliteStore;
+type Connection = SqliteConnection;
+type Row = sqlx::sqlite::SqliteRow;
+/// List columns are JSON text.
+type StringList = String;
+type UuidList = String;
+
+/// No row locks: a write transaction holds the database's write lock from its BEGIN IMMEDIATE,
+/// which orders every check-then-write.
+const FOR_UPDATE: &str = "";
+const FOR_SHARE: &str = "";
+
+/// A list bound as JSON text.
+fn list_param<T: serde::Serialize>(list: &[T]) -> Result<String, StoreError> {
+    to_json(list)
+}
+
+fn decode_list<T: serde::de::DeserializeOwned>(raw: String) -> Result<Vec<T>, StoreError> {
+    from_json(&raw)
+}
+
+/// A value bound as JSON text.
+fn json_param<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, StoreError> {
+    to_json(value)
+}
+
+/// The predicate `<column> <this>`: the column is one of the uuids in the JSON array bound as
+/// `param` (see [`list_param`]).
+fn in_uuid_list(param: &str) -> String {
+    format!("IN (SELECT unhex(replace(value, '-', '')) FROM json_each({param}))")
+}
