@@ -14,7 +14,7 @@ use crate::domain::{
 };
 use crate::storage::{
     DeletePool, DeletePoolOutcome, DeliveryTransition, Runner, RunnerCommand, RunnerKey,
-    RunnerPool, SubmitOutcome, WebhookDelivery,
+    RunnerPool, SubmitOutcome, WebhookDelivery, keys,
 };
 
 /// Text of 1..=max characters without NUL.
@@ -548,12 +548,7 @@ impl Services {
         let nonces = self.nonces().ok_or(ServiceError::Unavailable)?;
         let fresh = nonces
             .remember(
-                &format!(
-                    "{}nonce:{{{}}}:{}",
-                    self.key_prefix(),
-                    sig.runner_id,
-                    sig.nonce.as_str()
-                ),
+                &keys::runner_nonce(self.key_prefix(), sig.runner_id, sig.nonce.as_str()),
                 NONCE_TTL,
             )
             .await

@@ -5,6 +5,7 @@
 
 pub mod fast;
 mod feed;
+pub mod keys;
 mod memory;
 mod operations;
 mod pg_lane;
