@@ -3,11 +3,14 @@
 //! The service layer states the rules; an adapter only makes each call atomic. Every mutation
 //! takes the audit events that record it and writes them in the same transaction.
 
+mod changes;
 pub mod fast;
 mod feed;
 pub mod keys;
 mod memory;
+mod open;
 mod operations;
+mod pg_changes;
 mod pg_lane;
 mod pg_operations;
 pub mod postgres;
@@ -24,11 +27,13 @@ use uuid::Uuid;
 use crate::domain::{AuditEvent, NewAuditEvent};
 
 pub use self::redis::RedisFastState;
+pub use changes::{Change, ChangeFeed, ChangeStream, Topic};
 pub use fast::{
     Claim, FastStateError, IdempotencyStore, NonceStore, Rate, RateDecision, RateLimiter,
 };
 pub use feed::AuditFeed;
 pub use memory::MemoryFastState;
+pub use open::{OpenError, OpenSettings, RecordsLocation, open};
 pub use operations::*;
 pub use postgres::{AUDIT_CHANNEL, POLICY_CHANNEL, PostgresStore};
 pub use sqlite::SqliteStore;
@@ -311,21 +316,19 @@ pub trait PolicyStore: Send + Sync {
     async fn list_disagreements(&self, limit: u32) -> Result<Vec<DisagreementRecord>, StoreError>;
 }
 
-/// Everything the service layer needs of the records store.
+/// Everything the service layer and start-up need of the records store.
 pub trait RecordStore:
-    DirectoryStore + TokenStore + AuditStore + SettingsStore + PolicyStore + OperationsStore
+    DirectoryStore
+    + TokenStore
+    + AuditStore
+    + SettingsStore
+    + PolicyStore
+    + OperationsStore
+    + ChangeFeed
 {
-    /// The Postgres pool behind the store, for LISTEN; `None` for stores without one.
-    fn postgres_pool(&self) -> Option<sqlx::PgPool> {
-        None
-    }
 }
 
-impl RecordStore for PostgresStore {
-    fn postgres_pool(&self) -> Option<sqlx::PgPool> {
-        Some(self.pool().clone())
-    }
-}
+impl RecordStore for PostgresStore {}
 
 impl RecordStore for SqliteStore {}
 

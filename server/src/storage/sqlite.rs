@@ -5,7 +5,6 @@
 //! BLOBs, times as RFC 3339 TEXT in UTC (text order is time order), arrays as JSON TEXT.
 
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,8 +14,10 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{FromRow, Sqlite, SqliteConnection, Transaction};
+use tokio::sync::broadcast;
 use uuid::Uuid;
 
+use super::changes::{Change, ChangeFeed, ChangeStream, Topic};
 use super::operations::*;
 use super::rows::*;
 use super::{
@@ -45,13 +46,15 @@ macro_rules! uuids_in {
     };
 }
 
-type Announcer = Box<dyn Fn(Uuid) + Send + Sync>;
+/// Announcements buffered for a change stream that does not read before it is told to resync.
+const ANNOUNCED_CAPACITY: usize = 1024;
 
 #[derive(Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
-    /// Called after commit with each workspace that gained audit events; SQLite has no NOTIFY.
-    announce: Arc<OnceLock<Announcer>>,
+    /// Told after commit of each workspace that gained audit events; SQLite has no NOTIFY, so
+    /// only this process's writes are announced.
+    announced: broadcast::Sender<Change>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -87,7 +90,7 @@ impl SqliteStore {
             .map_err(map_err)?;
         Ok(Self {
             pool,
-            announce: Arc::new(OnceLock::new()),
+            announced: broadcast::channel(ANNOUNCED_CAPACITY).0,
         })
     }
 
@@ -101,12 +104,6 @@ impl SqliteStore {
 
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
-    }
-
-    /// Sets the function told, after each commit, of every workspace that gained audit events
-    /// (it stands in for Postgres's NOTIFY). Only the first call takes effect.
-    pub fn on_audit_event(&self, f: impl Fn(Uuid) + Send + Sync + 'static) {
-        let _ = self.announce.set(Box::new(f));
     }
 
     /// Begins a write transaction holding the write lock from the start, so what it reads
@@ -126,16 +123,43 @@ impl SqliteStore {
         workspaces: &[Option<Uuid>],
     ) -> Result<(), StoreError> {
         tx.commit().await.map_err(map_err)?;
-        if let Some(announce) = self.announce.get() {
+        if self.announced.receiver_count() > 0 {
             let mut seen: Vec<Uuid> = Vec::with_capacity(workspaces.len());
             for id in workspaces.iter().flatten() {
                 if !seen.contains(id) {
                     seen.push(*id);
-                    announce(*id);
+                    // No stream left listening is fine.
+                    let _ = self.announced.send(Change::AuditAppended {
+                        workspace_id: *id,
+                        sequence: None,
+                    });
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// In process: this process's audit events, at commit. Other processes' (`cpctl`) and every
+/// policy change are not announced; consumers poll for them.
+#[async_trait]
+impl ChangeFeed for SqliteStore {
+    async fn changes(&self, topic: Topic) -> ChangeStream {
+        if topic != Topic::AuditEvents {
+            return ChangeStream::silent();
+        }
+        let announced = self.announced.subscribe();
+        ChangeStream::new(
+            futures_util::stream::unfold(announced, |mut announced| async move {
+                let change = match announced.recv().await {
+                    Ok(change) => change,
+                    Err(broadcast::error::RecvError::Lagged(_)) => Change::Resync,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                };
+                Some((change, announced))
+            }),
+            false,
+        )
     }
 }
 
