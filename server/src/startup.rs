@@ -13,8 +13,8 @@ use crate::policy::{
     Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
 };
 use crate::service::{
-    AllowAllAuthorizer, Authorizer, KeySource, ServiceSettings, Services, load_record_cipher,
-    load_token_hasher,
+    AllowAllAuthorizer, Authorizer, KeySource, NonceDeps, ServiceDeps, ServiceSettings, Services,
+    load_record_cipher, load_token_hasher,
 };
 use crate::storage::{
     DisagreementRecord, FastState, MemoryFastState, OpenSettings, RedisFastState,
@@ -112,12 +112,13 @@ pub async fn open_store(config: &ServerConfig) -> anyhow::Result<SharedRecordSto
 /// state (signed runner reports need it): what `cpctl` needs.
 pub async fn open_services(config: &ServerConfig) -> anyhow::Result<Arc<Services>> {
     let store = open_store(config).await?;
-    build_services(config, store).await
+    build_services(config, store, None).await
 }
 
 async fn build_services(
     config: &ServerConfig,
     store: SharedRecordStore,
+    nonces: Option<NonceDeps>,
 ) -> anyhow::Result<Arc<Services>> {
     let (hasher, source) = load_token_hasher(store.as_ref(), config.token_hash_key.as_deref())
         .await
@@ -177,13 +178,14 @@ async fn build_services(
     } else {
         runtime.clone()
     };
-    let services = Arc::new(Services::new(
+    let services = Arc::new(Services::new(ServiceDeps {
         store,
-        hasher,
         authorizer,
-        Some(runtime),
+        hasher,
+        policies: Some(runtime),
+        nonces,
         settings,
-    ));
+    }));
     services
         .reload_policies()
         .await
@@ -256,7 +258,11 @@ impl Application {
                 FastState::memory(Arc::new(MemoryFastState::default()))
             }
         };
-        let services = build_services(config, store).await?;
+        let nonces = NonceDeps {
+            store: fast.nonces.clone(),
+            key_prefix: config.redis_prefix.clone(),
+        };
+        let services = build_services(config, store, Some(nonces)).await?;
         first_start(config, &services).await?;
         let (cipher, source) = load_record_cipher(
             services.store().as_ref(),
@@ -280,7 +286,6 @@ impl Application {
             key_prefix: config.redis_prefix.clone(),
             heartbeat: Duration::from_millis(config.sse_heartbeat_ms.max(10)),
         };
-        services.set_nonce_store(fast.nonces.clone(), config.redis_prefix.clone());
         watch_policies(services.clone());
         services.audit_feed().follow();
         let endpoint = build_app(services.clone(), &http, fast, cipher)?.boxed();
