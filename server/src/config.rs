@@ -137,12 +137,8 @@ pub struct ServerConfig {
     pub db_max_connections: u32,
 }
 
-/// Which records store a configuration names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecordsLocation {
-    Postgres(String),
-    Sqlite(std::path::PathBuf),
-}
+/// Which records store a configuration names (storage opens it).
+pub use crate::storage::RecordsLocation;
 
 impl ServerConfig {
     pub fn records(&self) -> RecordsLocation {

@@ -13,13 +13,12 @@ use crate::policy::{
     Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
 };
 use crate::service::{
-    AllowAllAuthorizer, Authorizer, KeySource, ServiceSettings, Services, load_record_cipher,
-    load_token_hasher,
+    AllowAllAuthorizer, Authorizer, KeySource, NonceDeps, ServiceDeps, ServiceSettings, Services,
+    load_record_cipher, load_token_hasher,
 };
-use crate::storage::postgres::PostgresSettings;
 use crate::storage::{
-    DisagreementRecord, FastState, MemoryFastState, POLICY_CHANNEL, PostgresStore, RedisFastState,
-    SharedRecordStore, SqliteStore,
+    DisagreementRecord, FastState, MemoryFastState, OpenSettings, RedisFastState,
+    SharedRecordStore, Topic,
 };
 
 pub struct Application {
@@ -101,78 +100,25 @@ async fn first_start(config: &ServerConfig, services: &Services) -> anyhow::Resu
     Ok(())
 }
 
-/// An open records store, and what the server must do for its kind.
-pub struct OpenedStore {
-    pub store: SharedRecordStore,
-    /// The SQLite adapter, when that is the store: it announces audit events in process.
-    sqlite: Option<Arc<SqliteStore>>,
-}
-
 /// Opens the records store the configuration names and applies its migrations.
-pub async fn open_store(config: &ServerConfig) -> anyhow::Result<OpenedStore> {
-    match config.records() {
-        RecordsLocation::Postgres(url) => {
-            let settings = PostgresSettings {
-                max_connections: config.db_max_connections,
-                ..PostgresSettings::default()
-            };
-            if PostgresStore::ensure_database(&url)
-                .await
-                .context("could not reach Postgres (is it running and DATABASE_URL right?)")?
-            {
-                tracing::info!("created the records database");
-            }
-            let store = PostgresStore::connect_lazy(&url, &settings)?;
-            store
-                .migrate()
-                .await
-                .context("could not apply migrations to the records store (is Postgres running and DATABASE_URL right?)")?;
-            Ok(OpenedStore {
-                store: Arc::new(store),
-                sqlite: None,
-            })
-        }
-        RecordsLocation::Sqlite(path) => {
-            let store = SqliteStore::open(&path, config.db_max_connections)
-                .await
-                .with_context(|| {
-                    format!("could not open the SQLite records store {}", path.display())
-                })?;
-            store
-                .migrate()
-                .await
-                .with_context(|| format!("could not apply migrations to {}", path.display()))?;
-            let store = Arc::new(store);
-            Ok(OpenedStore {
-                store: store.clone(),
-                sqlite: Some(store),
-            })
-        }
-    }
+pub async fn open_store(config: &ServerConfig) -> anyhow::Result<SharedRecordStore> {
+    let settings = OpenSettings {
+        max_connections: config.db_max_connections,
+    };
+    Ok(crate::storage::open(&config.records(), &settings).await?)
 }
 
-/// Opens the records store, applies migrations and builds the service layer: shared by the
-/// server and `cpctl`.
+/// Opens the records store, applies migrations and builds the service layer without fast
+/// state (signed runner reports need it): what `cpctl` needs.
 pub async fn open_services(config: &ServerConfig) -> anyhow::Result<Arc<Services>> {
-    let opened = open_store(config).await?;
-    let services = build_services(config, opened.store.clone()).await?;
-    if let Some(sqlite) = &opened.sqlite {
-        // No NOTIFY in SQLite: this process's own writes reach its stream subscribers at once;
-        // other processes' (cpctl) within the feed's poll.
-        let feed = services.audit_feed().clone();
-        sqlite.on_audit_event(move |workspace| {
-            let feed = feed.clone();
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(async move { feed.refresh(workspace).await });
-            }
-        });
-    }
-    Ok(services)
+    let store = open_store(config).await?;
+    build_services(config, store, None).await
 }
 
 async fn build_services(
     config: &ServerConfig,
     store: SharedRecordStore,
+    nonces: Option<NonceDeps>,
 ) -> anyhow::Result<Arc<Services>> {
     let (hasher, source) = load_token_hasher(store.as_ref(), config.token_hash_key.as_deref())
         .await
@@ -232,13 +178,14 @@ async fn build_services(
     } else {
         runtime.clone()
     };
-    let services = Arc::new(Services::new(
+    let services = Arc::new(Services::new(ServiceDeps {
         store,
-        hasher,
         authorizer,
-        Some(runtime),
+        hasher,
+        policies: Some(runtime),
+        nonces,
         settings,
-    ));
+    }));
     services
         .reload_policies()
         .await
@@ -246,42 +193,22 @@ async fn build_services(
     Ok(services)
 }
 
-/// Keeps this process's policies in step with the store: reloads on every notification, and
-/// polls regardless (a notification can be missed while the listener reconnects; SQLite has
-/// none, so it is polled four times a second to stay within a second of `cpctl`).
-fn watch_policies(services: Arc<Services>, pool: Option<sqlx::PgPool>) {
+/// Keeps this process's policies in step with the store: reloads on every announcement, and
+/// polls regardless (an announcement can be lost while the listener reconnects). A store that
+/// does not announce other processes' changes (SQLite, or Postgres when LISTEN failed) is polled
+/// four times a second to stay within a second of `cpctl`.
+fn watch_policies(services: Arc<Services>) {
     tokio::spawn(async move {
-        let mut listener = match pool {
-            Some(pool) => match sqlx::postgres::PgListener::connect_with(&pool).await {
-                Ok(mut l) => match l.listen(POLICY_CHANNEL).await {
-                    Ok(()) => Some(l),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot listen for policy changes; polling only");
-                        None
-                    }
-                },
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot listen for policy changes; polling only");
-                    None
-                }
-            },
-            None => None,
-        };
-        let poll = if listener.is_some() {
+        let mut changes = services.store().changes(Topic::Policies).await;
+        let poll = if changes.announces_every_process() {
             Duration::from_secs(1)
         } else {
             Duration::from_millis(250)
         };
         let mut generation = None;
         loop {
-            let notified = async {
-                match listener.as_mut() {
-                    Some(l) => l.recv().await.is_ok(),
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
-                _ = notified => {}
+                _ = changes.next() => {}
                 () = tokio::time::sleep(poll) => {}
             }
             match services.store().policy_state().await {
@@ -319,7 +246,23 @@ impl Application {
             }
             RecordsLocation::Postgres(_) => None,
         };
-        let services = open_services(config).await?;
+        let store = open_store(config).await?;
+        let fast = match config.redis_url.as_deref() {
+            Some(url) => {
+                FastState::redis(Arc::new(RedisFastState::new(url, Duration::from_secs(1))?))
+            }
+            None => {
+                tracing::info!(
+                    "no REDIS_URL: idempotency records and rate limits live in this process (one replica only)"
+                );
+                FastState::memory(Arc::new(MemoryFastState::default()))
+            }
+        };
+        let nonces = NonceDeps {
+            store: fast.nonces.clone(),
+            key_prefix: config.redis_prefix.clone(),
+        };
+        let services = build_services(config, store, Some(nonces)).await?;
         first_start(config, &services).await?;
         let (cipher, source) = load_record_cipher(
             services.store().as_ref(),
@@ -333,17 +276,6 @@ impl Application {
                  set CP_IDEMPOTENCY_KEYS in production"
             );
         }
-        let fast = match config.redis_url.as_deref() {
-            Some(url) => {
-                FastState::redis(Arc::new(RedisFastState::new(url, Duration::from_secs(1))?))
-            }
-            None => {
-                tracing::info!(
-                    "no REDIS_URL: idempotency records and rate limits live in this process (one replica only)"
-                );
-                FastState::memory(Arc::new(MemoryFastState::default()))
-            }
-        };
         let http = HttpSettings {
             body_limit: config.body_limit,
             rates: RateSettings {
@@ -354,10 +286,8 @@ impl Application {
             key_prefix: config.redis_prefix.clone(),
             heartbeat: Duration::from_millis(config.sse_heartbeat_ms.max(10)),
         };
-        services.set_nonce_store(fast.nonces.clone(), config.redis_prefix.clone());
-        let pool = services.store().postgres_pool();
-        watch_policies(services.clone(), pool.clone());
-        services.audit_feed().follow(pool);
+        watch_policies(services.clone());
+        services.audit_feed().follow();
         let endpoint = build_app(services.clone(), &http, fast, cipher)?.boxed();
         let acceptor = TcpListener::bind(config.listen.clone())
             .into_acceptor()

@@ -65,10 +65,12 @@ impl IdempotentRequest<'_> {
     }
 
     fn record_key(&self, prefix: &str, key: &IdempotencyKey) -> String {
-        // The braces are a Redis Cluster hash tag: one principal's records share a slot.
-        format!(
-            "{prefix}idem:{{{}}}:{}:{}:{}",
-            self.principal, self.method, self.operation, key
+        crate::storage::keys::idempotency_record(
+            prefix,
+            &self.principal,
+            self.method,
+            self.operation,
+            key.as_str(),
         )
     }
 }

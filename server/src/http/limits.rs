@@ -74,7 +74,7 @@ impl RateGuard {
         } else {
             "all"
         };
-        format!("{}rl:{{{subject}}}:{bucket}", self.prefix)
+        crate::storage::keys::rate_limit(&self.prefix, subject, bucket)
     }
 }
 

@@ -15,11 +15,12 @@ mod runners;
 mod tokens;
 mod workflows;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
 use crate::domain::TokenHasher;
+use crate::policy::PolicyRuntime;
 use crate::storage::{AuditFeed, NonceStore, SharedRecordStore};
 
 pub use activity::{ActivityPage, PageRequest};
@@ -53,57 +54,72 @@ impl Default for ServiceSettings {
     }
 }
 
-/// Fast state the service layer uses itself: runner nonces (and the key prefix that isolates
-/// one deployment's, or one test's, keys).
-struct FastPorts {
-    nonces: Arc<dyn NonceStore>,
-    prefix: String,
+/// Where runner nonces are remembered: the store, and the key prefix that isolates one
+/// deployment's (or one test's) keys.
+pub struct NonceDeps {
+    pub store: Arc<dyn NonceStore>,
+    pub key_prefix: String,
+}
+
+/// What the service layer is built from, all at once: nothing is attached later. Each field
+/// names the operation groups (files of this module) that use it.
+pub struct ServiceDeps {
+    /// Every group.
+    pub store: SharedRecordStore,
+    /// Every group's authorization check (`authorize`, in tokens): usually the policy runtime.
+    pub authorizer: Arc<dyn Authorizer>,
+    /// tokens: the keyed hash of token secrets (issuance and authentication).
+    pub hasher: TokenHasher,
+    /// policies (install, activate, reload) and reviews (moderation). `None`: policy
+    /// operations fail and every review is held.
+    pub policies: Option<Arc<PolicyRuntime>>,
+    /// runners: signed delivery reports spend nonces here. `None` (`cpctl`, which verifies no
+    /// signature): signed reports answer 503.
+    pub nonces: Option<NonceDeps>,
+    /// tokens (active token limit) and reviews (moderation blocklist).
+    pub settings: ServiceSettings,
 }
 
 /// The service layer's dependencies, built once at start-up and shared by every request.
+/// Fields are grouped by the operation groups that use them.
 pub struct Services {
+    // Every group.
     store: SharedRecordStore,
-    hasher: TokenHasher,
     authorizer: Arc<dyn Authorizer>,
-    /// The policy engine's runtime (moderation, lifecycle); the authorizer is usually it too.
-    policies: Option<Arc<crate::policy::PolicyRuntime>>,
-    compiled: CompiledCache,
+    // tokens.
+    hasher: TokenHasher,
+    // tokens and reviews.
     settings: ServiceSettings,
+    // policies and reviews.
+    policies: Option<Arc<PolicyRuntime>>,
+    // policies: each version compiled once per process.
+    compiled: CompiledCache,
+    // audit: the live fan-out of this process, read from `store`.
     feed: Arc<AuditFeed>,
-    fast: OnceLock<FastPorts>,
+    // runners.
+    nonces: Option<NonceDeps>,
 }
 
 impl Services {
-    pub fn new(
-        store: SharedRecordStore,
-        hasher: TokenHasher,
-        authorizer: Arc<dyn Authorizer>,
-        policies: Option<Arc<crate::policy::PolicyRuntime>>,
-        settings: ServiceSettings,
-    ) -> Self {
+    pub fn new(deps: ServiceDeps) -> Self {
+        let ServiceDeps {
+            store,
+            authorizer,
+            hasher,
+            policies,
+            nonces,
+            settings,
+        } = deps;
         Self {
             feed: AuditFeed::new(store.clone()),
             store,
-            hasher,
             authorizer,
+            hasher,
+            settings,
             policies,
             compiled: CompiledCache::default(),
-            settings,
-            fast: OnceLock::new(),
+            nonces,
         }
-    }
-
-    /// Connects the nonce store; without one, signed runner reports answer 503. Once only.
-    pub fn set_nonce_store(&self, nonces: Arc<dyn NonceStore>, prefix: String) {
-        let _ = self.fast.set(FastPorts { nonces, prefix });
-    }
-
-    fn nonces(&self) -> Option<&Arc<dyn NonceStore>> {
-        self.fast.get().map(|f| &f.nonces)
-    }
-
-    fn key_prefix(&self) -> &str {
-        self.fast.get().map_or("", |f| f.prefix.as_str())
     }
 
     /// The live audit fan-out of this process.

@@ -14,7 +14,7 @@ use crate::domain::{
 };
 use crate::storage::{
     DeletePool, DeletePoolOutcome, DeliveryTransition, Runner, RunnerCommand, RunnerKey,
-    RunnerPool, SubmitOutcome, WebhookDelivery,
+    RunnerPool, SubmitOutcome, WebhookDelivery, keys,
 };
 
 /// Text of 1..=max characters without NUL.
@@ -545,15 +545,11 @@ impl Services {
         // verify_strict refuses weak keys and malleable signatures.
         key.verify_strict(message.as_bytes(), &Signature::from_bytes(&sig.signature))
             .map_err(|_| rejected())?;
-        let nonces = self.nonces().ok_or(ServiceError::Unavailable)?;
+        let nonces = self.nonces.as_ref().ok_or(ServiceError::Unavailable)?;
         let fresh = nonces
+            .store
             .remember(
-                &format!(
-                    "{}nonce:{{{}}}:{}",
-                    self.key_prefix(),
-                    sig.runner_id,
-                    sig.nonce.as_str()
-                ),
+                &keys::runner_nonce(&nonces.key_prefix, sig.runner_id, sig.nonce.as_str()),
                 NONCE_TTL,
             )
             .await

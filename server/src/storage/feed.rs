@@ -1,6 +1,7 @@
-//! Live fan-out of audit events to stream subscribers in this process, fed by announcements from
-//! every replica (Postgres NOTIFY on [`super::AUDIT_CHANNEL`]) and a once-a-second poll that
-//! covers notifications lost while the listener reconnects.
+//! Live fan-out of audit events to stream subscribers in this process, fed by the records store's
+//! change feed (on Postgres, every replica's events; on SQLite, this process's) and a
+//! once-a-second poll that covers announcements lost while a listener reconnects and events the
+//! store does not announce.
 //!
 //! One topic per workspace with subscribers: the feed reads each new event once from the
 //! records store and broadcasts it; `tokio::sync::broadcast` never blocks the sender, so a slow
@@ -14,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use super::{AUDIT_CHANNEL, SharedRecordStore, StoreError};
+use super::{Change, SharedRecordStore, StoreError};
 use crate::domain::AuditEvent;
 
 /// Events buffered per topic before a subscriber that does not read is told it lagged.
@@ -130,59 +131,48 @@ impl AuditFeed {
         }
     }
 
-    /// Follows announcements from every replica through Postgres LISTEN (when given a pool),
-    /// and polls each second for what no announcement covered.
-    pub fn follow(self: &Arc<Self>, pool: Option<sqlx::PgPool>) {
+    /// Follows the store's announcements of new audit events, and polls each second for what
+    /// no announcement covered (lost while a listener reconnected, or written by a process the
+    /// store does not hear, such as `cpctl` on SQLite). Call once: on Postgres it holds a
+    /// connection for good.
+    pub fn follow(self: &Arc<Self>) {
         let feed = self.clone();
         tokio::spawn(async move {
-            let mut listener = match pool {
-                Some(pool) => match sqlx::postgres::PgListener::connect_with(&pool).await {
-                    Ok(mut l) => match l.listen(AUDIT_CHANNEL).await {
-                        Ok(()) => Some(l),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cannot listen for audit events; polling only");
-                            None
-                        }
-                    },
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot listen for audit events; polling only");
-                        None
-                    }
-                },
-                None => None,
-            };
+            let mut changes = feed.store.changes(super::Topic::AuditEvents).await;
             let mut poll = tokio::time::interval(Duration::from_secs(1));
             loop {
-                let notified = async {
-                    match listener.as_mut() {
-                        Some(l) => l.recv().await.ok(),
-                        None => std::future::pending().await,
-                    }
-                };
                 let woke = tokio::select! {
-                    notification = notified => Some(notification),
+                    change = changes.next() => Some(change),
                     _ = poll.tick() => None,
                 };
-                let Some(mut note) = woke else {
+                let Some(mut change) = woke else {
                     feed.refresh_all().await;
                     continue;
                 };
                 let mut touched = Vec::new();
+                let mut resync = false;
                 // Coalesce a burst: one read per workspace, not one per event.
-                while let Some(n) = note {
-                    if let Some(ws) = n
-                        .payload()
-                        .split(' ')
-                        .next()
-                        .and_then(|w| Uuid::parse_str(w).ok())
-                        && !touched.contains(&ws)
-                    {
-                        touched.push(ws);
+                loop {
+                    match change {
+                        Change::AuditAppended { workspace_id, .. } => {
+                            if !touched.contains(&workspace_id) {
+                                touched.push(workspace_id);
+                            }
+                        }
+                        Change::Resync => resync = true,
+                        Change::PolicyChanged => {}
                     }
-                    note = listener.as_mut().and_then(|l| l.next_buffered());
+                    match changes.next_ready() {
+                        Some(next) => change = next,
+                        None => break,
+                    }
                 }
-                for ws in touched {
-                    feed.refresh(ws).await;
+                if resync {
+                    feed.refresh_all().await;
+                } else {
+                    for ws in touched {
+                        feed.refresh(ws).await;
+                    }
                 }
             }
         });

@@ -23,12 +23,20 @@
 //! - `rows.rs`: rows that decode the same on both backends; `rules.rs`: what the counts a
 //!   transaction takes under its lock mean (name taken, the token cap, lost access, a busy pool),
 //!   decided once.
-//! - `fast.rs`, `redis.rs`, `memory.rs`: the fast-state ports and their adapters; `feed.rs`: the
-//!   audit feed.
+//! - `changes.rs`: the change-feed port (audit events appended, policies changed), implemented
+//!   by each adapter's `changes.rs` (Postgres LISTEN/NOTIFY, SQLite in process); `feed.rs`: the
+//!   audit fan-out to stream subscribers, fed by it.
+//! - `open.rs`: opens the records store a URL or path names, so nothing outside `storage/` knows
+//!   which database it talks to.
+//! - `fast.rs`, `redis.rs`, `memory.rs`: the fast-state ports and their adapters; `keys.rs`: every
+//!   fast-state key layout, built once.
 
+mod changes;
 pub mod fast;
 mod feed;
+pub mod keys;
 mod memory;
+mod open;
 mod ports;
 pub mod postgres;
 mod redis;
@@ -39,11 +47,13 @@ mod sqlite;
 use std::sync::Arc;
 
 pub use self::redis::RedisFastState;
+pub use changes::{Change, ChangeFeed, ChangeStream, Topic};
 pub use fast::{
     Claim, FastStateError, IdempotencyStore, NonceStore, Rate, RateDecision, RateLimiter,
 };
 pub use feed::AuditFeed;
 pub use memory::MemoryFastState;
+pub use open::{OpenError, OpenSettings, RecordsLocation, open};
 pub use ports::*;
 pub use postgres::{AUDIT_CHANNEL, POLICY_CHANNEL, PostgresStore};
 pub use sqlite::SqliteStore;
@@ -70,18 +80,11 @@ pub trait RecordStore:
     + RunnerStore
     + WorkflowStore
     + MarketplaceStore
+    + ChangeFeed
 {
-    /// The Postgres pool behind the store, for LISTEN; `None` for stores without one.
-    fn postgres_pool(&self) -> Option<sqlx::PgPool> {
-        None
-    }
 }
 
-impl RecordStore for PostgresStore {
-    fn postgres_pool(&self) -> Option<sqlx::PgPool> {
-        Some(self.pool().clone())
-    }
-}
+impl RecordStore for PostgresStore {}
 
 impl RecordStore for SqliteStore {}
 

@@ -7,6 +7,7 @@
 //! `lane` keeps the request path's read connections (credential lookup, activity pages).
 
 mod audit;
+mod changes;
 mod directory;
 mod lane;
 mod marketplace;

@@ -7,11 +7,11 @@
 //!
 //! Most statements are shared with Postgres (`storage/sql/`); each port file here holds only what
 //! SQLite does its own way. This module opens, migrates, begins and commits (announcing, after
-//! commit, the workspaces that gained audit events to the hook set by
-//! [`SqliteStore::on_audit_event`]), maps errors and provides the primitives the shared code
-//! needs; `audit` writes events.
+//! commit, the workspaces that gained audit events to the change streams of `changes`), maps
+//! errors and provides the primitives the shared code needs; `audit` writes events.
 
 mod audit;
+mod changes;
 mod directory;
 mod marketplace;
 mod policies;
@@ -21,16 +21,16 @@ mod tokens;
 mod workflows;
 
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{Sqlite, SqliteConnection, Transaction};
+use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use super::StoreError;
+use super::{Change, StoreError};
 
 use self::audit::insert_event;
 
@@ -39,13 +39,15 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite"
 /// How long a statement waits for another writer's lock, and a request for a connection.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-type Announcer = Box<dyn Fn(Uuid) + Send + Sync>;
+/// Announcements buffered for a change stream that does not read before it is told to resync.
+const ANNOUNCED_CAPACITY: usize = 1024;
 
 #[derive(Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
-    /// Called after commit with each workspace that gained audit events; SQLite has no NOTIFY.
-    announce: Arc<OnceLock<Announcer>>,
+    /// Told after commit of each workspace that gained audit events; SQLite has no NOTIFY, so
+    /// only this process's writes are announced.
+    announced: broadcast::Sender<Change>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -81,7 +83,7 @@ impl SqliteStore {
             .map_err(map_err)?;
         Ok(Self {
             pool,
-            announce: Arc::new(OnceLock::new()),
+            announced: broadcast::channel(ANNOUNCED_CAPACITY).0,
         })
     }
 
@@ -95,12 +97,6 @@ impl SqliteStore {
 
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
-    }
-
-    /// Sets the function told, after each commit, of every workspace that gained audit events
-    /// (it stands in for Postgres's NOTIFY). Only the first call takes effect.
-    pub fn on_audit_event(&self, f: impl Fn(Uuid) + Send + Sync + 'static) {
-        let _ = self.announce.set(Box::new(f));
     }
 
     /// Begins a write transaction holding the write lock from the start, so what it reads
@@ -120,12 +116,16 @@ impl SqliteStore {
         workspaces: &[Option<Uuid>],
     ) -> Result<(), StoreError> {
         tx.commit().await.map_err(map_err)?;
-        if let Some(announce) = self.announce.get() {
+        if self.announced.receiver_count() > 0 {
             let mut seen: Vec<Uuid> = Vec::with_capacity(workspaces.len());
             for id in workspaces.iter().flatten() {
                 if !seen.contains(id) {
                     seen.push(*id);
-                    announce(*id);
+                    // No stream left listening is fine.
+                    let _ = self.announced.send(Change::AuditAppended {
+                        workspace_id: *id,
+                        sequence: None,
+                    });
                 }
             }
         }

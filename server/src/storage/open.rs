@@ -1,0 +1,80 @@
+//! Opening the records store a configuration names: the one place that knows which adapters
+//! exist. Start-up and `cpctl` ask for a location and get the ports back, never a backend type.
+
+use std::path::PathBuf;
+
+use super::postgres::PostgresSettings;
+use super::{PostgresStore, SharedRecordStore, SqliteStore, StoreError};
+use std::sync::Arc;
+
+/// Which records store a configuration names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordsLocation {
+    /// A Postgres URL.
+    Postgres(String),
+    /// A SQLite file (the embedded default).
+    Sqlite(PathBuf),
+}
+
+/// How to open the store, whichever it is.
+#[derive(Debug, Clone)]
+pub struct OpenSettings {
+    /// Connections in all (on Postgres, including those held by LISTEN).
+    pub max_connections: u32,
+}
+
+/// Why the store could not be opened; each says what to check.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("could not reach Postgres (is it running and DATABASE_URL right?)")]
+    PostgresUnreachable(#[source] StoreError),
+    #[error(transparent)]
+    PostgresUrl(StoreError),
+    #[error(
+        "could not apply migrations to the records store (is Postgres running and DATABASE_URL right?)"
+    )]
+    PostgresMigrations(#[source] StoreError),
+    #[error("could not open the SQLite records store {}", .0.display())]
+    SqliteOpen(PathBuf, #[source] StoreError),
+    #[error("could not apply migrations to {}", .0.display())]
+    SqliteMigrations(PathBuf, #[source] StoreError),
+}
+
+/// Opens the records store at `location` and applies its pending migrations. Postgres: creates
+/// the database when it does not exist yet (a first run needs no `createdb`), then connects
+/// lazily; SQLite: creates the file and its folder when missing.
+pub async fn open(
+    location: &RecordsLocation,
+    settings: &OpenSettings,
+) -> Result<SharedRecordStore, OpenError> {
+    match location {
+        RecordsLocation::Postgres(url) => {
+            let pg = PostgresSettings {
+                max_connections: settings.max_connections,
+                ..PostgresSettings::default()
+            };
+            if PostgresStore::ensure_database(url)
+                .await
+                .map_err(OpenError::PostgresUnreachable)?
+            {
+                tracing::info!("created the records database");
+            }
+            let store = PostgresStore::connect_lazy(url, &pg).map_err(OpenError::PostgresUrl)?;
+            store
+                .migrate()
+                .await
+                .map_err(OpenError::PostgresMigrations)?;
+            Ok(Arc::new(store))
+        }
+        RecordsLocation::Sqlite(path) => {
+            let store = SqliteStore::open(path, settings.max_connections)
+                .await
+                .map_err(|e| OpenError::SqliteOpen(path.clone(), e))?;
+            store
+                .migrate()
+                .await
+                .map_err(|e| OpenError::SqliteMigrations(path.clone(), e))?;
+            Ok(Arc::new(store))
+        }
+    }
+}
