@@ -500,6 +500,41 @@ struct RunnerKey {
 }
 
 #[tokio::test]
+async fn a_report_under_an_idempotency_key_replays_to_the_same_runner() {
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture().await;
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+    let path = status_path(delivery);
+    let bytes = json!({"status": "received"}).to_string().into_bytes();
+    // Each attempt is signed afresh (a nonce is single use); the key makes it the same request.
+    let keyed = || async {
+        let signed = sign(&runner, &path, &bytes, now());
+        let mut headers = signed.pairs().to_vec();
+        headers.push(("idempotency-key", "report-key-0000000001"));
+        send(&app, &path, &bytes, &headers).await
+    };
+    let first = keyed().await;
+    assert_eq!(first.status(), 200);
+    assert!(first.headers().get("idempotency-replayed").is_none());
+    let first_body = first.text().await.unwrap();
+    let again = keyed().await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["idempotency-replayed"], "true");
+    assert_eq!(again.text().await.unwrap(), first_body);
+    let (n,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM audit_events WHERE event_type = 'webhook_delivery.status_reported'"
+    )
+    .unwrap();
+    assert_eq!(n, 1, "the replay did not run again");
+}
+
+#[tokio::test]
 async fn a_runner_is_limited_per_runner_from_any_address_and_its_refusal_is_counted() {
     use control_plane::config::RateOption;
     use control_plane::storage::Rate;
