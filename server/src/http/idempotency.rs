@@ -58,14 +58,15 @@ pub struct IdempotencyGuard {
 }
 
 /// Who asks and what: the record's place, and the fingerprint of the exact request.
-pub struct IdempotentRequest<'a> {
+struct IdempotentRequest<'a> {
     /// `tok:<token id>`, or `runner:<id>` for signed requests.
-    pub principal: String,
-    pub operation: &'a str,
-    pub method: &'a str,
-    pub path: &'a str,
+    principal: String,
+    operation: &'a str,
+    method: &'a str,
+    /// As sent, without the query.
+    path: &'a str,
     /// SHA-256 of the canonical body (empty for none).
-    pub body_digest: [u8; 32],
+    body_digest: [u8; 32],
 }
 
 impl IdempotentRequest<'_> {
