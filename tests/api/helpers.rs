@@ -377,6 +377,12 @@ impl TestApp {
         format!("{}{path}", self.address)
     }
 
+    /// The Prometheus text of `/metrics`.
+    pub async fn metrics(&self) -> String {
+        let response = self.client.get(self.url("/metrics")).send().await.unwrap();
+        response.text().await.unwrap()
+    }
+
     pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
         self.client.request(method, self.url(path))
     }

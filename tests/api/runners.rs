@@ -403,6 +403,44 @@ async fn deletion_and_submission_are_audited_without_argument_values() {
     assert_eq!(events_of(&app, "runner_pool.deleted").await, before);
 }
 
+#[tokio::test]
+async fn submission_and_deletion_replay_under_their_idempotency_keys() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let pool = create_pool(&app, tenant.workspace_id, "keyed").await;
+    let submit_keyed = || {
+        app.post_json(
+            &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+            &tenant.token,
+            &json!({"poolId": pool, "command": "echo"}),
+        )
+        .header("idempotency-key", "submit-key-0000000001")
+        .send()
+    };
+    let first = submit_keyed().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let first_body = first.text().await.unwrap();
+    let again = submit_keyed().await.unwrap();
+    assert_eq!(again.headers()["idempotency-replayed"], "true");
+    assert_eq!(again.text().await.unwrap(), first_body);
+    assert_eq!(events_of(&app, "runner_command.submitted").await, 1);
+
+    let idle = create_pool(&app, tenant.workspace_id, "idle").await;
+    let delete_keyed = || {
+        app.delete_json(
+            &format!("/v1/workspaces/{}/runner-pools/{idle}", tenant.workspace_id),
+            &tenant.token,
+            &json!({}),
+        )
+        .header("idempotency-key", "delete-key-0000000001")
+        .send()
+    };
+    assert_eq!(delete_keyed().await.unwrap().status(), 200);
+    let again = delete_keyed().await.unwrap();
+    assert_eq!(again.status(), 200, "a replay, not a second deletion");
+    assert_eq!(again.headers()["idempotency-replayed"], "true");
+}
+
 async fn create_pool(app: &TestApp, workspace: Uuid, name: &str) -> Uuid {
     app.services
         .create_pool(workspace, name, &CorrelationId::generate())

@@ -499,6 +499,85 @@ struct RunnerKey {
     private_key: [u8; 32],
 }
 
+#[tokio::test]
+async fn a_report_under_an_idempotency_key_replays_to_the_same_runner() {
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture().await;
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+    let path = status_path(delivery);
+    let bytes = json!({"status": "received"}).to_string().into_bytes();
+    // Each attempt is signed afresh (a nonce is single use); the key makes it the same request.
+    let keyed = || async {
+        let signed = sign(&runner, &path, &bytes, now());
+        let mut headers = signed.pairs().to_vec();
+        headers.push(("idempotency-key", "report-key-0000000001"));
+        send(&app, &path, &bytes, &headers).await
+    };
+    let first = keyed().await;
+    assert_eq!(first.status(), 200);
+    assert!(first.headers().get("idempotency-replayed").is_none());
+    let first_body = first.text().await.unwrap();
+    let again = keyed().await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["idempotency-replayed"], "true");
+    assert_eq!(again.text().await.unwrap(), first_body);
+    let (n,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM audit_events WHERE event_type = 'webhook_delivery.status_reported'"
+    )
+    .unwrap();
+    assert_eq!(n, 1, "the replay did not run again");
+}
+
+#[tokio::test]
+async fn a_runner_is_limited_per_runner_from_any_address_and_its_refusal_is_counted() {
+    use control_plane::config::RateOption;
+    use control_plane::storage::Rate;
+
+    let app =
+        spawn_app_with(|c| c.rate_limit = RateOption(Some(Rate::parse("2/m").unwrap()))).await;
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture_on(app).await;
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+    let path = status_path(delivery);
+    // Each report from its own loopback address: the address budgets never run out, so the
+    // third report meets the runner's own.
+    let mut statuses = Vec::new();
+    let mut last = None;
+    for (i, status) in ["received", "running", "succeeded"].into_iter().enumerate() {
+        let address = std::net::Ipv4Addr::new(127, 0, 0, 2 + i as u8);
+        let client = reqwest::Client::builder()
+            .local_address(std::net::IpAddr::V4(address))
+            .build()
+            .unwrap();
+        let bytes = json!({ "status": status }).to_string().into_bytes();
+        let signed = sign(&runner, &path, &bytes, now());
+        let response = send_to(&client, &app.url(&path), &bytes, &signed.pairs()).await;
+        statuses.push(response.status().as_u16());
+        last = Some(response);
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    let limited = last.unwrap();
+    assert_eq!(limited.headers()["x-ratelimit-limit"], "2");
+    assert_api_error(limited, 429, "rate_limited").await;
+    assert_eq!(delivery_status(&app, delivery).await, "running");
+
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.contains(r#"rate_limited_total{class="write"} 1"#),
+        "{metrics}"
+    );
+}
+
 /// A tenant with one pool and one registered runner in it.
 struct Fixture {
     app: TestApp,

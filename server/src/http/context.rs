@@ -10,10 +10,10 @@ use poem::{Endpoint, IntoResponse, Request, Response};
 use poem_openapi::OperationId;
 use tracing::Instrument;
 
-use super::auth::AuthOutcome;
+use super::auth::{AuthOutcome, token_subject};
 use super::error::ApiFailure;
 use super::idempotency::IdempotencyHeader;
-use super::limits::{RateClass, RateGuard};
+use super::limits::{RateClass, RateGuard, RouteDecision};
 use super::metrics::HttpMetrics;
 use crate::domain::{CorrelationId, FieldError, IdempotencyKey, ValidationErrors};
 use crate::service::{ServiceError, Services};
@@ -141,37 +141,13 @@ impl<E: Endpoint> RequestContext<E> {
             None => None,
         };
         let subject = match &outcome {
-            Some(AuthOutcome::Authenticated(p)) => format!("tok:{}", p.token_id),
+            Some(AuthOutcome::Authenticated(p)) => token_subject(p),
             _ => format!("ip:{}", client_address(req)),
         };
         if let Some(outcome) = outcome {
             req.set_data(outcome);
         }
-        let Some(rate) = self.rates.settings.rate(class) else {
-            return Ok(None);
-        };
-        match self
-            .rates
-            .limiter
-            .check(&self.rates.key(&subject, class), rate)
-            .await
-        {
-            Ok(decision) if decision.allowed => Ok(Some(decision)),
-            Ok(decision) => {
-                self.metrics.rate_limited(class.as_str());
-                Err(ApiFailure::rate_limited(decision).into())
-            }
-            Err(e) => {
-                let open = self.rates.settings.open_when_unavailable(class);
-                self.metrics.limiter_unavailable(class.as_str(), open);
-                tracing::warn!(error = %e, class = class.as_str(), serve = open, "rate limiter unavailable");
-                if open {
-                    Ok(None)
-                } else {
-                    Err(ApiFailure::from(ServiceError::Unavailable).into())
-                }
-            }
-        }
+        Ok(self.rates.check(&subject, class).await?)
     }
 }
 
@@ -201,6 +177,7 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
         req.set_data(BodyLimit(self.body_limit));
 
         let mut decision = None;
+        let route_decision = RouteDecision::default();
         let outcome = async {
             if let Some(reason) = refused {
                 return Err(field_failure(CORRELATION_HEADER, reason));
@@ -214,6 +191,7 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
             let key = idempotency_key(&req)?;
             req.set_data(key);
             decision = self.admit(&mut req).await?;
+            req.set_data(route_decision.clone());
             self.inner.call(req).await.map(IntoResponse::into_response)
         }
         .instrument(span.clone())
@@ -233,9 +211,9 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
             }
             Ok(response) => {
                 let operation = response.data::<OperationId>().map(|o| o.0);
-                // A handler that limits by a principal it authenticated itself (runners).
-                if let Some(own) = response.data::<RateDecision>() {
-                    decision = Some(*own);
+                // A route that limits by a principal it authenticated itself (runners).
+                if let Some(own) = route_decision.get() {
+                    decision = Some(own);
                 }
                 (response, operation)
             }

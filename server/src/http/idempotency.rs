@@ -5,19 +5,40 @@
 //! effect, so the key stays free and a corrected retry runs. A 401 never reaches this point (it
 //! has no principal). Stored responses are encrypted; a record that cannot be decrypted is
 //! logged, discarded and treated as absent.
+//!
+//! Applied in one place, in two halves, so a handler holds only its own logic:
+//! - [`Idempotency`] wraps the API. A mutating request that carries a key gets a [`Ticket`];
+//!   once the route has answered, the ticket is finished: a 2xx is stored, anything else
+//!   releases the key, and a replay is answered as stored.
+//! - The [`Idempotent`] extractor claims the ticket. It wraps an operation's input (a
+//!   bearer-authenticated [`JsonBody`], or a runner's [`Signed`] body), so the claim comes
+//!   where the rule needs it: after the caller is authenticated and the path and body are
+//!   accepted (and, for a runner, after its signature and its rate limit), before the handler
+//!   runs. Claiming earlier, in the wrapper, would answer a replay or a 409 to a request that
+//!   is refused with a 400 or 401; and a runner is known only once its signature over the
+//!   body is verified.
+//!
+//! Nothing of the record's place or fingerprint is written by a handler: the operation id comes
+//! from the route poem matched, looked up in [`Operations`] (read once from the API's OpenAPI
+//! metadata); method and path are the request's as sent; the principal is the input's
+//! authenticated caller; the digest is the body's.
+//!
+//! [`Signed`]: super::auth::Signed
 
-use std::future::Future;
-use std::marker::PhantomData;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use poem::http::{HeaderValue, StatusCode, header};
-use poem::{IntoResponse, Response};
-use poem_openapi::ApiResponse;
-use poem_openapi::registry::{MetaResponses, Registry};
+use futures_util::FutureExt;
+use poem::http::{HeaderValue, Method, StatusCode, header};
+use poem::{Body, Endpoint, IntoResponse, PathPattern, Request, RequestBody, Response};
+use poem_openapi::registry::{MetaApi, MetaParamIn, MetaRequest, MetaSchemaRef, Registry};
+use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions, OperationId};
 use sha2::{Digest, Sha256};
 
+use super::auth::{AuthOutcome, token_subject};
 use super::error::ApiFailure;
+use super::payload::JsonBody;
 use crate::domain::{IdempotencyKey, RecordCipher};
 use crate::storage::{Claim, IdempotencyStore};
 
@@ -33,17 +54,19 @@ pub struct IdempotencyGuard {
     prefix: String,
     lease: Duration,
     ttl: Duration,
+    operations: Operations,
 }
 
 /// Who asks and what: the record's place, and the fingerprint of the exact request.
-pub struct IdempotentRequest<'a> {
+struct IdempotentRequest<'a> {
     /// `tok:<token id>`, or `runner:<id>` for signed requests.
-    pub principal: String,
-    pub operation: &'a str,
-    pub method: &'a str,
-    pub path: &'a str,
+    principal: String,
+    operation: &'a str,
+    method: &'a str,
+    /// As sent, without the query.
+    path: &'a str,
     /// SHA-256 of the canonical body (empty for none).
-    pub body_digest: [u8; 32],
+    body_digest: [u8; 32],
 }
 
 impl IdempotentRequest<'_> {
@@ -75,31 +98,79 @@ impl IdempotentRequest<'_> {
     }
 }
 
+/// Operation ids by method and route, read once from the API's metadata: a route's id is
+/// written only in its `#[oai(...)]`.
+pub struct Operations(HashMap<(Method, String), &'static str>);
+
+impl Operations {
+    pub fn of(apis: Vec<MetaApi>) -> Self {
+        let mut ids = HashMap::new();
+        for path in apis.iter().flat_map(|api| &api.paths) {
+            for operation in &path.operations {
+                if let Some(id) = operation.operation_id {
+                    ids.insert((operation.method.clone(), shape(&path.path)), id);
+                }
+            }
+        }
+        Self(ids)
+    }
+
+    /// The operation of a route, by poem's pattern of it (`/v1/a/:param0`).
+    fn find(&self, method: &Method, pattern: &str) -> Option<&'static str> {
+        self.0.get(&(method.clone(), shape(pattern))).copied()
+    }
+}
+
+/// A route with its variables unnamed: the document's `/a/{id}` and the router's `/a/:param0`
+/// are both `/a/{}`.
+fn shape(path: &str) -> String {
+    path.split('/')
+        .map(|segment| {
+            if segment.starts_with(':') || (segment.starts_with('{') && segment.ends_with('}')) {
+                "{}"
+            } else {
+                segment
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// A claim held while the handler runs.
+struct Held {
+    place: String,
+    owner: String,
+    fingerprint: String,
+}
+
+enum Claimed {
+    Run(Held),
+    Replay(Response),
+}
+
 impl IdempotencyGuard {
-    pub fn new(store: Arc<dyn IdempotencyStore>, cipher: RecordCipher, prefix: String) -> Self {
+    pub fn new(
+        store: Arc<dyn IdempotencyStore>,
+        cipher: RecordCipher,
+        prefix: String,
+        operations: Operations,
+    ) -> Self {
         Self {
             store,
             cipher,
             prefix,
             lease: Duration::from_secs(30),
             ttl: Duration::from_secs(24 * 3600),
+            operations,
         }
     }
 
-    /// Runs `handler` at most once per key: a replay returns the stored response.
-    pub async fn run<F, Fut>(
+    /// Claims `key` for `request`: run the handler, replay the stored response, or a 409.
+    async fn claim(
         &self,
-        key: Option<&IdempotencyKey>,
+        key: &IdempotencyKey,
         request: IdempotentRequest<'_>,
-        handler: F,
-    ) -> Result<Response, ApiFailure>
-    where
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<Response, ApiFailure>>,
-    {
-        let Some(key) = key else {
-            return handler().await;
-        };
+    ) -> Result<Claimed, ApiFailure> {
         let place = request.record_key(&self.prefix, key);
         let fingerprint = request.fingerprint();
         let unavailable = |_| ApiFailure::from(crate::service::ServiceError::Unavailable);
@@ -147,56 +218,254 @@ impl IdempotencyGuard {
                     .open(&record, place.as_bytes())
                     .map_err(|_| ApiFailure::internal())?;
                 tracing::info!("idempotent replay");
-                decode(&plain).ok_or_else(ApiFailure::internal)
+                decode(&plain)
+                    .map(Claimed::Replay)
+                    .ok_or_else(ApiFailure::internal)
             }
-            Claim::Acquired { owner } => {
-                let outcome = handler().await;
-                match outcome {
-                    Ok(response) if response.status().is_success() => {
-                        let (response, plain) = encode(response).await;
-                        let sealed = self.cipher.seal(&plain, place.as_bytes());
-                        if let Err(e) = self
-                            .store
-                            .complete(&place, &owner, &fingerprint, &sealed, self.ttl)
-                            .await
-                        {
-                            // The change is made; only the replay is lost. The lease frees the key.
-                            tracing::error!(error = %e, "could not store the idempotent response");
-                        }
-                        Ok(response)
-                    }
-                    other => {
-                        if let Err(e) = self.store.release(&place, &owner, &fingerprint).await {
-                            tracing::warn!(error = %e, "could not release an idempotency claim; its lease will");
-                        }
-                        other
-                    }
+            Claim::Acquired { owner } => Ok(Claimed::Run(Held {
+                place,
+                owner,
+                fingerprint,
+            })),
+        }
+    }
+
+    /// Stores a 2xx under the held claim, or frees the key for anything else.
+    async fn finish(&self, held: Held, outcome: poem::Result<Response>) -> poem::Result<Response> {
+        let Held {
+            place,
+            owner,
+            fingerprint,
+        } = held;
+        match outcome {
+            Ok(response) if response.status().is_success() => {
+                let (response, plain) = encode(response).await;
+                let sealed = self.cipher.seal(&plain, place.as_bytes());
+                if let Err(e) = self
+                    .store
+                    .complete(&place, &owner, &fingerprint, &sealed, self.ttl)
+                    .await
+                {
+                    // The change is made; only the replay is lost. The lease frees the key.
+                    tracing::error!(error = %e, "could not store the idempotent response");
                 }
+                Ok(response)
+            }
+            other => {
+                if let Err(e) = self.store.release(&place, &owner, &fingerprint).await {
+                    tracing::warn!(error = %e, "could not release an idempotency claim; its lease will");
+                }
+                other
             }
         }
     }
 }
 
+/// Wraps the API: gives a mutating request that carries a key its [`Ticket`], and finishes the
+/// ticket when the route has answered.
+pub struct Idempotency<E> {
+    inner: E,
+    guard: Arc<IdempotencyGuard>,
+}
+
+impl<E> Idempotency<E> {
+    pub fn new(inner: E, guard: Arc<IdempotencyGuard>) -> Self {
+        Self { inner, guard }
+    }
+}
+
+impl<E: Endpoint> Endpoint for Idempotency<E> {
+    type Output = Response;
+
+    async fn call(&self, mut req: Request) -> poem::Result<Response> {
+        // Only mutating requests have a parsed key (the middleware ignores it on the others).
+        let Some(key) = req.data::<IdempotencyHeader>().and_then(|h| h.0.clone()) else {
+            return self.inner.call(req).await.map(IntoResponse::into_response);
+        };
+        let ticket = Arc::new(Ticket {
+            guard: self.guard.clone(),
+            key,
+            stage: Mutex::new(Stage::Open),
+        });
+        req.set_data(ticket.clone());
+        let outcome = self.inner.call(req).await.map(IntoResponse::into_response);
+        let stage = std::mem::replace(&mut *ticket.stage(), Stage::Open);
+        match stage {
+            Stage::Claimed(held) => self.guard.finish(held, outcome).await,
+            Stage::Replayed(mut replay) => {
+                // The claim answered for the handler; the route still names the operation.
+                if let Err(err) = &outcome
+                    && let Some(operation) = err.data::<OperationId>()
+                {
+                    replay.set_data(*operation);
+                }
+                Ok(replay)
+            }
+            Stage::Open => {
+                let changed = outcome.as_ref().is_ok_and(|r| r.status().is_success());
+                if changed {
+                    tracing::error!(
+                        "a mutating operation took an Idempotency-Key without claiming it (its input is not `Idempotent`)"
+                    );
+                    debug_assert!(!changed, "mutating operation without `Idempotent` input");
+                }
+                outcome
+            }
+        }
+    }
+}
+
+/// One keyed request's idempotency: open, then claimed by [`Idempotent`] or replayed.
+pub struct Ticket {
+    guard: Arc<IdempotencyGuard>,
+    key: IdempotencyKey,
+    stage: Mutex<Stage>,
+}
+
+enum Stage {
+    Open,
+    Claimed(Held),
+    Replayed(Response),
+}
+
+impl Ticket {
+    fn stage(&self) -> std::sync::MutexGuard<'_, Stage> {
+        // Nothing panics while holding the lock; a poisoned one still holds a valid stage.
+        self.stage.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn claim(
+        &self,
+        req: &Request,
+        principal: Option<String>,
+        body_digest: [u8; 32],
+    ) -> Result<(), ApiFailure> {
+        let operation = req
+            .data::<PathPattern>()
+            .and_then(|pattern| self.guard.operations.find(req.method(), &pattern.0));
+        let (Some(operation), Some(principal)) = (operation, principal) else {
+            tracing::error!("an idempotent request has no known operation or no principal");
+            return Err(ApiFailure::internal());
+        };
+        let request = IdempotentRequest {
+            principal,
+            operation,
+            method: req.method().as_str(),
+            path: req.uri().path(),
+            body_digest,
+        };
+        match self.guard.claim(&self.key, request).await? {
+            Claimed::Run(held) => {
+                *self.stage() = Stage::Claimed(held);
+                Ok(())
+            }
+            Claimed::Replay(response) => {
+                *self.stage() = Stage::Replayed(response);
+                // Stops the handler; [`Idempotency`] answers with the replay instead.
+                Err(ApiFailure::internal())
+            }
+        }
+    }
+}
+
+/// What an idempotent operation's input tells of its request.
+pub trait IdempotentInput {
+    /// The authenticated caller, whose record it is: `tok:<token id>` or `runner:<id>`.
+    fn principal(&self, req: &Request) -> Option<String>;
+    /// SHA-256 of the canonical body.
+    fn body_digest(&self) -> [u8; 32];
+}
+
+/// A bearer-authenticated body: the route's security scheme has already accepted the token.
+impl<T> IdempotentInput for JsonBody<T> {
+    fn principal(&self, req: &Request) -> Option<String> {
+        match req.data::<AuthOutcome>()? {
+            AuthOutcome::Authenticated(principal) => Some(token_subject(principal)),
+            AuthOutcome::Failed(_) => None,
+        }
+    }
+
+    fn body_digest(&self) -> [u8; 32] {
+        self.digest
+    }
+}
+
+/// An operation's input, extracted as `B` and then claimed under the request's
+/// `Idempotency-Key` (if it has one). Documented exactly as `B`.
+pub struct Idempotent<B>(pub B);
+
+impl<'a, B> ApiExtractor<'a> for Idempotent<B>
+where
+    B: ApiExtractor<'a> + IdempotentInput + Send,
+{
+    const TYPES: &'static [ApiExtractorType] = B::TYPES;
+    const PARAM_IS_REQUIRED: bool = B::PARAM_IS_REQUIRED;
+    type ParamType = B::ParamType;
+    type ParamRawType = B::ParamRawType;
+
+    fn register(registry: &mut Registry) {
+        B::register(registry);
+    }
+
+    fn security_schemes() -> Vec<&'static str> {
+        B::security_schemes()
+    }
+
+    fn has_security_fallback() -> bool {
+        B::has_security_fallback()
+    }
+
+    fn param_in() -> Option<MetaParamIn> {
+        B::param_in()
+    }
+
+    fn param_schema_ref() -> Option<MetaSchemaRef> {
+        B::param_schema_ref()
+    }
+
+    fn request_meta() -> Option<MetaRequest> {
+        B::request_meta()
+    }
+
+    fn param_raw_type(&self) -> Option<&Self::ParamRawType> {
+        self.0.param_raw_type()
+    }
+
+    async fn from_request(
+        request: &'a Request,
+        body: &mut RequestBody,
+        param_opts: ExtractParamOptions<Self::ParamType>,
+    ) -> poem::Result<Self> {
+        // Boxed, as poem-openapi does for its own extractors (rust-lang/rust#100013).
+        let input = B::from_request(request, body, param_opts).boxed().await?;
+        if let Some(ticket) = request.data::<Arc<Ticket>>() {
+            let (principal, digest) = (input.principal(request), input.body_digest());
+            ticket.claim(request, principal, digest).await?;
+        }
+        Ok(Self(input))
+    }
+}
+
 /// status (2 bytes) | content-type length (2) | content-type | body
 async fn encode(response: Response) -> (Response, Vec<u8>) {
-    let status = response.status();
-    let content_type = response
-        .headers()
+    // The parts stay: the route's response data (its operation id) travels on.
+    let (mut parts, body) = response.into_parts();
+    let content_type = parts
+        .headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json")
         .to_owned();
-    let body = response.into_body().into_vec().await.unwrap_or_default();
+    let body = body.into_vec().await.unwrap_or_default();
     let mut plain = Vec::with_capacity(4 + content_type.len() + body.len());
-    plain.extend_from_slice(&status.as_u16().to_be_bytes());
+    plain.extend_from_slice(&parts.status.as_u16().to_be_bytes());
     plain.extend_from_slice(&(content_type.len() as u16).to_be_bytes());
     plain.extend_from_slice(content_type.as_bytes());
     plain.extend_from_slice(&body);
-    let rebuilt = Response::builder()
-        .status(status)
-        .content_type(content_type)
-        .body(body);
-    (rebuilt, plain)
+    if let Ok(value) = HeaderValue::from_str(&content_type) {
+        parts.headers.insert(header::CONTENT_TYPE, value);
+    }
+    (Response::from_parts(parts, Body::from(body)), plain)
 }
 
 fn decode(plain: &[u8]) -> Option<Response> {
@@ -215,34 +484,32 @@ fn decode(plain: &[u8]) -> Option<Response> {
     Some(response)
 }
 
-/// A handler's success, possibly replayed: documented as `T`, carried as a finished response.
-pub struct Replayable<T>(Response, PhantomData<T>);
-
-impl<T> Replayable<T> {
-    pub fn new(response: Response) -> Self {
-        Self(response, PhantomData)
-    }
-}
-
-impl<T: ApiResponse> ApiResponse for Replayable<T> {
-    fn meta() -> MetaResponses {
-        T::meta()
-    }
-
-    fn register(registry: &mut Registry) {
-        T::register(registry);
-    }
-}
-
-impl<T: Send> IntoResponse for Replayable<T> {
-    fn into_response(self) -> Response {
-        self.0
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn operations_are_found_by_the_route_poem_matched() {
+        let operations =
+            Operations::of(<crate::http::api::AllApis as poem_openapi::OpenApi>::meta());
+        let find = |method, pattern| operations.find(&method, pattern);
+        assert_eq!(
+            find(Method::POST, "/v1/personal-access-tokens"),
+            Some("issuePersonalAccessToken")
+        );
+        assert_eq!(
+            find(
+                Method::DELETE,
+                "/v1/workspaces/:param0/access-tokens/:param1"
+            ),
+            Some("revokeWorkspaceAccessToken")
+        );
+        assert_eq!(
+            find(Method::POST, "/v1/runner/webhook-deliveries/:param0/status"),
+            Some("reportDeliveryStatus")
+        );
+        assert_eq!(find(Method::PUT, "/v1/personal-access-tokens"), None);
+    }
 
     #[tokio::test]
     async fn records_decode_to_the_same_response() {

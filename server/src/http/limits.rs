@@ -1,11 +1,17 @@
 //! Rate limits: GCRA per principal (per client address before authentication), one round trip
 //! to the shared limiter per request, with a lower budget for token issuance.
+//!
+//! Every charge goes through [`RateGuard::check`], which also counts refusals and limiter
+//! outages in the metrics: the middleware's (per token, or per address) and a signed runner's
+//! (per runner, once its signature is verified inside the route).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use poem::Request;
 use poem::http::Method;
 
 use super::error::ApiFailure;
+use super::metrics::HttpMetrics;
 use crate::service::ServiceError;
 use crate::storage::{Rate, RateDecision, RateLimiter};
 
@@ -65,6 +71,23 @@ pub struct RateGuard {
     pub limiter: Arc<dyn RateLimiter>,
     pub settings: RateSettings,
     pub prefix: String,
+    pub metrics: Arc<HttpMetrics>,
+}
+
+/// The allowed decision of a charge made inside the route, for the headers of a successful
+/// response (which then show the runner's budget, not the address's). The middleware puts an
+/// empty one in every request.
+#[derive(Debug, Clone, Default)]
+pub struct RouteDecision(Arc<Mutex<Option<RateDecision>>>);
+
+impl RouteDecision {
+    pub fn get(&self) -> Option<RateDecision> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set(&self, decision: RateDecision) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(decision);
+    }
 }
 
 impl RateGuard {
@@ -91,9 +114,13 @@ impl RateGuard {
         };
         match self.limiter.check(&self.key(subject, class), rate).await {
             Ok(decision) if decision.allowed => Ok(Some(decision)),
-            Ok(decision) => Err(ApiFailure::rate_limited(decision)),
+            Ok(decision) => {
+                self.metrics.rate_limited(class.as_str());
+                Err(ApiFailure::rate_limited(decision))
+            }
             Err(e) => {
                 let open = self.settings.open_when_unavailable(class);
+                self.metrics.limiter_unavailable(class.as_str(), open);
                 tracing::warn!(error = %e, class = class.as_str(), serve = open, "rate limiter unavailable");
                 if open {
                     Ok(None)
@@ -102,5 +129,19 @@ impl RateGuard {
                 }
             }
         }
+    }
+
+    /// [`check`](Self::check), for a principal authenticated inside the route.
+    pub async fn charge_in_route(
+        &self,
+        req: &Request,
+        subject: &str,
+        class: RateClass,
+    ) -> Result<(), ApiFailure> {
+        let decision = self.check(subject, class).await?;
+        if let (Some(decision), Some(slot)) = (decision, req.data::<RouteDecision>()) {
+            slot.set(decision);
+        }
+        Ok(())
     }
 }

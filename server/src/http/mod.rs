@@ -15,8 +15,8 @@ use std::sync::Arc;
 use poem::endpoint::make_sync;
 use poem::http::StatusCode;
 use poem::web::{Html, Json};
-use poem::{Endpoint, EndpointExt, IntoResponse, Route, get};
-use poem_openapi::OpenApiService;
+use poem::{Endpoint, EndpointExt, IntoEndpoint, IntoResponse, Route, get};
+use poem_openapi::{OpenApi, OpenApiService};
 
 pub use context::CORRELATION_HEADER;
 pub use limits::RateSettings;
@@ -26,7 +26,7 @@ use crate::service::Services;
 use crate::storage::FastState;
 use context::RequestContext;
 use error::ApiFailure;
-use idempotency::IdempotencyGuard;
+use idempotency::{Idempotency, IdempotencyGuard, Operations};
 use limits::RateGuard;
 use metrics::HttpMetrics;
 
@@ -73,11 +73,13 @@ pub fn build_app(
         fast.idempotency,
         cipher,
         settings.key_prefix.clone(),
+        Operations::of(<api::AllApis as OpenApi>::meta()),
     ));
     let rates = Arc::new(RateGuard {
         limiter: fast.limiter,
         settings: settings.rates.clone(),
         prefix: settings.key_prefix.clone(),
+        metrics: metrics.clone(),
     });
 
     let ready_services = services.clone();
@@ -116,9 +118,8 @@ pub fn build_app(
             })),
         )
         .at("/docs", get(make_sync(move |_| Html(docs_html.clone()))))
-        .nest("/", service)
+        .nest("/", Idempotency::new(service.into_endpoint(), guard))
         .data(services.clone())
-        .data(guard)
         .data(rates.clone())
         .data(api::Heartbeat(settings.heartbeat))
         // A panic becomes a bare 500 here, which the request context renders as an ApiError.

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use poem::IntoResponse;
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
@@ -15,10 +14,8 @@ use uuid::Uuid;
 use super::ApiTags;
 use crate::domain::{CorrelationId, FieldError, ReportReason, ValidationErrors};
 use crate::http::auth::BearerAuth;
-use crate::http::error::{ApiFailure, error_responses};
-use crate::http::idempotency::{
-    IdempotencyGuard, IdempotencyHeader, IdempotentRequest, Replayable,
-};
+use crate::http::error::error_responses;
+use crate::http::idempotency::Idempotent;
 use crate::http::payload::{FromJson, JsonBody, JsonObject};
 use crate::service::{ModeratedReview, ReportReviewInput, ReviewInput, Services, bounded_text};
 
@@ -192,38 +189,21 @@ impl ReviewsApi {
         method = "put",
         operation_id = "putOwnPluginReview"
     )]
-    #[allow(clippy::too_many_arguments)]
     async fn put_own_review(
         &self,
         auth: BearerAuth,
         services: Data<&Arc<Services>>,
-        guard: Data<&Arc<IdempotencyGuard>>,
-        key: Data<&IdempotencyHeader>,
         cid: Data<&CorrelationId>,
         #[oai(name = "pluginId")] plugin_id: Path<String>,
-        body: JsonBody<ReviewInput>,
-    ) -> Result<Replayable<PutReviewResponse>, PutReviewErrors> {
-        let path = format!("/v1/marketplace/plugins/{}/reviews/me", plugin_id.0);
-        let request = IdempotentRequest {
-            principal: format!("tok:{}", auth.0.token_id),
-            operation: "putOwnPluginReview",
-            method: "PUT",
-            path: &path,
-            body_digest: body.digest,
-        };
-        let response = guard
-            .run(key.0.0.as_ref(), request, || async {
-                let review = services
-                    .put_review(&auth.0, &plugin_id, body.value, &cid)
-                    .await
-                    .map_err(ApiFailure::from)?;
-                let envelope = PluginReviewEnvelope {
-                    review: review.into(),
-                };
-                Ok(PutReviewResponse::Ok(Json(envelope)).into_response())
-            })
+        body: Idempotent<JsonBody<ReviewInput>>,
+    ) -> Result<PutReviewResponse, PutReviewErrors> {
+        let review = services
+            .put_review(&auth.0, &plugin_id, body.0.value, &cid)
             .await?;
-        Ok(Replayable::new(response))
+        let envelope = PluginReviewEnvelope {
+            review: review.into(),
+        };
+        Ok(PutReviewResponse::Ok(Json(envelope)))
     }
 
     /// Report a plugin review
@@ -236,50 +216,30 @@ impl ReviewsApi {
         method = "post",
         operation_id = "reportPluginReview"
     )]
-    #[allow(clippy::too_many_arguments)]
     async fn report_review(
         &self,
         auth: BearerAuth,
         services: Data<&Arc<Services>>,
-        guard: Data<&Arc<IdempotencyGuard>>,
-        key: Data<&IdempotencyHeader>,
         cid: Data<&CorrelationId>,
         #[oai(name = "pluginId")] plugin_id: Path<String>,
         #[oai(name = "reviewId")] review_id: Path<String>,
-        body: JsonBody<ReportReviewInput>,
-    ) -> Result<Replayable<ReportReviewResponse>, ReportReviewErrors> {
-        let path = format!(
-            "/v1/marketplace/plugins/{}/reviews/{}/report",
-            plugin_id.0, review_id.0
-        );
-        let request = IdempotentRequest {
-            principal: format!("tok:{}", auth.0.token_id),
-            operation: "reportPluginReview",
-            method: "POST",
-            path: &path,
-            body_digest: body.digest,
-        };
-        let response = guard
-            .run(key.0.0.as_ref(), request, || async {
-                let (report, review) = services
-                    .report_review(&auth.0, &plugin_id, &review_id, body.value, &cid)
-                    .await
-                    .map_err(ApiFailure::from)?;
-                let envelope = ReviewReportEnvelope {
-                    report: ReviewReportBody {
-                        id: report.id,
-                        review_id: report.review_id,
-                        reason: report.reason.as_str().to_owned(),
-                        created_at: report.created_at,
-                    },
-                    review: ReportedReviewBody {
-                        id: review.id,
-                        status: review.status.as_str().to_owned(),
-                    },
-                };
-                Ok(ReportReviewResponse::Ok(Json(envelope)).into_response())
-            })
+        body: Idempotent<JsonBody<ReportReviewInput>>,
+    ) -> Result<ReportReviewResponse, ReportReviewErrors> {
+        let (report, review) = services
+            .report_review(&auth.0, &plugin_id, &review_id, body.0.value, &cid)
             .await?;
-        Ok(Replayable::new(response))
+        let envelope = ReviewReportEnvelope {
+            report: ReviewReportBody {
+                id: report.id,
+                review_id: report.review_id,
+                reason: report.reason.as_str().to_owned(),
+                created_at: report.created_at,
+            },
+            review: ReportedReviewBody {
+                id: review.id,
+                status: review.status.as_str().to_owned(),
+            },
+        };
+        Ok(ReportReviewResponse::Ok(Json(envelope)))
     }
 }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use poem::web::Data;
-use poem::{IntoResponse, Request};
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Enum, Object, OpenApi};
@@ -14,17 +13,13 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::ApiTags;
-use crate::domain::{CorrelationId, FieldError, RunnerSignature, ValidationErrors};
-use crate::http::auth::BearerAuth;
-use crate::http::error::{ApiFailure, error_responses};
-use crate::http::idempotency::{
-    IdempotencyGuard, IdempotencyHeader, IdempotentRequest, Replayable,
-};
-use crate::http::limits::{RateClass, RateGuard};
+use crate::domain::{CorrelationId, FieldError, ValidationErrors};
+use crate::http::auth::{BearerAuth, Signed};
+use crate::http::error::error_responses;
+use crate::http::idempotency::Idempotent;
 use crate::http::payload::{FromJson, JsonBody, JsonObject};
 use crate::service::{
-    DeletePoolInput, DeliveryStatusInput, ServiceError, Services, SignedRequest,
-    SubmitCommandInput, bounded_text,
+    DeletePoolInput, DeliveryStatusInput, Services, SubmitCommandInput, bounded_text,
 };
 use crate::storage::{RunnerCommand, RunnerPool, WebhookDelivery};
 
@@ -278,16 +273,6 @@ error_responses!(DeletePoolErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
 error_responses!(SubmitCommandErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
 error_responses!(DeliveryStatusErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
 
-/// One header's value, when given exactly once and ASCII.
-fn single_header<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
-    let mut values = req.headers().get_all(name).iter();
-    let value = values.next()?;
-    if values.next().is_some() {
-        return None;
-    }
-    value.to_str().ok()
-}
-
 pub struct RunnersApi;
 
 #[OpenApi(prefix_path = "/v1", tag = "ApiTags::Runners")]
@@ -302,43 +287,23 @@ impl RunnersApi {
         method = "delete",
         operation_id = "deleteRunnerPool"
     )]
-    #[allow(clippy::too_many_arguments)]
     async fn delete_pool(
         &self,
         auth: BearerAuth,
         services: Data<&Arc<Services>>,
-        guard: Data<&Arc<IdempotencyGuard>>,
-        key: Data<&IdempotencyHeader>,
         cid: Data<&CorrelationId>,
         #[oai(name = "workspaceId")] workspace_id: Path<String>,
         #[oai(name = "poolId")] pool_id: Path<String>,
-        body: JsonBody<DeletePoolInput>,
-    ) -> Result<Replayable<DeletePoolResponse>, DeletePoolErrors> {
-        let path = format!(
-            "/v1/workspaces/{}/runner-pools/{}",
-            workspace_id.0, pool_id.0
-        );
-        let request = IdempotentRequest {
-            principal: format!("tok:{}", auth.0.token_id),
-            operation: "deleteRunnerPool",
-            method: "DELETE",
-            path: &path,
-            body_digest: body.digest,
-        };
-        let response = guard
-            .run(key.0.0.as_ref(), request, || async {
-                let (pool, cancelled) = services
-                    .delete_pool(&auth.0, &workspace_id, &pool_id, body.value, &cid)
-                    .await
-                    .map_err(ApiFailure::from)?;
-                let envelope = DeletedRunnerPoolEnvelope {
-                    pool: pool.into(),
-                    cancelled_commands: cancelled,
-                };
-                Ok(DeletePoolResponse::Ok(Json(envelope)).into_response())
-            })
+        body: Idempotent<JsonBody<DeletePoolInput>>,
+    ) -> Result<DeletePoolResponse, DeletePoolErrors> {
+        let (pool, cancelled) = services
+            .delete_pool(&auth.0, &workspace_id, &pool_id, body.0.value, &cid)
             .await?;
-        Ok(Replayable::new(response))
+        let envelope = DeletedRunnerPoolEnvelope {
+            pool: pool.into(),
+            cancelled_commands: cancelled,
+        };
+        Ok(DeletePoolResponse::Ok(Json(envelope)))
     }
 
     /// Submit a command to a runner pool
@@ -351,38 +316,21 @@ impl RunnersApi {
         method = "post",
         operation_id = "submitRunnerCommand"
     )]
-    #[allow(clippy::too_many_arguments)]
     async fn submit_command(
         &self,
         auth: BearerAuth,
         services: Data<&Arc<Services>>,
-        guard: Data<&Arc<IdempotencyGuard>>,
-        key: Data<&IdempotencyHeader>,
         cid: Data<&CorrelationId>,
         #[oai(name = "workspaceId")] workspace_id: Path<String>,
-        body: JsonBody<SubmitCommandInput>,
-    ) -> Result<Replayable<SubmitCommandResponse>, SubmitCommandErrors> {
-        let path = format!("/v1/workspaces/{}/runner-commands", workspace_id.0);
-        let request = IdempotentRequest {
-            principal: format!("tok:{}", auth.0.token_id),
-            operation: "submitRunnerCommand",
-            method: "POST",
-            path: &path,
-            body_digest: body.digest,
-        };
-        let response = guard
-            .run(key.0.0.as_ref(), request, || async {
-                let (command, delivery) = services
-                    .submit_command(&auth.0, &workspace_id, body.value, &cid)
-                    .await
-                    .map_err(ApiFailure::from)?;
-                let envelope = RunnerCommandEnvelope {
-                    command: RunnerCommandBody::new(command, &delivery),
-                };
-                Ok(SubmitCommandResponse::Ok(Json(envelope)).into_response())
-            })
+        body: Idempotent<JsonBody<SubmitCommandInput>>,
+    ) -> Result<SubmitCommandResponse, SubmitCommandErrors> {
+        let (command, delivery) = services
+            .submit_command(&auth.0, &workspace_id, body.0.value, &cid)
             .await?;
-        Ok(Replayable::new(response))
+        let envelope = RunnerCommandEnvelope {
+            command: RunnerCommandBody::new(command, &delivery),
+        };
+        Ok(SubmitCommandResponse::Ok(Json(envelope)))
     }
 
     /// Report a webhook delivery's status (signed by the runner)
@@ -397,58 +345,25 @@ impl RunnersApi {
         method = "post",
         operation_id = "reportDeliveryStatus"
     )]
-    #[allow(clippy::too_many_arguments)]
     async fn report_delivery_status(
         &self,
-        req: &Request,
         services: Data<&Arc<Services>>,
-        guard: Data<&Arc<IdempotencyGuard>>,
-        rates: Data<&Arc<RateGuard>>,
-        key: Data<&IdempotencyHeader>,
         cid: Data<&CorrelationId>,
         #[oai(name = "deliveryId")] delivery_id: Path<String>,
-        body: JsonBody<DeliveryStatusInput>,
-    ) -> Result<Replayable<DeliveryStatusResponse>, DeliveryStatusErrors> {
-        let signature = RunnerSignature::parse(|name| single_header(req, name))
-            .map_err(ServiceError::signature)?;
-        let path = req.uri().path();
-        let runner = services
-            .authenticate_runner(&SignedRequest {
-                signature,
-                method: "POST",
-                path,
-                body_sha256: body.raw_digest,
-            })
+        report: Idempotent<Signed<DeliveryStatusInput>>,
+    ) -> Result<DeliveryStatusResponse, DeliveryStatusErrors> {
+        let Signed { runner, body } = report.0;
+        let delivery = services
+            .report_delivery_status(&runner, &delivery_id, body.value, &cid)
             .await?;
-        let subject = format!("runner:{}", runner.runner_id);
-        let decision = rates.check(&subject, RateClass::Write).await?;
-        let request = IdempotentRequest {
-            principal: subject,
-            operation: "reportDeliveryStatus",
-            method: "POST",
-            path,
-            body_digest: body.digest,
+        let envelope = WebhookDeliveryEnvelope {
+            delivery: WebhookDeliveryBody {
+                id: delivery.id,
+                command_id: delivery.command_id,
+                status: delivery.status.as_str().to_owned(),
+                updated_at: delivery.updated_at,
+            },
         };
-        let mut response = guard
-            .run(key.0.0.as_ref(), request, || async {
-                let delivery = services
-                    .report_delivery_status(&runner, &delivery_id, body.value, &cid)
-                    .await
-                    .map_err(ApiFailure::from)?;
-                let envelope = WebhookDeliveryEnvelope {
-                    delivery: WebhookDeliveryBody {
-                        id: delivery.id,
-                        command_id: delivery.command_id,
-                        status: delivery.status.as_str().to_owned(),
-                        updated_at: delivery.updated_at,
-                    },
-                };
-                Ok(DeliveryStatusResponse::Ok(Json(envelope)).into_response())
-            })
-            .await?;
-        if let Some(decision) = decision {
-            response.set_data(decision);
-        }
-        Ok(Replayable::new(response))
+        Ok(DeliveryStatusResponse::Ok(Json(envelope)))
     }
 }

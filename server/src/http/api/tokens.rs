@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use poem::IntoResponse;
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
@@ -16,10 +15,8 @@ use crate::domain::{
     CorrelationId, ExpiresInDays, RevocationReason, Scope, Scopes, TokenName, ValidationErrors,
 };
 use crate::http::auth::BearerAuth;
-use crate::http::error::{ApiFailure, error_responses};
-use crate::http::idempotency::{
-    IdempotencyGuard, IdempotencyHeader, IdempotentRequest, Replayable,
-};
+use crate::http::error::error_responses;
+use crate::http::idempotency::Idempotent;
 use crate::http::payload::{FromJson, JsonBody, JsonObject};
 use crate::service::{IssueTokenInput, IssuedCredential, Services};
 
@@ -206,36 +203,18 @@ impl TokensApi {
         method = "post",
         operation_id = "issuePersonalAccessToken"
     )]
-    #[allow(clippy::too_many_arguments)]
     async fn issue(
         &self,
         auth: BearerAuth,
         services: Data<&Arc<Services>>,
-        guard: Data<&Arc<IdempotencyGuard>>,
-        key: Data<&IdempotencyHeader>,
         cid: Data<&CorrelationId>,
-        body: JsonBody<IssueTokenInput>,
-    ) -> Result<Replayable<IssueTokenResponse>, IssueTokenErrors> {
-        let request = IdempotentRequest {
-            principal: format!("tok:{}", auth.0.token_id),
-            operation: "issuePersonalAccessToken",
-            method: "POST",
-            path: "/v1/personal-access-tokens",
-            body_digest: body.digest,
+        body: Idempotent<JsonBody<IssueTokenInput>>,
+    ) -> Result<IssueTokenResponse, IssueTokenErrors> {
+        let credential = services.issue_token(&auth.0, body.0.value, &cid).await?;
+        let envelope = IssuedCredentialEnvelope {
+            credential: credential.into(),
         };
-        let response = guard
-            .run(key.0.0.as_ref(), request, || async {
-                let credential = services
-                    .issue_token(&auth.0, body.value, &cid)
-                    .await
-                    .map_err(ApiFailure::from)?;
-                let envelope = IssuedCredentialEnvelope {
-                    credential: credential.into(),
-                };
-                Ok(IssueTokenResponse::Ok(Json(envelope)).into_response())
-            })
-            .await?;
-        Ok(Replayable::new(response))
+        Ok(IssueTokenResponse::Ok(Json(envelope)))
     }
 
     /// Revoke a token's access to a workspace
@@ -248,41 +227,19 @@ impl TokensApi {
         method = "delete",
         operation_id = "revokeWorkspaceAccessToken"
     )]
-    #[allow(clippy::too_many_arguments)]
     async fn revoke(
         &self,
         auth: BearerAuth,
         services: Data<&Arc<Services>>,
-        guard: Data<&Arc<IdempotencyGuard>>,
-        key: Data<&IdempotencyHeader>,
         cid: Data<&CorrelationId>,
         #[oai(name = "workspaceId")] workspace_id: Path<String>,
         #[oai(name = "tokenId")] token_id: Path<String>,
-        body: JsonBody<RevocationReason>,
-    ) -> Result<Replayable<RevokeTokenResponse>, RevokeTokenErrors> {
-        let path = format!(
-            "/v1/workspaces/{}/access-tokens/{}",
-            workspace_id.0, token_id.0
-        );
-        let request = IdempotentRequest {
-            principal: format!("tok:{}", auth.0.token_id),
-            operation: "revokeWorkspaceAccessToken",
-            method: "DELETE",
-            path: &path,
-            body_digest: body.digest,
-        };
-        let response = guard
-            .run(key.0.0.as_ref(), request, || async {
-                services
-                    .revoke_token_access(&auth.0, &workspace_id, &token_id, body.value, &cid)
-                    .await
-                    .map_err(ApiFailure::from)?;
-                Ok(
-                    RevokeTokenResponse::Ok(Json(TokenRevocationResult { revoked: true }))
-                        .into_response(),
-                )
-            })
+        body: Idempotent<JsonBody<RevocationReason>>,
+    ) -> Result<RevokeTokenResponse, RevokeTokenErrors> {
+        services
+            .revoke_token_access(&auth.0, &workspace_id, &token_id, body.0.value, &cid)
             .await?;
-        Ok(Replayable::new(response))
+        let result = TokenRevocationResult { revoked: true };
+        Ok(RevokeTokenResponse::Ok(Json(result)))
     }
 }

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use poem::IntoResponse;
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
@@ -14,10 +13,8 @@ use uuid::Uuid;
 use super::ApiTags;
 use crate::domain::{CorrelationId, ValidationErrors};
 use crate::http::auth::BearerAuth;
-use crate::http::error::{ApiFailure, error_responses};
-use crate::http::idempotency::{
-    IdempotencyGuard, IdempotencyHeader, IdempotentRequest, Replayable,
-};
+use crate::http::error::error_responses;
+use crate::http::idempotency::Idempotent;
 use crate::http::payload::{FromJson, JsonBody, JsonObject};
 use crate::service::{Services, bounded_text};
 use crate::storage::WorkflowRevision;
@@ -105,44 +102,25 @@ impl WorkflowsApi {
         &self,
         auth: BearerAuth,
         services: Data<&Arc<Services>>,
-        guard: Data<&Arc<IdempotencyGuard>>,
-        key: Data<&IdempotencyHeader>,
         cid: Data<&CorrelationId>,
         #[oai(name = "workspaceId")] workspace_id: Path<String>,
         #[oai(name = "workflowId")] workflow_id: Path<String>,
         #[oai(name = "revisionId")] revision_id: Path<String>,
-        body: JsonBody<ApprovalComment>,
-    ) -> Result<Replayable<RequestApprovalResponse>, RequestApprovalErrors> {
-        let path = format!(
-            "/v1/workspaces/{}/workflows/{}/revisions/{}/request-approval",
-            workspace_id.0, workflow_id.0, revision_id.0
-        );
-        let request = IdempotentRequest {
-            principal: format!("tok:{}", auth.0.token_id),
-            operation: "requestWorkflowRevisionApproval",
-            method: "POST",
-            path: &path,
-            body_digest: body.digest,
-        };
-        let response = guard
-            .run(key.0.0.as_ref(), request, || async {
-                let revision = services
-                    .request_approval(
-                        &auth.0,
-                        &workspace_id,
-                        &workflow_id,
-                        &revision_id,
-                        body.value.0,
-                        &cid,
-                    )
-                    .await
-                    .map_err(ApiFailure::from)?;
-                let envelope = WorkflowRevisionEnvelope {
-                    revision: revision.into(),
-                };
-                Ok(RequestApprovalResponse::Ok(Json(envelope)).into_response())
-            })
+        body: Idempotent<JsonBody<ApprovalComment>>,
+    ) -> Result<RequestApprovalResponse, RequestApprovalErrors> {
+        let revision = services
+            .request_approval(
+                &auth.0,
+                &workspace_id,
+                &workflow_id,
+                &revision_id,
+                body.0.value.0,
+                &cid,
+            )
             .await?;
-        Ok(Replayable::new(response))
+        let envelope = WorkflowRevisionEnvelope {
+            revision: revision.into(),
+        };
+        Ok(RequestApprovalResponse::Ok(Json(envelope)))
     }
 }
