@@ -202,3 +202,13 @@ fn add_correlation_parameter(operation: &mut Value) {
         }));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The committed public document, compared byte for byte so that every change to the
+    /// interface shows in review.
+    #[test]
+    fn openapi_document_matches_the_snapshot() {
+        crate::http::snapshot::assert_snapshot("openapi.json", &crate::http::openapi_document());
+    }
+}

@@ -9,6 +9,8 @@ mod idempotency;
 mod limits;
 mod metrics;
 mod payload;
+#[cfg(test)]
+mod snapshot;
 
 use std::sync::Arc;
 
