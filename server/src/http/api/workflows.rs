@@ -23,7 +23,7 @@ use crate::service::{Services, bounded_text};
 use crate::storage::WorkflowRevision;
 
 /// The optional comment of an approval request.
-pub struct ApprovalComment(Option<String>);
+pub struct ApprovalComment(pub(super) Option<String>);
 
 /// Request body of an approval request.
 #[derive(Object)]
