@@ -5,6 +5,7 @@ mod auth;
 mod context;
 mod docs;
 pub mod error;
+mod fields;
 mod idempotency;
 mod limits;
 mod metrics;
