@@ -12,7 +12,7 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
-use crate::domain::{CorrelationId, ReportReason, ValidationErrors};
+use crate::domain::{CorrelationId, ReportReason, ReviewStatus, ValidationErrors};
 use crate::http::auth::BearerAuth;
 use crate::http::error::{ApiFailure, error_responses};
 use crate::http::fields::{Rating, Text, request_body};
@@ -79,8 +79,7 @@ pub struct PluginReviewBody {
     title: String,
     body: String,
     /// `published`, `held`, `rejected` or `hidden`.
-    #[oai(validator(pattern = "^(published|held|rejected|hidden)$"))]
-    status: String,
+    status: ReviewStatus,
     moderation: ModerationBody,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
@@ -100,7 +99,7 @@ impl From<ModeratedReview> for PluginReviewBody {
             rating: r.rating,
             title: r.title,
             body: r.body,
-            status: r.status.as_str().to_owned(),
+            status: r.status,
             moderation: ModerationBody {
                 decision: m.decision.to_owned(),
                 reasons: r.reasons,

@@ -11,7 +11,7 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
-use crate::domain::{CorrelationId, ValidationErrors};
+use crate::domain::{CorrelationId, RevisionState, ValidationErrors};
 use crate::http::auth::BearerAuth;
 use crate::http::error::{ApiFailure, error_responses};
 use crate::http::fields::{Text, request_body};
@@ -52,8 +52,7 @@ pub struct WorkflowRevisionBody {
     workflow_id: Uuid,
     number: i32,
     /// `draft → pending_approval → approved | rejected`.
-    #[oai(validator(pattern = "^(draft|pending_approval|approved|rejected)$"))]
-    state: String,
+    state: RevisionState,
     /// The user who asked for approval.
     requested_by: Option<Uuid>,
     requested_at: Option<DateTime<Utc>>,
@@ -65,7 +64,7 @@ impl From<WorkflowRevision> for WorkflowRevisionBody {
             id: r.id,
             workflow_id: r.workflow_id,
             number: r.number,
-            state: r.state.as_str().to_owned(),
+            state: r.state,
             requested_by: r.requested_by,
             requested_at: r.requested_at,
         }
