@@ -13,10 +13,11 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::domain::{
-    CommandStatus, DeliveryStatus, ExpiresInDays, FieldError, ReportReason, ReviewStatus,
-    RevisionState, RevocationReason, Scope, TokenName, ValidationErrors, parse_uuid,
+    CommandStatus, DeliveryStatus, ExpiresInDays, FieldError, MIN_TEXT_CHARS, ReportReason,
+    ReviewStatus, RevisionState, RevocationReason, Scope, TokenName, ValidationErrors,
+    bounded_text, parse_uuid,
 };
-use crate::service::{DeliveryStatusInput, ReviewInput, SubmitCommandInput, bounded_text};
+use crate::service::{DeliveryStatusInput, ReviewInput, SubmitCommandInput};
 
 /// Why a JSON value was refused.
 pub enum Invalid {
@@ -66,10 +67,11 @@ fn integer(value: &Value) -> Result<i64, Invalid> {
     number.ok_or(Invalid::Type("must be an integer"))
 }
 
-/// `string` of 1 to `max` characters: the bound of `bounded_text` and the text newtypes.
+/// `string` of `MIN_TEXT_CHARS` to `max` characters: `bounded_text`, which the text newtypes
+/// use too.
 fn text_schema(max: usize) -> MetaSchemaRef {
     String::schema_ref().merge(MetaSchema {
-        min_length: Some(1),
+        min_length: Some(MIN_TEXT_CHARS),
         max_length: Some(max),
         ..MetaSchema::ANY
     })

@@ -17,17 +17,7 @@ use crate::storage::{
     RunnerPool, SubmitOutcome, WebhookDelivery,
 };
 
-/// Text of 1..=max characters without NUL.
-pub fn bounded_text(raw: &str, max: usize) -> Result<String, String> {
-    if raw.contains('\0') {
-        return Err("must not contain the NUL character".into());
-    }
-    let n = raw.chars().count();
-    if n == 0 || n > max {
-        return Err(format!("must be 1 to {max} characters"));
-    }
-    Ok(raw.to_owned())
-}
+pub use crate::domain::bounded_text;
 
 /// `DELETE .../runner-pools/{poolId}` body.
 #[derive(Debug, Clone, Default)]
