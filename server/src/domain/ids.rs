@@ -24,6 +24,18 @@ pub fn reject_nul(raw: &str) -> Result<&str, String> {
     }
 }
 
+/// The fewest characters of any free-text input.
+pub const MIN_TEXT_CHARS: usize = 1;
+
+/// The rule of every free-text input: `MIN_TEXT_CHARS` to `max` characters, without NUL.
+pub fn bounded_text(raw: &str, max: usize) -> Result<String, String> {
+    let n = reject_nul(raw)?.chars().count();
+    if n < MIN_TEXT_CHARS || n > max {
+        return Err(format!("must be {MIN_TEXT_CHARS} to {max} characters"));
+    }
+    Ok(raw.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

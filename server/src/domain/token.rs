@@ -25,11 +25,7 @@ impl TokenName {
     pub const MAX_CHARS: usize = 120;
 
     pub fn parse(raw: &str) -> Result<Self, String> {
-        let chars = super::reject_nul(raw)?.chars().count();
-        if chars == 0 || chars > Self::MAX_CHARS {
-            return Err(format!("must be 1 to {} characters", Self::MAX_CHARS));
-        }
-        Ok(Self(raw.to_owned()))
+        super::bounded_text(raw, Self::MAX_CHARS).map(Self)
     }
 
     pub fn as_str(&self) -> &str {
@@ -76,11 +72,7 @@ impl RevocationReason {
     pub const MAX_CHARS: usize = 500;
 
     pub fn parse(raw: &str) -> Result<Self, String> {
-        let chars = super::reject_nul(raw)?.chars().count();
-        if chars == 0 || chars > Self::MAX_CHARS {
-            return Err(format!("must be 1 to {} characters", Self::MAX_CHARS));
-        }
-        Ok(Self(raw.to_owned()))
+        super::bounded_text(raw, Self::MAX_CHARS).map(Self)
     }
 
     pub fn as_str(&self) -> &str {

@@ -5,10 +5,13 @@ mod auth;
 mod context;
 mod docs;
 pub mod error;
+mod fields;
 mod idempotency;
 mod limits;
 mod metrics;
 mod payload;
+#[cfg(test)]
+mod snapshot;
 
 use std::sync::Arc;
 

@@ -1,7 +1,8 @@
 //! `JsonBody<T>`: a JSON request body parsed into a domain type with field-level errors.
 //!
 //! poem-openapi's `Json<T>` reports failures as one opaque string; clients need to know which
-//! field failed and why. `T::Schema` documents the body, `T::from_json` parses it.
+//! field failed and why. `T::Body` documents the body and reads it; `T::from_body` turns it
+//! into the handler's input.
 
 use poem::{Request, RequestBody};
 use poem_openapi::impl_apirequest_for_payload;
@@ -10,16 +11,28 @@ use poem_openapi::registry::{MetaSchemaRef, Registry};
 use poem_openapi::types::Type;
 use serde_json::{Map, Value, json};
 use sha2::Digest;
-use uuid::Uuid;
 
 use super::context::BodyLimit;
 use super::error::ApiFailure;
-use crate::domain::{FieldError, ValidationErrors, parse_uuid};
+use super::fields::JsonField;
+use crate::domain::{FieldError, ValidationErrors};
 
-pub trait FromJson: Sized {
-    /// The documented shape of the body.
-    type Schema: Type;
+/// A request body: read from JSON with every field's error, and documented. Declared with
+/// [`request_body!`](super::fields::request_body), which derives both from one list.
+pub trait DeclaredBody: Type + Sized {
     fn from_json(value: Value) -> Result<Self, ValidationErrors>;
+}
+
+/// What a handler takes from a request body: its declared `Body`, turned into a domain or
+/// service input.
+pub trait FromJson: Sized {
+    type Body: DeclaredBody;
+
+    fn from_body(body: Self::Body) -> Result<Self, ValidationErrors>;
+
+    fn from_json(value: Value) -> Result<Self, ValidationErrors> {
+        Self::from_body(Self::Body::from_json(value)?)
+    }
 }
 
 pub struct JsonBody<T> {
@@ -42,11 +55,11 @@ impl<T: FromJson + Send> Payload for JsonBody<T> {
     }
 
     fn schema_ref() -> MetaSchemaRef {
-        T::Schema::schema_ref()
+        T::Body::schema_ref()
     }
 
     fn register(registry: &mut Registry) {
-        T::Schema::register(registry);
+        T::Body::register(registry);
     }
 }
 
@@ -209,101 +222,10 @@ impl JsonObject {
         }
     }
 
-    /// A string field, parsed by `parse`.
-    pub fn string<T>(
-        &mut self,
-        field: &str,
-        required: bool,
-        parse: impl FnOnce(&str) -> Result<T, String>,
-    ) -> Option<T> {
+    /// A property read as `T`; `None` when absent or invalid (the error is recorded).
+    pub fn field<T: JsonField>(&mut self, field: &str, required: bool) -> Option<T> {
         let value = self.take(field, required)?;
-        let result = match &value {
-            Value::String(s) => parse(s).map_err(|reason| FieldError::new(field, reason)),
-            other => Err(FieldError::new(field, "must be a string").with_value(other.clone())),
-        };
-        self.errors.collect(result)
-    }
-
-    pub fn uuid(&mut self, field: &str, required: bool) -> Option<Uuid> {
-        self.string(field, required, |s| {
-            parse_uuid(s).ok_or_else(|| "must be a uuid".to_owned())
-        })
-    }
-
-    pub fn boolean(&mut self, field: &str, required: bool) -> Option<bool> {
-        let value = self.take(field, required)?;
-        let result = match value {
-            Value::Bool(b) => Ok(b),
-            other => Err(FieldError::new(field, "must be a boolean").with_value(other)),
-        };
-        self.errors.collect(result)
-    }
-
-    /// An integer field (a JSON number without a fraction), parsed by `parse`.
-    pub fn integer<T>(
-        &mut self,
-        field: &str,
-        required: bool,
-        parse: impl FnOnce(i64) -> Result<T, String>,
-    ) -> Option<T> {
-        let value = self.take(field, required)?;
-        let number = match &value {
-            Value::Number(n) => n.as_i64().or_else(|| {
-                n.as_f64()
-                    .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
-                    .map(|f| f as i64)
-            }),
-            _ => None,
-        };
-        let result = match number {
-            Some(n) => {
-                parse(n).map_err(|reason| FieldError::new(field, reason).with_value(value.clone()))
-            }
-            None => Err(FieldError::new(field, "must be an integer").with_value(value.clone())),
-        };
-        self.errors.collect(result)
-    }
-
-    /// An array field whose items are strings parsed by `parse`; item errors name `field[i]`.
-    pub fn string_array<T>(
-        &mut self,
-        field: &str,
-        required: bool,
-        mut parse: impl FnMut(&str) -> Result<T, String>,
-    ) -> Option<Vec<T>> {
-        let value = self.take(field, required)?;
-        let Value::Array(items) = value else {
-            self.errors
-                .push(FieldError::new(field, "must be an array").with_value(value));
-            return None;
-        };
-        let mut out = Vec::with_capacity(items.len());
-        let mut ok = true;
-        for (i, item) in items.into_iter().enumerate() {
-            let result = match &item {
-                Value::String(s) => parse(s).map_err(|reason| {
-                    FieldError::new(format!("{field}[{i}]"), reason).with_value(item.clone())
-                }),
-                _ => Err(FieldError::new(format!("{field}[{i}]"), "must be a string")
-                    .with_value(item.clone())),
-            };
-            match self.errors.collect(result) {
-                Some(v) => out.push(v),
-                None => ok = false,
-            }
-        }
-        ok.then_some(out)
-    }
-
-    pub fn uuid_array(&mut self, field: &str, required: bool) -> Option<Vec<Uuid>> {
-        self.string_array(field, required, |s| {
-            parse_uuid(s).ok_or_else(|| "must be a uuid".to_owned())
-        })
-    }
-
-    /// Records a rule that spans fields, or that the caller checks after reading.
-    pub fn reject(&mut self, error: FieldError) {
-        self.errors.push(error);
+        T::read(field, value, &mut self.errors)
     }
 
     /// Fails on any field not read, then on any error recorded.

@@ -23,12 +23,18 @@ pub struct ReviewInput {
 impl ReviewInput {
     pub const MAX_TITLE: usize = 120;
     pub const MAX_BODY: usize = 5000;
+    pub const MIN_RATING: i64 = 1;
+    pub const MAX_RATING: i64 = 5;
 
     pub fn parse_rating(n: i64) -> Result<u8, String> {
-        if (1..=5).contains(&n) {
+        if (Self::MIN_RATING..=Self::MAX_RATING).contains(&n) {
             Ok(n as u8)
         } else {
-            Err("must be an integer from 1 to 5".into())
+            Err(format!(
+                "must be an integer from {} to {}",
+                Self::MIN_RATING,
+                Self::MAX_RATING
+            ))
         }
     }
 }

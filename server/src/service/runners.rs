@@ -17,23 +17,17 @@ use crate::storage::{
     RunnerPool, SubmitOutcome, WebhookDelivery, keys,
 };
 
-/// Text of 1..=max characters without NUL.
-pub fn bounded_text(raw: &str, max: usize) -> Result<String, String> {
-    if raw.contains('\0') {
-        return Err("must not contain the NUL character".into());
-    }
-    let n = raw.chars().count();
-    if n == 0 || n > max {
-        return Err(format!("must be 1 to {max} characters"));
-    }
-    Ok(raw.to_owned())
-}
+pub use crate::domain::bounded_text;
 
 /// `DELETE .../runner-pools/{poolId}` body.
 #[derive(Debug, Clone, Default)]
 pub struct DeletePoolInput {
     pub reason: Option<String>,
     pub force: bool,
+}
+
+impl DeletePoolInput {
+    pub const MAX_REASON: usize = 500;
 }
 
 /// `POST .../runner-commands` body, each field within its bounds.
@@ -51,14 +45,16 @@ impl SubmitCommandInput {
     pub const MAX_ARGS: usize = 64;
     pub const MAX_ARG: usize = 4096;
     pub const DEFAULT_TIMEOUT: i32 = 3600;
+    pub const MIN_TIMEOUT: i64 = 1;
     pub const MAX_TIMEOUT: i64 = 86_400;
 
     pub fn parse_timeout(n: i64) -> Result<i32, String> {
-        if (1..=Self::MAX_TIMEOUT).contains(&n) {
+        if (Self::MIN_TIMEOUT..=Self::MAX_TIMEOUT).contains(&n) {
             Ok(n as i32)
         } else {
             Err(format!(
-                "must be an integer from 1 to {}",
+                "must be an integer from {} to {}",
+                Self::MIN_TIMEOUT,
                 Self::MAX_TIMEOUT
             ))
         }
@@ -77,12 +73,20 @@ impl DeliveryStatusInput {
     pub const MAX_DETAIL: usize = 2000;
 
     /// A runner reports what happened; `pending` is where deliveries start, never a report.
+    pub const REPORTABLE: [DeliveryStatus; 4] = [
+        DeliveryStatus::Received,
+        DeliveryStatus::Running,
+        DeliveryStatus::Succeeded,
+        DeliveryStatus::Failed,
+    ];
+
     pub fn parse_status(raw: &str) -> Result<DeliveryStatus, String> {
         match DeliveryStatus::parse(raw) {
-            Ok(DeliveryStatus::Pending) | Err(_) => {
-                Err("must be one of received, running, succeeded, failed".into())
+            Ok(s) if Self::REPORTABLE.contains(&s) => Ok(s),
+            _ => {
+                let names: Vec<&str> = Self::REPORTABLE.iter().map(|s| s.as_str()).collect();
+                Err(format!("must be one of {}", names.join(", ")))
             }
-            Ok(s) => Ok(s),
         }
     }
 }

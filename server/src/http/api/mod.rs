@@ -2,6 +2,8 @@
 
 mod activity;
 mod audit;
+#[cfg(test)]
+mod body_cases;
 mod reviews;
 mod runners;
 mod tokens;

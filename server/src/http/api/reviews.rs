@@ -7,83 +7,55 @@ use chrono::{DateTime, Utc};
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
-use poem_openapi::{ApiResponse, Enum, Object, OpenApi};
-use serde_json::Value;
+use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
-use crate::domain::{CorrelationId, FieldError, ReportReason, ValidationErrors};
+use crate::domain::{CorrelationId, ReportReason, ReviewStatus, ValidationErrors};
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
+use crate::http::fields::{Rating, Text, request_body};
 use crate::http::idempotency::Idempotent;
-use crate::http::payload::{FromJson, JsonBody, JsonObject};
-use crate::service::{ModeratedReview, ReportReviewInput, ReviewInput, Services, bounded_text};
+use crate::http::payload::{FromJson, JsonBody};
+use crate::service::{ModeratedReview, ReportReviewInput, ReviewInput, Services};
 
-/// Request body of a review.
-#[derive(Object)]
-#[oai(deny_unknown_fields)]
-#[allow(dead_code)] // Documents the body; `ReviewInput::from_json` parses it.
-pub struct PluginReviewInput {
-    #[oai(validator(minimum(value = "1"), maximum(value = "5")))]
-    rating: i64,
-    #[oai(validator(min_length = 1, max_length = 120))]
-    title: String,
-    #[oai(validator(min_length = 1, max_length = 5000))]
-    body: String,
-}
-
-impl FromJson for ReviewInput {
-    type Schema = PluginReviewInput;
-
-    fn from_json(value: Value) -> Result<Self, ValidationErrors> {
-        let mut body = JsonObject::new(value)?;
-        let rating = body.integer("rating", true, ReviewInput::parse_rating);
-        let title = body.string("title", true, |s| bounded_text(s, ReviewInput::MAX_TITLE));
-        let text = body.string("body", true, |s| bounded_text(s, ReviewInput::MAX_BODY));
-        body.finish()?;
-        match (rating, title, text) {
-            (Some(rating), Some(title), Some(body)) => Ok(Self {
-                rating,
-                title,
-                body,
-            }),
-            _ => Err(FieldError::new("body", "is incomplete").into()),
-        }
+request_body! {
+    /// Request body of a review.
+    pub struct PluginReviewInput {
+        "rating" => rating: required Rating,
+        "title" => title: required Text<{ ReviewInput::MAX_TITLE }>,
+        "body" => body: required Text<{ ReviewInput::MAX_BODY }>,
     }
 }
 
-#[derive(Enum)]
-#[oai(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub enum ReportReasonName {
-    Spam,
-    Abuse,
-    OffTopic,
-    Other,
+impl FromJson for ReviewInput {
+    type Body = PluginReviewInput;
+
+    fn from_body(body: PluginReviewInput) -> Result<Self, ValidationErrors> {
+        Ok(Self {
+            rating: body.rating.0,
+            title: body.title.0,
+            body: body.body.0,
+        })
+    }
 }
 
-/// Request body of a report.
-#[derive(Object)]
-#[oai(deny_unknown_fields)]
-#[allow(dead_code)] // Documents the body; `ReportReviewInput::from_json` parses it.
-pub struct ReviewReportInput {
-    reason: ReportReasonName,
-    #[oai(validator(min_length = 1, max_length = 1000))]
-    comment: Option<String>,
+request_body! {
+    /// Request body of a report.
+    pub struct ReviewReportInput {
+        "reason" => reason: required ReportReason,
+        "comment" => comment: optional Text<{ ReportReviewInput::MAX_COMMENT }>,
+    }
 }
 
 impl FromJson for ReportReviewInput {
-    type Schema = ReviewReportInput;
+    type Body = ReviewReportInput;
 
-    fn from_json(value: Value) -> Result<Self, ValidationErrors> {
-        let mut body = JsonObject::new(value)?;
-        let reason = body.string("reason", true, ReportReason::parse);
-        let comment = body.string("comment", false, |s| {
-            bounded_text(s, ReportReviewInput::MAX_COMMENT)
-        });
-        body.finish()?;
-        let reason = reason.ok_or_else(|| FieldError::new("reason", "is required"))?;
-        Ok(Self { reason, comment })
+    fn from_body(body: ReviewReportInput) -> Result<Self, ValidationErrors> {
+        Ok(Self {
+            reason: body.reason,
+            comment: body.comment.map(|c| c.0),
+        })
     }
 }
 
@@ -104,8 +76,7 @@ pub struct PluginReviewBody {
     title: String,
     body: String,
     /// `published`, `held`, `rejected` or `hidden`.
-    #[oai(validator(pattern = "^(published|held|rejected|hidden)$"))]
-    status: String,
+    status: ReviewStatus,
     moderation: ModerationBody,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
@@ -125,7 +96,7 @@ impl From<ModeratedReview> for PluginReviewBody {
             rating: r.rating,
             title: r.title,
             body: r.body,
-            status: r.status.as_str().to_owned(),
+            status: r.status,
             moderation: ModerationBody {
                 decision: m.decision.to_owned(),
                 reasons: r.reasons,

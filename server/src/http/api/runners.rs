@@ -8,45 +8,36 @@ use chrono::{DateTime, Utc};
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
-use poem_openapi::{ApiResponse, Enum, Object, OpenApi};
-use serde_json::Value;
+use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
-use crate::domain::{CorrelationId, FieldError, ValidationErrors};
+use crate::domain::{CommandStatus, CorrelationId, DeliveryStatus, ValidationErrors};
 use crate::http::auth::{BearerAuth, Signed};
 use crate::http::error::error_responses;
+use crate::http::fields::{CommandArg, List, ReportedStatus, Text, TimeoutSeconds, request_body};
 use crate::http::idempotency::Idempotent;
-use crate::http::payload::{FromJson, JsonBody, JsonObject};
-use crate::service::{
-    DeletePoolInput, DeliveryStatusInput, Services, SubmitCommandInput, bounded_text,
-};
+use crate::http::payload::{FromJson, JsonBody};
+use crate::service::{DeletePoolInput, DeliveryStatusInput, Services, SubmitCommandInput};
 use crate::storage::{RunnerCommand, RunnerPool, WebhookDelivery};
 
-/// Request body of pool deletion.
-#[derive(Object)]
-#[oai(deny_unknown_fields)]
-#[allow(dead_code)] // Documents the body; `DeletePoolInput::from_json` parses it.
-pub struct DeleteRunnerPoolInput {
-    /// Why the pool is deleted; kept in the audit log.
-    #[oai(validator(min_length = 1, max_length = 500))]
-    reason: Option<String>,
-    /// Cancel the pool's queued and running commands instead of refusing (409).
-    #[oai(default)]
-    force: bool,
+request_body! {
+    /// Request body of pool deletion.
+    pub struct DeleteRunnerPoolInput {
+        /// Why the pool is deleted; kept in the audit log.
+        "reason" => reason: optional Text<{ DeletePoolInput::MAX_REASON }>,
+        /// Cancel the pool's queued and running commands instead of refusing (409).
+        "force" => force: default bool,
+    }
 }
 
 impl FromJson for DeletePoolInput {
-    type Schema = DeleteRunnerPoolInput;
+    type Body = DeleteRunnerPoolInput;
 
-    fn from_json(value: Value) -> Result<Self, ValidationErrors> {
-        let mut body = JsonObject::new(value)?;
-        let reason = body.string("reason", false, |s| bounded_text(s, 500));
-        let force = body.boolean("force", false);
-        body.finish()?;
+    fn from_body(body: DeleteRunnerPoolInput) -> Result<Self, ValidationErrors> {
         Ok(Self {
-            reason,
-            force: force.unwrap_or(false),
+            reason: body.reason.map(|r| r.0),
+            force: body.force,
         })
     }
 }
@@ -79,73 +70,32 @@ pub struct DeletedRunnerPoolEnvelope {
     cancelled_commands: u64,
 }
 
-/// Request body of command submission.
-#[derive(Object)]
-#[oai(rename_all = "camelCase", deny_unknown_fields)]
-#[allow(dead_code)] // Documents the body; `SubmitCommandInput::from_json` parses it.
-pub struct SubmitRunnerCommandInput {
-    /// A live pool of the workspace.
-    pool_id: Uuid,
-    /// What the runner runs.
-    #[oai(validator(min_length = 1, max_length = 200))]
-    command: String,
-    /// Arguments, passed as given; the audit log keeps only their count.
-    #[oai(default, validator(max_items = 64))]
-    args: Vec<String>,
-    /// An environment of the workspace; required when the token is limited to environments.
-    environment_id: Option<Uuid>,
-    #[oai(
-        default = "default_timeout",
-        validator(minimum(value = "1"), maximum(value = "86400"))
-    )]
-    timeout_seconds: i64,
-}
-
-fn default_timeout() -> i64 {
-    i64::from(SubmitCommandInput::DEFAULT_TIMEOUT)
+request_body! {
+    /// Request body of command submission.
+    pub struct SubmitRunnerCommandInput {
+        /// A live pool of the workspace.
+        "poolId" => pool_id: required Uuid,
+        /// What the runner runs.
+        "command" => command: required Text<{ SubmitCommandInput::MAX_COMMAND }>,
+        /// Arguments, passed as given; the audit log keeps only their count.
+        "args" => args: default List<CommandArg, 0, { SubmitCommandInput::MAX_ARGS }>,
+        /// An environment of the workspace; required when the token is limited to environments.
+        "environmentId" => environment_id: optional Uuid,
+        "timeoutSeconds" => timeout_seconds: default TimeoutSeconds,
+    }
 }
 
 impl FromJson for SubmitCommandInput {
-    type Schema = SubmitRunnerCommandInput;
+    type Body = SubmitRunnerCommandInput;
 
-    fn from_json(value: Value) -> Result<Self, ValidationErrors> {
-        let mut body = JsonObject::new(value)?;
-        let pool_id = body.uuid("poolId", true);
-        let command = body.string("command", true, |s| {
-            bounded_text(s, SubmitCommandInput::MAX_COMMAND)
-        });
-        let args = body.string_array("args", false, |s| {
-            if s.contains('\0') || s.chars().count() > SubmitCommandInput::MAX_ARG {
-                Err(format!(
-                    "must be at most {} characters without NUL",
-                    SubmitCommandInput::MAX_ARG
-                ))
-            } else {
-                Ok(s.to_owned())
-            }
-        });
-        if args
-            .as_ref()
-            .is_some_and(|a| a.len() > SubmitCommandInput::MAX_ARGS)
-        {
-            body.reject(FieldError::new(
-                "args",
-                format!("must have at most {} items", SubmitCommandInput::MAX_ARGS),
-            ));
-        }
-        let environment_id = body.uuid("environmentId", false);
-        let timeout = body.integer("timeoutSeconds", false, SubmitCommandInput::parse_timeout);
-        body.finish()?;
-        match (pool_id, command) {
-            (Some(pool_id), Some(command)) => Ok(Self {
-                pool_id,
-                command,
-                args: args.unwrap_or_default(),
-                environment_id,
-                timeout_seconds: timeout.unwrap_or(SubmitCommandInput::DEFAULT_TIMEOUT),
-            }),
-            _ => Err(FieldError::new("body", "is incomplete").into()),
-        }
+    fn from_body(body: SubmitRunnerCommandInput) -> Result<Self, ValidationErrors> {
+        Ok(Self {
+            pool_id: body.pool_id,
+            command: body.command.0,
+            args: body.args.0.into_iter().map(|a| a.0).collect(),
+            environment_id: body.environment_id,
+            timeout_seconds: body.timeout_seconds.0,
+        })
     }
 }
 
@@ -160,8 +110,7 @@ pub struct RunnerCommandBody {
     args: Vec<String>,
     timeout_seconds: i32,
     /// `queued → dispatched → running → succeeded | failed | cancelled`.
-    #[oai(validator(pattern = "^(queued|dispatched|running|succeeded|failed|cancelled)$"))]
-    status: String,
+    status: CommandStatus,
     /// The webhook delivery that carries the command to the pool's runners.
     delivery_id: Uuid,
     created_at: DateTime<Utc>,
@@ -182,53 +131,31 @@ impl RunnerCommandBody {
             command: c.command,
             args: c.args,
             timeout_seconds: c.timeout_seconds,
-            status: c.status.as_str().to_owned(),
+            status: c.status,
             delivery_id: d.id,
             created_at: c.created_at,
         }
     }
 }
 
-/// Request body of a delivery status report.
-#[derive(Object)]
-#[oai(rename_all = "camelCase", deny_unknown_fields)]
-#[allow(dead_code)] // Documents the body; `DeliveryStatusInput::from_json` parses it.
-pub struct DeliveryStatusReportInput {
-    /// `pending → received → running → succeeded | failed`; `failed` also from any live state.
-    status: DeliveryStatusName,
-    #[oai(validator(min_length = 1, max_length = 2000))]
-    detail: Option<String>,
-    exit_code: Option<i32>,
-}
-
-#[derive(Enum)]
-#[oai(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub enum DeliveryStatusName {
-    Received,
-    Running,
-    Succeeded,
-    Failed,
+request_body! {
+    /// Request body of a delivery status report.
+    pub struct DeliveryStatusReportInput {
+        /// `pending → received → running → succeeded | failed`; `failed` also from any live state.
+        "status" => status: required ReportedStatus,
+        "detail" => detail: optional Text<{ DeliveryStatusInput::MAX_DETAIL }>,
+        "exitCode" => exit_code: optional i32,
+    }
 }
 
 impl FromJson for DeliveryStatusInput {
-    type Schema = DeliveryStatusReportInput;
+    type Body = DeliveryStatusReportInput;
 
-    fn from_json(value: Value) -> Result<Self, ValidationErrors> {
-        let mut body = JsonObject::new(value)?;
-        let status = body.string("status", true, DeliveryStatusInput::parse_status);
-        let detail = body.string("detail", false, |s| {
-            bounded_text(s, DeliveryStatusInput::MAX_DETAIL)
-        });
-        let exit_code = body.integer("exitCode", false, |n| {
-            i32::try_from(n).map_err(|_| "must be a 32-bit integer".to_owned())
-        });
-        body.finish()?;
-        let status = status.ok_or_else(|| FieldError::new("status", "is required"))?;
+    fn from_body(body: DeliveryStatusReportInput) -> Result<Self, ValidationErrors> {
         Ok(Self {
-            status,
-            detail,
-            exit_code,
+            status: body.status.0,
+            detail: body.detail.map(|d| d.0),
+            exit_code: body.exit_code,
         })
     }
 }
@@ -238,8 +165,7 @@ impl FromJson for DeliveryStatusInput {
 pub struct WebhookDeliveryBody {
     id: Uuid,
     command_id: Uuid,
-    #[oai(validator(pattern = "^(pending|received|running|succeeded|failed)$"))]
-    status: String,
+    status: DeliveryStatus,
     updated_at: DateTime<Utc>,
 }
 
@@ -360,7 +286,7 @@ impl RunnersApi {
             delivery: WebhookDeliveryBody {
                 id: delivery.id,
                 command_id: delivery.command_id,
-                status: delivery.status.as_str().to_owned(),
+                status: delivery.status,
                 updated_at: delivery.updated_at,
             },
         };

@@ -6,8 +6,7 @@ use chrono::{DateTime, Utc};
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
-use poem_openapi::{ApiResponse, Enum, Object, OpenApi};
-use serde_json::Value;
+use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
@@ -16,93 +15,38 @@ use crate::domain::{
 };
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
+use crate::http::fields::{List, request_body};
 use crate::http::idempotency::Idempotent;
-use crate::http::payload::{FromJson, JsonBody, JsonObject};
+use crate::http::payload::{FromJson, JsonBody};
 use crate::service::{IssueTokenInput, IssuedCredential, Services};
 
-/// Request body of token issuance. No other properties are allowed.
-#[derive(Object)]
-#[oai(rename_all = "camelCase", deny_unknown_fields)]
-#[allow(dead_code)] // Documents the body; `IssueTokenInput::from_json` parses it.
-pub struct PersonalAccessTokenInput {
-    #[oai(validator(min_length = 1, max_length = 120))]
-    name: String,
-    /// Scopes of the new token; each must be held by the caller's token.
-    scopes: Vec<ScopeName>,
-    organisation_id: Uuid,
-    /// Workspaces of the new token; each must be one of the caller's.
-    #[oai(validator(min_items = 1))]
-    workspace_ids: Vec<Uuid>,
-    /// Environments within those workspaces; empty means all of them.
-    #[oai(default)]
-    environment_ids: Vec<Uuid>,
-    #[oai(
-        default = "default_expires_in_days",
-        validator(minimum(value = "1"), maximum(value = "90"))
-    )]
-    expires_in_days: i64,
-}
-
-fn default_expires_in_days() -> i64 {
-    ExpiresInDays::default().days()
-}
-
-/// Allowed scope values.
-#[derive(Enum)]
-#[allow(dead_code)] // Documentation of the closed list; parsing goes through `Scope::parse`.
-pub enum ScopeName {
-    #[oai(rename = "tokens:issue")]
-    TokensIssue,
-    #[oai(rename = "tokens:revoke")]
-    TokensRevoke,
-    #[oai(rename = "runner-pools:delete")]
-    RunnerPoolsDelete,
-    #[oai(rename = "runner-commands:submit")]
-    RunnerCommandsSubmit,
-    #[oai(rename = "audit:read")]
-    AuditRead,
-    #[oai(rename = "activity:read")]
-    ActivityRead,
-    #[oai(rename = "workflows:request-approval")]
-    WorkflowsRequestApproval,
-    #[oai(rename = "reviews:write")]
-    ReviewsWrite,
-    #[oai(rename = "reviews:report")]
-    ReviewsReport,
+request_body! {
+    /// Request body of token issuance. No other properties are allowed.
+    pub struct PersonalAccessTokenInput {
+        "name" => name: required TokenName,
+        /// Scopes of the new token; each must be held by the caller's token.
+        "scopes" => scopes: required List<Scope>,
+        "organisationId" => organisation_id: required Uuid,
+        /// Workspaces of the new token; each must be one of the caller's.
+        "workspaceIds" => workspace_ids: required List<Uuid, 1>,
+        /// Environments within those workspaces; empty means all of them.
+        "environmentIds" => environment_ids: default List<Uuid>,
+        "expiresInDays" => expires_in_days: default ExpiresInDays,
+    }
 }
 
 impl FromJson for IssueTokenInput {
-    type Schema = PersonalAccessTokenInput;
+    type Body = PersonalAccessTokenInput;
 
-    fn from_json(value: Value) -> Result<Self, ValidationErrors> {
-        let mut body = JsonObject::new(value)?;
-        let name = body.string("name", true, TokenName::parse);
-        let scopes = body.string_array("scopes", true, |s| {
-            Scope::parse(s).map_err(|e| e.to_string())
-        });
-        let organisation_id = body.uuid("organisationId", true);
-        let workspace_ids = body.uuid_array("workspaceIds", true);
-        if workspace_ids.as_ref().is_some_and(Vec::is_empty) {
-            body.reject(crate::domain::FieldError::new(
-                "workspaceIds",
-                "must contain at least 1 item",
-            ));
-        }
-        let environment_ids = body.uuid_array("environmentIds", false);
-        let expires = body.integer("expiresInDays", false, ExpiresInDays::parse);
-        body.finish()?;
-        match (name, scopes, organisation_id, workspace_ids) {
-            (Some(name), Some(scopes), Some(org), Some(workspaces)) => IssueTokenInput::new(
-                name,
-                scopes.into_iter().collect::<Scopes>(),
-                org,
-                workspaces,
-                environment_ids.unwrap_or_default(),
-                expires.unwrap_or_default(),
-            ),
-            // Unreachable in practice: a missing value was recorded as an error above.
-            _ => Err(crate::domain::FieldError::new("body", "is incomplete").into()),
-        }
+    fn from_body(body: PersonalAccessTokenInput) -> Result<Self, ValidationErrors> {
+        IssueTokenInput::new(
+            body.name,
+            body.scopes.0.into_iter().collect::<Scopes>(),
+            body.organisation_id,
+            body.workspace_ids.0,
+            body.environment_ids.0,
+            body.expires_in_days,
+        )
     }
 }
 
@@ -146,24 +90,19 @@ impl From<IssuedCredential> for IssuedCredentialBody {
     }
 }
 
-/// Request body of revocation.
-#[derive(Object)]
-#[oai(deny_unknown_fields)]
-#[allow(dead_code)] // Documents the body; `RevocationReason::from_json` parses it.
-pub struct RevokeAccessTokenInput {
-    /// Why the access is revoked; kept in the audit log.
-    #[oai(validator(min_length = 1, max_length = 500))]
-    reason: String,
+request_body! {
+    /// Request body of revocation.
+    pub struct RevokeAccessTokenInput {
+        /// Why the access is revoked; kept in the audit log.
+        "reason" => reason: required RevocationReason,
+    }
 }
 
 impl FromJson for RevocationReason {
-    type Schema = RevokeAccessTokenInput;
+    type Body = RevokeAccessTokenInput;
 
-    fn from_json(value: Value) -> Result<Self, ValidationErrors> {
-        let mut body = JsonObject::new(value)?;
-        let reason = body.string("reason", true, RevocationReason::parse);
-        body.finish()?;
-        reason.ok_or_else(|| crate::domain::FieldError::new("reason", "is required").into())
+    fn from_body(body: RevokeAccessTokenInput) -> Result<Self, ValidationErrors> {
+        Ok(body.reason)
     }
 }
 

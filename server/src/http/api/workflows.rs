@@ -7,39 +7,38 @@ use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
-use serde_json::Value;
 use uuid::Uuid;
 
 use super::ApiTags;
-use crate::domain::{CorrelationId, ValidationErrors};
+use crate::domain::{CorrelationId, RevisionState, ValidationErrors};
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
+use crate::http::fields::{Text, request_body};
 use crate::http::idempotency::Idempotent;
-use crate::http::payload::{FromJson, JsonBody, JsonObject};
-use crate::service::{Services, bounded_text};
+use crate::http::payload::{FromJson, JsonBody};
+use crate::service::Services;
 use crate::storage::WorkflowRevision;
 
 /// The optional comment of an approval request.
-pub struct ApprovalComment(Option<String>);
+pub struct ApprovalComment(pub(super) Option<String>);
 
-/// Request body of an approval request.
-#[derive(Object)]
-#[oai(deny_unknown_fields)]
-#[allow(dead_code)] // Documents the body; `ApprovalComment::from_json` parses it.
-pub struct RequestApprovalInput {
-    /// A note for the approvers; kept with the revision and in the audit log.
-    #[oai(validator(min_length = 1, max_length = 1000))]
-    comment: Option<String>,
+impl ApprovalComment {
+    pub const MAX_CHARS: usize = 1000;
+}
+
+request_body! {
+    /// Request body of an approval request.
+    pub struct RequestApprovalInput {
+        /// A note for the approvers; kept with the revision and in the audit log.
+        "comment" => comment: optional Text<{ ApprovalComment::MAX_CHARS }>,
+    }
 }
 
 impl FromJson for ApprovalComment {
-    type Schema = RequestApprovalInput;
+    type Body = RequestApprovalInput;
 
-    fn from_json(value: Value) -> Result<Self, ValidationErrors> {
-        let mut body = JsonObject::new(value)?;
-        let comment = body.string("comment", false, |s| bounded_text(s, 1000));
-        body.finish()?;
-        Ok(Self(comment))
+    fn from_body(body: RequestApprovalInput) -> Result<Self, ValidationErrors> {
+        Ok(Self(body.comment.map(|c| c.0)))
     }
 }
 
@@ -50,8 +49,7 @@ pub struct WorkflowRevisionBody {
     workflow_id: Uuid,
     number: i32,
     /// `draft → pending_approval → approved | rejected`.
-    #[oai(validator(pattern = "^(draft|pending_approval|approved|rejected)$"))]
-    state: String,
+    state: RevisionState,
     /// The user who asked for approval.
     requested_by: Option<Uuid>,
     requested_at: Option<DateTime<Utc>>,
@@ -63,7 +61,7 @@ impl From<WorkflowRevision> for WorkflowRevisionBody {
             id: r.id,
             workflow_id: r.workflow_id,
             number: r.number,
-            state: r.state.as_str().to_owned(),
+            state: r.state,
             requested_by: r.requested_by,
             requested_at: r.requested_at,
         }

@@ -1,0 +1,306 @@
+//! What every request body parser accepts and how it rejects: each field's errors, in order,
+//! with the offending value where one is echoed. Pinned by a snapshot so a change to a parser
+//! (or to the declaration the schema shares with it) cannot alter them unnoticed.
+
+use serde_json::{Value, json};
+
+use super::workflows::ApprovalComment;
+use crate::domain::RevocationReason;
+use crate::http::payload::FromJson;
+use crate::service::{
+    DeletePoolInput, DeliveryStatusInput, IssueTokenInput, ReportReviewInput, ReviewInput,
+    SubmitCommandInput,
+};
+
+const ID: &str = "0b7e1f0e-5f1c-4c3e-9a57-3c1f0e9d2a11";
+
+fn outcome<T: FromJson>(body: &Value, show: impl Fn(T) -> String) -> Value {
+    let result = match T::from_json(body.clone()) {
+        Ok(value) => json!({ "body": body, "ok": show(value) }),
+        Err(errors) => json!({ "body": body, "errors": errors.errors() }),
+    };
+    compact(result)
+}
+
+/// Runs of more than 40 equal characters written as `<N × c>`, so the snapshot stays readable.
+fn compact(value: Value) -> Value {
+    match value {
+        Value::String(s) => Value::String(compact_runs(&s)),
+        Value::Array(items) => Value::Array(items.into_iter().map(compact).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, compact(v))).collect())
+        }
+        other => other,
+    }
+}
+
+fn compact_runs(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        let mut n = 1;
+        while chars.peek() == Some(&c) {
+            chars.next();
+            n += 1;
+        }
+        if n > 40 {
+            out.push_str(&format!("<{n} × {c}>"));
+        } else {
+            out.extend(std::iter::repeat_n(c, n));
+        }
+    }
+    out
+}
+
+/// Bodies that are not objects, and the rules every body shares.
+fn shared(cases: &mut Vec<Value>, base: &Value, show: impl Fn(&Value) -> Value) {
+    for body in [json!(null), json!([]), json!("x"), json!(1), json!(true)] {
+        cases.push(show(&body));
+    }
+    let mut unknown = base.clone();
+    unknown["zeta"] = json!(1);
+    unknown["alpha"] = json!(null);
+    cases.push(show(&unknown));
+}
+
+fn with(base: &Value, field: &str, value: Value) -> Value {
+    let mut body = base.clone();
+    match value {
+        Value::Null if field.starts_with('-') => {
+            body.as_object_mut().map(|o| o.remove(&field[1..]));
+        }
+        value => body[field] = value,
+    }
+    body
+}
+
+fn without(base: &Value, field: &str) -> Value {
+    with(base, &format!("-{field}"), Value::Null)
+}
+
+fn strings(len: usize) -> Value {
+    json!("é".repeat(len))
+}
+
+#[test]
+fn request_bodies_match_the_snapshot() {
+    let mut all = serde_json::Map::new();
+
+    let issue = json!({ "name": "ci", "scopes": ["audit:read"], "organisationId": ID,
+        "workspaceIds": [ID] });
+    let show = |body: &Value| outcome::<IssueTokenInput>(body, |v| format!("{v:?}"));
+    let mut cases = Vec::new();
+    shared(&mut cases, &issue, show);
+    for body in [
+        issue.clone(),
+        json!({}),
+        with(&issue, "name", json!("")),
+        with(&issue, "name", strings(120)),
+        with(&issue, "name", strings(121)),
+        with(&issue, "name", json!("a\u{0}b")),
+        with(&issue, "name", json!(5)),
+        with(&issue, "name", json!(null)),
+        with(&issue, "scopes", json!([])),
+        with(&issue, "scopes", json!("audit:read")),
+        with(
+            &issue,
+            "scopes",
+            json!(["audit:read", "nope", 3, "audit:read"]),
+        ),
+        with(&issue, "organisationId", json!("not-a-uuid")),
+        with(&issue, "organisationId", json!(format!("{{{ID}}}"))),
+        with(&issue, "workspaceIds", json!([])),
+        with(&issue, "workspaceIds", json!([ID, "x", ID])),
+        with(&issue, "workspaceIds", json!({})),
+        with(&issue, "environmentIds", json!([ID, ID])),
+        with(&issue, "environmentIds", json!(["x"])),
+        with(&issue, "environmentIds", json!(null)),
+        with(&issue, "expiresInDays", json!(0)),
+        with(&issue, "expiresInDays", json!(1)),
+        with(&issue, "expiresInDays", json!(90)),
+        with(&issue, "expiresInDays", json!(91)),
+        with(&issue, "expiresInDays", json!(7.0)),
+        with(&issue, "expiresInDays", json!(7.5)),
+        with(&issue, "expiresInDays", json!("7")),
+        with(&issue, "expiresInDays", json!(null)),
+        with(&issue, "expiresInDays", json!(1e20)),
+        without(&issue, "scopes"),
+        json!({ "name": "", "scopes": ["x"], "organisationId": 1, "workspaceIds": [],
+            "environmentIds": [1], "expiresInDays": 100, "extra": 1 }),
+    ] {
+        cases.push(show(&body));
+    }
+    all.insert("issuePersonalAccessToken".into(), cases.into());
+
+    let revoke = json!({ "reason": "rotated" });
+    let show = |body: &Value| outcome::<RevocationReason>(body, |v| format!("{v:?}"));
+    let mut cases = Vec::new();
+    shared(&mut cases, &revoke, show);
+    for body in [
+        revoke.clone(),
+        json!({}),
+        with(&revoke, "reason", json!("")),
+        with(&revoke, "reason", strings(500)),
+        with(&revoke, "reason", strings(501)),
+        with(&revoke, "reason", json!("\u{0}")),
+        with(&revoke, "reason", json!(null)),
+        with(&revoke, "reason", json!(["x"])),
+    ] {
+        cases.push(show(&body));
+    }
+    all.insert("revokeWorkspaceAccessToken".into(), cases.into());
+
+    let delete = json!({ "reason": "gone", "force": true });
+    let show = |body: &Value| outcome::<DeletePoolInput>(body, |v| format!("{v:?}"));
+    let mut cases = Vec::new();
+    shared(&mut cases, &delete, show);
+    for body in [
+        delete.clone(),
+        json!({}),
+        with(&delete, "reason", json!("")),
+        with(&delete, "reason", strings(500)),
+        with(&delete, "reason", strings(501)),
+        with(&delete, "reason", json!("a\u{0}")),
+        with(&delete, "reason", json!(null)),
+        with(&delete, "force", json!("true")),
+        with(&delete, "force", json!(null)),
+        with(&delete, "force", json!(0)),
+    ] {
+        cases.push(show(&body));
+    }
+    all.insert("deleteRunnerPool".into(), cases.into());
+
+    let submit = json!({ "poolId": ID, "command": "deploy" });
+    let show = |body: &Value| outcome::<SubmitCommandInput>(body, |v| format!("{v:?}"));
+    let mut cases = Vec::new();
+    shared(&mut cases, &submit, show);
+    for body in [
+        submit.clone(),
+        json!({}),
+        with(&submit, "poolId", json!("x")),
+        with(&submit, "command", json!("")),
+        with(&submit, "command", strings(200)),
+        with(&submit, "command", strings(201)),
+        with(&submit, "command", json!(null)),
+        with(&submit, "args", json!([])),
+        with(&submit, "args", json!(["", "a", "é".repeat(4096)])),
+        with(&submit, "args", json!(["é".repeat(4097), 1, "a\u{0}"])),
+        with(&submit, "args", json!(vec!["a"; 64])),
+        with(&submit, "args", json!(vec!["a"; 65])),
+        with(&submit, "args", json!("a")),
+        with(&submit, "args", json!(null)),
+        with(&submit, "environmentId", json!(ID)),
+        with(&submit, "environmentId", json!("x")),
+        with(&submit, "environmentId", json!(null)),
+        with(&submit, "timeoutSeconds", json!(0)),
+        with(&submit, "timeoutSeconds", json!(1)),
+        with(&submit, "timeoutSeconds", json!(86_400)),
+        with(&submit, "timeoutSeconds", json!(86_401)),
+        with(&submit, "timeoutSeconds", json!(-1)),
+        with(&submit, "timeoutSeconds", json!(1.5)),
+        with(&submit, "timeoutSeconds", json!(u64::MAX)),
+        with(&submit, "timeoutSeconds", json!(null)),
+        json!({ "poolId": 1, "command": "", "args": [1], "environmentId": 2,
+            "timeoutSeconds": 0, "b": 1, "a": 2 }),
+    ] {
+        cases.push(show(&body));
+    }
+    all.insert("submitRunnerCommand".into(), cases.into());
+
+    let report = json!({ "status": "received" });
+    let show = |body: &Value| outcome::<DeliveryStatusInput>(body, |v| format!("{v:?}"));
+    let mut cases = Vec::new();
+    shared(&mut cases, &report, show);
+    for body in [
+        report.clone(),
+        json!({}),
+        with(&report, "status", json!("pending")),
+        with(&report, "status", json!("running")),
+        with(&report, "status", json!("succeeded")),
+        with(&report, "status", json!("failed")),
+        with(&report, "status", json!("Failed")),
+        with(&report, "status", json!(1)),
+        with(&report, "detail", json!("")),
+        with(&report, "detail", strings(2000)),
+        with(&report, "detail", strings(2001)),
+        with(&report, "detail", json!(null)),
+        with(&report, "exitCode", json!(0)),
+        with(&report, "exitCode", json!(-2_147_483_648_i64)),
+        with(&report, "exitCode", json!(2_147_483_648_i64)),
+        with(&report, "exitCode", json!("0")),
+        with(&report, "exitCode", json!(null)),
+        json!({ "status": "pending", "detail": "", "exitCode": 1.5, "x": 1 }),
+    ] {
+        cases.push(show(&body));
+    }
+    all.insert("reportDeliveryStatus".into(), cases.into());
+
+    let approval = json!({ "comment": "please" });
+    let show = |body: &Value| outcome::<ApprovalComment>(body, |v| format!("{:?}", v.0));
+    let mut cases = Vec::new();
+    shared(&mut cases, &approval, show);
+    for body in [
+        approval.clone(),
+        json!({}),
+        with(&approval, "comment", json!("")),
+        with(&approval, "comment", strings(1000)),
+        with(&approval, "comment", strings(1001)),
+        with(&approval, "comment", json!(null)),
+        with(&approval, "comment", json!(1)),
+    ] {
+        cases.push(show(&body));
+    }
+    all.insert("requestWorkflowRevisionApproval".into(), cases.into());
+
+    let review = json!({ "rating": 4, "title": "good", "body": "works" });
+    let show = |body: &Value| outcome::<ReviewInput>(body, |v| format!("{v:?}"));
+    let mut cases = Vec::new();
+    shared(&mut cases, &review, show);
+    for body in [
+        review.clone(),
+        json!({}),
+        with(&review, "rating", json!(0)),
+        with(&review, "rating", json!(1)),
+        with(&review, "rating", json!(5)),
+        with(&review, "rating", json!(6)),
+        with(&review, "rating", json!(4.0)),
+        with(&review, "rating", json!("4")),
+        with(&review, "rating", json!(null)),
+        with(&review, "title", json!("")),
+        with(&review, "title", strings(120)),
+        with(&review, "title", strings(121)),
+        with(&review, "body", json!("")),
+        with(&review, "body", strings(5000)),
+        with(&review, "body", strings(5001)),
+        with(&review, "body", json!("\u{0}")),
+        json!({ "rating": 9, "title": 1, "body": "", "z": 0 }),
+    ] {
+        cases.push(show(&body));
+    }
+    all.insert("putOwnPluginReview".into(), cases.into());
+
+    let report = json!({ "reason": "spam" });
+    let show = |body: &Value| outcome::<ReportReviewInput>(body, |v| format!("{v:?}"));
+    let mut cases = Vec::new();
+    shared(&mut cases, &report, show);
+    for body in [
+        report.clone(),
+        json!({}),
+        with(&report, "reason", json!("abuse")),
+        with(&report, "reason", json!("off_topic")),
+        with(&report, "reason", json!("other")),
+        with(&report, "reason", json!("rude")),
+        with(&report, "reason", json!(null)),
+        with(&report, "comment", json!("")),
+        with(&report, "comment", strings(1000)),
+        with(&report, "comment", strings(1001)),
+        with(&report, "comment", json!(false)),
+        json!({ "reason": "x", "comment": "", "y": 1 }),
+    ] {
+        cases.push(show(&body));
+    }
+    all.insert("reportPluginReview".into(), cases.into());
+
+    let text = serde_json::to_string_pretty(&Value::Object(all)).expect("serialise");
+    crate::http::snapshot::assert_snapshot("request_bodies.json", &text);
+}
