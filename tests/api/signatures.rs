@@ -1,5 +1,5 @@
 //! Signed delivery reports: the delivery state machine, and every way a runner signature is
-//! refused (DESIGN.md, "Runner signatures").
+//! refused (docs/design.md, "Runner signatures").
 
 use std::fmt::Display;
 

@@ -1,4 +1,4 @@
-//! The default authorization policy: DESIGN.md's scope table plus workspace membership.
+//! The default authorization policy: docs/contract.md's scope table plus workspace membership.
 
 wit_bindgen::generate!({ world: "authorizer", path: "../wit" });
 

@@ -1,4 +1,4 @@
-//! Runner request signatures (DESIGN.md, "Runner signatures"): the headers, the exact signed
+//! Runner request signatures (docs/design.md, "Runner signatures"): the headers, the exact signed
 //! message, and signing for runner authors and tests. Verification against stored keys is the
 //! service layer's (`service::runners`).
 

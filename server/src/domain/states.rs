@@ -1,5 +1,6 @@
-//! The state machines of DESIGN.md: runner commands, webhook deliveries, workflow revisions and
-//! reviews. Transitions are decided here; stores only apply them atomically.
+//! The state machines of docs/design.md ("State machines"): runner commands, webhook deliveries,
+//! workflow revisions and reviews. Transitions are decided here; stores only apply them
+//! atomically.
 
 macro_rules! string_enum {
     ($(#[$meta:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {

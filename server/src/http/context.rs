@@ -1,6 +1,7 @@
-//! Outermost middleware, in the order of DESIGN.md: correlation id, body-size guard,
-//! authentication and rate limit (one limiter round trip per request), then the route; every
-//! failure on the way is rendered as an ApiError, and every response gets its headers.
+//! Outermost middleware, in the order of docs/design.md ("Request pipeline"): correlation id,
+//! body-size guard, authentication and rate limit (one limiter round trip per request), then the
+//! route; every failure on the way is rendered as an ApiError, and every response gets its
+//! headers.
 
 use std::sync::Arc;
 use std::time::Instant;

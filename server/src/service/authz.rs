@@ -2,7 +2,8 @@
 //!
 //! [`Authorizer`] is the port; the policy engine (`crate::policy`) implements it with the active
 //! authorizer component. No scope check is written in Rust: the default policy in
-//! `policies/authz` holds DESIGN.md's scope table and the workspace-membership rule.
+//! `policies/authz` holds the scope table (docs/contract.md, "Operations at a glance") and the
+//! workspace-membership rule (docs/design.md, "Authorization and moderation").
 
 use crate::domain::{Principal, Scope};
 
@@ -21,7 +22,7 @@ pub enum Operation {
 }
 
 impl Operation {
-    /// The scope DESIGN.md's table requires for the operation.
+    /// The scope the operation requires: the table in docs/contract.md, "Operations at a glance".
     pub fn required_scope(self) -> Scope {
         match self {
             Operation::IssueToken => Scope::TokensIssue,
