@@ -36,6 +36,14 @@ pub(crate) fn pool_is_busy(open: i64) -> bool {
     open > 0
 }
 
+/// A caller limited to some environments deletes a pool only when none of its open commands
+/// lies outside them (`outside` counts those, a command without an environment included):
+/// forcing would cancel work it cannot reach, and even the `pool_busy` answer would tell it
+/// about that work. An unlimited caller counts none outside.
+pub(crate) fn pool_deletion_reaches(outside: i64) -> bool {
+    outside == 0
+}
+
 /// Events in the order their workspaces' rows are locked: concurrent writers of several
 /// workspaces then lock them in one order and cannot deadlock. Events of one workspace keep
 /// their order.
@@ -69,6 +77,12 @@ mod tests {
             owner_may_hold_another(0, 3, 3),
             Err(InsertTokenError::LimitReached)
         ));
+    }
+
+    #[test]
+    fn a_limited_caller_deletes_only_when_nothing_open_lies_outside() {
+        assert!(pool_deletion_reaches(0));
+        assert!(!pool_deletion_reaches(1));
     }
 
     #[test]
