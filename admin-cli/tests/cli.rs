@@ -421,6 +421,21 @@ async fn policies_install_activate_roll_back_and_refuse_the_wrong_world() {
     db.drop_db().await;
 }
 
+/// `cpctl bootstrap` of organisation `acme`, workspace `prod`, as JSON.
+fn bootstrap(db: &Db) -> Value {
+    json_of(&db.cpctl(&[
+        "bootstrap",
+        "--org",
+        "acme",
+        "--workspace",
+        "prod",
+        "--admin",
+        "ops@acme.test",
+        "-o",
+        "json",
+    ]))
+}
+
 fn json_of(o: &Output) -> Value {
     assert!(
         o.status.success(),
@@ -433,17 +448,7 @@ fn json_of(o: &Output) -> Value {
 #[tokio::test]
 async fn runners_workflows_and_plugins_are_managed_from_the_cli() {
     let db = Db::new().await;
-    let boot = json_of(&db.cpctl(&[
-        "bootstrap",
-        "--org",
-        "acme",
-        "--workspace",
-        "prod",
-        "--admin",
-        "ops@acme.test",
-        "-o",
-        "json",
-    ]));
+    let boot = bootstrap(&db);
     let ws = boot["workspaceId"].as_str().unwrap().to_owned();
     let org = boot["organisationId"].as_str().unwrap().to_owned();
 
@@ -596,17 +601,7 @@ async fn runners_workflows_and_plugins_are_managed_from_the_cli() {
 #[tokio::test]
 async fn reviews_restore_publishes_a_hidden_review_and_dismisses_its_reports() {
     let db = Db::new().await;
-    let boot = json_of(&db.cpctl(&[
-        "bootstrap",
-        "--org",
-        "acme",
-        "--workspace",
-        "prod",
-        "--admin",
-        "ops@acme.test",
-        "-o",
-        "json",
-    ]));
+    let boot = bootstrap(&db);
     let org = boot["organisationId"].as_str().unwrap().to_owned();
     let user: uuid::Uuid = boot["userId"].as_str().unwrap().parse().unwrap();
     let plugin = json_of(&db.cpctl(&["plugins", "create", "--org", &org, "linter", "-o", "json"]));
