@@ -149,7 +149,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plugins(command) => {
             crate::resources::plugins(&services, out, &cid, command).await?
         }
-        Command::Reviews(command) => crate::resources::reviews(&services, out, command).await?,
+        Command::Reviews(command) => {
+            crate::resources::reviews(&services, out, &cid, command).await?
+        }
         Command::Tokens(TokensCommand::List { user, workspace }) => {
             let filter = TokenFilter {
                 user_id: user,

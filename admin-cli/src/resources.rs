@@ -122,6 +122,15 @@ pub enum ReviewsCommand {
         #[arg(long)]
         plugin: Uuid,
     },
+    /// Restores a review hidden after reports: its reports are dismissed and the moderator
+    /// decides again on its content alone (audited as `review.restored`).
+    Restore {
+        #[arg(long)]
+        review: Uuid,
+        /// Why (1 to 500 characters), kept in the audit event.
+        #[arg(long)]
+        reason: Option<String>,
+    },
 }
 
 fn decode_key(raw: &str, what: &str) -> anyhow::Result<Vec<u8>> {
@@ -308,10 +317,21 @@ pub async fn plugins(
 pub async fn reviews(
     services: &Services,
     out: OutputFormat,
+    cid: &CorrelationId,
     command: ReviewsCommand,
 ) -> anyhow::Result<()> {
-    let ReviewsCommand::List { plugin } = command;
-    output::list(out, &services.list_reviews(plugin).await?);
+    match command {
+        ReviewsCommand::List { plugin } => output::list(out, &services.list_reviews(plugin).await?),
+        ReviewsCommand::Restore { review, reason } => {
+            let review = services
+                .restore_review(review, reason.as_deref(), cid)
+                .await?;
+            match out {
+                OutputFormat::Json => println!("{}", review.json()),
+                OutputFormat::Table => output::list(out, std::slice::from_ref(&review)),
+            }
+        }
+    }
     Ok(())
 }
 

@@ -421,6 +421,21 @@ async fn policies_install_activate_roll_back_and_refuse_the_wrong_world() {
     db.drop_db().await;
 }
 
+/// `cpctl bootstrap` of organisation `acme`, workspace `prod`, as JSON.
+fn bootstrap(db: &Db) -> Value {
+    json_of(&db.cpctl(&[
+        "bootstrap",
+        "--org",
+        "acme",
+        "--workspace",
+        "prod",
+        "--admin",
+        "ops@acme.test",
+        "-o",
+        "json",
+    ]))
+}
+
 fn json_of(o: &Output) -> Value {
     assert!(
         o.status.success(),
@@ -433,17 +448,7 @@ fn json_of(o: &Output) -> Value {
 #[tokio::test]
 async fn runners_workflows_and_plugins_are_managed_from_the_cli() {
     let db = Db::new().await;
-    let boot = json_of(&db.cpctl(&[
-        "bootstrap",
-        "--org",
-        "acme",
-        "--workspace",
-        "prod",
-        "--admin",
-        "ops@acme.test",
-        "-o",
-        "json",
-    ]));
+    let boot = bootstrap(&db);
     let ws = boot["workspaceId"].as_str().unwrap().to_owned();
     let org = boot["organisationId"].as_str().unwrap().to_owned();
 
@@ -590,5 +595,86 @@ async fn runners_workflows_and_plugins_are_managed_from_the_cli() {
         "json",
     ]));
     assert_eq!(reviews, serde_json::json!([]));
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn reviews_restore_publishes_a_hidden_review_and_dismisses_its_reports() {
+    let db = Db::new().await;
+    let boot = bootstrap(&db);
+    let org = boot["organisationId"].as_str().unwrap().to_owned();
+    let user: uuid::Uuid = boot["userId"].as_str().unwrap().parse().unwrap();
+    let plugin = json_of(&db.cpctl(&["plugins", "create", "--org", &org, "linter", "-o", "json"]));
+    let plugin: uuid::Uuid = plugin["id"].as_str().unwrap().parse().unwrap();
+
+    // A review the moderator hid after reports.
+    let review = uuid::Uuid::new_v4();
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO plugin_reviews (id, plugin_id, author_id, organisation_id, rating, title,
+             body, status, reasons, labels, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, 4, 'Fine', 'Does what it says.', 'hidden',
+             ARRAY['reported by 3 users'], ARRAY['reported'], now(), now())",
+    )
+    .bind(review)
+    .bind(plugin)
+    .bind(user)
+    .bind(org.parse::<uuid::Uuid>().unwrap())
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO review_reports (id, review_id, reporter_id, reason, created_at)
+         VALUES ($1, $2, $3, 'spam', now())",
+    )
+    .bind(uuid::Uuid::new_v4())
+    .bind(review)
+    .bind(user)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+
+    let id = review.to_string();
+    let restored = json_of(&db.cpctl(&[
+        "reviews",
+        "restore",
+        "--review",
+        &id,
+        "--reason",
+        "reports were unfounded",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(restored["id"], id.as_str());
+    assert_eq!(restored["status"], "published", "{restored}");
+    assert_eq!(restored["reasons"], serde_json::json!([]));
+
+    let (reports,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM review_reports WHERE review_id = $1")
+            .bind(review)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(reports, 0);
+    let (actor, data): (String, Value) = sqlx::query_as(
+        "SELECT actor_kind, data FROM audit_events
+         WHERE event_type = 'review.restored' AND target_id = $1",
+    )
+    .bind(review)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(actor, "admin");
+    assert_eq!(data["reason"], "reports were unfounded");
+    assert_eq!(data["dismissedReports"], 1);
+
+    // Only a hidden review is restored; an empty reason is refused.
+    let again = db.cpctl(&["reviews", "restore", "--review", &id]);
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("only a hidden review"), "{err}");
+    let empty = db.cpctl(&["reviews", "restore", "--review", &id, "--reason", ""]);
+    assert!(!empty.status.success());
+    drop(conn);
     db.drop_db().await;
 }

@@ -701,3 +701,17 @@ async fn pump(
     }
     let _ = to.shutdown().await;
 }
+
+/// What a client can tell an error apart by: status, code, message and details (the
+/// correlation id differs on every response). Two answers with equal shapes are
+/// indistinguishable.
+pub async fn error_shape(response: Response) -> Value {
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.expect("ApiError body is JSON");
+    serde_json::json!({
+        "status": status,
+        "code": body["error"]["code"],
+        "message": body["error"]["message"],
+        "details": body["error"]["details"],
+    })
+}

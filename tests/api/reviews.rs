@@ -370,6 +370,144 @@ async fn two_reports_from_one_user_are_not_two_reporters() {
     assert_eq!(body["review"]["status"], "published");
 }
 
+#[tokio::test]
+async fn a_hidden_review_stays_hidden_when_its_author_puts_it_again() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let plugin = create_plugin(&app, &tenant, "hidden-put").await;
+    let review = hidden_review(&app, &tenant, plugin).await;
+
+    let response = put_review(
+        &app,
+        &tenant.token,
+        plugin,
+        &json!({"rating": 5, "title": "Edited", "body": "Nothing to see here, honestly."}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["review"]["id"], review.as_str());
+    assert_eq!(body["review"]["status"], "hidden", "{body}");
+    assert_eq!(body["review"]["moderation"]["decision"], "hide", "{body}");
+    assert_eq!(body["review"]["title"], "Edited", "the content is replaced");
+    assert_eq!(review_status(&app, &review).await, "hidden");
+    let listed = app.services.list_reviews(plugin).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].status.as_str(), "hidden");
+}
+
+#[tokio::test]
+async fn an_administrator_restores_a_hidden_review_and_its_reports_are_dismissed() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let plugin = create_plugin(&app, &tenant, "restored").await;
+    let review = hidden_review(&app, &tenant, plugin).await;
+    let id: Uuid = review.parse().unwrap();
+
+    // What `cpctl reviews restore --review ID --reason ...` calls.
+    let restored = app
+        .services
+        .restore_review(
+            id,
+            Some("reports were unfounded"),
+            &CorrelationId::generate(),
+        )
+        .await
+        .expect("restore");
+    assert_eq!(restored.status.as_str(), "published");
+    assert_eq!(review_status(&app, &review).await, "published");
+    let mut db = app.db().await;
+    let (reports,) = sql_one!(
+        &mut db,
+        (i64,),
+        "SELECT count(*) FROM review_reports WHERE review_id = $1",
+        id
+    )
+    .unwrap();
+    assert_eq!(reports, 0, "the reports that hid it are dismissed");
+    let (actor, data) = sql_one!(
+        &mut db,
+        (String, String),
+        "SELECT actor_kind, CAST(data AS TEXT) FROM audit_events
+         WHERE event_type = 'review.restored' AND target_id = $1",
+        id
+    )
+    .unwrap();
+    assert_eq!(actor, "admin");
+    let data: Value = serde_json::from_str(&data).unwrap();
+    assert_eq!(data["reason"], "reports were unfounded");
+    assert_eq!(data["dismissedReports"], 3);
+    assert_eq!(data["status"], "published");
+
+    // Only a hidden review is restored.
+    let again = app
+        .services
+        .restore_review(id, None, &CorrelationId::generate())
+        .await;
+    assert!(again.is_err(), "{again:?}");
+    assert!(
+        app.services
+            .restore_review(Uuid::new_v4(), None, &CorrelationId::generate())
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn concurrent_reports_cannot_all_miss_the_threshold() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let plugin = create_plugin(&app, &tenant, "contended").await;
+    let review = published_review(&app, &tenant.token, plugin).await;
+    let mut reporters = Vec::new();
+    for _ in 0..5 {
+        reporters.push(user_token(&app, &tenant, &[Scope::ReviewsReport]).await.1);
+    }
+    let spam = json!({"reason": "spam"});
+    let responses = futures_util::future::join_all(
+        reporters
+            .iter()
+            .map(|token| report(&app, token, plugin, &review, &spam)),
+    )
+    .await;
+    let mut statuses = Vec::new();
+    for response in responses {
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        statuses.push(body["review"]["status"].as_str().unwrap().to_owned());
+    }
+    // The reports were decided one after another: two saw fewer than three reporters.
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        ["hidden", "hidden", "hidden", "published", "published"]
+    );
+    assert_eq!(review_status(&app, &review).await, "hidden");
+}
+
+/// A review by `tenant`'s user that three other users reported, hidden; returns its id.
+async fn hidden_review(app: &TestApp, tenant: &Tenant, plugin: Uuid) -> String {
+    let review = published_review(app, &tenant.token, plugin).await;
+    for _ in 0..3 {
+        let (_, reporter) = user_token(app, tenant, &[Scope::ReviewsReport]).await;
+        let response = report(app, &reporter, plugin, &review, &json!({"reason": "spam"})).await;
+        assert_eq!(response.status(), 200);
+    }
+    assert_eq!(review_status(app, &review).await, "hidden");
+    review
+}
+
+async fn review_status(app: &TestApp, review: &str) -> String {
+    let (status,) = sql_one!(
+        &mut app.db().await,
+        (String,),
+        "SELECT status FROM plugin_reviews WHERE id = $1",
+        review.parse::<Uuid>().unwrap()
+    )
+    .unwrap();
+    status
+}
+
 async fn create_plugin(app: &TestApp, tenant: &Tenant, name: &str) -> Uuid {
     app.services
         .create_plugin(tenant.organisation_id, name, &CorrelationId::generate())

@@ -4,7 +4,7 @@ use control_plane::domain::{CorrelationId, Scope};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, assert_api_error, spawn_app, sql_one};
+use crate::helpers::{Tenant, TestApp, assert_api_error, error_shape, spawn_app, sql_one};
 
 #[tokio::test]
 async fn an_idle_pool_is_deleted_once_and_then_takes_no_commands() {
@@ -318,6 +318,100 @@ async fn a_token_limited_to_environments_names_one_of_them() {
 }
 
 #[tokio::test]
+async fn a_token_limited_to_environments_cannot_cancel_commands_outside_them() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let staging = app.create_environment(ws, "staging").await;
+    let production = app.create_environment(ws, "production").await;
+    let limited = Tenant {
+        token: app
+            .admin_token(&tenant, &[Scope::RunnerPoolsDelete], &[ws], &[staging])
+            .await,
+        ..tenant.clone()
+    };
+
+    // A pool with an open command of another environment, or of none: refused, force or not,
+    // and nothing is cancelled or deleted.
+    for environment in [Some(production), None] {
+        let pool = create_pool(&app, ws, &format!("mixed-{}", Uuid::new_v4().simple())).await;
+        let inside = submitted_in(&app, &tenant, pool, Some(staging)).await;
+        let outside = submitted_in(&app, &tenant, pool, environment).await;
+        for body in [json!({"force": true, "reason": "cleanup"}), json!({})] {
+            let response = delete_pool(&app, &limited, pool, &body).await;
+            let err = assert_api_error(response, 403, "forbidden").await;
+            assert_eq!(err["error"]["details"]["openCommandsOutside"], 1, "{err}");
+        }
+        assert_eq!(command_status(&app, inside).await, "queued");
+        assert_eq!(command_status(&app, outside).await, "queued");
+        let (deleted,) = sql_one!(
+            &mut app.db().await,
+            (i64,),
+            "SELECT count(*) FROM runner_pools WHERE id = $1 AND deleted_at IS NOT NULL",
+            pool
+        )
+        .unwrap();
+        assert_eq!(deleted, 0, "the pool is still live");
+
+        // An unlimited token may.
+        let response = delete_pool(&app, &tenant, pool, &json!({"force": true})).await;
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["cancelledCommands"], 2);
+    }
+    assert_eq!(events_of(&app, "runner_pool.deleted").await, 2);
+
+    // Within its environments: as for anyone (busy without force, cancelled with it).
+    let pool = create_pool(&app, ws, "staging-only").await;
+    let inside = submitted_in(&app, &tenant, pool, Some(staging)).await;
+    let response = delete_pool(&app, &limited, pool, &json!({})).await;
+    assert_api_error(response, 409, "pool_busy").await;
+    let response = delete_pool(&app, &limited, pool, &json!({"force": true})).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["cancelledCommands"], 1);
+    assert_eq!(command_status(&app, inside).await, "cancelled");
+
+    // A finished command outside does not count: only open ones are cancelled.
+    let pool = create_pool(&app, ws, "finished-outside").await;
+    let done = submitted_in(&app, &tenant, pool, Some(production)).await;
+    crate::helpers::sql_exec!(
+        &mut app.db().await,
+        "UPDATE runner_commands SET status = 'succeeded' WHERE id = $1",
+        done
+    )
+    .unwrap();
+    let response = delete_pool(&app, &limited, pool, &json!({})).await;
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn another_workspaces_or_organisations_pool_is_a_404_like_an_unknown_one() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let second = app.create_workspace(tenant.organisation_id, "second").await;
+    let near = create_pool(&app, second, "near").await;
+    let elsewhere = app.bootstrap().await;
+    let far = create_pool(&app, elsewhere.workspace_id, "far").await;
+
+    let unknown = error_shape(delete_pool(&app, &tenant, Uuid::new_v4(), &json!({})).await).await;
+    assert_eq!(unknown["status"], 404, "{unknown}");
+    for pool in [near, far] {
+        for body in [json!({}), json!({"force": true})] {
+            let response = delete_pool(&app, &tenant, pool, &body).await;
+            assert_eq!(error_shape(response).await, unknown, "{pool}");
+        }
+    }
+    let (deleted,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM runner_pools WHERE deleted_at IS NOT NULL"
+    )
+    .unwrap();
+    assert_eq!(deleted, 0);
+}
+
+#[tokio::test]
 async fn deletion_and_submission_are_audited_without_argument_values() {
     let app = spawn_app().await;
     let tenant = app.bootstrap().await;
@@ -474,6 +568,23 @@ async fn submit(app: &TestApp, tenant: &Tenant, body: &Value) -> reqwest::Respon
     .send()
     .await
     .unwrap()
+}
+
+/// Submits `echo` to `pool` in `environment`; returns the command's id.
+async fn submitted_in(
+    app: &TestApp,
+    tenant: &Tenant,
+    pool: Uuid,
+    environment: Option<Uuid>,
+) -> Uuid {
+    let mut body = json!({"poolId": pool, "command": "echo"});
+    if let Some(environment) = environment {
+        body["environmentId"] = json!(environment);
+    }
+    let response = submit(app, tenant, &body).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    body["command"]["id"].as_str().unwrap().parse().unwrap()
 }
 
 /// Submits `echo` to `pool`; returns the command's id.

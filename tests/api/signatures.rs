@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    ServerProcess, Tenant, TestApp, assert_api_error, redis_or_skip, spawn_app, spawn_app_with,
-    sql_one,
+    ServerProcess, Tenant, TestApp, assert_api_error, error_shape, redis_or_skip, spawn_app,
+    spawn_app_with, sql_one,
 };
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -387,15 +387,33 @@ async fn a_runner_reports_only_on_deliveries_of_its_own_pool() {
     let foreigner = register(&app, foreign_pool, "foreigner").await;
     let (_, delivery) = submit(&app, &tenant, pool).await;
 
+    // Another pool's delivery (of this organisation or another) is a 404 indistinguishable
+    // from a delivery that does not exist: same status, code, message and details.
+    let unknown = report(
+        &app,
+        &stranger,
+        Uuid::new_v4(),
+        json!({"status": "received"}),
+    );
+    let unknown = error_shape(unknown.await).await;
+    assert_eq!(unknown["status"], 404, "{unknown}");
+    assert_eq!(unknown["code"], "not_found", "{unknown}");
     for intruder in [&stranger, &foreigner] {
         let response = report(&app, intruder, delivery, json!({"status": "received"})).await;
-        assert_api_error(response, 403, "forbidden").await;
+        assert_eq!(error_shape(response).await, unknown);
+        let response = report(
+            &app,
+            intruder,
+            Uuid::new_v4(),
+            json!({"status": "received"}),
+        );
+        assert_eq!(error_shape(response.await).await, unknown);
     }
     assert_eq!(delivery_status(&app, delivery).await, "pending");
 
-    for unknown in [Uuid::new_v4().to_string(), "not-a-uuid".to_owned()] {
-        let response = report(&app, &runner, &unknown, json!({"status": "received"})).await;
-        assert_api_error(response, 404, "not_found").await;
+    for unknown_id in [Uuid::new_v4().to_string(), "not-a-uuid".to_owned()] {
+        let response = report(&app, &runner, &unknown_id, json!({"status": "received"})).await;
+        assert_eq!(error_shape(response).await, unknown);
     }
 
     let response = report(&app, &runner, delivery, json!({"status": "received"})).await;

@@ -4,7 +4,7 @@ use control_plane::domain::{CorrelationId, Scope};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, assert_api_error, spawn_app, sql_all, sql_one};
+use crate::helpers::{TestApp, assert_api_error, error_shape, spawn_app, sql_all, sql_one};
 
 #[tokio::test]
 async fn a_draft_goes_to_pending_approval_once() {
@@ -178,6 +178,77 @@ async fn unknown_or_mismatched_revisions_are_404_and_foreign_workspaces_403() {
     .unwrap();
     assert_eq!(states.len(), 3);
     assert!(states.iter().all(|(s,)| s == "draft"), "{states:?}");
+}
+
+#[tokio::test]
+async fn a_token_limited_to_environments_cannot_request_approval() {
+    // Workflows carry no environment, so they lie outside every environment-limited token.
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let staging = app.create_environment(ws, "staging").await;
+    let (workflow, revision) = draft(&app, ws, "deploy").await;
+    let limited = app
+        .admin_token(
+            &tenant,
+            &[Scope::WorkflowsRequestApproval],
+            &[ws],
+            &[staging],
+        )
+        .await;
+
+    let response = request_approval(&app, &limited, ws, workflow, revision, &json!({})).await;
+    assert_api_error(response, 403, "forbidden").await;
+    // Existence is still answered before escalation, as everywhere.
+    let response = request_approval(&app, &limited, ws, workflow, Uuid::new_v4(), &json!({})).await;
+    assert_api_error(response, 404, "not_found").await;
+    let (state,) = sql_one!(
+        &mut app.db().await,
+        (String,),
+        "SELECT state FROM workflow_revisions WHERE id = $1",
+        revision
+    )
+    .unwrap();
+    assert_eq!(state, "draft");
+
+    let unlimited = app
+        .admin_token(&tenant, &[Scope::WorkflowsRequestApproval], &[ws], &[])
+        .await;
+    let response = request_approval(&app, &unlimited, ws, workflow, revision, &json!({})).await;
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn another_organisations_revision_is_a_404_like_an_unknown_one() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let (workflow, _) = draft(&app, ws, "deploy").await;
+    let second = app.create_workspace(tenant.organisation_id, "second").await;
+    let (near_workflow, near_revision) = draft(&app, second, "deploy").await;
+    let elsewhere = app.bootstrap().await;
+    let (far_workflow, far_revision) = draft(&app, elsewhere.workspace_id, "deploy").await;
+
+    let unknown = request_approval(
+        &app,
+        &tenant.token,
+        ws,
+        Uuid::new_v4(),
+        Uuid::new_v4(),
+        &json!({}),
+    )
+    .await;
+    let unknown = error_shape(unknown).await;
+    assert_eq!(unknown["status"], 404, "{unknown}");
+    for (w, r) in [
+        (near_workflow, near_revision),
+        (far_workflow, far_revision),
+        (workflow, far_revision),
+        (far_workflow, Uuid::new_v4()),
+    ] {
+        let response = request_approval(&app, &tenant.token, ws, w, r, &json!({})).await;
+        assert_eq!(error_shape(response).await, unknown, "{w} {r}");
+    }
 }
 
 #[tokio::test]

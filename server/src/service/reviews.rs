@@ -7,10 +7,18 @@ use uuid::Uuid;
 use super::admin::{admin_event, parse_name};
 use super::{Operation, ServiceError, Services};
 use crate::domain::{
-    Actor, CorrelationId, NewAuditEvent, Principal, ReportReason, ReviewStatus, parse_uuid,
+    Actor, CorrelationId, FieldError, NewAuditEvent, Principal, ReportReason, ReviewStatus,
+    ValidationErrors, parse_uuid,
 };
 use crate::policy::{ModerationInput, ReportInput, Verdict};
-use crate::storage::{Plugin, Report, Review, ReviewModeration};
+use crate::storage::{
+    ModerationBasis, Plugin, Report, ReportOutcome, RestoreOutcome, Review, ReviewModeration,
+};
+
+/// How many times a report or a restore is decided again when the review changed meanwhile
+/// (each retry follows a change that committed, so this bounds the concurrent reports of one
+/// review a request can lose to before it answers 503).
+const MODERATION_ATTEMPTS: usize = 32;
 
 /// `PUT .../reviews/me` body.
 #[derive(Debug, Clone)]
@@ -260,26 +268,11 @@ impl Services {
         let (plugin_id, review_id) = parse_uuid(plugin)
             .zip(parse_uuid(review))
             .ok_or_else(not_found)?;
-        let current = self
-            .store
-            .find_review(review_id)
-            .await?
-            .filter(|r| r.plugin_id == plugin_id)
-            .ok_or_else(not_found)?;
-        if current.author_id == principal.user_id {
-            return Err(ServiceError::forbidden(
-                "one cannot report one's own review",
-            ));
-        }
-        let prior = self.store.list_reports(review_id).await?;
         let already = || ServiceError::Conflict {
             code: "already_reported",
             message: "you have already reported this review".into(),
             details: None,
         };
-        if prior.iter().any(|r| r.reporter_id == principal.user_id) {
-            return Err(already());
-        }
         let report = Report {
             id: Uuid::new_v4(),
             review_id,
@@ -288,50 +281,160 @@ impl Services {
             comment: input.comment,
             created_at: Self::now(),
         };
-        let outcome = self
-            .moderate(&ModerationInput {
-                review_id: review_id.to_string(),
-                plugin_id: plugin_id.to_string(),
-                author_id: current.author_id.to_string(),
-                rating: current.rating,
-                title: current.title.clone(),
-                body: current.body.clone(),
-                report: Some(report_input(&report)),
-                prior_reports: prior.iter().map(report_input).collect(),
-                blocklist: self.settings.moderation_blocklist.clone(),
-            })
-            .await;
-        // A report can hide a review or hold it, never publish one the moderator had held.
-        let moderation = match outcome.verdict {
-            Verdict::Publish => ReviewModeration {
-                status: current.status,
-                reasons: current.reasons.clone(),
-                labels: current.labels.clone(),
-            },
-            verdict => ReviewModeration {
-                status: status_of(verdict),
+        // The moderator decides on the review and every report before this one; the store
+        // applies the decision only if that is still what the review has, else it is decided
+        // again on what is there now.
+        for _ in 0..MODERATION_ATTEMPTS {
+            let current = self
+                .store
+                .find_review(review_id)
+                .await?
+                .filter(|r| r.plugin_id == plugin_id)
+                .ok_or_else(not_found)?;
+            if current.author_id == principal.user_id {
+                return Err(ServiceError::forbidden(
+                    "one cannot report one's own review",
+                ));
+            }
+            let prior = self.store.list_reports(review_id).await?;
+            if prior.iter().any(|r| r.reporter_id == principal.user_id) {
+                return Err(already());
+            }
+            let outcome = self
+                .moderate(&ModerationInput {
+                    review_id: review_id.to_string(),
+                    plugin_id: plugin_id.to_string(),
+                    author_id: current.author_id.to_string(),
+                    rating: current.rating,
+                    title: current.title.clone(),
+                    body: current.body.clone(),
+                    report: Some(report_input(&report)),
+                    prior_reports: prior.iter().map(report_input).collect(),
+                    blocklist: self.settings.moderation_blocklist.clone(),
+                })
+                .await;
+            // A report can hide a review or hold it, never publish one the moderator had held.
+            let moderation = match outcome.verdict {
+                Verdict::Publish => ReviewModeration {
+                    status: current.status,
+                    reasons: current.reasons.clone(),
+                    labels: current.labels.clone(),
+                },
+                verdict => ReviewModeration {
+                    status: status_of(verdict),
+                    reasons: outcome.reasons,
+                    labels: outcome.labels,
+                },
+            };
+            let event = marketplace_event(
+                principal,
+                "review.reported",
+                "review",
+                review_id,
+                cid,
+                json!({
+                    "pluginId": plugin_id,
+                    "reportId": report.id,
+                    "reason": report.reason.as_str(),
+                    "status": moderation.status.as_str(),
+                }),
+            );
+            let basis = ModerationBasis {
+                reports: prior.len(),
+                updated_at: current.updated_at,
+            };
+            match self
+                .store
+                .insert_report(&report, &moderation, &basis, &event)
+                .await?
+            {
+                ReportOutcome::Stored(review) => return Ok((report, review)),
+                ReportOutcome::AlreadyReported => return Err(already()),
+                ReportOutcome::Stale => continue,
+            }
+        }
+        tracing::warn!(%review_id, "a report lost every attempt to concurrent changes");
+        Err(ServiceError::Unavailable)
+    }
+
+    /// `cpctl reviews restore`: an administrator's decision that a review hidden after reports
+    /// should not be. Its reports are dismissed (deleted; the audit log keeps each
+    /// `review.reported`) and the moderator decides again on its content alone, so a review
+    /// whose content it would hold or reject is restored as held or rejected.
+    pub async fn restore_review(
+        &self,
+        review_id: Uuid,
+        reason: Option<&str>,
+        cid: &CorrelationId,
+    ) -> Result<Review, ServiceError> {
+        let reason = reason
+            .map(|r| crate::domain::bounded_text(r, RESTORE_REASON_MAX))
+            .transpose()
+            .map_err(|reason| ValidationErrors::from(FieldError::new("reason", reason)))?;
+        let not_found = || ServiceError::not_found("no such review");
+        for _ in 0..MODERATION_ATTEMPTS {
+            let current = self
+                .store
+                .find_review(review_id)
+                .await?
+                .ok_or_else(not_found)?;
+            let outcome = self
+                .moderate(&ModerationInput {
+                    review_id: review_id.to_string(),
+                    plugin_id: current.plugin_id.to_string(),
+                    author_id: current.author_id.to_string(),
+                    rating: current.rating,
+                    title: current.title.clone(),
+                    body: current.body.clone(),
+                    report: None,
+                    prior_reports: vec![],
+                    blocklist: self.settings.moderation_blocklist.clone(),
+                })
+                .await;
+            let moderation = ReviewModeration {
+                status: status_of(outcome.verdict),
                 reasons: outcome.reasons,
                 labels: outcome.labels,
-            },
-        };
-        let event = marketplace_event(
-            principal,
-            "review.reported",
-            "review",
-            review_id,
-            cid,
-            json!({
-                "pluginId": plugin_id,
-                "reportId": report.id,
-                "reason": report.reason.as_str(),
-                "status": moderation.status.as_str(),
-            }),
-        );
-        let review = self
-            .store
-            .insert_report(&report, &moderation, &event)
-            .await?
-            .ok_or_else(already)?;
-        Ok((report, review))
+            };
+            let event = admin_event(
+                current.organisation_id,
+                None,
+                "review.restored",
+                "review",
+                review_id,
+                cid,
+                json!({
+                    "pluginId": current.plugin_id,
+                    "reason": reason,
+                    "status": moderation.status.as_str(),
+                }),
+            );
+            let basis = ModerationBasis {
+                reports: 0,
+                updated_at: current.updated_at,
+            };
+            match self
+                .store
+                .restore_review(review_id, &moderation, &basis, Self::now(), &event)
+                .await?
+            {
+                RestoreOutcome::Restored { review, .. } => return Ok(review),
+                RestoreOutcome::NotFound => return Err(not_found()),
+                RestoreOutcome::NotHidden(status) => {
+                    return Err(ServiceError::Conflict {
+                        code: "invalid_transition",
+                        message: format!(
+                            "only a hidden review can be restored; this one is {status}"
+                        ),
+                        details: Some(json!({ "status": status.as_str() })),
+                    });
+                }
+                RestoreOutcome::Stale => continue,
+            }
+        }
+        Err(ServiceError::Unavailable)
     }
 }
+
+/// The longest `--reason` of `cpctl reviews restore`.
+pub const RESTORE_REASON_MAX: usize = 500;

@@ -388,6 +388,7 @@ impl Services {
                 pool_id,
                 reason: input.reason,
                 force: input.force,
+                limited_to: principal.environment_ids.clone(),
                 at: Self::now(),
                 event,
             })
@@ -395,6 +396,10 @@ impl Services {
         match outcome {
             DeletePoolOutcome::Deleted { pool, cancelled } => Ok((pool, cancelled)),
             DeletePoolOutcome::NotFound => Err(ServiceError::not_found("no such runner pool")),
+            DeletePoolOutcome::OutsideEnvironments { open } => Err(ServiceError::Forbidden {
+                reason: "the pool has open commands outside the token's environments".into(),
+                details: Some(json!({ "openCommandsOutside": open })),
+            }),
             DeletePoolOutcome::Busy { open } => Err(ServiceError::Conflict {
                 code: "pool_busy",
                 message: format!(
@@ -581,18 +586,16 @@ impl Services {
         input: DeliveryStatusInput,
         cid: &CorrelationId,
     ) -> Result<WebhookDelivery, ServiceError> {
+        // A delivery of another pool (or organisation) is answered exactly like one that does
+        // not exist, so a runner learns nothing about deliveries it may not touch.
         let not_found = || ServiceError::not_found("no such delivery");
         let delivery_id = parse_uuid(delivery).ok_or_else(not_found)?;
         let context = self
             .store
             .get_delivery(delivery_id)
             .await?
+            .filter(|c| c.pool_id == runner.pool_id)
             .ok_or_else(not_found)?;
-        if context.pool_id != runner.pool_id {
-            return Err(ServiceError::forbidden(
-                "the delivery belongs to another runner pool",
-            ));
-        }
         let from = context.delivery.status;
         let conflict = |message: String| ServiceError::Conflict {
             code: "invalid_transition",

@@ -116,6 +116,13 @@ impl Services {
             .await?
             .filter(|r| r.workflow_id == workflow_id && r.workspace_id == workspace_id)
             .ok_or_else(not_found)?;
+        // Workflows belong to a workspace, not to an environment: they lie outside every token
+        // limited to some environments.
+        if !principal.environment_ids.is_empty() {
+            return Err(ServiceError::forbidden(
+                "the token is limited to some environments; workflows belong to none",
+            ));
+        }
         let conflict = |state: &str| ServiceError::Conflict {
             code: "invalid_transition",
             message: format!("only a draft revision can be sent for approval; this one is {state}"),

@@ -3,8 +3,10 @@
 //! An adapter counts or reads under its lock (Postgres row locks, SQLite's write lock) and asks
 //! these functions what the counts mean, so a rule cannot drift between backends.
 
-use crate::domain::NewAuditEvent;
-use crate::storage::InsertTokenError;
+use chrono::{DateTime, Utc};
+
+use crate::domain::{NewAuditEvent, ReviewStatus};
+use crate::storage::{InsertTokenError, ModerationBasis};
 
 /// The issuing token must still hold a live grant on every workspace the new token names:
 /// `live` is how many of the `requested` workspaces it still holds.
@@ -34,6 +36,30 @@ pub(crate) fn owner_may_hold_another(
 /// A pool with open commands is deleted only when forced (which cancels them).
 pub(crate) fn pool_is_busy(open: i64) -> bool {
     open > 0
+}
+
+/// A caller limited to some environments deletes a pool only when none of its open commands
+/// lies outside them (`outside` counts those, a command without an environment included):
+/// forcing would cancel work it cannot reach, and even the `pool_busy` answer would tell it
+/// about that work. An unlimited caller counts none outside.
+pub(crate) fn pool_deletion_reaches(outside: i64) -> bool {
+    outside == 0
+}
+
+/// A review hidden after reports stays hidden when its author replaces it: only an
+/// administrator's restore clears that. Any other stored status yields to the new moderation.
+pub(crate) fn replacement_keeps_moderation(stored: Option<ReviewStatus>) -> bool {
+    stored == Some(ReviewStatus::Hidden)
+}
+
+/// A moderation decision applies only to the review it was made on: the same number of reports
+/// (`reports`, counted under the review's lock) and not replaced or restored since.
+pub(crate) fn moderation_is_current(
+    reports: i64,
+    updated_at: DateTime<Utc>,
+    basis: &ModerationBasis,
+) -> bool {
+    reports == basis.reports as i64 && updated_at == basis.updated_at
 }
 
 /// Events in the order their workspaces' rows are locked: concurrent writers of several
@@ -68,6 +94,41 @@ mod tests {
         assert!(matches!(
             owner_may_hold_another(0, 3, 3),
             Err(InsertTokenError::LimitReached)
+        ));
+    }
+
+    #[test]
+    fn a_limited_caller_deletes_only_when_nothing_open_lies_outside() {
+        assert!(pool_deletion_reaches(0));
+        assert!(!pool_deletion_reaches(1));
+    }
+
+    #[test]
+    fn only_a_hidden_review_keeps_its_moderation_when_replaced() {
+        assert!(replacement_keeps_moderation(Some(ReviewStatus::Hidden)));
+        for status in [
+            ReviewStatus::Published,
+            ReviewStatus::Held,
+            ReviewStatus::Rejected,
+        ] {
+            assert!(!replacement_keeps_moderation(Some(status)));
+        }
+        assert!(!replacement_keeps_moderation(None));
+    }
+
+    #[test]
+    fn a_decision_on_fewer_reports_or_an_older_review_is_stale() {
+        let at = Utc::now();
+        let basis = ModerationBasis {
+            reports: 2,
+            updated_at: at,
+        };
+        assert!(moderation_is_current(2, at, &basis));
+        assert!(!moderation_is_current(3, at, &basis));
+        assert!(!moderation_is_current(
+            2,
+            at + chrono::Duration::microseconds(1),
+            &basis
         ));
     }
 

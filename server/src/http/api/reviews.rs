@@ -154,7 +154,9 @@ impl ReviewsApi {
     /// Create or replace the caller's own review of a plugin
     ///
     /// Requires `reviews:write`. One review per user per plugin: a second PUT replaces it. The
-    /// active moderation policy decides its status; the response says the decision and why.
+    /// active moderation policy decides its status; the response says the decision and why. A
+    /// review hidden after reports stays `hidden` when replaced (its content changes); only an
+    /// administrator restores it.
     #[oai(
         path = "/marketplace/plugins/:pluginId/reviews/me",
         method = "put",

@@ -207,7 +207,10 @@ impl RunnersApi {
     ///
     /// Requires `runner-pools:delete` on the workspace. A soft delete: the pool takes no more
     /// commands. 409 `pool_busy` while commands are queued, dispatched or running, unless
-    /// `force` is true, which cancels them.
+    /// `force` is true, which cancels them. A token limited to some environments gets a 403
+    /// `forbidden` (`details.openCommandsOutside`), with or without `force`, while the pool has
+    /// an open command outside its environments (one without an environment included); nothing
+    /// is cancelled. A pool of another workspace or organisation is a 404 like an unknown one.
     #[oai(
         path = "/workspaces/:workspaceId/runner-pools/:poolId",
         method = "delete",
@@ -264,8 +267,9 @@ impl RunnersApi {
     /// Authenticated by the runner's Ed25519 signature, not a bearer token: the headers
     /// `x-sandbox-signature`, `x-sandbox-runner-id`, `x-sandbox-key-id`, `x-sandbox-timestamp`
     /// and `x-sandbox-nonce` (see the description of the API). 401 `invalid_signature` for any
-    /// signature failure, 403 for a delivery of another pool, 409 `invalid_transition` for a
-    /// move the state machine forbids. Rate-limited per runner.
+    /// signature failure, 404 for a delivery of another pool or organisation (the same answer
+    /// as for a delivery that does not exist), 409 `invalid_transition` for a move the state
+    /// machine forbids. Rate-limited per runner.
     #[oai(
         path = "/runner/webhook-deliveries/:deliveryId/status",
         method = "post",

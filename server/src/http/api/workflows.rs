@@ -90,6 +90,8 @@ impl WorkflowsApi {
     ///
     /// Requires `workflows:request-approval` on the workspace. Moves a `draft` revision to
     /// `pending_approval` and records who asked; 409 `invalid_transition` from any other state.
+    /// Workflows belong to no environment, so a token limited to some environments gets a 403
+    /// `forbidden` (after the 404 for a revision that is not in the workspace).
     #[oai(
         path = "/workspaces/:workspaceId/workflows/:workflowId/revisions/:revisionId/request-approval",
         method = "post",

@@ -49,6 +49,38 @@ pub struct ReviewModeration {
     pub labels: Vec<String>,
 }
 
+/// What a moderation decision on a review was based on. The store applies the decision only if
+/// the review is still as read: exactly `reports` reports and not replaced or restored since
+/// `updated_at` (see `rules::moderation_is_current`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ModerationBasis {
+    pub reports: usize,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReportOutcome {
+    /// Stored, with the review as it now is.
+    Stored(Review),
+    /// This reporter already reported the review; nothing changed.
+    AlreadyReported,
+    /// The review changed since it was read (another report, a replacement, a restore);
+    /// nothing changed: read it again and decide again.
+    Stale,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum RestoreOutcome {
+    /// Restored; the count of reports dismissed.
+    Restored { review: Review, dismissed: u64 },
+    /// No review of that id.
+    NotFound,
+    /// The review is not hidden (its status is given); nothing changed.
+    NotHidden(crate::domain::ReviewStatus),
+    /// The review was replaced since it was read; nothing changed.
+    Stale,
+}
+
 /// Plugins, reviews and reports.
 #[async_trait]
 pub trait MarketplaceStore: Send + Sync {
@@ -65,18 +97,33 @@ pub trait MarketplaceStore: Send + Sync {
     async fn list_reviews(&self, plugin_id: Uuid) -> Result<Vec<Review>, StoreError>;
     async fn list_reports(&self, review_id: Uuid) -> Result<Vec<Report>, StoreError>;
     /// Creates the author's review of the plugin, or replaces it (keeping its id and creation
-    /// time); returns the stored review.
+    /// time); returns the stored review. A review hidden after reports keeps its status,
+    /// reasons and labels (`rules::replacement_keeps_moderation`), and the event's `status`
+    /// says what was stored.
     async fn upsert_review(
         &self,
         review: &Review,
         event: &NewAuditEvent,
     ) -> Result<Review, StoreError>;
-    /// Stores the report and the review's new moderation; `None` when this reporter already
-    /// reported the review.
+    /// Stores the report and the review's new moderation, decided on `basis`: the review's
+    /// row is locked and its reports counted in the transaction, so concurrent reports are
+    /// decided one after another, each on every report before it.
     async fn insert_report(
         &self,
         report: &Report,
         moderation: &ReviewModeration,
+        basis: &ModerationBasis,
         event: &NewAuditEvent,
-    ) -> Result<Option<Review>, StoreError>;
+    ) -> Result<ReportOutcome, StoreError>;
+    /// Sets a hidden review to `moderation` and deletes (dismisses) its reports, if it is
+    /// still hidden and as read at `basis.updated_at`. The event's data gains
+    /// `dismissedReports`.
+    async fn restore_review(
+        &self,
+        review_id: Uuid,
+        moderation: &ReviewModeration,
+        basis: &ModerationBasis,
+        at: DateTime<Utc>,
+        event: &NewAuditEvent,
+    ) -> Result<RestoreOutcome, StoreError>;
 }

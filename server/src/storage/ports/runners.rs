@@ -89,6 +89,10 @@ pub struct DeletePool {
     pub reason: Option<String>,
     /// Cancel open commands instead of refusing.
     pub force: bool,
+    /// The environments the caller is limited to; empty when it reaches all of them. A limited
+    /// caller deletes nothing while an open command lies outside them (see
+    /// `rules::pool_deletion_reaches`).
+    pub limited_to: Vec<Uuid>,
     pub at: DateTime<Utc>,
     /// Its data gains `cancelledCommands`.
     pub event: NewAuditEvent,
@@ -102,6 +106,11 @@ pub enum DeletePoolOutcome {
     },
     /// Not deleted: this many commands are queued, dispatched or running.
     Busy {
+        open: u64,
+    },
+    /// Not deleted: this many open commands lie outside the caller's environments (a command
+    /// without an environment counts as outside).
+    OutsideEnvironments {
         open: u64,
     },
     /// No live pool of that id in that workspace.

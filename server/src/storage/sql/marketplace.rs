@@ -5,10 +5,15 @@ use chrono::{DateTime, Utc};
 use sqlx::FromRow;
 use uuid::Uuid;
 
-use super::super::{Store, StringList, decode_list, insert_event, list_param, map_err};
+use super::super::{
+    Connection, FOR_UPDATE, Store, StringList, decode_list, insert_event, list_param, map_err,
+};
 use crate::domain::{NewAuditEvent, ReportReason, ReviewStatus};
-use crate::storage::rows::{PluginRow, parse_state};
-use crate::storage::{MarketplaceStore, Plugin, Report, Review, ReviewModeration, StoreError};
+use crate::storage::rows::{PluginRow, parse_state, with_data};
+use crate::storage::{
+    MarketplaceStore, ModerationBasis, Plugin, Report, ReportOutcome, RestoreOutcome, Review,
+    ReviewModeration, StoreError, rules,
+};
 
 #[derive(FromRow)]
 struct ReviewRow {
@@ -162,6 +167,27 @@ impl MarketplaceStore for Store {
         event: &NewAuditEvent,
     ) -> Result<Review, StoreError> {
         let mut tx = self.begin().await?;
+        // Postgres: the row lock orders this against reports and restores of the review
+        // (SQLite: the write lock does), so a hide cannot be lost between read and write.
+        let stored: Option<(String, StringList, StringList)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT status, reasons, labels FROM plugin_reviews
+                 WHERE plugin_id = $1 AND author_id = $2 {FOR_UPDATE}"
+            )))
+            .bind(review.plugin_id)
+            .bind(review.author_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let mut review = review.clone();
+        if let Some((status, reasons, labels)) = stored {
+            let status = parse_state(&status, ReviewStatus::parse)?;
+            if rules::replacement_keeps_moderation(Some(status)) {
+                review.status = status;
+                review.reasons = decode_list(reasons)?;
+                review.labels = decode_list(labels)?;
+            }
+        }
         // The author's one review: a second one replaces it, keeping its id and creation time.
         let row: ReviewRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "INSERT INTO plugin_reviews (id, plugin_id, author_id, organisation_id, rating, title,
@@ -187,7 +213,7 @@ impl MarketplaceStore for Store {
         .fetch_one(&mut *tx)
         .await
         .map_err(map_err)?;
-        let mut event = event.clone();
+        let mut event = with_data(event, "status", review.status.as_str().into());
         event.target_id = row.id;
         insert_event(&mut tx, &event).await?;
         self.commit(tx, &[event.workspace_id]).await?;
@@ -198,9 +224,16 @@ impl MarketplaceStore for Store {
         &self,
         report: &Report,
         moderation: &ReviewModeration,
+        basis: &ModerationBasis,
         event: &NewAuditEvent,
-    ) -> Result<Option<Review>, StoreError> {
+    ) -> Result<ReportOutcome, StoreError> {
         let mut tx = self.begin().await?;
+        // Postgres: the review's row lock makes concurrent reports of it wait for each other,
+        // and the count below, a statement after the lock, sees every report committed before
+        // (SQLite: the write lock does both).
+        if !review_is_as_read(&mut tx, report.review_id, basis).await? {
+            return Ok(ReportOutcome::Stale);
+        }
         // One report per reporter and review: a second one changes nothing.
         let inserted = sqlx::query(
             "INSERT INTO review_reports (id, review_id, reporter_id, reason, comment, created_at)
@@ -217,7 +250,7 @@ impl MarketplaceStore for Store {
         .map_err(map_err)?
         .rows_affected();
         if inserted == 0 {
-            return Ok(None);
+            return Ok(ReportOutcome::AlreadyReported);
         }
         let row: ReviewRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "UPDATE plugin_reviews SET status = $2, reasons = $3, labels = $4
@@ -232,6 +265,85 @@ impl MarketplaceStore for Store {
         .map_err(map_err)?;
         insert_event(&mut tx, event).await?;
         self.commit(tx, &[event.workspace_id]).await?;
-        row.try_into().map(Some)
+        row.try_into().map(ReportOutcome::Stored)
     }
+
+    async fn restore_review(
+        &self,
+        review_id: Uuid,
+        moderation: &ReviewModeration,
+        basis: &ModerationBasis,
+        at: DateTime<Utc>,
+        event: &NewAuditEvent,
+    ) -> Result<RestoreOutcome, StoreError> {
+        let mut tx = self.begin().await?;
+        let stored: Option<(String, DateTime<Utc>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT status, updated_at FROM plugin_reviews WHERE id = $1 {FOR_UPDATE}"
+        )))
+        .bind(review_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let Some((status, updated_at)) = stored else {
+            return Ok(RestoreOutcome::NotFound);
+        };
+        let status = parse_state(&status, ReviewStatus::parse)?;
+        if status != ReviewStatus::Hidden {
+            return Ok(RestoreOutcome::NotHidden(status));
+        }
+        // The reports are about to go: only the replacement time tells a stale decision.
+        if updated_at != basis.updated_at {
+            return Ok(RestoreOutcome::Stale);
+        }
+        let dismissed = sqlx::query("DELETE FROM review_reports WHERE review_id = $1")
+            .bind(review_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+        let row: ReviewRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE plugin_reviews SET status = $2, reasons = $3, labels = $4, updated_at = $5
+             WHERE id = $1 RETURNING {REVIEW_COLUMNS}"
+        )))
+        .bind(review_id)
+        .bind(moderation.status.as_str())
+        .bind(list_param(&moderation.reasons)?)
+        .bind(list_param(&moderation.labels)?)
+        .bind(at)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let event = with_data(event, "dismissedReports", dismissed.into());
+        insert_event(&mut tx, &event).await?;
+        self.commit(tx, &[event.workspace_id]).await?;
+        Ok(RestoreOutcome::Restored {
+            review: row.try_into()?,
+            dismissed,
+        })
+    }
+}
+
+/// Locks the review's row and tells whether it is still as the decision read it.
+async fn review_is_as_read(
+    conn: &mut Connection,
+    review_id: Uuid,
+    basis: &ModerationBasis,
+) -> Result<bool, StoreError> {
+    let stored: Option<(DateTime<Utc>,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT updated_at FROM plugin_reviews WHERE id = $1 {FOR_UPDATE}"
+    )))
+    .bind(review_id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    let Some((updated_at,)) = stored else {
+        return Ok(false);
+    };
+    let (reports,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM review_reports WHERE review_id = $1")
+            .bind(review_id)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map_err)?;
+    Ok(rules::moderation_is_current(reports, updated_at, basis))
 }

@@ -7,7 +7,10 @@ use serde_json::Value;
 use sqlx::FromRow;
 use uuid::Uuid;
 
-use super::super::{Connection, FOR_SHARE, FOR_UPDATE, Store, insert_event, json_param, map_err};
+use super::super::{
+    Connection, FOR_SHARE, FOR_UPDATE, Store, in_uuid_list, insert_event, json_param, list_param,
+    map_err,
+};
 use crate::domain::{CommandStatus, NewAuditEvent};
 use crate::storage::rows::{
     DeliveryRow, POOL_COLUMNS, PoolRow, open_statuses, parse_state, with_data,
@@ -191,6 +194,28 @@ impl RunnerStore for Store {
         let Some(pool) = pool else {
             return Ok(DeletePoolOutcome::NotFound);
         };
+        let outside = if delete.limited_to.is_empty() {
+            0
+        } else {
+            let (outside,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM runner_commands
+                 WHERE pool_id = $1 AND status IN {}
+                   AND (environment_id IS NULL OR NOT (environment_id {}))",
+                open_statuses(),
+                in_uuid_list("$2"),
+            )))
+            .bind(pool.id)
+            .bind(list_param(&delete.limited_to)?)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            outside
+        };
+        if !rules::pool_deletion_reaches(outside) {
+            return Ok(DeletePoolOutcome::OutsideEnvironments {
+                open: outside as u64,
+            });
+        }
         let cancelled = if delete.force {
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "UPDATE runner_commands SET status = $2, updated_at = $3
