@@ -377,6 +377,13 @@ async fn another_organisations_ids_answer_like_ids_that_do_not_exist() {
     let foreign = error_of(activity(other.workspace_id).await.unwrap()).await;
     let unknown = error_of(activity(random).await.unwrap()).await;
     assert_eq!(foreign, unknown);
+    let stream = |ws: Uuid| {
+        app.get(&format!("/v1/workspaces/{ws}/audit/stream"), &tenant.token)
+            .send()
+    };
+    let foreign = error_of(stream(other.workspace_id).await.unwrap()).await;
+    let unknown = error_of(stream(random).await.unwrap()).await;
+    assert_eq!(foreign, unknown);
     // Inside the caller's organisation, a workspace it does not hold stays a 403.
     let mine = app
         .create_workspace(tenant.organisation_id, "not-held")
