@@ -147,35 +147,35 @@ impl TokenStore for Store {
     ) -> Result<Option<RevokeOutcome>, StoreError> {
         let root = revoke.token_id;
         let mut tx = self.begin().await?;
-        // Lock the token first: two revocations of its last grants must not both see one left
-        // (SQLite: the write lock already orders them).
+        // Lock the token (and with `cascade` its descendants) first: two revocations of its
+        // last grants must not both see one left. All in id order, so overlapping cascades
+        // cannot deadlock; an issuance by one of them holds its issuer FOR SHARE, so it either
+        // finishes first or sees its grants revoked (SQLite: the write lock orders them all).
+        // Without `cascade` the plain `= $1` keeps the primary-key lookup.
+        let tokens = |column: &str| {
+            if revoke.cascade {
+                format!("({column} = $1 OR {column} IN ({DESCENDANTS}))")
+            } else {
+                format!("{column} = $1")
+            }
+        };
         sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT 1 FROM tokens WHERE id = $1 {FOR_UPDATE}"
+            "SELECT 1 FROM tokens WHERE {} ORDER BY id {FOR_UPDATE}",
+            tokens("id")
         )))
         .bind(root)
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
-        if revoke.cascade {
-            // Then its descendants, in id order; an issuance by one of them holds its issuer
-            // FOR SHARE, so it either finishes first or sees its grants revoked.
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT 1 FROM tokens WHERE id IN ({DESCENDANTS}) ORDER BY id {FOR_UPDATE}"
-            )))
-            .bind(root)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        }
         let grants: Vec<(Uuid, Uuid)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT tw.token_id, tw.workspace_id FROM token_workspaces tw
              WHERE tw.revoked_at IS NULL AND ($2 IS NULL OR tw.workspace_id = $2)
-               AND (tw.token_id = $1 OR ($3 AND tw.token_id IN ({DESCENDANTS})))
-             ORDER BY tw.position"
+               AND {}
+             ORDER BY tw.position",
+            tokens("tw.token_id")
         )))
         .bind(root)
         .bind(revoke.workspace_id)
-        .bind(revoke.cascade)
         .fetch_all(&mut *tx)
         .await
         .map_err(map_err)?;
