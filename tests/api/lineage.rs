@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{Tenant, TestApp, issuance_body, spawn_app, sql_all};
+use crate::revoke_token::{activity_status, revoke_path};
 
 /// A token issued through the admin path, with its record.
 async fn admin_issue(
@@ -61,15 +62,6 @@ async fn record(app: &TestApp, id: Uuid) -> TokenRecord {
         ..TokenFilter::default()
     };
     app.services.list_tokens(&filter).await.unwrap().remove(0)
-}
-
-async fn activity_status(app: &TestApp, token: &str, workspace: Uuid) -> u16 {
-    app.get(&format!("/v1/workspaces/{workspace}/activity"), token)
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
 }
 
 fn at(value: &Value) -> DateTime<Utc> {
@@ -145,7 +137,7 @@ async fn a_cascading_revocation_takes_the_workspace_from_every_descendant_only()
     let (_, sibling_secret, _) = child_of(&app, &tenant, &other_secret, CHILD).await;
 
     // Without `cascade` (default false) the children stay alive.
-    let path = |token: Uuid| format!("/v1/workspaces/{ws}/access-tokens/{token}");
+    let path = |token: Uuid| revoke_path(ws, token);
     let (_, plain_secret) = admin_issue(&app, &tenant, ISSUER, &[], 30).await;
     let plain = app
         .services
@@ -205,6 +197,31 @@ async fn a_cascading_revocation_takes_the_workspace_from_every_descendant_only()
     assert_eq!(cascaded.len(), 2, "{data:?}");
     assert!(cascaded.iter().any(|d| d["tokenId"] == json!(child)));
     assert!(cascaded.iter().all(|d| d["tokenRevoked"] == json!(true)));
+
+    // A descendant with another workspace loses only the revoked one.
+    let second = app.create_workspace(tenant.organisation_id, "second").await;
+    let wide = app.admin_token(&tenant, ISSUER, &[ws, second], &[]).await;
+    let wide_id = app.services.authenticate(&wide).await.unwrap().token_id;
+    let mut body = issuance_body(&tenant);
+    body["workspaceIds"] = json!([ws, second]);
+    let response = app.issue(&wide, &body).await;
+    let credential: Value = response.json().await.unwrap();
+    let wide_child = credential["credential"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let response = app
+        .delete_json(
+            &path(wide_id),
+            &tenant.token,
+            &json!({"reason": "one workspace", "cascade": true}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(activity_status(&app, &wide_child, ws).await, 403);
+    assert_eq!(activity_status(&app, &wide_child, second).await, 200);
 }
 
 #[tokio::test]
@@ -249,12 +266,8 @@ async fn a_caller_limited_to_environments_revokes_only_tokens_within_them() {
     let (wider, _) = admin_issue(&app, &tenant, &[Scope::ActivityRead], &[one, two], 30).await;
     let (within, _) = admin_issue(&app, &tenant, &[Scope::ActivityRead], &[one], 30).await;
     let revoke = |token: Uuid| {
-        app.delete_json(
-            &format!("/v1/workspaces/{ws}/access-tokens/{token}"),
-            &limited,
-            &json!({"reason": "env"}),
-        )
-        .send()
+        app.delete_json(&revoke_path(ws, token), &limited, &json!({"reason": "env"}))
+            .send()
     };
     let denied = revoke(unlimited.id).await.unwrap();
     crate::helpers::assert_api_error(denied, 403, "forbidden").await;
@@ -355,7 +368,7 @@ async fn another_organisations_ids_answer_like_ids_that_do_not_exist() {
     // Revocation: another organisation's workspace, and another organisation's token.
     let revoke = |ws: Uuid, token: Uuid| {
         app.delete_json(
-            &format!("/v1/workspaces/{ws}/access-tokens/{token}"),
+            &revoke_path(ws, token),
             &tenant.token,
             &json!({"reason": "probe"}),
         )
