@@ -403,3 +403,39 @@ async fn another_organisations_ids_answer_like_ids_that_do_not_exist() {
         .await;
     assert_eq!(activity_status(&app, &tenant.token, mine).await, 403);
 }
+
+/// A token and its child revoked with cascade at the same moment: each either revokes or finds
+/// the grant gone (404), never a deadlock or a store error, and the whole tree ends revoked.
+#[tokio::test]
+async fn overlapping_cascades_neither_deadlock_nor_fail() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    for _ in 0..5 {
+        let (root, root_secret) = admin_issue(&app, &tenant, ISSUER, &[], 30).await;
+        let (child, child_secret, _) = child_of(&app, &tenant, &root_secret, CHILD).await;
+        let (grandchild, _, _) = child_of(&app, &tenant, &child_secret, CHILD).await;
+        let revoke = |token: Uuid| {
+            let services = app.services.clone();
+            let workspace = tenant.workspace_id;
+            async move {
+                let reason = RevocationReason::parse("race").unwrap();
+                let cid = CorrelationId::generate();
+                services
+                    .revoke_token_access_as_admin(Some(workspace), token, reason, true, &cid)
+                    .await
+            }
+        };
+        let (a, b) = tokio::join!(revoke(root.id), revoke(child));
+        assert!(a.is_ok(), "{a:?}");
+        assert!(
+            matches!(
+                b,
+                Ok(_) | Err(control_plane::service::ServiceError::NotFound { .. })
+            ),
+            "{b:?}"
+        );
+        for id in [root.id, child, grandchild] {
+            assert!(record(&app, id).await.revoked_at.is_some());
+        }
+    }
+}
