@@ -153,14 +153,23 @@ pub enum TokensCommand {
         #[arg(long)]
         workspace: Option<Uuid>,
     },
-    /// Revoke a token's access to one workspace.
+    /// Show one token, with the token that issued it.
+    Show {
+        #[arg(long)]
+        id: Uuid,
+    },
+    /// Revoke a token's access to one workspace, or with `--cascade` the whole token and every
+    /// token it issued, transitively, in one transaction.
     Revoke {
         #[arg(long)]
         token: Uuid,
-        #[arg(long)]
-        workspace: Uuid,
+        #[arg(long, required_unless_present = "cascade", conflicts_with = "cascade")]
+        workspace: Option<Uuid>,
         #[arg(long)]
         reason: String,
+        /// Revoke the whole token and all its descendants (each grant with its audit event).
+        #[arg(long)]
+        cascade: bool,
     },
 }
 

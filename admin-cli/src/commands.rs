@@ -154,24 +154,43 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Tokens(TokensCommand::List { user, workspace }) => {
             let filter = TokenFilter {
+                token_id: None,
                 user_id: user,
                 workspace_id: workspace,
             };
             output::list(out, &services.list_tokens(&filter).await?)
         }
+        Command::Tokens(TokensCommand::Show { id }) => {
+            let filter = TokenFilter {
+                token_id: Some(id),
+                ..TokenFilter::default()
+            };
+            let token = services.list_tokens(&filter).await?.into_iter().next();
+            let token = token.ok_or_else(|| anyhow::anyhow!("no such token"))?;
+            output::show(out, &token);
+        }
         Command::Tokens(TokensCommand::Revoke {
             token,
             workspace,
             reason,
+            cascade,
         }) => {
             let reason = arg("--reason", RevocationReason::parse(&reason))?;
             let outcome = services
-                .revoke_token_access_as_admin(workspace, token, reason, &cid)
+                .revoke_token_access_as_admin(workspace, token, reason, cascade, &cid)
                 .await?;
             match out {
                 OutputFormat::Json => println!(
                     "{}",
-                    json!({ "revoked": true, "tokenRevoked": outcome.token_revoked })
+                    json!({
+                        "revoked": true,
+                        "tokenRevoked": outcome.token_revoked,
+                        "descendantGrantsRevoked": outcome.descendants_revoked,
+                    })
+                ),
+                OutputFormat::Table if cascade => println!(
+                    "revoked, with {} grants of its descendants",
+                    outcome.descendants_revoked
                 ),
                 OutputFormat::Table if outcome.token_revoked => {
                     println!("revoked (the token had no other workspace and is revoked entirely)")

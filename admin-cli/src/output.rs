@@ -28,6 +28,14 @@ pub fn list<T: Render>(format: OutputFormat, items: &[T]) {
     }
 }
 
+/// One record: the object in JSON, a one-row table otherwise.
+pub fn show<T: Render>(format: OutputFormat, item: &T) {
+    match format {
+        OutputFormat::Json => println!("{}", item.json()),
+        OutputFormat::Table => table(T::headers(), &[item.row()]),
+    }
+}
+
 /// A created record: its id alone in table mode (easy to capture in a script), the record in JSON.
 pub fn created<T: Render>(format: OutputFormat, item: &T, id: impl std::fmt::Display) {
     match format {
@@ -138,6 +146,7 @@ impl Render for TokenRecord {
             "createdAt": self.created_at,
             "expiresAt": self.expires_at,
             "revokedAt": self.revoked_at,
+            "issuedByTokenId": self.issued_by_token_id,
         })
     }
     fn headers() -> &'static [&'static str] {
@@ -149,6 +158,7 @@ impl Render for TokenRecord {
             "WORKSPACES",
             "EXPIRES",
             "REVOKED",
+            "ISSUED BY",
         ]
     }
     fn row(&self) -> Vec<String> {
@@ -161,6 +171,9 @@ impl Render for TokenRecord {
             self.expires_at.to_rfc3339(),
             self.revoked_at
                 .map(|t| t.to_rfc3339())
+                .unwrap_or_else(|| "-".into()),
+            self.issued_by_token_id
+                .map(|t| t.to_string())
                 .unwrap_or_else(|| "-".into()),
         ]
     }

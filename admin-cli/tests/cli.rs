@@ -678,3 +678,110 @@ async fn reviews_restore_publishes_a_hidden_review_and_dismisses_its_reports() {
     drop(conn);
     db.drop_db().await;
 }
+
+/// `tokens show` and `tokens list` name the issuing token; `tokens revoke --cascade` revokes the
+/// whole token and every descendant, grandchildren included, and nothing else.
+#[tokio::test]
+async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
+    let db = Db::new().await;
+    let org = stdout(&db.cpctl(&["orgs", "create", "initech"]))
+        .trim()
+        .to_owned();
+    let ws = stdout(&db.cpctl(&["workspaces", "create", "--org", &org, "prod"]))
+        .trim()
+        .to_owned();
+    let user = stdout(&db.cpctl(&["users", "create", "--org", &org, "ops@initech.test"]))
+        .trim()
+        .to_owned();
+    let issue = |name: &str| {
+        let out = db.cpctl(&[
+            "tokens",
+            "issue",
+            "--user",
+            &user,
+            "--name",
+            name,
+            "--scope",
+            "tokens:issue",
+            "--workspace",
+            &ws,
+            "-o",
+            "json",
+        ]);
+        json_of(&out)["id"].as_str().unwrap().to_owned()
+    };
+    let (root, child, grandchild, other) = (
+        issue("root"),
+        issue("child"),
+        issue("grandchild"),
+        issue("other"),
+    );
+    // cpctl issues tokens without an issuer; the lineage a token-issued chain would record:
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    for (id, parent) in [(&child, &root), (&grandchild, &child)] {
+        sqlx::query("UPDATE tokens SET issued_by_token_id = $1 WHERE id = $2")
+            .bind(uuid::Uuid::parse_str(parent).unwrap())
+            .bind(uuid::Uuid::parse_str(id).unwrap())
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+
+    let shown = json_of(&db.cpctl(&["tokens", "show", "--id", &child, "-o", "json"]));
+    assert_eq!(shown["id"], child.as_str());
+    assert_eq!(shown["issuedByTokenId"], root.as_str());
+    let table = stdout(&db.cpctl(&["tokens", "show", "--id", &child]));
+    assert!(
+        table.contains("ISSUED BY") && table.contains(&root),
+        "{table}"
+    );
+    let list = json_of(&db.cpctl(&["tokens", "list", "-o", "json"]));
+    let issuer_of = |id: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == id)
+            .unwrap()["issuedByTokenId"]
+            .clone()
+    };
+    assert_eq!(issuer_of(&root), Value::Null);
+    assert_eq!(issuer_of(&grandchild), child.as_str());
+    assert!(
+        !db.cpctl(&["tokens", "show", "--id", &uuid::Uuid::new_v4().to_string()])
+            .status
+            .success()
+    );
+
+    // Neither a workspace nor --cascade: refused before anything runs.
+    let refused = db.cpctl(&["tokens", "revoke", "--token", &root, "--reason", "x"]);
+    assert!(!refused.status.success());
+
+    let revoked = json_of(&db.cpctl(&[
+        "tokens",
+        "revoke",
+        "--token",
+        &root,
+        "--reason",
+        "leaked",
+        "--cascade",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(revoked["tokenRevoked"], true);
+    assert_eq!(revoked["descendantGrantsRevoked"], 2);
+    for id in [&root, &child, &grandchild] {
+        let shown = json_of(&db.cpctl(&["tokens", "show", "--id", id, "-o", "json"]));
+        assert!(shown["revokedAt"].is_string(), "{shown}");
+        assert_eq!(shown["workspaceIds"], serde_json::json!([]));
+    }
+    let shown = json_of(&db.cpctl(&["tokens", "show", "--id", &other, "-o", "json"]));
+    assert_eq!(shown["revokedAt"], Value::Null);
+    let (events,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM audit_events WHERE event_type = 'token.workspace_access_revoked'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(events, 3, "one event per revoked grant");
+    db.drop_db().await;
+}

@@ -425,7 +425,8 @@ impl TestApp {
         }
     }
 
-    /// Bootstraps a tenant through the service layer, as `cpctl bootstrap` does.
+    /// Bootstraps a tenant through the service layer, as `cpctl bootstrap` does, with a 90-day
+    /// token.
     pub async fn bootstrap(&self) -> Tenant {
         let suffix = Uuid::new_v4().simple().to_string();
         let done = self
@@ -435,7 +436,8 @@ impl TestApp {
                     organisation: format!("org-{suffix}"),
                     workspace: "main".into(),
                     admin_email: format!("admin-{suffix}@example.com"),
-                    expires_in_days: ExpiresInDays::default(),
+                    // The longest lifetime, so the 30-day tokens it issues are not capped.
+                    expires_in_days: ExpiresInDays::parse(90).expect("days"),
                 },
                 &CorrelationId::generate(),
             )

@@ -12,6 +12,7 @@ mod hardening;
 mod helpers;
 mod idempotency;
 mod issue_token;
+mod lineage;
 mod operation_auth;
 mod ops_endpoints;
 mod policies;

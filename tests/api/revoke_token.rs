@@ -4,11 +4,14 @@ use uuid::Uuid;
 
 use crate::helpers::{Tenant, TestApp, assert_api_error, issuance_body, spawn_app, sql_one};
 
-fn revoke_path(workspace: impl std::fmt::Display, token: impl std::fmt::Display) -> String {
+pub(crate) fn revoke_path(
+    workspace: impl std::fmt::Display,
+    token: impl std::fmt::Display,
+) -> String {
     format!("/v1/workspaces/{workspace}/access-tokens/{token}")
 }
 
-async fn activity_status(app: &TestApp, token: &str, workspace: Uuid) -> u16 {
+pub(crate) async fn activity_status(app: &TestApp, token: &str, workspace: Uuid) -> u16 {
     app.get(&format!("/v1/workspaces/{workspace}/activity"), token)
         .send()
         .await

@@ -1,6 +1,6 @@
 //! Personal access tokens: authentication, issuance and per-workspace revocation.
 
-use chrono::Duration;
+use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -51,6 +51,17 @@ impl IssueTokenInput {
 fn dedup(ids: Vec<Uuid>) -> Vec<Uuid> {
     let mut seen = std::collections::HashSet::with_capacity(ids.len());
     ids.into_iter().filter(|id| seen.insert(*id)).collect()
+}
+
+/// A token issued by a token never outlives its issuer: `min(now + days, issuer's expiry)`.
+/// The request still succeeds when the cap shortens it; the response shows the capped expiry.
+pub fn capped_expiry(
+    now: DateTime<Utc>,
+    days: ExpiresInDays,
+    issuer_expires_at: Option<DateTime<Utc>>,
+) -> DateTime<Utc> {
+    let wanted = now + Duration::days(days.days());
+    issuer_expires_at.map_or(wanted, |cap| wanted.min(cap))
 }
 
 /// A newly issued token: the only moment its secret is known.
@@ -139,13 +150,10 @@ impl Services {
     ) -> Result<IssuedCredential, ServiceError> {
         self.authorize(principal, Operation::IssueToken, None, vec![])
             .await?;
-        let found = self.check_targets_exist(&input).await?;
-
-        if input.organisation_id != principal.organisation_id {
-            return Err(ServiceError::forbidden(
-                "the organisation is not the caller's",
-            ));
-        }
+        // Another organisation and all it holds look exactly like ids that do not exist.
+        let found = self
+            .check_targets_exist(&input, Some(principal.organisation_id))
+            .await?;
         let foreign: Vec<Uuid> = input
             .workspace_ids
             .iter()
@@ -184,7 +192,7 @@ impl Services {
         self.insert_token(
             principal.user_id,
             input,
-            Some(principal.token_id),
+            Some((principal.token_id, principal.expires_at)),
             &found,
             Actor::user(principal.user_id),
             correlation_id,
@@ -205,7 +213,7 @@ impl Services {
             .get_user(user_id)
             .await?
             .ok_or_else(|| ServiceError::not_found("no such user"))?;
-        let found = self.check_targets_exist(&input).await?;
+        let found = self.check_targets_exist(&input, None).await?;
         if user.organisation_id != input.organisation_id {
             return Err(ServiceError::forbidden(
                 "the user does not belong to this organisation",
@@ -215,11 +223,14 @@ impl Services {
             .await
     }
 
-    /// 404 for an unknown organisation, workspace or environment, or an environment outside
-    /// the given workspaces; 403 for a workspace of another organisation.
+    /// 404 for an unknown organisation, workspace or environment, an environment outside the
+    /// given workspaces, or anything of another organisation than `visible` (the caller's,
+    /// `None` for cpctl) or than the requested one: the same status, code, message and details
+    /// as an id that does not exist, so no caller can probe which ids exist elsewhere.
     async fn check_targets_exist(
         &self,
         input: &IssueTokenInput,
+        visible: Option<Uuid>,
     ) -> Result<TargetLookup, ServiceError> {
         let found = self
             .store
@@ -229,7 +240,7 @@ impl Services {
                 &input.environment_ids,
             )
             .await?;
-        if !found.organisation_exists {
+        if !found.organisation_exists || visible.is_some_and(|org| org != input.organisation_id) {
             return Err(ServiceError::NotFound {
                 message: "no such organisation".into(),
                 details: Some(json!({ "field": "organisationId", "value": input.organisation_id })),
@@ -239,22 +250,18 @@ impl Services {
             .workspace_ids
             .iter()
             .copied()
-            .filter(|w| !found.workspaces.iter().any(|(id, _)| id == w))
+            .filter(|w| {
+                !found
+                    .workspaces
+                    .iter()
+                    .any(|(id, org)| id == w && *org == input.organisation_id)
+            })
             .collect();
         if !unknown.is_empty() {
             return Err(ServiceError::NotFound {
                 message: "no such workspace".into(),
                 details: Some(json!({ "field": "workspaceIds", "workspaceIds": unknown })),
             });
-        }
-        if found
-            .workspaces
-            .iter()
-            .any(|(_, org)| *org != input.organisation_id)
-        {
-            return Err(ServiceError::forbidden(
-                "a workspace belongs to another organisation",
-            ));
         }
         let stray: Vec<Uuid> = input
             .environment_ids
@@ -280,7 +287,7 @@ impl Services {
         &self,
         owner: Uuid,
         input: IssueTokenInput,
-        issuer_token_id: Option<Uuid>,
+        issuer: Option<(Uuid, DateTime<Utc>)>,
         found: &TargetLookup,
         actor: Actor,
         correlation_id: &CorrelationId,
@@ -298,8 +305,9 @@ impl Services {
             workspace_ids: input.workspace_ids,
             environment_ids: input.environment_ids,
             created_at: now,
-            expires_at: now + Duration::days(input.expires_in_days.days()),
+            expires_at: capped_expiry(now, input.expires_in_days, issuer.map(|(_, at)| at)),
             revoked_at: None,
+            issued_by_token_id: issuer.map(|(id, _)| id),
         };
         let events: Vec<NewAuditEvent> = record
             .workspace_ids
@@ -330,6 +338,7 @@ impl Services {
                         "workspaceCount": record.workspace_ids.len(),
                         "environmentIds": environments,
                         "expiresAt": record.expires_at,
+                        "issuedByTokenId": record.issued_by_token_id,
                     }),
                 }
             })
@@ -337,7 +346,6 @@ impl Services {
         let token = NewToken {
             secret_hash: self.hasher.hash(&secret),
             record,
-            issuer_token_id,
         };
         let limit = self.settings.max_active_tokens_per_user;
         match self.store.insert_token(&token, &events, limit, now).await {
@@ -373,13 +381,21 @@ impl Services {
         })
     }
 
-    /// Removes one token's access to one workspace; a token left with none is revoked.
+    /// Removes one token's access to one workspace; a token left with none is revoked. With
+    /// `cascade`, every descendant (tokens issued by it, transitively) holding that workspace
+    /// loses it too, in the same transaction.
+    ///
+    /// A caller limited to some environments may revoke only tokens limited to environments
+    /// within its own (a token with no environment limit reaches every environment, so it is
+    /// outside a limited caller): 403 otherwise. Descendants need no check: issuance keeps a
+    /// child's environments within its issuer's.
     pub async fn revoke_token_access(
         &self,
         principal: &Principal,
         workspace: &str,
         token: &str,
         reason: RevocationReason,
+        cascade: bool,
         correlation_id: &CorrelationId,
     ) -> Result<RevokeOutcome, ServiceError> {
         self.authorize(
@@ -391,52 +407,95 @@ impl Services {
         .await?;
         let workspace_id =
             parse_uuid(workspace).ok_or_else(|| ServiceError::forbidden("no access"))?;
-        let token_id = parse_uuid(token)
-            .ok_or_else(|| ServiceError::not_found("the token has no access to this workspace"))?;
+        let token_id = parse_uuid(token).ok_or_else(no_grant)?;
+        if !principal.environment_ids.is_empty() {
+            // Only a token with a live grant on this workspace (so of the caller's organisation)
+            // is found: any other is the same 404 as an unknown id.
+            let target = self
+                .store
+                .list_tokens(&TokenFilter {
+                    token_id: Some(token_id),
+                    workspace_id: Some(workspace_id),
+                    user_id: None,
+                })
+                .await?
+                .into_iter()
+                .next()
+                .ok_or_else(no_grant)?;
+            let within = !target.environment_ids.is_empty()
+                && target
+                    .environment_ids
+                    .iter()
+                    .all(|e| principal.environment_ids.contains(e));
+            if !within {
+                return Err(ServiceError::forbidden(
+                    "the caller's token is limited to other environments than this token's",
+                ));
+            }
+        }
         self.revoke_grant(
             principal.organisation_id,
-            workspace_id,
+            Some(workspace_id),
             token_id,
             reason,
+            cascade,
             Actor::user(principal.user_id),
             correlation_id,
         )
         .await
     }
 
-    /// The admin CLI's revocation: no caller to authorize.
+    /// The admin CLI's revocation: no caller to authorize. Without a workspace, the token loses
+    /// every workspace (and, with `cascade`, so does every descendant).
     pub async fn revoke_token_access_as_admin(
         &self,
-        workspace_id: Uuid,
+        workspace_id: Option<Uuid>,
         token_id: Uuid,
         reason: RevocationReason,
+        cascade: bool,
         correlation_id: &CorrelationId,
     ) -> Result<RevokeOutcome, ServiceError> {
-        let organisation_id = self
-            .store
-            .list_workspaces(None)
-            .await?
-            .into_iter()
-            .find(|w| w.id == workspace_id)
-            .map(|w| w.organisation_id)
-            .ok_or_else(|| ServiceError::not_found("no such workspace"))?;
+        let organisation_id = match workspace_id {
+            Some(workspace_id) => self
+                .store
+                .list_workspaces(None)
+                .await?
+                .into_iter()
+                .find(|w| w.id == workspace_id)
+                .map(|w| w.organisation_id)
+                .ok_or_else(|| ServiceError::not_found("no such workspace"))?,
+            None => self
+                .store
+                .list_tokens(&TokenFilter {
+                    token_id: Some(token_id),
+                    ..TokenFilter::default()
+                })
+                .await?
+                .into_iter()
+                .next()
+                .map(|t| t.organisation_id)
+                .ok_or_else(|| ServiceError::not_found("no such token"))?,
+        };
         self.revoke_grant(
             organisation_id,
             workspace_id,
             token_id,
             reason,
+            cascade,
             Actor::admin(),
             correlation_id,
         )
         .await
     }
 
+    #[allow(clippy::too_many_arguments, reason = "one revocation's every part")]
     async fn revoke_grant(
         &self,
         organisation_id: Uuid,
-        workspace_id: Uuid,
+        workspace_id: Option<Uuid>,
         token_id: Uuid,
         reason: RevocationReason,
+        cascade: bool,
         actor: Actor,
         correlation_id: &CorrelationId,
     ) -> Result<RevokeOutcome, ServiceError> {
@@ -446,9 +505,10 @@ impl Services {
             workspace_id,
             reason: reason.as_str().to_owned(),
             revoked_at: now,
+            cascade,
             event: NewAuditEvent {
                 organisation_id,
-                workspace_id: Some(workspace_id),
+                workspace_id,
                 event_type: "token.workspace_access_revoked",
                 actor,
                 target_kind: "token",
@@ -458,11 +518,18 @@ impl Services {
                 data: json!({ "tokenId": token_id, "reason": reason.as_str() }),
             },
         };
-        let outcome =
-            self.store.revoke_grant(&revoke).await?.ok_or_else(|| {
-                ServiceError::not_found("the token has no access to this workspace")
-            })?;
-        tracing::info!(%token_id, %workspace_id, token_revoked = outcome.token_revoked, "token access revoked");
+        let outcome = self
+            .store
+            .revoke_grant(&revoke)
+            .await?
+            .ok_or_else(no_grant)?;
+        tracing::info!(
+            %token_id,
+            workspace_id = ?workspace_id,
+            token_revoked = outcome.token_revoked,
+            descendants_revoked = outcome.descendants_revoked,
+            "token access revoked"
+        );
         Ok(outcome)
     }
 
@@ -472,4 +539,8 @@ impl Services {
     ) -> Result<Vec<TokenRecord>, ServiceError> {
         Ok(self.store.list_tokens(filter).await?)
     }
+}
+
+fn no_grant() -> ServiceError {
+    ServiceError::not_found("the token has no access to this workspace")
 }

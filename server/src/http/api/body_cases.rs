@@ -4,8 +4,8 @@
 
 use serde_json::{Value, json};
 
+use super::tokens::RevokeRequest;
 use super::workflows::ApprovalComment;
-use crate::domain::RevocationReason;
 use crate::http::payload::FromJson;
 use crate::service::{
     DeletePoolInput, DeliveryStatusInput, IssueTokenInput, ReportReviewInput, ReviewInput,
@@ -133,7 +133,7 @@ fn request_bodies_match_the_snapshot() {
     all.insert("issuePersonalAccessToken".into(), cases.into());
 
     let revoke = json!({ "reason": "rotated" });
-    let show = |body: &Value| outcome::<RevocationReason>(body, |v| format!("{v:?}"));
+    let show = |body: &Value| outcome::<RevokeRequest>(body, |v| format!("{v:?}"));
     let mut cases = Vec::new();
     shared(&mut cases, &revoke, show);
     for body in [
@@ -145,6 +145,10 @@ fn request_bodies_match_the_snapshot() {
         with(&revoke, "reason", json!("\u{0}")),
         with(&revoke, "reason", json!(null)),
         with(&revoke, "reason", json!(["x"])),
+        with(&revoke, "cascade", json!(true)),
+        with(&revoke, "cascade", json!(false)),
+        with(&revoke, "cascade", json!("true")),
+        with(&revoke, "cascade", json!(null)),
     ] {
         cases.push(show(&body));
     }

@@ -95,14 +95,28 @@ request_body! {
     pub struct RevokeAccessTokenInput {
         /// Why the access is revoked; kept in the audit log.
         "reason" => reason: required RevocationReason,
+        /// Also revoke this workspace's access of every token issued by this token,
+        /// transitively, that holds it (each with its own audit event), in the same
+        /// transaction.
+        "cascade" => cascade: default bool,
     }
 }
 
-impl FromJson for RevocationReason {
+/// A parsed revocation request.
+#[derive(Debug)]
+pub struct RevokeRequest {
+    reason: RevocationReason,
+    cascade: bool,
+}
+
+impl FromJson for RevokeRequest {
     type Body = RevokeAccessTokenInput;
 
     fn from_body(body: RevokeAccessTokenInput) -> Result<Self, ValidationErrors> {
-        Ok(body.reason)
+        Ok(Self {
+            reason: body.reason,
+            cascade: body.cascade,
+        })
     }
 }
 
@@ -136,7 +150,13 @@ impl TokensApi {
     /// Issue a personal access token
     ///
     /// Requires `tokens:issue`. The new token's organisation must be the caller's, and its
-    /// workspaces, environments and scopes within the caller's (403 otherwise).
+    /// workspaces, environments and scopes within the caller's (403 otherwise). An unknown
+    /// organisation, workspace or environment and anything of another organisation are the
+    /// same 404.
+    ///
+    /// A token never outlives the token that issued it: the new token's `expiresAt` is
+    /// `min(createdAt + expiresInDays days, the caller's token's expiresAt)`. A request the cap
+    /// shortens still succeeds; the response shows the capped `expiresAt`.
     #[oai(
         path = "/personal-access-tokens",
         method = "post",
@@ -160,7 +180,11 @@ impl TokensApi {
     ///
     /// Requires `tokens:revoke` on the workspace. The token keeps its other workspaces; a token
     /// left with none is revoked entirely. Takes effect at once. 404 when the token has no
-    /// access to that workspace.
+    /// access to that workspace (a token or workspace of another organisation is the same 404
+    /// or 403 as an id that does not exist). With `cascade: true`, every token issued by this
+    /// token, transitively, that holds the workspace loses it too. A caller limited to some
+    /// environments may revoke only tokens limited to environments within its own (403
+    /// otherwise; a token without an environment limit reaches every environment).
     #[oai(
         path = "/workspaces/:workspaceId/access-tokens/:tokenId",
         method = "delete",
@@ -173,10 +197,11 @@ impl TokensApi {
         cid: Data<&CorrelationId>,
         #[oai(name = "workspaceId")] workspace_id: Path<String>,
         #[oai(name = "tokenId")] token_id: Path<String>,
-        body: Idempotent<JsonBody<RevocationReason>>,
+        body: Idempotent<JsonBody<RevokeRequest>>,
     ) -> Result<RevokeTokenResponse, RevokeTokenErrors> {
+        let RevokeRequest { reason, cascade } = body.0.value;
         services
-            .revoke_token_access(&auth.0, &workspace_id, &token_id, body.0.value, &cid)
+            .revoke_token_access(&auth.0, &workspace_id, &token_id, reason, cascade, &cid)
             .await?;
         let result = TokenRevocationResult { revoked: true };
         Ok(RevokeTokenResponse::Ok(Json(result)))

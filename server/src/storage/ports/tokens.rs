@@ -22,6 +22,10 @@ pub struct TokenRecord {
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// The token that issued this one; `None` when cpctl issued it. Its grants on every new
+    /// workspace are re-checked in the insert's transaction, so a revocation racing the
+    /// issuance cannot be escaped.
+    pub issued_by_token_id: Option<Uuid>,
 }
 
 /// What authentication needs: the record and the keyed hash of its secret.
@@ -35,9 +39,6 @@ pub struct StoredCredential {
 pub struct NewToken {
     pub record: TokenRecord,
     pub secret_hash: Vec<u8>,
-    /// The token that issued this one; its grants on every new workspace are re-checked in the
-    /// insert's transaction, so a revocation racing the issuance cannot be escaped.
-    pub issuer_token_id: Option<Uuid>,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -54,18 +55,23 @@ pub enum InsertTokenError {
 
 #[derive(Debug, Clone, Default)]
 pub struct TokenFilter {
+    pub token_id: Option<Uuid>,
     pub user_id: Option<Uuid>,
     pub workspace_id: Option<Uuid>,
 }
 
-/// Revocation of one token's access to one workspace.
+/// Revocation of one token's access to one workspace, or (`workspace_id: None`) to all of them.
 #[derive(Debug, Clone)]
 pub struct RevokeGrant {
     pub token_id: Uuid,
-    pub workspace_id: Uuid,
+    pub workspace_id: Option<Uuid>,
     pub reason: String,
     pub revoked_at: DateTime<Utc>,
-    /// Written with the change; its data gains `tokenRevoked` once known.
+    /// Also revoke this workspace's grant of every descendant (tokens issued by the token,
+    /// transitively) that holds it, each with its own event.
+    pub cascade: bool,
+    /// The event of each revoked grant: this one with the grant's workspace and token, its data
+    /// gaining `tokenId`, `tokenRevoked` and, for a descendant, `cascadedFrom` (`token_id`).
     pub event: NewAuditEvent,
 }
 
@@ -73,6 +79,8 @@ pub struct RevokeGrant {
 pub struct RevokeOutcome {
     /// True when the token has no workspace left and is revoked entirely.
     pub token_revoked: bool,
+    /// Descendants whose grant on the workspace was revoked with it.
+    pub descendants_revoked: u64,
 }
 
 /// Personal access tokens and their per-workspace grants.
@@ -91,7 +99,8 @@ pub trait TokenStore: Send + Sync {
         &self,
         public_id: &str,
     ) -> Result<Option<StoredCredential>, StoreError>;
-    /// `None` when the token has no active grant on that workspace.
+    /// `None` when the token has no active grant on that workspace (or none at all); all in one
+    /// transaction, descendants included when `cascade`.
     async fn revoke_grant(&self, revoke: &RevokeGrant)
     -> Result<Option<RevokeOutcome>, StoreError>;
     async fn list_tokens(&self, filter: &TokenFilter) -> Result<Vec<TokenRecord>, StoreError>;

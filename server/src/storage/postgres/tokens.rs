@@ -16,7 +16,7 @@ mod shared;
 const TOKEN_COLUMNS: &str = "t.id, t.public_id, t.user_id, t.organisation_id, t.name, t.scopes,
     ARRAY(SELECT tw.workspace_id FROM token_workspaces tw
           WHERE tw.token_id = t.id AND tw.revoked_at IS NULL ORDER BY tw.position) AS workspace_ids,
-    t.environment_ids, t.created_at, t.expires_at, t.revoked_at";
+    t.environment_ids, t.created_at, t.expires_at, t.revoked_at, t.issued_by_token_id";
 
 /// The token and its grants in one round trip.
 async fn insert_token_rows(conn: &mut PgConnection, token: &NewToken) -> Result<(), StoreError> {
@@ -24,8 +24,8 @@ async fn insert_token_rows(conn: &mut PgConnection, token: &NewToken) -> Result<
     sqlx::query(
         "WITH t AS (
              INSERT INTO tokens (id, public_id, user_id, organisation_id, name, secret_hash, scopes,
-                 environment_ids, created_at, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id
+                 environment_ids, created_at, expires_at, issued_by_token_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $12) RETURNING id
          )
          INSERT INTO token_workspaces (token_id, workspace_id, position)
          SELECT t.id, w.workspace_id, w.ord - 1 FROM t, unnest($11::uuid[]) WITH ORDINALITY AS w(workspace_id, ord)",
@@ -41,6 +41,7 @@ async fn insert_token_rows(conn: &mut PgConnection, token: &NewToken) -> Result<
     .bind(t.created_at)
     .bind(t.expires_at)
     .bind(&t.workspace_ids)
+    .bind(t.issued_by_token_id)
     .execute(conn)
     .await
     .map_err(map_err)?;

@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use super::super::audit::insert_events;
 use super::super::{
-    FOR_SHARE, FOR_UPDATE, Store, StringList, UuidList, decode_list, in_uuid_list, insert_event,
-    list_param, map_err,
+    FOR_SHARE, FOR_UPDATE, Store, StringList, UuidList, decode_list, in_uuid_list, list_param,
+    map_err,
 };
 use super::{TOKEN_COLUMNS, find_credential_row, insert_token_rows};
 use crate::domain::NewAuditEvent;
@@ -36,7 +36,14 @@ pub(super) struct TokenRow {
     created_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
     revoked_at: Option<DateTime<Utc>>,
+    issued_by_token_id: Option<Uuid>,
 }
+
+/// Every token issued by `$1`, transitively (not `$1` itself).
+const DESCENDANTS: &str = "WITH RECURSIVE tree(id) AS (
+        SELECT id FROM tokens WHERE issued_by_token_id = $1
+        UNION SELECT c.id FROM tokens c JOIN tree ON c.issued_by_token_id = tree.id
+    ) SELECT id FROM tree";
 
 impl TryFrom<TokenRow> for TokenRecord {
     type Error = StoreError;
@@ -53,6 +60,7 @@ impl TryFrom<TokenRow> for TokenRecord {
             created_at: r.created_at,
             expires_at: r.expires_at,
             revoked_at: r.revoked_at,
+            issued_by_token_id: r.issued_by_token_id,
         })
     }
 }
@@ -76,7 +84,7 @@ impl TokenStore for Store {
     ) -> Result<(), InsertTokenError> {
         let t = &token.record;
         let mut tx = self.begin().await?;
-        if let Some(issuer) = token.issuer_token_id {
+        if let Some(issuer) = t.issued_by_token_id {
             // Postgres: FOR SHARE on the issuer conflicts with revocation's FOR UPDATE, so one
             // waits for the other (SQLite: the write lock orders them).
             let (live,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -137,63 +145,116 @@ impl TokenStore for Store {
         &self,
         revoke: &RevokeGrant,
     ) -> Result<Option<RevokeOutcome>, StoreError> {
+        let root = revoke.token_id;
         let mut tx = self.begin().await?;
-        // Lock the token first: two revocations of its last grants must not both see one left
-        // (SQLite: the write lock already orders them).
+        // Lock the token (and with `cascade` its descendants) first: two revocations of its
+        // last grants must not both see one left. All in id order, so overlapping cascades
+        // cannot deadlock; an issuance by one of them holds its issuer FOR SHARE, so it either
+        // finishes first or sees its grants revoked (SQLite: the write lock orders them all).
+        // Without `cascade` the plain `= $1` keeps the primary-key lookup.
+        let tokens = |column: &str| {
+            if revoke.cascade {
+                format!("({column} = $1 OR {column} IN ({DESCENDANTS}))")
+            } else {
+                format!("{column} = $1")
+            }
+        };
         sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT 1 FROM tokens WHERE id = $1 {FOR_UPDATE}"
+            "SELECT 1 FROM tokens WHERE {} ORDER BY id {FOR_UPDATE}",
+            tokens("id")
         )))
-        .bind(revoke.token_id)
+        .bind(root)
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
-        let updated = sqlx::query(
-            "UPDATE token_workspaces SET revoked_at = $3, revoked_reason = $4
-             WHERE token_id = $1 AND workspace_id = $2 AND revoked_at IS NULL",
-        )
-        .bind(revoke.token_id)
+        let grants: Vec<(Uuid, Uuid)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT tw.token_id, tw.workspace_id FROM token_workspaces tw
+             WHERE tw.revoked_at IS NULL AND ($2 IS NULL OR tw.workspace_id = $2)
+               AND {}
+             ORDER BY tw.position",
+            tokens("tw.token_id")
+        )))
+        .bind(root)
         .bind(revoke.workspace_id)
-        .bind(revoke.revoked_at)
-        .bind(&revoke.reason)
-        .execute(&mut *tx)
+        .fetch_all(&mut *tx)
         .await
-        .map_err(map_err)?
-        .rows_affected();
-        if updated == 0 {
+        .map_err(map_err)?;
+        if !grants.iter().any(|(token, _)| *token == root) {
             return Ok(None);
         }
-        let (left,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM token_workspaces WHERE token_id = $1 AND revoked_at IS NULL",
-        )
-        .bind(revoke.token_id)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let token_revoked = left == 0;
-        if token_revoked {
-            sqlx::query("UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
-                .bind(revoke.token_id)
+        // The root's grants first, then the descendants' grouped by token.
+        let mut ordered = grants;
+        ordered.sort_by_key(|(token, _)| (*token != root, *token));
+        let mut events = Vec::with_capacity(ordered.len());
+        let mut outcome = RevokeOutcome {
+            token_revoked: false,
+            descendants_revoked: 0,
+        };
+        for (i, (token, workspace)) in ordered.iter().enumerate() {
+            sqlx::query(
+                "UPDATE token_workspaces SET revoked_at = $3, revoked_reason = $4
+                 WHERE token_id = $1 AND workspace_id = $2 AND revoked_at IS NULL",
+            )
+            .bind(token)
+            .bind(workspace)
+            .bind(revoke.revoked_at)
+            .bind(&revoke.reason)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            let (left,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM token_workspaces WHERE token_id = $1 AND revoked_at IS NULL",
+            )
+            .bind(token)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            let token_revoked = left == 0;
+            if token_revoked {
+                sqlx::query(
+                    "UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
+                )
+                .bind(token)
                 .bind(revoke.revoked_at)
                 .execute(&mut *tx)
                 .await
                 .map_err(map_err)?;
+            }
+            // A token's revocation is only known once its last grant in this batch is revoked.
+            let last_of_token = ordered.get(i + 1).is_none_or(|(next, _)| next != token);
+            let mut event = with_data(&revoke.event, "tokenId", serde_json::json!(token));
+            event.workspace_id = Some(*workspace);
+            event.target_id = *token;
+            let event = with_data(
+                &event,
+                "tokenRevoked",
+                Value::Bool(token_revoked && last_of_token),
+            );
+            if *token == root {
+                outcome.token_revoked = token_revoked;
+                events.push(event);
+            } else {
+                outcome.descendants_revoked += 1;
+                events.push(with_data(&event, "cascadedFrom", serde_json::json!(root)));
+            }
         }
-        let event = with_data(&revoke.event, "tokenRevoked", Value::Bool(token_revoked));
-        insert_event(&mut tx, &event).await?;
-        self.commit(tx, &[event.workspace_id]).await?;
-        Ok(Some(RevokeOutcome { token_revoked }))
+        insert_events(&mut tx, &events).await?;
+        let workspaces: Vec<Option<Uuid>> = events.iter().map(|e| e.workspace_id).collect();
+        self.commit(tx, &workspaces).await?;
+        Ok(Some(outcome))
     }
 
     async fn list_tokens(&self, filter: &TokenFilter) -> Result<Vec<TokenRecord>, StoreError> {
         let rows: Vec<TokenRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {TOKEN_COLUMNS} FROM tokens t
-             WHERE ($1 IS NULL OR t.user_id = $1)
+             WHERE ($3 IS NULL OR t.id = $3) AND ($1 IS NULL OR t.user_id = $1)
                AND ($2 IS NULL OR EXISTS (SELECT 1 FROM token_workspaces tw
                     WHERE tw.token_id = t.id AND tw.workspace_id = $2 AND tw.revoked_at IS NULL))
              ORDER BY t.created_at, t.name"
         )))
         .bind(filter.user_id)
         .bind(filter.workspace_id)
+        .bind(filter.token_id)
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;

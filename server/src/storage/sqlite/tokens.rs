@@ -17,7 +17,7 @@ const TOKEN_COLUMNS: &str = "t.id, t.public_id, t.user_id, t.organisation_id, t.
     (SELECT json_group_array(lower(hex(tw.workspace_id)) ORDER BY tw.position)
      FROM token_workspaces tw
      WHERE tw.token_id = t.id AND tw.revoked_at IS NULL) AS workspace_ids,
-    t.environment_ids, t.created_at, t.expires_at, t.revoked_at";
+    t.environment_ids, t.created_at, t.expires_at, t.revoked_at, t.issued_by_token_id";
 
 /// The token, then its grants: json_each's key is the array index, the grant's position.
 async fn insert_token_rows(
@@ -27,8 +27,8 @@ async fn insert_token_rows(
     let t = &token.record;
     sqlx::query(
         "INSERT INTO tokens (id, public_id, user_id, organisation_id, name, secret_hash, scopes,
-             environment_ids, created_at, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+             environment_ids, created_at, expires_at, issued_by_token_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     )
     .bind(t.id)
     .bind(&t.public_id)
@@ -40,6 +40,7 @@ async fn insert_token_rows(
     .bind(to_json(&t.environment_ids)?)
     .bind(t.created_at)
     .bind(t.expires_at)
+    .bind(t.issued_by_token_id)
     .execute(&mut *conn)
     .await
     .map_err(map_err)?;
