@@ -26,7 +26,9 @@ use crate::storage::{AuditFeed, NonceStore, SharedRecordStore};
 pub use activity::{ActivityPage, PageRequest};
 pub use admin::{Bootstrap, BootstrapInput};
 pub use audit::{StreamEnd, StreamItem, StreamRequest};
-pub use authz::{AllowAllAuthorizer, Authorizer, AuthzRequest, Decision, DenyStatus, Operation};
+#[cfg(feature = "bench-allow-all")]
+pub use authz::AllowAllAuthorizer;
+pub use authz::{Authorizer, AuthzRequest, Decision, DenyStatus, Operation};
 pub use error::ServiceError;
 pub use keys::{KeySource, load_record_cipher, load_token_hasher};
 pub use policies::{CompiledCache, parse_reference};
