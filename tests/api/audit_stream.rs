@@ -414,6 +414,15 @@ impl Sse {
     }
 }
 
+impl Ending {
+    /// Ended within 2 s, saying `reason`, with no event after the point the wait started.
+    fn assert_prompt(&self, reason: &str) {
+        assert_eq!(self.comment, reason, "{self:?}");
+        assert!(self.events.is_empty(), "sent after access ended: {self:?}");
+        assert!(self.took < Duration::from_secs(2), "{self:?}");
+    }
+}
+
 /// Issues a token with `audit:read` on `workspaces` for the tenant's user, as `cpctl tokens
 /// issue` does: (secret, id).
 async fn reader(app: &TestApp, tenant: &Tenant, workspaces: &[Uuid]) -> (String, Uuid) {
@@ -477,13 +486,7 @@ async fn a_revoked_grant_ends_the_stream_before_any_later_event() {
     let after = head(&app, ws).await;
     assert!(after > revoked_at);
 
-    let ending = stream.until_end().await;
-    assert_eq!(ending.comment, "access revoked", "{ending:?}");
-    assert!(
-        ending.events.is_empty(),
-        "sent after the revocation: {ending:?}"
-    );
-    assert!(ending.took < Duration::from_secs(2), "{ending:?}");
+    stream.until_end().await.assert_prompt("access revoked");
 
     // The token keeps its other workspace, so reconnecting is refused like any request on it.
     let response = app.get(&stream_path(ws), &token).send().await.unwrap();
@@ -524,13 +527,7 @@ async fn a_token_revoked_entirely_by_cpctl_loses_its_stream_and_reconnects_to_40
     );
     submit(&app, &tenant.token, ws, pool).await;
 
-    let ending = stream.until_end().await;
-    assert_eq!(ending.comment, "access revoked", "{ending:?}");
-    assert!(
-        ending.events.is_empty(),
-        "sent after the revocation: {ending:?}"
-    );
-    assert!(ending.took < Duration::from_secs(2), "{ending:?}");
+    stream.until_end().await.assert_prompt("access revoked");
     let response = app.get(&stream_path(ws), &token).send().await.unwrap();
     assert_api_error(response, 401, "unauthenticated").await;
 }
@@ -588,9 +585,7 @@ async fn a_token_whose_expiry_is_brought_forward_loses_its_stream() {
         token_id
     )
     .unwrap();
-    let ending = stream.until_end().await;
-    assert_eq!(ending.comment, "token expired", "{ending:?}");
-    assert!(ending.took < Duration::from_secs(2), "{ending:?}");
+    stream.until_end().await.assert_prompt("token expired");
 }
 
 #[tokio::test]
@@ -609,9 +604,7 @@ async fn a_policy_that_now_denies_the_stream_ends_it() {
         .activate_policy(&format!("deny-all@{}", deny_all.version))
         .await
         .unwrap();
-    let ending = stream.until_end().await;
-    assert_eq!(ending.comment, "access denied", "{ending:?}");
-    assert!(ending.took < Duration::from_secs(2), "{ending:?}");
+    stream.until_end().await.assert_prompt("access denied");
     let response = app
         .get(&stream_path(ws), &tenant.token)
         .send()
@@ -643,13 +636,7 @@ async fn postgres_only_a_revocation_through_one_replica_ends_the_stream_on_anoth
 
     revoke(&a, &tenant, ws, token_id).await;
     submit(&a, &tenant.token, ws, pool).await;
-    let ending = stream.until_end().await;
-    assert_eq!(ending.comment, "access revoked", "{ending:?}");
-    assert!(
-        ending.events.is_empty(),
-        "sent after the revocation: {ending:?}"
-    );
-    assert!(ending.took < Duration::from_secs(2), "{ending:?}");
+    stream.until_end().await.assert_prompt("access revoked");
     let response = a
         .client
         .get(format!("{}{}", b.address, stream_path(ws)))
