@@ -126,7 +126,9 @@ pub struct ServerConfig {
     pub policy_concurrency: usize,
 
     /// `policy` (the active authorizer component) or `allow-all`, which authorizes everything
-    /// and exists only to measure what the policy costs. Never use it in production.
+    /// and exists only to measure what the policy costs. Only in builds with the
+    /// `bench-allow-all` feature; other builds refuse to start when `CP_AUTHORIZER` is set.
+    #[cfg(feature = "bench-allow-all")]
     #[arg(long, env = "CP_AUTHORIZER", default_value = "policy", hide = true)]
     pub authorizer: String,
 

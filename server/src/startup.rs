@@ -13,8 +13,8 @@ use crate::policy::{
     Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
 };
 use crate::service::{
-    AllowAllAuthorizer, Authorizer, KeySource, NonceDeps, ServiceDeps, ServiceSettings, Services,
-    load_record_cipher, load_token_hasher,
+    Authorizer, KeySource, NonceDeps, ServiceDeps, ServiceSettings, Services, load_record_cipher,
+    load_token_hasher,
 };
 use crate::storage::{
     DisagreementRecord, FastState, MemoryFastState, OpenSettings, RedisFastState,
@@ -172,12 +172,15 @@ async fn build_services(
             }
         });
     }));
+    #[cfg(feature = "bench-allow-all")]
     let authorizer: Arc<dyn Authorizer> = if config.authorizer == "allow-all" {
         tracing::warn!("authorizer is allow-all: every request is authorized; for benchmarks only");
-        Arc::new(AllowAllAuthorizer)
+        Arc::new(crate::service::AllowAllAuthorizer)
     } else {
         runtime.clone()
     };
+    #[cfg(not(feature = "bench-allow-all"))]
+    let authorizer: Arc<dyn Authorizer> = runtime.clone();
     let services = Arc::new(Services::new(ServiceDeps {
         store,
         authorizer,
@@ -234,8 +237,23 @@ fn watch_policies(services: Arc<Services>) {
     });
 }
 
+/// A build without the `bench-allow-all` feature has no allow-all authorizer. A deployment that
+/// still sets `CP_AUTHORIZER` is refused at start-up rather than ignored, so nobody believes
+/// authorization is off (or on) by mistake; `--authorizer` is an unknown flag to clap.
+fn refuse_allow_all() -> anyhow::Result<()> {
+    if cfg!(not(feature = "bench-allow-all")) && std::env::var_os("CP_AUTHORIZER").is_some() {
+        anyhow::bail!(
+            "CP_AUTHORIZER is not supported by this build: every request is authorized by the \
+             active policy (the allow-all authorizer exists only in benchmark builds, \
+             --features bench-allow-all); unset it"
+        );
+    }
+    Ok(())
+}
+
 impl Application {
     pub async fn build(config: &ServerConfig) -> anyhow::Result<Self> {
+        refuse_allow_all()?;
         let lock = match config.records() {
             RecordsLocation::Sqlite(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

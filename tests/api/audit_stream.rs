@@ -4,10 +4,14 @@
 use std::time::Duration;
 
 use control_plane::domain::{CorrelationId, Scope};
+use control_plane::policy::{PolicyKind, fixtures};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, assert_api_error, issuance_body, spawn_app, sql_all};
+use crate::helpers::{
+    ServerProcess, Tenant, TestApp, assert_api_error, issuance_body, postgres_or_skip, spawn_app,
+    spawn_app_with, sql_all, sql_exec,
+};
 
 /// Longest wait for anything on a stream, so a failing test cannot hang.
 const WAIT: Duration = Duration::from_secs(10);
@@ -268,7 +272,29 @@ impl Sse {
         query: &str,
         last_event_id: Option<i64>,
     ) -> Self {
-        let mut request = app.get(&format!("{}{query}", stream_path(workspace)), token);
+        Self::open_at(
+            &app.client,
+            &app.address,
+            token,
+            workspace,
+            query,
+            last_event_id,
+        )
+        .await
+    }
+
+    /// The stream of the server at `base` (another replica).
+    async fn open_at(
+        client: &reqwest::Client,
+        base: &str,
+        token: &str,
+        workspace: Uuid,
+        query: &str,
+        last_event_id: Option<i64>,
+    ) -> Self {
+        let mut request = client
+            .get(format!("{base}{}{query}", stream_path(workspace)))
+            .bearer_auth(token);
         if let Some(id) = last_event_id {
             request = request.header("last-event-id", id.to_string());
         }
@@ -337,6 +363,289 @@ impl Sse {
             }
         }
     }
+}
+
+/// What a stream sent after a point, up to its end.
+#[derive(Debug)]
+struct Ending {
+    /// Ids of the events received before the end.
+    events: Vec<i64>,
+    /// The last comment (without `: `), the reason the server gave.
+    comment: String,
+    /// From the start of the wait to the end of the response.
+    took: Duration,
+}
+
+impl Sse {
+    /// Reads every block until the response ends (failing after 10 s).
+    async fn until_end(&mut self) -> Ending {
+        let started = std::time::Instant::now();
+        let mut events = Vec::new();
+        let mut comment = String::new();
+        loop {
+            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                let block = String::from_utf8(block[..end].to_vec()).expect("UTF-8");
+                for line in block.lines() {
+                    if let Some(id) = line.strip_prefix("id: ") {
+                        events.push(id.parse().expect("a numeric id"));
+                    } else if let Some(text) = line.strip_prefix(": ") {
+                        comment = text.to_owned();
+                    }
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(WAIT, self.response.chunk())
+                .await
+                .expect("the stream did not end within 10 s")
+                .expect("read the stream");
+            match chunk {
+                Some(chunk) => self.buffer.extend_from_slice(&chunk),
+                None => {
+                    assert!(self.buffer.is_empty(), "a partial block {:?}", self.buffer);
+                    return Ending {
+                        events,
+                        comment,
+                        took: started.elapsed(),
+                    };
+                }
+            }
+        }
+    }
+}
+
+impl Ending {
+    /// Ended within 2 s, saying `reason`, with no event after the point the wait started.
+    fn assert_prompt(&self, reason: &str) {
+        assert_eq!(self.comment, reason, "{self:?}");
+        assert!(self.events.is_empty(), "sent after access ended: {self:?}");
+        assert!(self.took < Duration::from_secs(2), "{self:?}");
+    }
+}
+
+/// Issues a token with `audit:read` on `workspaces` for the tenant's user, as `cpctl tokens
+/// issue` does: (secret, id).
+async fn reader(app: &TestApp, tenant: &Tenant, workspaces: &[Uuid]) -> (String, Uuid) {
+    let input = control_plane::service::IssueTokenInput::new(
+        control_plane::domain::TokenName::parse(&format!("r-{}", Uuid::new_v4().simple())).unwrap(),
+        [Scope::AuditRead].into_iter().collect(),
+        tenant.organisation_id,
+        workspaces.to_vec(),
+        vec![],
+        control_plane::domain::ExpiresInDays::default(),
+    )
+    .unwrap();
+    let issued = app
+        .services
+        .issue_token_for_user(tenant.user_id, input, &CorrelationId::generate())
+        .await
+        .unwrap();
+    (issued.secret.expose().to_owned(), issued.record.id)
+}
+
+/// Revokes `token`'s access to `workspace` over HTTP with the tenant's admin token.
+async fn revoke(app: &TestApp, tenant: &Tenant, workspace: Uuid, token: Uuid) {
+    let response = app
+        .delete_json(
+            &format!("/v1/workspaces/{workspace}/access-tokens/{token}"),
+            &tenant.token,
+            &json!({"reason": "stream test"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+/// The sequence of the newest event of the workspace.
+async fn head(app: &TestApp, workspace: Uuid) -> i64 {
+    logged_events(app, workspace)
+        .await
+        .last()
+        .map_or(0, |e| e.0)
+}
+
+#[tokio::test]
+async fn a_revoked_grant_ends_the_stream_before_any_later_event() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let other = app.create_workspace(tenant.organisation_id, "other").await;
+    let pool = create_pool(&app, ws, "revoked").await;
+    let (token, token_id) = reader(&app, &tenant, &[ws, other]).await;
+    let mut stream = Sse::open(&app, &token, ws, "", None).await;
+    stream.expect_preamble().await;
+
+    submit(&app, &tenant.token, ws, pool).await;
+    let before = stream.next_event().await;
+    assert_eq!(before.event, "runner_command.submitted");
+    revoke(&app, &tenant, ws, token_id).await;
+    let revoked_at = head(&app, ws).await;
+    // Written after the revocation: never sent to the revoked token.
+    submit(&app, &tenant.token, ws, pool).await;
+    let after = head(&app, ws).await;
+    assert!(after > revoked_at);
+
+    stream.until_end().await.assert_prompt("access revoked");
+
+    // The token keeps its other workspace, so reconnecting is refused like any request on it.
+    let response = app.get(&stream_path(ws), &token).send().await.unwrap();
+    assert_api_error(response, 403, "forbidden").await;
+    let response = app.get(&stream_path(other), &token).send().await.unwrap();
+    let status = response.status();
+    assert_eq!(status, 200, "{}", response.text().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_token_revoked_entirely_by_cpctl_loses_its_stream_and_reconnects_to_401() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let pool = create_pool(&app, ws, "cpctl").await;
+    let (token, token_id) = reader(&app, &tenant, &[ws]).await;
+    let mut stream = Sse::open(&app, &token, ws, "", None).await;
+    stream.expect_preamble().await;
+    submit(&app, &tenant.token, ws, pool).await;
+    assert_eq!(stream.next_event().await.event, "runner_command.submitted");
+
+    // What `cpctl tokens revoke` does: its own process (here its own pool) on the same records.
+    let cpctl = control_plane::startup::open_services(&app.config)
+        .await
+        .expect("cpctl opens the records store");
+    let outcome = cpctl
+        .revoke_token_access_as_admin(
+            Some(ws),
+            token_id,
+            control_plane::domain::RevocationReason::parse("offboarded").unwrap(),
+            false,
+            &CorrelationId::generate(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        outcome.token_revoked,
+        "its only workspace: revoked entirely"
+    );
+    submit(&app, &tenant.token, ws, pool).await;
+
+    stream.until_end().await.assert_prompt("access revoked");
+    let response = app.get(&stream_path(ws), &token).send().await.unwrap();
+    assert_api_error(response, 401, "unauthenticated").await;
+}
+
+#[tokio::test]
+async fn a_token_that_expires_while_streaming_loses_its_stream() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let pool = create_pool(&app, ws, "expiry").await;
+    let (token, token_id) = reader(&app, &tenant, &[ws]).await;
+    let expires_at = chrono::Utc::now() + chrono::TimeDelta::milliseconds(1500);
+    let updated = sql_exec!(
+        &mut app.db().await,
+        "UPDATE tokens SET expires_at = $1 WHERE id = $2",
+        expires_at,
+        token_id
+    )
+    .unwrap();
+    assert_eq!(updated, 1);
+    let mut stream = Sse::open(&app, &token, ws, "", None).await;
+    stream.expect_preamble().await;
+    submit(&app, &tenant.token, ws, pool).await;
+    assert_eq!(stream.next_event().await.event, "runner_command.submitted");
+
+    let ending = stream.until_end().await;
+    let ended = chrono::Utc::now();
+    assert_eq!(ending.comment, "token expired", "{ending:?}");
+    assert!(ending.events.is_empty(), "{ending:?}");
+    assert!(ended >= expires_at, "ended before the expiry");
+    assert!(
+        ended - expires_at < chrono::TimeDelta::seconds(2),
+        "ended {} after the expiry",
+        ended - expires_at
+    );
+    // An event written after the expiry was not sent (the stream is over) and the token is dead.
+    submit(&app, &tenant.token, ws, pool).await;
+    let response = app.get(&stream_path(ws), &token).send().await.unwrap();
+    assert_api_error(response, 401, "unauthenticated").await;
+}
+
+#[tokio::test]
+async fn a_token_whose_expiry_is_brought_forward_loses_its_stream() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let (token, token_id) = reader(&app, &tenant, &[ws]).await;
+    let mut stream = Sse::open(&app, &token, ws, "", None).await;
+    stream.expect_preamble().await;
+    // The stream opened with 90 days left; the record now says it is over.
+    sql_exec!(
+        &mut app.db().await,
+        "UPDATE tokens SET expires_at = $1 WHERE id = $2",
+        chrono::Utc::now() - chrono::TimeDelta::seconds(1),
+        token_id
+    )
+    .unwrap();
+    stream.until_end().await.assert_prompt("token expired");
+}
+
+#[tokio::test]
+async fn a_policy_that_now_denies_the_stream_ends_it() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let mut stream = Sse::open(&app, &tenant.token, ws, "", None).await;
+    stream.expect_preamble().await;
+    let deny_all = app
+        .services
+        .install_policy("deny-all", PolicyKind::Authorizer, fixtures::DENY_ALL)
+        .await
+        .unwrap();
+    app.services
+        .activate_policy(&format!("deny-all@{}", deny_all.version))
+        .await
+        .unwrap();
+    stream.until_end().await.assert_prompt("access denied");
+    let response = app
+        .get(&stream_path(ws), &tenant.token)
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(response, 403, "forbidden").await;
+}
+
+#[tokio::test]
+async fn postgres_only_a_revocation_through_one_replica_ends_the_stream_on_another() {
+    if !postgres_or_skip(
+        "postgres_only_a_revocation_through_one_replica_ends_the_stream_on_another",
+    ) {
+        return;
+    }
+    const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+    const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
+    // Replica A is this process's app; replica B a server process of its own.
+    let a = spawn_app_with(|c| c.token_hash_key = Some(HASH_KEY.into())).await;
+    let tenant = a.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let pool = create_pool(&a, ws, "replicas").await;
+    let b = ServerProcess::start(&a.config, HASH_KEY, RECORD_KEY);
+    let (token, token_id) = reader(&a, &tenant, &[ws]).await;
+    let mut stream = Sse::open_at(&a.client, &b.address, &token, ws, "", None).await;
+    stream.expect_preamble().await;
+    submit(&a, &tenant.token, ws, pool).await;
+    assert_eq!(stream.next_event().await.event, "runner_command.submitted");
+
+    revoke(&a, &tenant, ws, token_id).await;
+    submit(&a, &tenant.token, ws, pool).await;
+    stream.until_end().await.assert_prompt("access revoked");
+    let response = a
+        .client
+        .get(format!("{}{}", b.address, stream_path(ws)))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(response, 401, "unauthenticated").await;
 }
 
 fn stream_path(workspace: impl std::fmt::Display) -> String {

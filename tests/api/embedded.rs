@@ -161,3 +161,56 @@ async fn embedded_events_written_by_cpctl_reach_the_audit_stream() {
     drop(app);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// No switch turns authorization off in a server users run: `--authorizer allow-all` is an
+/// unknown flag and `CP_AUTHORIZER` stops the start-up, unless built for the benchmark
+/// (`--features bench-allow-all`).
+#[cfg(not(feature = "bench-allow-all"))]
+#[test]
+fn embedded_the_default_binary_refuses_the_allow_all_authorizer() {
+    use std::process::{Command, Stdio};
+    let dir = temp_dir();
+    let run = |args: &[&str], env: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_control-plane"));
+        command
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&dir)
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .env_remove("REDIS_URL")
+            .env_remove("CP_AUTHORIZER")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(value) = env {
+            command.env("CP_AUTHORIZER", value);
+        }
+        let mut child = command.spawn().expect("start control-plane");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the server started with {args:?} CP_AUTHORIZER={env:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        (status, stderr)
+    };
+    let (status, stderr) = run(&["--authorizer", "allow-all"], None);
+    assert!(!status.success());
+    assert!(stderr.contains("--authorizer"), "{stderr}");
+    for value in ["allow-all", "policy"] {
+        let (status, stderr) = run(&[], Some(value));
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("CP_AUTHORIZER is not supported"),
+            "{stderr}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

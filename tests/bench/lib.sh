@@ -43,10 +43,11 @@ psql "$DATABASE_URL" -qc "CREATE TABLE bench_users (n int PRIMARY KEY, user_id u
   -c "\copy bench_users FROM '$OUT/users.csv' CSV"
 export BENCH_ORG=$ORG BENCH_WS=$WS BENCH_TOKEN=$TOKEN0 BENCH_TOKENS=$OUT/tokens.txt
 
-# start_server PORT [ENV=VALUE ...]: a release server in the background, waited for.
+# start_server PORT [ENV=VALUE ...]: a release server in the background, waited for; SERVER_BIN
+# names another binary (policy.sh's allow-all build).
 start_server() {
   local port=$1; shift
-  env "$@" $BIN/control-plane --listen "127.0.0.1:$port" --log-format json > "$OUT/server-$port.log" 2>&1 &
+  env "$@" "${SERVER_BIN:-$BIN/control-plane}" --listen "127.0.0.1:$port" --log-format json > "$OUT/server-$port.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && return; sleep 0.2; done
   echo "server on $port did not start" >&2; return 1

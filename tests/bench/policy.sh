@@ -3,10 +3,16 @@
 # allow-all Rust stub, one run, ABBA order (policy, stub, stub, policy), limits off.
 #
 #   tests/bench/policy.sh [seconds]     (default 15)
+# The stub exists only in a build with the `bench-allow-all` feature, kept apart from
+# target/release so no binary users run (or the other benchmarks start) carries it.
 SECS=${1:-15}
 source "$(dirname "$0")/lib.sh"
+STUB_TARGET=target/bench-allow-all
+cargo build --release --locked -p control-plane --bin control-plane --features bench-allow-all \
+  --target-dir "$STUB_TARGET"
 start_server 18084 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off
-start_server 18085 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_AUTHORIZER=allow-all
+SERVER_BIN=$STUB_TARGET/release/control-plane \
+  start_server 18085 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_AUTHORIZER=allow-all
 POLICY=http://127.0.0.1:18084
 STUB=http://127.0.0.1:18085
 HALF=$(( (SECS + 1) / 2 ))

@@ -7,6 +7,8 @@ use super::Scopes;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Principal {
     pub token_id: Uuid,
+    /// The token's lookup id (not secret): what re-reads its record, as authentication does.
+    pub public_id: String,
     pub user_id: Uuid,
     pub organisation_id: Uuid,
     pub scopes: Scopes,

@@ -1,15 +1,83 @@
-//! The audit stream: a workspace's durable log from a sequence on, then its live events.
+//! The audit stream: a workspace's durable log from a sequence on, then its live events, for
+//! as long as the token may read them.
+//!
+//! # A stream ends when its access ends
+//! A stream is authorized when it opens and then re-checked; it ends with a last comment saying
+//! why (`: access revoked`, `: token expired`, `: access denied`), and a reconnection gets the
+//! 401 or 403 any request would. Four things end it, the first two exact, the others bounded:
+//!
+//! - **Its grant on the workspace is revoked** (`DELETE .../access-tokens/{id}` or `cpctl tokens
+//!   revoke`, also when that revokes the token entirely): the revocation's own audit event,
+//!   `token.workspace_access_revoked` naming the token, is written in the same transaction in
+//!   *this* workspace, so it takes a place in the very sequence the stream follows. The stream
+//!   stops at it: every event before it is sent, it and every later one are not. No new signal is
+//!   needed: that event reaches every replica the way all audit events do (the change feed:
+//!   Postgres NOTIFY, in process on SQLite, and the feed's once-a-second poll for `cpctl` on
+//!   SQLite), with the ordering for free. A `Change::AccessChanged` announcement on a topic of
+//!   its own would cost every replica one more listening connection and would still race the
+//!   events' own announcements, so it could not say which events came before the revocation.
+//! - **It expires**: a timer ends it at `expires_at`, and no event is sent at or after that
+//!   instant (the stream checks the clock before each).
+//! - **The active policy now denies it**: every reload of this process's policies (on an
+//!   activation's announcement) re-asks the authorizer for every open stream at once.
+//! - **Anything else that makes authenticating with the token fail** (a revocation that writes no
+//!   event in this workspace, an `expires_at` brought forward): the backstop below.
+//!
+//! The backstop: every [`RECHECK`] each open stream re-reads its token as authentication does
+//! (`find_credential`: one indexed read through the read lane) and re-asks the authorizer (one
+//! decision, ~7 µs for the built-in policy). That is the cost of one authenticated request per
+//! open stream per second, on the replica that holds it: a thousand idle streams cost about a
+//! thousand indexed reads (`tokens.public_id`) and a few milliseconds of policy time a second.
+//! A policy reload makes every open stream of the process check at once. A read that fails (the store unavailable) keeps the
+//! stream open until the next check: the stream cannot read new events either then.
+//! Events committed between such a change and its check (at most [`RECHECK`]) may still be sent;
+//! only the first two causes are ordered exactly against the workspace's sequence.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use futures_util::Stream;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
+use super::tokens::GRANT_REVOKED;
 use super::{Operation, ServiceError, Services};
 use crate::domain::{AuditEvent, FieldError, Principal, ValidationErrors};
 use crate::storage::SharedRecordStore;
+
+/// How often an open stream re-checks its token and authorization (the backstop).
+pub const RECHECK: Duration = Duration::from_secs(1);
+
+/// Why the server ended a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The token's grant on the workspace, or the token, was revoked.
+    AccessRevoked,
+    /// The token expired.
+    TokenExpired,
+    /// The authorizer no longer allows the token to read the stream.
+    AccessDenied,
+}
+
+impl StreamEnd {
+    /// Said in the stream's last comment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamEnd::AccessRevoked => "access revoked",
+            StreamEnd::TokenExpired => "token expired",
+            StreamEnd::AccessDenied => "access denied",
+        }
+    }
+}
+
+/// One item of a stream: an event, or the reason it ends (always the last item).
+#[derive(Debug, Clone)]
+pub enum StreamItem {
+    Event(Arc<AuditEvent>),
+    End(StreamEnd),
+}
 
 /// Where a stream starts and which event types it carries.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -55,7 +123,58 @@ impl StreamRequest {
     }
 }
 
+/// What the stream re-checks its access with.
+struct Access {
+    services: Arc<Services>,
+    principal: Principal,
+    workspace: String,
+    workspace_id: Uuid,
+    policy_reloads: watch::Receiver<u64>,
+    recheck: tokio::time::Interval,
+}
+
+impl Access {
+    fn expires_at(&self) -> DateTime<Utc> {
+        self.principal.expires_at
+    }
+
+    /// Does the grant-revocation event `event` name this stream's token?
+    fn revoked_by(&self, event: &AuditEvent) -> bool {
+        event.event_type == GRANT_REVOKED && event.target_id == self.principal.token_id
+    }
+
+    /// Re-reads the token and re-asks the authorizer; `Some` when the stream must end.
+    async fn check(&mut self) -> Option<StreamEnd> {
+        let token = match self.services.current_token(&self.principal).await {
+            Ok(Some(token)) => token,
+            Ok(None) => return Some(StreamEnd::AccessRevoked),
+            Err(e) => {
+                tracing::warn!(error = %e, "audit stream cannot re-check its token; retrying");
+                return None;
+            }
+        };
+        let expired = token.revoked_at.is_none() && token.expires_at <= Services::now();
+        let principal = match Services::live_principal(token) {
+            Some(principal) if principal.has_workspace(self.workspace_id) => principal,
+            _ if expired => return Some(StreamEnd::TokenExpired),
+            _ => return Some(StreamEnd::AccessRevoked),
+        };
+        self.principal = principal;
+        self.services
+            .authorize(
+                &self.principal,
+                Operation::ReadAuditStream,
+                Some(&self.workspace),
+                vec![],
+            )
+            .await
+            .err()
+            .map(|_| StreamEnd::AccessDenied)
+    }
+}
+
 struct Cursor {
+    access: Access,
     store: SharedRecordStore,
     rx: broadcast::Receiver<Arc<AuditEvent>>,
     workspace_id: Uuid,
@@ -65,58 +184,85 @@ struct Cursor {
     /// Read the durable log before waiting for live events.
     catch_up: bool,
     types: Vec<String>,
-    failed: bool,
+    /// Nothing more to send: the stream failed or ended.
+    done: bool,
 }
 
 const REPLAY_BATCH: u32 = 500;
 
 impl Cursor {
-    async fn next(&mut self) -> Option<Result<Arc<AuditEvent>, ServiceError>> {
-        if self.failed {
+    async fn next(&mut self) -> Option<Result<StreamItem, ServiceError>> {
+        if self.done {
             return None;
         }
+        let item = self.advance().await;
+        self.done = !matches!(item, Ok(StreamItem::Event(_)));
+        Some(item)
+    }
+
+    async fn advance(&mut self) -> Result<StreamItem, ServiceError> {
         loop {
             if let Some(event) = self.backlog.pop_front() {
                 let seq = event.sequence.unwrap_or_default();
                 if seq <= self.last {
                     continue;
                 }
+                // Before the type filter: the stream ends there whatever it carries.
+                if self.access.revoked_by(&event) {
+                    return Ok(StreamItem::End(StreamEnd::AccessRevoked));
+                }
+                if Services::now() >= self.access.expires_at() {
+                    return Ok(StreamItem::End(StreamEnd::TokenExpired));
+                }
                 self.last = seq;
                 if self.types.is_empty() || self.types.iter().any(|t| *t == event.event_type) {
-                    return Some(Ok(event));
+                    return Ok(StreamItem::Event(event));
                 }
                 continue;
             }
             if self.catch_up {
-                match self
+                // The client resumes from its Last-Event-ID; nothing is skipped.
+                let events = self
                     .store
                     .events_after(self.workspace_id, self.last, REPLAY_BATCH)
-                    .await
-                {
-                    Ok(events) => {
-                        self.catch_up = events.len() == REPLAY_BATCH as usize;
-                        self.backlog.extend(events.into_iter().map(Arc::new));
-                        continue;
-                    }
-                    Err(e) => {
-                        // The client resumes from its Last-Event-ID; nothing is skipped.
-                        self.failed = true;
-                        return Some(Err(e.into()));
-                    }
-                }
+                    .await?;
+                self.catch_up = events.len() == REPLAY_BATCH as usize;
+                self.backlog.extend(events.into_iter().map(Arc::new));
+                continue;
             }
-            match self.rx.recv().await {
-                Ok(event) => {
-                    let seq = event.sequence.unwrap_or_default();
-                    if seq == self.last + 1 {
-                        self.backlog.push_back(event);
-                    } else if seq > self.last + 1 {
-                        // A gap (this subscriber joined mid-flight): fill it from the log.
-                        self.catch_up = true;
+            let expiry = (self.access.expires_at() - Services::now())
+                .to_std()
+                .unwrap_or_default();
+            let recheck = tokio::select! {
+                received = self.rx.recv() => {
+                    match received {
+                        Ok(event) => {
+                            let seq = event.sequence.unwrap_or_default();
+                            if seq == self.last + 1 {
+                                self.backlog.push_back(event);
+                            } else if seq > self.last + 1 {
+                                // A gap (this subscriber joined mid-flight): fill it from the log.
+                                self.catch_up = true;
+                            }
+                        }
+                        Err(broadcast::error::RecvError::Lagged(_)) => self.catch_up = true,
+                        Err(broadcast::error::RecvError::Closed) => {
+                            return Err(ServiceError::Unavailable);
+                        }
                     }
+                    false
                 }
-                Err(broadcast::error::RecvError::Lagged(_)) => self.catch_up = true,
-                Err(broadcast::error::RecvError::Closed) => return None,
+                () = tokio::time::sleep(expiry) => {
+                    if Services::now() >= self.access.expires_at() {
+                        return Ok(StreamItem::End(StreamEnd::TokenExpired));
+                    }
+                    false
+                }
+                _ = self.access.recheck.tick() => true,
+                changed = self.access.policy_reloads.changed() => changed.is_ok(),
+            };
+            if recheck && let Some(end) = self.access.check().await {
+                return Ok(StreamItem::End(end));
             }
         }
     }
@@ -125,15 +271,14 @@ impl Cursor {
 impl Services {
     /// The workspace's audit events after `request.after` from the durable log, then live,
     /// gapless and without duplicates at the seam.
+    /// It ends, after a last [`StreamItem::End`], when the token loses access (module doc).
     pub async fn audit_stream(
-        &self,
+        self: &Arc<Self>,
         principal: &Principal,
         workspace: &str,
         request: StreamRequest,
-    ) -> Result<
-        impl Stream<Item = Result<Arc<AuditEvent>, ServiceError>> + Send + 'static,
-        ServiceError,
-    > {
+    ) -> Result<impl Stream<Item = Result<StreamItem, ServiceError>> + Send + 'static, ServiceError>
+    {
         self.authorize(
             principal,
             Operation::ReadAuditStream,
@@ -146,7 +291,19 @@ impl Services {
         // Subscribe first, then read the log: an event committed in between is in one or both,
         // and the cursor drops what it has already passed on.
         let (rx, head) = self.feed.subscribe(workspace_id).await?;
+        let mut policy_reloads = self.policy_reloads.subscribe();
+        policy_reloads.mark_unchanged();
+        let mut recheck = tokio::time::interval_at(tokio::time::Instant::now() + RECHECK, RECHECK);
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let cursor = Cursor {
+            access: Access {
+                services: self.clone(),
+                principal: principal.clone(),
+                workspace: workspace.to_owned(),
+                workspace_id,
+                policy_reloads,
+                recheck,
+            },
             store: self.store.clone(),
             rx,
             workspace_id,
@@ -154,7 +311,7 @@ impl Services {
             backlog: VecDeque::new(),
             catch_up: true,
             types: request.types,
-            failed: false,
+            done: false,
         };
         Ok(futures_util::stream::unfold(
             cursor,

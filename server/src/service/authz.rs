@@ -129,10 +129,13 @@ pub trait Authorizer: Send + Sync {
     async fn authorize(&self, request: &AuthzRequest<'_>) -> Decision;
 }
 
-/// Allows everything. Only for measuring what the policy costs (`--authorizer allow-all`).
+/// Allows everything. Only for measuring what the policy costs (`--authorizer allow-all`), and
+/// only in builds with the `bench-allow-all` feature.
+#[cfg(feature = "bench-allow-all")]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct AllowAllAuthorizer;
 
+#[cfg(feature = "bench-allow-all")]
 #[async_trait::async_trait]
 impl Authorizer for AllowAllAuthorizer {
     async fn authorize(&self, _request: &AuthzRequest<'_>) -> Decision {

@@ -25,8 +25,10 @@ use crate::storage::{AuditFeed, NonceStore, SharedRecordStore};
 
 pub use activity::{ActivityPage, PageRequest};
 pub use admin::{Bootstrap, BootstrapInput};
-pub use audit::StreamRequest;
-pub use authz::{AllowAllAuthorizer, Authorizer, AuthzRequest, Decision, DenyStatus, Operation};
+pub use audit::{StreamEnd, StreamItem, StreamRequest};
+#[cfg(feature = "bench-allow-all")]
+pub use authz::AllowAllAuthorizer;
+pub use authz::{Authorizer, AuthzRequest, Decision, DenyStatus, Operation};
 pub use error::ServiceError;
 pub use keys::{KeySource, load_record_cipher, load_token_hasher};
 pub use policies::{CompiledCache, parse_reference};
@@ -98,6 +100,9 @@ pub struct Services {
     feed: Arc<AuditFeed>,
     // runners.
     nonces: Option<NonceDeps>,
+    // audit: bumped each time this process's policies are reloaded, so open streams ask the
+    // new authorizer at once.
+    policy_reloads: tokio::sync::watch::Sender<u64>,
 }
 
 impl Services {
@@ -119,6 +124,7 @@ impl Services {
             policies,
             compiled: CompiledCache::default(),
             nonces,
+            policy_reloads: tokio::sync::watch::Sender::new(0),
         }
     }
 

@@ -180,6 +180,7 @@ impl Services {
             None => None,
         };
         runtime.set_shadow(shadow);
+        self.policy_reloads.send_modify(|n| *n += 1);
         Ok(state.generation)
     }
 

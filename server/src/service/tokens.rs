@@ -13,6 +13,10 @@ use crate::storage::{
     InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, TargetLookup, TokenFilter, TokenRecord,
 };
 
+/// The audit event a per-workspace revocation writes in that workspace; its target is the
+/// token. An open audit stream of the token ends at it (`service/audit.rs`).
+pub(super) const GRANT_REVOKED: &str = "token.workspace_access_revoked";
+
 /// A parsed issuance request: every field already satisfies the contract's constraints.
 #[derive(Debug, Clone)]
 pub struct IssueTokenInput {
@@ -88,16 +92,37 @@ impl Services {
             tracing::info!(reason = "mismatch", prefix = %public_id.display_prefix(), "authentication failed");
             return Err(ServiceError::Unauthenticated);
         }
-        let token = stored.token;
+        match Self::live_principal(stored.token) {
+            Some(principal) => Ok(principal),
+            None => {
+                tracing::info!(reason = "expired_or_revoked", prefix = %public_id.display_prefix(), "authentication failed");
+                Err(ServiceError::Unauthenticated)
+            }
+        }
+    }
+
+    /// The token's record as it is now, when it still exists: to re-check a principal later,
+    /// with the read authentication uses (an open audit stream does).
+    pub(super) async fn current_token(
+        &self,
+        principal: &Principal,
+    ) -> Result<Option<TokenRecord>, ServiceError> {
+        Ok(self
+            .store
+            .find_credential(&principal.public_id)
+            .await?
+            .map(|stored| stored.token)
+            .filter(|token| token.id == principal.token_id))
+    }
+
+    /// What a token may do now; `None` when it is revoked, expired or has no workspace left.
+    pub(super) fn live_principal(token: TokenRecord) -> Option<Principal> {
         let live = token.revoked_at.is_none()
             && token.expires_at > Self::now()
             && !token.workspace_ids.is_empty();
-        if !live {
-            tracing::info!(reason = "expired_or_revoked", prefix = %public_id.display_prefix(), "authentication failed");
-            return Err(ServiceError::Unauthenticated);
-        }
-        Ok(Principal {
+        live.then(|| Principal {
             token_id: token.id,
+            public_id: token.public_id,
             user_id: token.user_id,
             organisation_id: token.organisation_id,
             scopes: token
@@ -509,7 +534,7 @@ impl Services {
             event: NewAuditEvent {
                 organisation_id,
                 workspace_id,
-                event_type: "token.workspace_access_revoked",
+                event_type: GRANT_REVOKED,
                 actor,
                 target_kind: "token",
                 target_id: token_id,

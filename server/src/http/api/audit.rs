@@ -17,17 +17,16 @@ use poem_openapi::{ApiResponse, OpenApi};
 
 use super::ApiTags;
 use super::activity::{ActivityItem, Item};
-use crate::domain::AuditEvent;
 use crate::http::auth::BearerAuth;
 use crate::http::error::{ApiFailure, error_responses};
-use crate::service::{ServiceError, Services, StreamRequest};
+use crate::service::{ServiceError, Services, StreamItem, StreamRequest};
 
 /// How often an idle stream sends a comment line, so proxies keep it open and a vanished
 /// client is noticed.
 #[derive(Debug, Clone, Copy)]
 pub struct Heartbeat(pub Duration);
 
-type EventStream = Pin<Box<dyn Stream<Item = Result<Arc<AuditEvent>, ServiceError>> + Send>>;
+type EventStream = Pin<Box<dyn Stream<Item = Result<StreamItem, ServiceError>> + Send>>;
 
 /// 200 `text/event-stream`.
 pub struct AuditStreamResponse {
@@ -41,7 +40,8 @@ impl ApiResponse for AuditStreamResponse {
             responses: vec![MetaResponse {
                 description: "Server-Sent Events: `id:` is the workspace sequence, `event:` the \
                               event type, `data:` one JSON activity item; comment lines are \
-                              heartbeats",
+                              heartbeats, and a last comment (`: access revoked`, \
+                              `: token expired`, `: access denied`) when the token loses access",
                 status: Some(200),
                 status_range: None,
                 content: vec![MetaMediaType {
@@ -61,9 +61,11 @@ impl ApiResponse for AuditStreamResponse {
     }
 }
 
-fn render(item: Result<Arc<AuditEvent>, ServiceError>) -> bytes::Bytes {
+fn render(item: Result<StreamItem, ServiceError>) -> bytes::Bytes {
     match item {
-        Ok(event) => {
+        // The last item: the response ends after it.
+        Ok(StreamItem::End(end)) => format!(": {}\n\n", end.as_str()).into(),
+        Ok(StreamItem::Event(event)) => {
             let data = serde_json::to_string(&Item::from(event.as_ref())).unwrap_or_default();
             format!(
                 "id: {}\nevent: {}\ndata: {data}\n\n",
@@ -123,6 +125,13 @@ impl AuditApi {
     /// `after`) the durable log is replayed from that sequence, then live events follow, from
     /// every replica, with no gap and no duplicate. Without either, only events from now on.
     /// A comment line is sent every 15 seconds when idle.
+    ///
+    /// The stream lasts only as long as the token may read it, on every replica: it ends with a
+    /// last comment saying why (`: access revoked`, `: token expired`, `: access denied`) within
+    /// 2 seconds of the token's revocation on this workspace (or entirely), its expiry, or an
+    /// activated policy denying it, and reconnecting then gets the 401 or 403 any request
+    /// would. No event written after the token's revocation on this workspace, or after its
+    /// expiry, is sent to it.
     #[oai(
         path = "/workspaces/:workspaceId/audit/stream",
         method = "get",
