@@ -197,3 +197,57 @@ impl ActivityApi {
         Ok(ActivityResponse(bytes))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The page is written by hand (`Page`/`Item`) for speed and documented by the `Object`
+    /// types above: every object must carry exactly the properties its schema names.
+    #[test]
+    fn the_written_page_has_exactly_the_documented_properties() {
+        let event = AuditEvent {
+            id: Uuid::new_v4(),
+            organisation_id: Uuid::new_v4(),
+            workspace_id: Some(Uuid::new_v4()),
+            sequence: Some(1),
+            event_type: "token.issued".into(),
+            actor_kind: "user".into(),
+            actor_id: Some(Uuid::new_v4()),
+            target_kind: "token".into(),
+            target_id: Uuid::new_v4(),
+            correlation_id: "corr-0001".into(),
+            occurred_at: Utc::now(),
+            data: RawValue::from_string("{}".into()).unwrap(),
+        };
+        let page = Page {
+            items: vec![Item::from(&event)],
+            next_cursor: Some("next"),
+        };
+        let written = serde_json::to_value(&page).unwrap();
+        let doc: Value = serde_json::from_str(&crate::http::openapi_document()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let keys = |v: &Value| {
+            v.as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect::<BTreeSet<_>>()
+        };
+        let item = &written["items"][0];
+        for (schema, object) in [
+            ("ActivityPageBody", &written),
+            ("ActivityItem", item),
+            ("ActivityActor", &item["actor"]),
+            ("ActivityTarget", &item["target"]),
+        ] {
+            assert_eq!(
+                keys(object),
+                keys(&schemas[schema]["properties"]),
+                "{schema} and what the handler writes disagree"
+            );
+        }
+    }
+}
