@@ -8,7 +8,9 @@
 # AB_SCRIPT picks the load: GET activity (the default) or token issuance (unkeyed, spread over
 # the 128 users; the per-user token cap is lifted so that long runs stay 2xx).
 #
-# e.g. copy target/release/control-plane to /tmp/before, rebuild, then
+# e.g. copy target/release/control-plane (and cpctl) to /tmp/before*, rebuild, then
+#   BENCH_CPCTL=/tmp/before-cpctl tests/bench/ab.sh 5 8 /tmp/before target/release/control-plane
+# (the oldest build first: it must start before a newer one migrates the schema), or
 #   tests/bench/ab.sh 5 8 /tmp/before target/release/control-plane RUST_LOG=warn,/tmp/before
 ROUNDS=$1; S=$2; shift 2
 SCRIPT=${AB_SCRIPT:-activity}
@@ -26,11 +28,18 @@ for spec in "$@"; do
 done
 echo "req/s of $SCRIPT, one column per build, in the order given: $*"
 for r in $(seq 1 "$ROUNDS"); do
-  line="round $r:"
-  for p in "${ports[@]}"; do
+  # Every other round loads the builds in reverse, so that a load that slows as it goes
+  # (issuance grows the tokens table) does not always favour the first build; columns stay in
+  # the order given.
+  order=("${!ports[@]}"); (( r % 2 == 0 )) && order=($(printf '%s\n' "${order[@]}" | tac))
+  declare -A got=()
+  for i in "${order[@]}"; do
     # A non-2xx answer would make a fast build look faster: flag it next to the figure.
-    line="$line $(wrk -t2 -c$CONNS -d"${S}s" -s $HERE/$SCRIPT.lua http://127.0.0.1:$p |
-      awk '/Requests\/sec/ {rps=$2} /Non-2xx|non-2xx responses: [1-9]/ {bad="!"} END {printf "%.0f%s", rps, bad}')"
+    got[$i]=$(wrk -t2 -c$CONNS -d"${S}s" -s $HERE/$SCRIPT.lua http://127.0.0.1:${ports[$i]} |
+      awk '/Requests\/sec/ {rps=$2} /Non-2xx|non-2xx responses: [1-9]/ {bad="!"} END {printf "%.0f%s", rps, bad}')
   done
+  line="round $r:"
+  for i in "${!ports[@]}"; do line="$line ${got[$i]}"; done
   echo "$line"
+  unset got
 done

@@ -8,6 +8,9 @@ CONNS=64
 PG=${BENCH_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432}
 DB=cp_bench
 BIN=target/release
+# The cpctl that sets the database up: an A/B against an older build passes that build's, so
+# the schema starts at the oldest build's migrations and each newer server adds its own.
+CPCTL=${BENCH_CPCTL:-$BIN/cpctl}
 HERE=tests/bench
 OUT=$(mktemp -d)
 PIDS=()
@@ -28,13 +31,13 @@ CP_IDEMPOTENCY_KEYS=$(head -c 32 /dev/urandom | base64)
 export CP_TOKEN_HASH_KEY CP_IDEMPOTENCY_KEYS
 
 echo "setting up 128 users with tokens..." >&2
-boot=$($BIN/cpctl bootstrap --org bench --workspace main --admin u0@bench.test -o json)
+boot=$($CPCTL bootstrap --org bench --workspace main --admin u0@bench.test -o json)
 read -r ORG WS USER0 TOKEN0 < <(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["organisationId"], d["workspaceId"], d["userId"], d["credential"]["token"])' <<<"$boot")
 echo "$TOKEN0" > "$OUT/tokens.txt"
 echo "0,$USER0,$(cut -d_ -f2 <<<"$TOKEN0")" > "$OUT/users.csv"
 for n in $(seq 1 127); do
-  user=$($BIN/cpctl users create --org "$ORG" "u$n@bench.test")
-  token=$($BIN/cpctl tokens issue --user "$user" --name bench --scope tokens:issue --scope activity:read --workspace "$WS" -o json \
+  user=$($CPCTL users create --org "$ORG" "u$n@bench.test")
+  token=$($CPCTL tokens issue --user "$user" --name bench --scope tokens:issue --scope activity:read --workspace "$WS" -o json \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
   echo "$token" >> "$OUT/tokens.txt"
   echo "$n,$user,$(cut -d_ -f2 <<<"$token")" >> "$OUT/users.csv"
