@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use control_plane::domain::{CorrelationId, Scope};
-use control_plane::policy::{PolicyKind, fixtures};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -596,15 +595,7 @@ async fn a_policy_that_now_denies_the_stream_ends_it() {
     let ws = tenant.workspace_id;
     let mut stream = Sse::open(&app, &tenant.token, ws, "", None).await;
     stream.expect_preamble().await;
-    let deny_all = app
-        .services
-        .install_policy("deny-all", PolicyKind::Authorizer, fixtures::DENY_ALL)
-        .await
-        .unwrap();
-    app.services
-        .activate_policy(&format!("deny-all@{}", deny_all.version))
-        .await
-        .unwrap();
+    crate::helpers::activate_deny_all(&app.services).await;
     stream.until_end().await.assert_prompt("access denied");
     let response = app
         .get(&stream_path(ws), &tenant.token)

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use control_plane::config::ServerConfig;
-use control_plane::policy::{PolicyKind, fixtures};
 use control_plane::startup::{Application, open_services};
 use uuid::Uuid;
 
@@ -94,14 +93,7 @@ async fn embedded_an_activation_by_cpctl_reaches_the_running_server_within_a_sec
 
     // What cpctl does: its own pool on the same file, the server still running.
     let admin = open_services(&config).await.expect("cpctl opens the file");
-    let policy = admin
-        .install_policy("deny-all", PolicyKind::Authorizer, fixtures::DENY_ALL)
-        .await
-        .unwrap();
-    admin
-        .activate_policy(&format!("deny-all@{}", policy.version))
-        .await
-        .unwrap();
+    crate::helpers::activate_deny_all(&admin).await;
     let started = Instant::now();
     while status().await != 403 {
         assert!(

@@ -717,3 +717,20 @@ pub async fn error_shape(response: Response) -> Value {
         "details": body["error"]["details"],
     })
 }
+
+/// Installs the deny-all test policy and makes it the active authorizer, as `cpctl policies
+/// install` then `activate` would; every replica on these records picks it up.
+pub async fn activate_deny_all(services: &Services) {
+    let policy = services
+        .install_policy(
+            "deny-all",
+            control_plane::policy::PolicyKind::Authorizer,
+            control_plane::policy::fixtures::DENY_ALL,
+        )
+        .await
+        .unwrap();
+    services
+        .activate_policy(&format!("deny-all@{}", policy.version))
+        .await
+        .unwrap();
+}

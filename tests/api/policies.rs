@@ -66,15 +66,7 @@ async fn postgres_only_an_activation_reaches_another_process_within_a_second_and
     let client = reqwest::Client::new();
     assert_eq!(status(&client, &other.address, &tenant).await, 200);
 
-    let deny_all = app
-        .services
-        .install_policy("deny-all", PolicyKind::Authorizer, fixtures::DENY_ALL)
-        .await
-        .unwrap();
-    app.services
-        .activate_policy(&format!("deny-all@{}", deny_all.version))
-        .await
-        .unwrap();
+    crate::helpers::activate_deny_all(&app.services).await;
     let took = until(
         &client,
         &other.address,
