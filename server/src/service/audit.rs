@@ -28,8 +28,9 @@
 //! decision, ~7 µs for the built-in policy). That is the cost of one authenticated request per
 //! open stream per second, on the replica that holds it: a thousand idle streams cost about a
 //! thousand indexed reads (`tokens.public_id`) and a few milliseconds of policy time a second.
-//! A policy reload makes every open stream of the process check at once. A read that fails (the store unavailable) keeps the
-//! stream open until the next check: the stream cannot read new events either then.
+//! A policy reload makes every open stream of the process check at once. A read that fails
+//! (the store unavailable) keeps the stream open until the next check: the stream cannot read
+//! new events either then.
 //! Events committed between such a change and its check (at most [`RECHECK`]) may still be sent;
 //! only the first two causes are ordered exactly against the workspace's sequence.
 
