@@ -108,6 +108,16 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_ISSUE_RATE_LIMIT", default_value = "30/m", value_parser = parse_rate)]
     pub issue_rate_limit: RateOption,
 
+    /// Requests per client address to the routes outside /v1 (/healthz, /readyz, /metrics,
+    /// /openapi.json, /docs), counted in this process: `N/period` or `off`.
+    #[arg(long, env = "CP_OPS_RATE_LIMIT", default_value = "600/m", value_parser = parse_rate)]
+    pub ops_rate_limit: RateOption,
+
+    /// Serve /healthz, /readyz and /metrics on this address instead of the API's (for example a
+    /// port only the monitoring network reaches).
+    #[arg(long, env = "CP_OPS_LISTEN")]
+    pub ops_listen: Option<String>,
+
     /// While the limiter (Redis) is down, refuse every request with 503. By default reads and
     /// ordinary writes are served (and counted in a metric) and token issuance is refused.
     #[arg(long, env = "CP_RATE_LIMIT_FAIL_CLOSED")]

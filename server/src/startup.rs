@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use poem::Server;
 use poem::listener::{Acceptor, Listener, TcpAcceptor, TcpListener};
-use poem::{EndpointExt, Server};
 
 use crate::config::{RecordsLocation, ServerConfig};
 use crate::http::{HttpSettings, RateSettings, build_app};
@@ -24,6 +24,8 @@ use crate::storage::{
 pub struct Application {
     acceptor: TcpAcceptor,
     endpoint: poem::endpoint::BoxEndpoint<'static>,
+    /// `--ops-listen`: the operator's routes on a listener of their own.
+    ops: Option<(TcpAcceptor, poem::endpoint::BoxEndpoint<'static>)>,
     services: Arc<Services>,
     /// Held while serving: the embedded store's one-process lock.
     _lock: Option<std::fs::File>,
@@ -303,28 +305,33 @@ impl Application {
             },
             key_prefix: config.redis_prefix.clone(),
             heartbeat: Duration::from_millis(config.sse_heartbeat_ms.max(10)),
+            ops_rate: config.ops_rate_limit.0,
+            separate_ops: config.ops_listen.is_some(),
         };
         watch_policies(services.clone());
         services.audit_feed().follow();
-        let endpoint = build_app(services.clone(), &http, fast, cipher)?.boxed();
-        let acceptor = TcpListener::bind(config.listen.clone())
-            .into_acceptor()
-            .await
-            .with_context(|| format!("could not listen on {}", config.listen))?;
+        let endpoints = build_app(services.clone(), &http, fast, cipher)?;
+        let acceptor = bind(&config.listen).await?;
+        let ops = match (&config.ops_listen, endpoints.ops) {
+            (Some(address), Some(endpoint)) => Some((bind(address).await?, endpoint)),
+            _ => None,
+        };
         Ok(Self {
             acceptor,
-            endpoint,
+            endpoint: endpoints.api,
+            ops,
             services,
             _lock: lock,
         })
     }
 
     pub fn port(&self) -> u16 {
-        self.acceptor
-            .local_addr()
-            .first()
-            .and_then(|a| a.as_socket_addr().map(|s| s.port()))
-            .unwrap_or_default()
+        port_of(&self.acceptor)
+    }
+
+    /// The operator listener's port, with `--ops-listen`.
+    pub fn ops_port(&self) -> Option<u16> {
+        self.ops.as_ref().map(|(acceptor, _)| port_of(acceptor))
     }
 
     pub fn services(&self) -> Arc<Services> {
@@ -333,21 +340,63 @@ impl Application {
 
     /// Serves until SIGINT/SIGTERM, then drains in-flight requests for up to 10 seconds.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        tracing::info!(port = self.port(), "listening");
-        Server::new_with_acceptor(self.acceptor)
-            .run_with_graceful_shutdown(
-                self.endpoint,
-                shutdown_signal(),
-                Some(Duration::from_secs(10)),
-            )
-            .await
+        tracing::info!(port = self.port(), ops_port = self.ops_port(), "listening");
+        let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
+        let stopped = |stop: &tokio::sync::broadcast::Sender<()>| {
+            let mut rx = stop.subscribe();
+            async move {
+                let _ = rx.recv().await;
+            }
+        };
+        let api = Server::new_with_acceptor(self.acceptor).run_with_graceful_shutdown(
+            self.endpoint,
+            stopped(&stop),
+            Some(Duration::from_secs(10)),
+        );
+        let ops = serve_ops(self.ops, stopped(&stop));
+        let signal = async {
+            shutdown_signal().await;
+            let _ = stop.send(());
+        };
+        let (api, ops, ()) = tokio::join!(api, ops, signal);
+        api.and(ops)
     }
 
     /// Serves until the returned future is dropped; for tests.
     pub async fn run(self) -> std::io::Result<()> {
-        Server::new_with_acceptor(self.acceptor)
-            .run(self.endpoint)
-            .await
+        let api = Server::new_with_acceptor(self.acceptor).run(self.endpoint);
+        let ops = serve_ops(self.ops, std::future::pending());
+        let (api, ops) = tokio::join!(api, ops);
+        api.and(ops)
+    }
+}
+
+async fn bind(address: &str) -> anyhow::Result<TcpAcceptor> {
+    TcpListener::bind(address.to_owned())
+        .into_acceptor()
+        .await
+        .with_context(|| format!("could not listen on {address}"))
+}
+
+fn port_of(acceptor: &TcpAcceptor) -> u16 {
+    acceptor
+        .local_addr()
+        .first()
+        .and_then(|a| a.as_socket_addr().map(|s| s.port()))
+        .unwrap_or_default()
+}
+
+async fn serve_ops(
+    ops: Option<(TcpAcceptor, poem::endpoint::BoxEndpoint<'static>)>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    match ops {
+        Some((acceptor, endpoint)) => {
+            Server::new_with_acceptor(acceptor)
+                .run_with_graceful_shutdown(endpoint, stop, Some(Duration::from_secs(1)))
+                .await
+        }
+        None => Ok(()),
     }
 }
 

@@ -130,11 +130,14 @@ pub fn test_config(database_url: &str) -> ServerConfig {
         control_plane::storage::Rate::parse("100000/m").unwrap(),
     ));
     config.issue_rate_limit = config.rate_limit;
+    config.ops_rate_limit = config.rate_limit;
     config
 }
 
 pub struct TestApp {
     pub address: String,
+    /// The operator listener, when the test set `ops_listen`.
+    pub ops_address: Option<String>,
     pub client: reqwest::Client,
     pub services: Arc<Services>,
     /// The Postgres database to drop, or on SQLite the directory to delete, after the test.
@@ -194,6 +197,7 @@ pub async fn spawn_with_config(database_name: String, config: ServerConfig) -> T
         .await
         .expect("build the application");
     let address = format!("http://127.0.0.1:{}", app.port());
+    let ops_address = app.ops_port().map(|p| format!("http://127.0.0.1:{p}"));
     let services = app.services();
     let server = tokio::spawn(async move {
         let _ = app.run().await;
@@ -204,6 +208,7 @@ pub async fn spawn_with_config(database_name: String, config: ServerConfig) -> T
         .expect("client");
     TestApp {
         address,
+        ops_address,
         client,
         services,
         database_name,

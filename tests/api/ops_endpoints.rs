@@ -1,8 +1,10 @@
-//! The ops endpoints beside the v1 API: /healthz, /readyz and /metrics.
+//! The ops endpoints beside the v1 API: /healthz, /readyz and /metrics; what they cost a
+//! flooding caller, and the `Allow` header of a 405.
 
+use reqwest::Method;
 use serde_json::Value;
 
-use crate::helpers::spawn_app;
+use crate::helpers::{assert_api_error, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn health_and_readiness_answer_with_a_correlation_id() {
@@ -158,4 +160,145 @@ async fn docs_ui_is_served() {
     assert_eq!(response.status(), 200);
     let html = response.text().await.unwrap();
     assert!(html.contains("SwaggerUIBundle") && html.contains("additionalProperties"));
+}
+
+/// The series a counter family has in the metrics text.
+fn series<'a>(text: &'a str, family: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter(|l| l.starts_with(family) && l[family.len()..].starts_with('{'))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_invented_method_is_counted_as_other() {
+    let app = spawn_app().await;
+    for name in ["BREW", "PROPFINDX", "WHEN"] {
+        let method = Method::from_bytes(name.as_bytes()).unwrap();
+        let response = app
+            .request(method, "/v1/personal-access-tokens")
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_client_error(), "{name}");
+    }
+    let text = app.metrics().await;
+    let requests = series(&text, "http_requests_total");
+    assert!(
+        requests
+            .iter()
+            .all(|l| !l.contains("BREW") && !l.contains("WHEN")),
+        "{requests:?}"
+    );
+    assert!(
+        requests.iter().any(|l| l.contains(r#"method="other""#)),
+        "{requests:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_405_says_which_methods_the_route_allows() {
+    let app = spawn_app().await;
+    for (method, path, allow) in [
+        (Method::PATCH, "/v1/personal-access-tokens", "POST"),
+        (
+            Method::PUT,
+            "/v1/workspaces/7d4c8c0e-0000-4000-8000-000000000001/activity",
+            "GET, HEAD",
+        ),
+        (Method::POST, "/healthz", "GET, HEAD"),
+        (Method::DELETE, "/openapi.json", "GET, HEAD"),
+    ] {
+        let response = app.request(method.clone(), path).send().await.unwrap();
+        assert_eq!(
+            response
+                .headers()
+                .get("allow")
+                .map(|v| v.to_str().unwrap().to_owned()),
+            Some(allow.to_owned()),
+            "{method} {path}"
+        );
+        assert_api_error(response, 405, "method_not_allowed").await;
+    }
+}
+
+#[tokio::test]
+async fn ops_routes_are_limited_per_client_address() {
+    let app = spawn_app_with(|c| {
+        c.ops_rate_limit = control_plane::config::RateOption(Some(
+            control_plane::storage::Rate::parse("5/m").unwrap(),
+        ));
+    })
+    .await;
+    let mut statuses = Vec::new();
+    for path in [
+        "/healthz",
+        "/metrics",
+        "/openapi.json",
+        "/readyz",
+        "/docs",
+        "/healthz",
+        "/metrics",
+    ] {
+        let response = app.client.get(app.url(path)).send().await.unwrap();
+        statuses.push(response.status().as_u16());
+        if response.status() == 429 {
+            assert!(response.headers().contains_key("retry-after"), "{path}");
+            assert_api_error(response, 429, "rate_limited").await;
+        }
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429]);
+    // The API's budget is another: a request to /v1 is still answered (401, not 429).
+    let response = app
+        .client
+        .get(app.url("/v1/personal-access-tokens/x"))
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(response.status(), 429);
+}
+
+#[tokio::test]
+async fn readiness_pings_the_store_at_most_once_a_second_under_a_flood() {
+    let app = spawn_app().await;
+    let probes: Vec<_> = (0..200)
+        .map(|_| app.client.get(app.url("/readyz")).send())
+        .collect();
+    for response in futures_util::future::join_all(probes).await {
+        assert_eq!(response.unwrap().status(), 200);
+    }
+    let text = app.metrics().await;
+    let pings: u64 = series(&text, "readiness_pings_total")
+        .iter()
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    // 200 probes in the few seconds they take: one ping a second, never one per probe.
+    assert!((1..=10).contains(&pings), "{pings} pings for 200 probes");
+}
+
+#[tokio::test]
+async fn the_operator_routes_can_have_their_own_listener() {
+    let app = spawn_app_with(|c| c.ops_listen = Some("127.0.0.1:0".into())).await;
+    let ops = app.ops_address.clone().expect("an ops listener");
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let on_ops = app.client.get(format!("{ops}{path}")).send().await.unwrap();
+        assert_eq!(on_ops.status(), 200, "{path} on the ops listener");
+        assert!(on_ops.headers().contains_key("x-correlation-id"));
+        let on_api = app.client.get(app.url(path)).send().await.unwrap();
+        assert_api_error(on_api, 404, "not_found").await;
+    }
+    // The documents stay with the API, whose clients read them.
+    let doc = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(doc.status(), 200);
+    let doc = app
+        .client
+        .get(format!("{ops}/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(doc.status(), 404);
 }

@@ -16,6 +16,7 @@ use super::error::ApiFailure;
 use super::idempotency::IdempotencyHeader;
 use super::limits::{RateClass, RateGuard, RouteDecision};
 use super::metrics::HttpMetrics;
+use super::ops::AllowedMethods;
 use crate::domain::{CorrelationId, FieldError, IdempotencyKey, ValidationErrors};
 use crate::service::{ServiceError, Services};
 use crate::storage::RateDecision;
@@ -33,6 +34,7 @@ pub struct RequestContext<E> {
     services: Arc<Services>,
     rates: Arc<RateGuard>,
     body_limit: usize,
+    allowed: Option<Arc<AllowedMethods>>,
 }
 
 impl<E> RequestContext<E> {
@@ -49,7 +51,14 @@ impl<E> RequestContext<E> {
             services,
             rates,
             body_limit,
+            allowed: None,
         }
+    }
+
+    /// The methods of each route, for the `Allow` header of a 405.
+    pub fn with_allowed(mut self, allowed: Arc<AllowedMethods>) -> Self {
+        self.allowed = Some(allowed);
+        self
     }
 }
 
@@ -117,7 +126,7 @@ fn bearer(req: &Request) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-fn client_address(req: &Request) -> String {
+pub(super) fn client_address(req: &Request) -> String {
     req.remote_addr()
         .as_socket_addr()
         .map(|a| a.ip().to_string())
@@ -172,8 +181,10 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
     async fn call(&self, mut req: Request) -> poem::Result<Response> {
         let started = Instant::now();
         let (cid, refused) = correlation_id(&req);
-        let method = req.method().as_str().to_owned();
-        let span = tracing::info_span!("request", correlation_id = %cid, method = %method, path = %req.uri().path());
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        let span =
+            tracing::info_span!("request", correlation_id = %cid, method = %method, path = %path);
         req.set_data(cid.clone());
         req.set_data(BodyLimit(self.body_limit));
 
@@ -233,6 +244,12 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
         }
         if let Some(decision) = &decision {
             set_rate_headers(&mut response, decision);
+        }
+        if response.status() == StatusCode::METHOD_NOT_ALLOWED
+            && let Some(allow) = self.allowed.as_ref().and_then(|a| a.allow(&path))
+            && let Ok(value) = HeaderValue::from_str(allow)
+        {
+            response.headers_mut().insert(header::ALLOW, value);
         }
 
         let status = response.status();

@@ -1,5 +1,6 @@
 //! Prometheus metrics of the HTTP surface: requests by operation and status, and latency.
 
+use poem::http::Method;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
@@ -11,6 +12,7 @@ pub struct HttpMetrics {
     latency: HistogramVec,
     limited: IntCounterVec,
     limiter_down: IntCounterVec,
+    readiness: IntCounterVec,
 }
 
 impl HttpMetrics {
@@ -47,6 +49,14 @@ impl HttpMetrics {
             ),
             &["class", "decision"],
         )?;
+        let readiness = IntCounterVec::new(
+            Opts::new(
+                "readiness_pings_total",
+                "Records store pings made to answer /readyz, by outcome",
+            ),
+            &["outcome"],
+        )?;
+        registry.register(Box::new(readiness.clone()))?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(limited.clone()))?;
@@ -57,6 +67,7 @@ impl HttpMetrics {
             latency,
             limited,
             limiter_down,
+            readiness,
         })
     }
 
@@ -79,9 +90,16 @@ impl HttpMetrics {
             .inc();
     }
 
-    pub fn observe(&self, operation: &str, method: &str, status: u16, seconds: f64) {
+    pub fn readiness_pinged(&self, ok: bool) {
+        let outcome = if ok { "ready" } else { "not_ready" };
+        self.readiness.with_label_values(&[outcome]).inc();
+    }
+
+    /// Counts one request. The method label is one of the standard methods or `other`, so an
+    /// invented method cannot add a series.
+    pub fn observe(&self, operation: &str, method: &Method, status: u16, seconds: f64) {
         self.requests
-            .with_label_values(&[operation, method, &status.to_string()])
+            .with_label_values(&[operation, method_label(method), &status.to_string()])
             .inc();
         self.latency
             .with_label_values(&[operation])
@@ -93,5 +111,18 @@ impl HttpMetrics {
         // Encoding into a Vec cannot fail for well-formed families.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buffer);
         String::from_utf8(buffer).unwrap_or_default()
+    }
+}
+
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
     }
 }

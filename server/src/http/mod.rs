@@ -9,16 +9,15 @@ mod fields;
 mod idempotency;
 mod limits;
 mod metrics;
+mod ops;
 mod payload;
 #[cfg(test)]
 mod snapshot;
 
 use std::sync::Arc;
 
-use poem::endpoint::make_sync;
-use poem::http::StatusCode;
-use poem::web::{Html, Json};
-use poem::{Endpoint, EndpointExt, IntoEndpoint, IntoResponse, Route, get};
+use poem::endpoint::BoxEndpoint;
+use poem::{EndpointExt, IntoEndpoint, Route};
 use poem_openapi::{OpenApi, OpenApiService};
 
 pub use context::CORRELATION_HEADER;
@@ -26,9 +25,8 @@ pub use limits::RateSettings;
 
 use crate::domain::RecordCipher;
 use crate::service::Services;
-use crate::storage::FastState;
+use crate::storage::{FastState, MemoryFastState, Rate, RateLimiter};
 use context::RequestContext;
-use error::ApiFailure;
 use idempotency::{Idempotency, IdempotencyGuard, Operations};
 use limits::RateGuard;
 use metrics::HttpMetrics;
@@ -43,6 +41,10 @@ pub struct HttpSettings {
     pub key_prefix: String,
     /// Idle interval between audit stream heartbeat comments.
     pub heartbeat: std::time::Duration,
+    /// Requests per client address to the routes outside `/v1` (in this process).
+    pub ops_rate: Option<Rate>,
+    /// Serve `/healthz`, `/readyz` and `/metrics` on their own listener, not the API's.
+    pub separate_ops: bool,
 }
 
 pub const API_VERSION: &str = "0.5.0";
@@ -56,13 +58,20 @@ pub fn openapi_document() -> String {
     docs::finish(&openapi_service().spec())
 }
 
+/// What [`build_app`] serves: the API (with the documents, and the operator's routes unless
+/// they have a listener of their own) and, when asked, the operator's routes alone.
+pub struct AppEndpoints {
+    pub api: BoxEndpoint<'static>,
+    pub ops: Option<BoxEndpoint<'static>>,
+}
+
 /// Builds the whole application: every route behind the request-context middleware.
 pub fn build_app(
     services: Arc<Services>,
     settings: &HttpSettings,
     fast: FastState,
     cipher: RecordCipher,
-) -> Result<impl Endpoint<Output = poem::Response> + 'static, prometheus::Error> {
+) -> Result<AppEndpoints, prometheus::Error> {
     let service = openapi_service();
     let raw_spec = service.spec();
     let spec = docs::finish(&raw_spec);
@@ -72,11 +81,18 @@ pub fn build_app(
     if let Some(runtime) = services.policy_runtime() {
         metrics.register(Box::new(runtime.failures()))?;
     }
+    let meta = <api::AllApis as OpenApi>::meta();
+    let plain: Vec<&str> = ops::OPERATOR_PATHS
+        .iter()
+        .chain(&ops::DOCUMENT_PATHS)
+        .copied()
+        .collect();
+    let allowed = Arc::new(ops::AllowedMethods::of(&meta, &plain));
     let guard = Arc::new(IdempotencyGuard::new(
         fast.idempotency,
         cipher,
         settings.key_prefix.clone(),
-        Operations::of(<api::AllApis as OpenApi>::meta()),
+        Operations::of(meta),
     ));
     let rates = Arc::new(RateGuard {
         limiter: fast.limiter,
@@ -85,53 +101,57 @@ pub fn build_app(
         metrics: metrics.clone(),
     });
 
-    let ready_services = services.clone();
-    let metrics_for_route = metrics.clone();
-    let routes = Route::new()
-        .at(
-            "/healthz",
-            get(make_sync(|_| Json(serde_json::json!({ "status": "ok" })))),
-        )
-        .at(
-            "/readyz",
-            get(poem::endpoint::make(move |_| {
-                let services = ready_services.clone();
-                async move {
-                    services
-                        .ready()
-                        .await
-                        .map_err(|e| poem::Error::from(ApiFailure::from(e)))?;
-                    Ok::<_, poem::Error>(Json(serde_json::json!({ "status": "ready" })))
-                }
-            })),
-        )
-        .at(
-            "/metrics",
-            get(make_sync(move |_| {
-                metrics_for_route
-                    .render()
-                    .with_content_type("text/plain; version=0.0.4")
-                    .with_status(StatusCode::OK)
-            })),
-        )
-        .at(
-            "/openapi.json",
-            get(make_sync(move |_| {
-                spec.clone().with_content_type("application/json")
-            })),
-        )
-        .at("/docs", get(make_sync(move |_| Html(docs_html.clone()))))
+    // The routes outside /v1 share one in-process limiter (see `ops`).
+    let ops_limiter: Arc<dyn RateLimiter> = Arc::new(MemoryFastState::default());
+    let readiness = Arc::new(ops::Readiness::new(services.clone(), metrics.clone()));
+    let operator = Arc::new(ops::operator_routes(
+        readiness,
+        metrics.clone(),
+        ops_limiter.clone(),
+        settings.ops_rate,
+    ));
+    let documents = Arc::new(ops::document_routes(
+        spec,
+        docs_html,
+        metrics.clone(),
+        ops_limiter,
+        settings.ops_rate,
+    ));
+    let mut routes = Route::new();
+    let mut ops_endpoint = None;
+    if settings.separate_ops {
+        let only = Route::new().nest("/", operator);
+        ops_endpoint = Some(
+            RequestContext::new(
+                only.with(poem::middleware::CatchPanic::new()),
+                metrics.clone(),
+                services.clone(),
+                rates.clone(),
+                settings.body_limit,
+            )
+            .with_allowed(allowed.clone())
+            .boxed(),
+        );
+    } else {
+        for path in ops::OPERATOR_PATHS {
+            routes = routes.at(path, operator.clone());
+        }
+    }
+    for path in ops::DOCUMENT_PATHS {
+        routes = routes.at(path, documents.clone());
+    }
+    let routes = routes
         .nest("/", Idempotency::new(service.into_endpoint(), guard))
         .data(services.clone())
         .data(rates.clone())
         .data(api::Heartbeat(settings.heartbeat))
         // A panic becomes a bare 500 here, which the request context renders as an ApiError.
         .with(poem::middleware::CatchPanic::new());
-    Ok(RequestContext::new(
-        routes,
-        metrics,
-        services,
-        rates,
-        settings.body_limit,
-    ))
+    let api = RequestContext::new(routes, metrics, services, rates, settings.body_limit)
+        .with_allowed(allowed)
+        .boxed();
+    Ok(AppEndpoints {
+        api,
+        ops: ops_endpoint,
+    })
 }

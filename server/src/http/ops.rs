@@ -1,0 +1,295 @@
+//! The endpoints outside `/v1`: the operator's (`/healthz`, `/readyz`, `/metrics`) and the
+//! published documents (`/openapi.json`, `/docs`).
+//!
+//! They carry no principal, so [`OpsLimit`] charges each client address against a budget of
+//! its own, in this process: a probe must keep working while Redis is down, readiness is a
+//! per-replica answer anyway, and an in-process bucket costs no round trip. `/readyz` answers
+//! from [`Readiness`], refreshed at most once a second by one caller at a time, so a flood of
+//! probes costs no store connections. The operator's three can move to a listener of their own
+//! (`--ops-listen`); the documents stay with the API, whose clients read them.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use poem::endpoint::make_sync;
+use poem::http::{Method, StatusCode};
+use poem::web::{Html, Json};
+use poem::{Endpoint, IntoResponse, Request, Response, Route, get};
+use poem_openapi::registry::MetaApi;
+
+use super::context::client_address;
+use super::error::ApiFailure;
+use super::metrics::HttpMetrics;
+use crate::service::{ServiceError, Services};
+use crate::storage::{Rate, RateLimiter};
+
+/// The operator's routes: what `--ops-listen` moves.
+pub const OPERATOR_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+/// The published documents, always served beside the API.
+pub const DOCUMENT_PATHS: [&str; 2] = ["/openapi.json", "/docs"];
+
+/// Whether this process can serve: the last store ping's outcome, at most `every` old.
+pub struct Readiness {
+    services: Arc<Services>,
+    metrics: Arc<HttpMetrics>,
+    every: Duration,
+    timeout: Duration,
+    last: Mutex<Option<(Instant, bool)>>,
+    /// Held by the one caller refreshing; the others answer from `last`.
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+impl Readiness {
+    pub fn new(services: Arc<Services>, metrics: Arc<HttpMetrics>) -> Self {
+        Self {
+            services,
+            metrics,
+            every: Duration::from_secs(1),
+            timeout: Duration::from_secs(2),
+            last: Mutex::new(None),
+            refreshing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn fresh(&self) -> Option<bool> {
+        let last = *self.last.lock().unwrap_or_else(|e| e.into_inner());
+        last.filter(|(at, _)| at.elapsed() < self.every)
+            .map(|(_, ok)| ok)
+    }
+
+    fn previous(&self) -> Option<bool> {
+        self.last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map(|(_, ok)| ok)
+    }
+
+    pub async fn ready(&self) -> bool {
+        if let Some(ok) = self.fresh() {
+            return ok;
+        }
+        let _refreshing = match self.refreshing.try_lock() {
+            Ok(guard) => guard,
+            // Someone is pinging: answer from the last outcome, or wait for the first one.
+            Err(_) => match self.previous() {
+                Some(ok) => return ok,
+                None => self.refreshing.lock().await,
+            },
+        };
+        if let Some(ok) = self.fresh() {
+            return ok;
+        }
+        let ok = matches!(
+            tokio::time::timeout(self.timeout, self.services.ready()).await,
+            Ok(Ok(()))
+        );
+        if !ok {
+            tracing::warn!("not ready: the records store did not answer its ping");
+        }
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), ok));
+        self.metrics.readiness_pinged(ok);
+        ok
+    }
+}
+
+/// Charges every request to the wrapped routes to its client address's bucket in this process.
+pub struct OpsLimit<E> {
+    inner: E,
+    limiter: Arc<dyn RateLimiter>,
+    rate: Option<Rate>,
+    metrics: Arc<HttpMetrics>,
+}
+
+impl<E: Endpoint> Endpoint for OpsLimit<E> {
+    type Output = Response;
+
+    async fn call(&self, req: Request) -> poem::Result<Response> {
+        if let Some(rate) = self.rate {
+            let key = format!("ops:{}", client_address(&req));
+            // The in-process limiter has no outage to handle.
+            if let Ok(decision) = self.limiter.check(&key, rate).await
+                && !decision.allowed
+            {
+                self.metrics.rate_limited("ops");
+                return Err(ApiFailure::rate_limited(decision).into());
+            }
+        }
+        self.inner.call(req).await.map(IntoResponse::into_response)
+    }
+}
+
+/// The operator's routes, limited.
+pub fn operator_routes(
+    readiness: Arc<Readiness>,
+    metrics: Arc<HttpMetrics>,
+    limiter: Arc<dyn RateLimiter>,
+    rate: Option<Rate>,
+) -> OpsLimit<Route> {
+    let for_route = metrics.clone();
+    let routes = Route::new()
+        .at(
+            "/healthz",
+            get(make_sync(|_| Json(serde_json::json!({ "status": "ok" })))),
+        )
+        .at(
+            "/readyz",
+            get(poem::endpoint::make(move |_| {
+                let readiness = readiness.clone();
+                async move {
+                    if !readiness.ready().await {
+                        return Err(poem::Error::from(ApiFailure::from(
+                            ServiceError::Unavailable,
+                        )));
+                    }
+                    Ok::<_, poem::Error>(Json(serde_json::json!({ "status": "ready" })))
+                }
+            })),
+        )
+        .at(
+            "/metrics",
+            get(make_sync(move |_| {
+                for_route
+                    .render()
+                    .with_content_type("text/plain; version=0.0.4")
+                    .with_status(StatusCode::OK)
+            })),
+        );
+    OpsLimit {
+        inner: routes,
+        limiter,
+        rate,
+        metrics,
+    }
+}
+
+/// The document routes, limited.
+pub fn document_routes(
+    spec: String,
+    docs_html: String,
+    metrics: Arc<HttpMetrics>,
+    limiter: Arc<dyn RateLimiter>,
+    rate: Option<Rate>,
+) -> OpsLimit<Route> {
+    let routes = Route::new()
+        .at(
+            "/openapi.json",
+            get(make_sync(move |_| {
+                spec.clone().with_content_type("application/json")
+            })),
+        )
+        .at("/docs", get(make_sync(move |_| Html(docs_html.clone()))));
+    OpsLimit {
+        inner: routes,
+        limiter,
+        rate,
+        metrics,
+    }
+}
+
+/// The methods each route accepts, for the `Allow` header of a 405 (RFC 9110 §15.5.6).
+pub struct AllowedMethods(Vec<(Vec<String>, String)>);
+
+impl AllowedMethods {
+    /// The document's operations, and the routes outside it (all `GET`).
+    pub fn of(apis: &[MetaApi], plain_get: &[&str]) -> Self {
+        let mut routes: Vec<(Vec<String>, Vec<Method>)> = Vec::new();
+        let documented = apis.iter().flat_map(|api| &api.paths).flat_map(|path| {
+            path.operations
+                .iter()
+                .map(move |op| (path.path.as_str(), op.method.clone()))
+        });
+        let plain = plain_get.iter().map(|p| (*p, Method::GET));
+        for (path, method) in documented.chain(plain) {
+            let segments = segments_of(path);
+            match routes.iter_mut().find(|(s, _)| *s == segments) {
+                Some((_, methods)) => methods.push(method),
+                None => routes.push((segments, vec![method])),
+            }
+        }
+        Self(
+            routes
+                .into_iter()
+                .map(|(segments, methods)| (segments, allow_value(methods)))
+                .collect(),
+        )
+    }
+
+    /// The `Allow` value of the route `path` matches; the route with the most literal segments
+    /// wins, as in the router.
+    pub fn allow(&self, path: &str) -> Option<&str> {
+        let given: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+        self.0
+            .iter()
+            .filter(|(segments, _)| {
+                segments.len() == given.len()
+                    && segments
+                        .iter()
+                        .zip(&given)
+                        .all(|(s, g)| s == "{}" && !g.is_empty() || s == g)
+            })
+            .max_by_key(|(segments, _)| segments.iter().filter(|s| *s != "{}").count())
+            .map(|(_, allow)| allow.as_str())
+    }
+}
+
+fn segments_of(path: &str) -> Vec<String> {
+    path.trim_end_matches('/')
+        .split('/')
+        .map(|s| {
+            if s.starts_with('{') && s.ends_with('}') {
+                "{}".to_owned()
+            } else {
+                s.to_owned()
+            }
+        })
+        .collect()
+}
+
+/// `GET` routes also answer `HEAD` (the router turns one into the other).
+fn allow_value(mut methods: Vec<Method>) -> String {
+    if methods.contains(&Method::GET) && !methods.contains(&Method::HEAD) {
+        methods.push(Method::HEAD);
+    }
+    const ORDER: [Method; 7] = [
+        Method::GET,
+        Method::HEAD,
+        Method::POST,
+        Method::PUT,
+        Method::PATCH,
+        Method::DELETE,
+        Method::OPTIONS,
+    ];
+    methods.sort_by_key(|m| ORDER.iter().position(|o| o == m).unwrap_or(ORDER.len()));
+    methods.dedup();
+    methods
+        .iter()
+        .map(Method::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> AllowedMethods {
+        let mut routes = Vec::new();
+        for (path, methods) in [
+            ("/v1/a/{id}", vec![Method::GET, Method::DELETE]),
+            ("/v1/a/special", vec![Method::POST]),
+        ] {
+            let segments = segments_of(path);
+            routes.push((segments, allow_value(methods)));
+        }
+        AllowedMethods(routes)
+    }
+
+    #[test]
+    fn allow_lists_the_matched_routes_methods_with_head_for_get() {
+        let table = table();
+        assert_eq!(table.allow("/v1/a/x1"), Some("GET, HEAD, DELETE"));
+        assert_eq!(table.allow("/v1/a/special"), Some("POST"));
+        assert_eq!(table.allow("/v1/a/"), None);
+        assert_eq!(table.allow("/v1/b/x1"), None);
+    }
+}
