@@ -130,6 +130,10 @@ pub fn test_config(database_url: &str) -> ServerConfig {
         control_plane::storage::Rate::parse("100000/m").unwrap(),
     ));
     config.issue_rate_limit = config.rate_limit;
+    config.user_rate_limit = config.rate_limit;
+    config.org_rate_limit = config.rate_limit;
+    config.runner_address_rate_limit = config.rate_limit;
+    config.runner_rate_limit = config.rate_limit;
     config
 }
 
