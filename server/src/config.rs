@@ -99,12 +99,21 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_IDEMPOTENCY_KEYS", hide_env_values = true)]
     pub idempotency_keys: Option<String>,
 
-    /// Requests per principal (per client address before authentication): `N/period` such as
+    /// Requests per token (per client address without a valid token): `N/period` such as
     /// `600/m`, or `off`.
     #[arg(long, env = "CP_RATE_LIMIT", default_value = "600/m", value_parser = parse_rate)]
     pub rate_limit: RateOption,
 
-    /// Token issuances per principal, a separate and lower budget: `N/period` or `off`.
+    /// Requests per user, over all of its tokens: `N/period` or `off`.
+    #[arg(long, env = "CP_USER_RATE_LIMIT", default_value = "1200/m", value_parser = parse_rate)]
+    pub user_rate_limit: RateOption,
+
+    /// Requests per organisation, over all of its users: `N/period` or `off`.
+    #[arg(long, env = "CP_ORG_RATE_LIMIT", default_value = "6000/m", value_parser = parse_rate)]
+    pub org_rate_limit: RateOption,
+
+    /// Token issuances per user (per client address without a valid token), a separate and
+    /// lower budget: `N/period` or `off`.
     #[arg(long, env = "CP_ISSUE_RATE_LIMIT", default_value = "30/m", value_parser = parse_rate)]
     pub issue_rate_limit: RateOption,
 
@@ -117,6 +126,25 @@ pub struct ServerConfig {
     /// port only the monitoring network reaches).
     #[arg(long, env = "CP_OPS_LISTEN")]
     pub ops_listen: Option<String>,
+
+    /// Signed runner requests per client address, charged before the signature is checked, in
+    /// a bucket of their own: `N/period` or `off`.
+    #[arg(
+        long,
+        env = "CP_RUNNER_ADDRESS_RATE_LIMIT",
+        default_value = "6000/m",
+        value_parser = parse_rate
+    )]
+    pub runner_address_rate_limit: RateOption,
+
+    /// Signed runner requests per runner, once the signature verifies: `N/period` or `off`.
+    #[arg(long, env = "CP_RUNNER_RATE_LIMIT", default_value = "600/m", value_parser = parse_rate)]
+    pub runner_rate_limit: RateOption,
+
+    /// Bytes of stored idempotent responses per user (per runner for signed reports) per 24
+    /// hours; over it, a request with an `Idempotency-Key` is refused with 429. `0`: no quota.
+    #[arg(long, env = "CP_IDEMPOTENCY_QUOTA_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub idempotency_quota_bytes: u64,
 
     /// While the limiter (Redis) is down, refuse every request with 503. By default reads and
     /// ordinary writes are served (and counted in a metric) and token issuance is refused.

@@ -300,9 +300,15 @@ impl Application {
             body_limit: config.body_limit,
             rates: RateSettings {
                 default: config.rate_limit.0,
+                user: config.user_rate_limit.0,
+                organisation: config.org_rate_limit.0,
                 issue: config.issue_rate_limit.0,
+                runner_address: config.runner_address_rate_limit.0,
+                runner: config.runner_rate_limit.0,
                 fail_closed: config.rate_limit_fail_closed,
             },
+            idempotency_quota: (config.idempotency_quota_bytes > 0)
+                .then_some(config.idempotency_quota_bytes),
             key_prefix: config.redis_prefix.clone(),
             heartbeat: Duration::from_millis(config.sse_heartbeat_ms.max(10)),
             ops_rate: config.ops_rate_limit.0,

@@ -131,6 +131,10 @@ pub fn test_config(database_url: &str) -> ServerConfig {
     ));
     config.issue_rate_limit = config.rate_limit;
     config.ops_rate_limit = config.rate_limit;
+    config.user_rate_limit = config.rate_limit;
+    config.org_rate_limit = config.rate_limit;
+    config.runner_address_rate_limit = config.rate_limit;
+    config.runner_rate_limit = config.rate_limit;
     config
 }
 

@@ -6,7 +6,10 @@ use control_plane::domain::Scope;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, assert_api_error, issuance_body, redis_values, spawn_app, sql_one};
+use crate::helpers::{
+    Tenant, TestApp, assert_api_error, issuance_body, redis_values, spawn_app, spawn_app_with,
+    sql_one,
+};
 
 async fn issue_with_key(app: &TestApp, token: &str, key: &str, body: &Value) -> reqwest::Response {
     app.post_json("/v1/personal-access-tokens", token, body)
@@ -243,5 +246,102 @@ async fn redis_only_the_stored_record_does_not_reveal_the_secret() {
             "secret readable in Redis"
         );
         assert!(!value.windows(public.len()).any(|w| w == public.as_bytes()));
+    }
+}
+
+#[tokio::test]
+async fn over_its_stored_bytes_quota_a_user_is_refused_before_anything_runs() {
+    // One byte: the first stored response crosses it (and is still stored), so the quota is
+    // spent from the second keyed request on.
+    let app = spawn_app_with(|c| c.idempotency_quota_bytes = 1).await;
+    let tenant = app.bootstrap().await;
+    let first_body = issuance_body(&tenant);
+    let first = issue_with_key(&app, &tenant.token, "quota-key-0000000001", &first_body).await;
+    assert_eq!(first.status(), 200);
+    let first_text = first.text().await.unwrap();
+
+    let body = issuance_body(&tenant);
+    let refused = issue_with_key(&app, &tenant.token, "quota-key-0000000002", &body).await;
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=24 * 3600).contains(&retry), "{retry}");
+    let err = assert_api_error(refused, 429, "idempotency_quota_exceeded").await;
+    assert_eq!(err["error"]["details"]["quotaBytes"], 1);
+    assert_eq!(
+        tokens_named(&app, body["name"].as_str().unwrap()).await,
+        0,
+        "nothing ran"
+    );
+
+    // The stored response is still replayed.
+    let replay = issue_with_key(&app, &tenant.token, "quota-key-0000000001", &first_body).await;
+    assert_eq!(replay.status(), 200);
+    assert_eq!(replay.headers()["idempotency-replayed"], "true");
+    assert_eq!(replay.text().await.unwrap(), first_text);
+    // Without a key nothing is stored, so nothing is refused.
+    assert_eq!(app.issue(&tenant.token, &body).await.status(), 200);
+    // Another token of the same user shares the quota.
+    let other = app
+        .admin_token(
+            &tenant,
+            &[Scope::TokensIssue, Scope::ActivityRead],
+            &[tenant.workspace_id],
+            &[],
+        )
+        .await;
+    let refused = issue_with_key(
+        &app,
+        &other,
+        "quota-key-0000000003",
+        &issuance_body(&tenant),
+    )
+    .await;
+    assert_api_error(refused, 429, "idempotency_quota_exceeded").await;
+    // Another user has a quota of its own.
+    let user = app
+        .services
+        .create_user(
+            tenant.organisation_id,
+            &format!("quota-{}@example.com", uuid::Uuid::new_v4().simple()),
+            &control_plane::domain::CorrelationId::generate(),
+        )
+        .await
+        .unwrap();
+    let colleague = Tenant {
+        user_id: user.id,
+        ..tenant.clone()
+    };
+    let token = app
+        .admin_token(
+            &colleague,
+            &[Scope::TokensIssue, Scope::ActivityRead],
+            &[tenant.workspace_id],
+            &[],
+        )
+        .await;
+    let served = issue_with_key(
+        &app,
+        &token,
+        "quota-key-0000000004",
+        &issuance_body(&tenant),
+    )
+    .await;
+    assert_eq!(served.status(), 200);
+}
+
+#[tokio::test]
+async fn keyed_requests_within_the_quota_are_stored_as_before() {
+    let app = spawn_app_with(|c| c.idempotency_quota_bytes = 1024 * 1024).await;
+    let tenant = app.bootstrap().await;
+    for i in 0..3 {
+        let body = issuance_body(&tenant);
+        let key = format!("within-quota-key-{i:04}");
+        let first = issue_with_key(&app, &tenant.token, &key, &body).await;
+        assert_eq!(first.status(), 200);
+        let replay = issue_with_key(&app, &tenant.token, &key, &body).await;
+        assert_eq!(replay.headers()["idempotency-replayed"], "true");
     }
 }

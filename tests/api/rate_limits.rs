@@ -1,9 +1,61 @@
-//! GCRA limits with integer headers; a lower budget for issuance.
+//! GCRA limits with integer headers; budgets per token, per user and per organisation, the
+//! most restrictive answering; a lower budget for issuance, per user.
 
 use control_plane::config::RateOption;
+use control_plane::domain::{CorrelationId, Scope};
 use control_plane::storage::Rate;
+use reqwest::Response;
+use uuid::Uuid;
 
-use crate::helpers::{assert_api_error, issuance_body, spawn_app_with};
+use crate::helpers::{Tenant, TestApp, assert_api_error, issuance_body, spawn_app_with};
+
+fn rate(raw: &str) -> RateOption {
+    RateOption(Some(Rate::parse(raw).unwrap()))
+}
+
+/// Another token of the tenant's own user.
+async fn second_token(app: &TestApp, tenant: &Tenant) -> String {
+    app.admin_token(
+        tenant,
+        &[Scope::ActivityRead, Scope::TokensIssue],
+        &[tenant.workspace_id],
+        &[],
+    )
+    .await
+}
+
+/// A token of another user of the tenant's organisation.
+async fn colleague_token(app: &TestApp, tenant: &Tenant) -> String {
+    let user = app
+        .services
+        .create_user(
+            tenant.organisation_id,
+            &format!("colleague-{}@example.com", Uuid::new_v4().simple()),
+            &CorrelationId::generate(),
+        )
+        .await
+        .expect("a second user");
+    let colleague = Tenant {
+        user_id: user.id,
+        ..tenant.clone()
+    };
+    app.admin_token(
+        &colleague,
+        &[Scope::ActivityRead],
+        &[tenant.workspace_id],
+        &[],
+    )
+    .await
+}
+
+async fn read(app: &TestApp, tenant: &Tenant, token: &str) -> Response {
+    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    app.get(&path, token).send().await.unwrap()
+}
+
+fn header(response: &Response, name: &str) -> String {
+    response.headers()[name].to_str().unwrap().to_owned()
+}
 
 #[tokio::test]
 async fn limited_responses_carry_integer_headers_until_429() {
@@ -95,4 +147,126 @@ async fn unauthenticated_requests_are_limited_per_address() {
         .await
         .unwrap();
     assert_api_error(response, 429, "rate_limited").await;
+}
+
+#[tokio::test]
+async fn two_tokens_of_one_user_share_the_user_budget() {
+    let app = spawn_app_with(|c| c.user_rate_limit = rate("3/m")).await;
+    let tenant = app.bootstrap().await;
+    let other = second_token(&app, &tenant).await;
+    let mut statuses = Vec::new();
+    for token in [&tenant.token, &other, &tenant.token, &other] {
+        statuses.push(read(&app, &tenant, token).await.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429], "three requests per user");
+    let limited = read(&app, &tenant, &tenant.token).await;
+    assert_eq!(
+        header(&limited, "x-ratelimit-limit"),
+        "3",
+        "the user budget"
+    );
+    assert_api_error(limited, 429, "rate_limited").await;
+    // Another user of the organisation has a budget of its own.
+    let colleague = colleague_token(&app, &tenant).await;
+    assert_eq!(read(&app, &tenant, &colleague).await.status(), 200);
+}
+
+#[tokio::test]
+async fn the_organisation_budget_bounds_all_of_its_users() {
+    let app = spawn_app_with(|c| c.org_rate_limit = rate("3/m")).await;
+    let tenant = app.bootstrap().await;
+    let colleague = colleague_token(&app, &tenant).await;
+    let mut statuses = Vec::new();
+    for token in [&tenant.token, &colleague, &tenant.token, &colleague] {
+        statuses.push(read(&app, &tenant, token).await.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    let limited = read(&app, &tenant, &colleague).await;
+    assert_eq!(header(&limited, "x-ratelimit-limit"), "3");
+    assert!(header(&limited, "retry-after").parse::<u64>().unwrap() >= 1);
+    assert_api_error(limited, 429, "rate_limited").await;
+    // Another organisation is not spent.
+    let elsewhere = app.bootstrap().await;
+    assert_eq!(read(&app, &elsewhere, &elsewhere.token).await.status(), 200);
+}
+
+#[tokio::test]
+async fn the_tightest_budget_is_reported_and_a_refusal_spends_no_other() {
+    let app = spawn_app_with(|c| {
+        c.rate_limit = rate("2/m");
+        c.user_rate_limit = rate("3/m");
+        c.org_rate_limit = rate("50/m");
+    })
+    .await;
+    let tenant = app.bootstrap().await;
+    let other = second_token(&app, &tenant).await;
+    // Allowed: the headers show the budget with the fewest requests left, the token's.
+    let first = read(&app, &tenant, &tenant.token).await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(header(&first, "x-ratelimit-limit"), "2");
+    assert_eq!(header(&first, "x-ratelimit-remaining"), "1");
+    assert_eq!(read(&app, &tenant, &tenant.token).await.status(), 200);
+    // The token's budget refuses; the user's is not charged for the refusals.
+    for _ in 0..3 {
+        let limited = read(&app, &tenant, &tenant.token).await;
+        assert_eq!(header(&limited, "x-ratelimit-limit"), "2", "the token's");
+        assert_api_error(limited, 429, "rate_limited").await;
+    }
+    // So the second token still has the user's third request, and then the user's budget
+    // is the one that refuses.
+    let third = read(&app, &tenant, &other).await;
+    assert_eq!(third.status(), 200);
+    assert_eq!(header(&third, "x-ratelimit-limit"), "3");
+    assert_eq!(header(&third, "x-ratelimit-remaining"), "0");
+    let limited = read(&app, &tenant, &other).await;
+    assert_eq!(header(&limited, "x-ratelimit-limit"), "3", "the user's");
+    assert_api_error(limited, 429, "rate_limited").await;
+}
+
+#[tokio::test]
+async fn issuance_is_limited_per_user_not_per_token() {
+    let app = spawn_app_with(|c| c.issue_rate_limit = rate("2/m")).await;
+    let tenant = app.bootstrap().await;
+    let other = second_token(&app, &tenant).await;
+    assert_eq!(
+        app.issue(&tenant.token, &issuance_body(&tenant))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        app.issue(&other, &issuance_body(&tenant)).await.status(),
+        200
+    );
+    for token in [&tenant.token, &other] {
+        let limited = app.issue(token, &issuance_body(&tenant)).await;
+        assert_eq!(header(&limited, "x-ratelimit-limit"), "2");
+        assert_api_error(limited, 429, "rate_limited").await;
+    }
+    // Another user of the organisation issues on its own budget.
+    let user = app
+        .services
+        .create_user(
+            tenant.organisation_id,
+            &format!("issuer-{}@example.com", Uuid::new_v4().simple()),
+            &CorrelationId::generate(),
+        )
+        .await
+        .unwrap();
+    let issuer = Tenant {
+        user_id: user.id,
+        ..tenant.clone()
+    };
+    let token = app
+        .admin_token(
+            &issuer,
+            &[Scope::ActivityRead, Scope::TokensIssue],
+            &[tenant.workspace_id],
+            &[],
+        )
+        .await;
+    assert_eq!(
+        app.issue(&token, &issuance_body(&tenant)).await.status(),
+        200
+    );
 }

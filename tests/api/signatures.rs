@@ -557,8 +557,11 @@ async fn a_runner_is_limited_per_runner_from_any_address_and_its_refusal_is_coun
     use control_plane::config::RateOption;
     use control_plane::storage::Rate;
 
-    let app =
-        spawn_app_with(|c| c.rate_limit = RateOption(Some(Rate::parse("2/m").unwrap()))).await;
+    let app = spawn_app_with(|c| {
+        c.runner_rate_limit = RateOption(Some(Rate::parse("2/m").unwrap()));
+        c.runner_address_rate_limit = RateOption(Some(Rate::parse("2/m").unwrap()));
+    })
+    .await;
     let Fixture {
         app,
         tenant,
@@ -567,8 +570,8 @@ async fn a_runner_is_limited_per_runner_from_any_address_and_its_refusal_is_coun
     } = fixture_on(app).await;
     let (_, delivery) = submit(&app, &tenant, pool).await;
     let path = status_path(delivery);
-    // Each report from its own loopback address: the address budgets never run out, so the
-    // third report meets the runner's own.
+    // Each report from its own loopback address: the address budgets (of the same size) never
+    // run out, so the third report meets the runner's own.
     let mut statuses = Vec::new();
     let mut last = None;
     for (i, status) in ["received", "running", "succeeded"].into_iter().enumerate() {
@@ -594,6 +597,96 @@ async fn a_runner_is_limited_per_runner_from_any_address_and_its_refusal_is_coun
         metrics.contains(r#"rate_limited_total{class="write"} 1"#),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn a_flood_of_junk_bearer_tokens_does_not_starve_a_runner_behind_the_same_address() {
+    use control_plane::config::RateOption;
+    use control_plane::storage::Rate;
+
+    let app = spawn_app_with(|c| {
+        c.rate_limit = RateOption(Some(Rate::parse("3/m").unwrap()));
+        c.runner_address_rate_limit = RateOption(Some(Rate::parse("5/m").unwrap()));
+    })
+    .await;
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture_on(app).await;
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+    // Junk from the runner's own address spends that address's bearer budget to the end.
+    let mut junk = Vec::new();
+    for _ in 0..6 {
+        let response = app
+            .get("/v1/workspaces/x/activity", "cpat_junk")
+            .send()
+            .await
+            .unwrap();
+        junk.push(response.status().as_u16());
+    }
+    assert_eq!(junk, [401, 401, 401, 429, 429, 429]);
+    // A junk `Authorization` on the report itself is not even looked at.
+    let path = status_path(delivery);
+    let bytes = json!({ "status": "received" }).to_string().into_bytes();
+    let signed = sign(&runner, &path, &bytes, now());
+    let mut headers = signed.pairs().to_vec();
+    headers.push(("authorization", "Bearer cpat_junk"));
+    let served = send(&app, &path, &bytes, &headers).await;
+    assert_eq!(served.status(), 200, "{:?}", served.text().await);
+    let served = report(&app, &runner, delivery, json!({ "status": "running" })).await;
+    assert_eq!(served.status(), 200);
+    assert_eq!(
+        served.headers()["x-ratelimit-limit"],
+        "5",
+        "the runner budgets"
+    );
+    assert_eq!(delivery_status(&app, delivery).await, "running");
+}
+
+#[tokio::test]
+async fn failed_signatures_spend_the_runner_address_budget_not_the_bearer_one() {
+    use control_plane::config::RateOption;
+    use control_plane::storage::Rate;
+
+    let app = spawn_app_with(|c| {
+        c.rate_limit = RateOption(Some(Rate::parse("2/m").unwrap()));
+        c.runner_address_rate_limit = RateOption(Some(Rate::parse("3/m").unwrap()));
+    })
+    .await;
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture_on(app).await;
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+    let path = status_path(delivery);
+    let bytes = json!({ "status": "received" }).to_string().into_bytes();
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        // Signed over another body: the signature does not verify.
+        let signed = sign(&runner, &path, b"{}", now());
+        let response = send(&app, &path, &bytes, &signed.pairs()).await;
+        statuses.push(response.status().as_u16());
+        if response.status() == 429 {
+            assert_eq!(response.headers()["x-ratelimit-limit"], "3");
+            assert_api_error(response, 429, "rate_limited").await;
+        }
+    }
+    assert_eq!(statuses, [401, 401, 401, 429]);
+    // The address's bearer budget (2/m) is untouched: both requests are answered on their own
+    // merits, the first allowed, the second refused by the budget itself.
+    let anonymous = app
+        .get("/v1/workspaces/x/activity", "cpat_junk")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.headers()["x-ratelimit-limit"], "2");
+    assert_eq!(anonymous.headers()["x-ratelimit-remaining"], "1");
+    assert_api_error(anonymous, 401, "unauthenticated").await;
+    assert_eq!(delivery_status(&app, delivery).await, "pending");
 }
 
 /// A tenant with one pool and one registered runner in it.

@@ -18,7 +18,7 @@ source "$(dirname "$0")/lib.sh"
 port=18100; ports=()
 for spec in "$@"; do
   bin=${spec##*,}; extra=""; [[ $spec == *,* ]] && extra=${spec%,*}
-  env CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_MAX_ACTIVE_TOKENS_PER_USER=1000000 $extra \
+  env CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off CP_MAX_ACTIVE_TOKENS_PER_USER=1000000 $extra \
     "$bin" --listen 127.0.0.1:$port \
     --log-format json > "$OUT/server-$port.log" 2>&1 &
   PIDS+=($!); ports+=($port)

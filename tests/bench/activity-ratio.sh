@@ -7,7 +7,7 @@ SECS=${2:-10}
 ROUNDS=${1:-5}
 source "$(dirname "$0")/lib.sh"
 
-start_server 18080 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off
+start_server 18080 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off
 wrk -t2 -c$CONNS -d3s -s $HERE/activity.lua http://127.0.0.1:18080 >/dev/null
 PUBLIC_ID=$(cut -d_ -f2 <<<"$TOKEN0")
 for r in $(seq 1 "$ROUNDS"); do

@@ -24,7 +24,7 @@ run() {
   local name=$1 url=$2 redis=${3:-}
   echo "== $name" >&2
   env DATABASE_URL="$url" ${redis:+REDIS_URL=$redis} CP_REDIS_PREFIX="bench-emb-$$:" \
-    CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_MAX_ACTIVE_TOKENS_PER_USER=100000 \
+    CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off CP_MAX_ACTIVE_TOKENS_PER_USER=100000 \
     $BIN/control-plane --listen 127.0.0.1:$PORT --log-format json > "$OUT/$name.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.2; done

@@ -10,9 +10,9 @@ source "$(dirname "$0")/lib.sh"
 STUB_TARGET=target/bench-allow-all
 cargo build --release --locked -p control-plane --bin control-plane --features bench-allow-all \
   --target-dir "$STUB_TARGET"
-start_server 18084 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off
+start_server 18084 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off
 SERVER_BIN=$STUB_TARGET/release/control-plane \
-  start_server 18085 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_AUTHORIZER=allow-all
+  start_server 18085 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off CP_AUTHORIZER=allow-all
 POLICY=http://127.0.0.1:18084
 STUB=http://127.0.0.1:18085
 HALF=$(( (SECS + 1) / 2 ))

@@ -9,7 +9,7 @@ SECS=${1:-15}
 source "$(dirname "$0")/lib.sh"
 
 # Limits off: this measures the foundation alone (tests/bench/fast-state.sh measures them).
-start_server 18080 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off
+start_server 18080 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off
 $BIN/examples/bare 127.0.0.1:18090 > /dev/null 2>&1 &
 PIDS+=($!)
 

@@ -15,7 +15,7 @@ use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions, Security
 
 use super::error::ApiFailure;
 use super::idempotency::IdempotentInput;
-use super::limits::{RateClass, RateGuard};
+use super::limits::{Caller, RateClass, RateGuard};
 use super::payload::{FromJson, JsonBody};
 use crate::domain::{Principal, RunnerSignature};
 use crate::service::{RunnerPrincipal, ServiceError, Services, SignedRequest};
@@ -27,12 +27,18 @@ pub enum AuthOutcome {
     Failed(ServiceError),
 }
 
-/// Who a bearer caller is to the rate limiter and the idempotency records.
+/// Who a bearer caller is to the idempotency records.
 pub fn token_subject(principal: &Principal) -> String {
     format!("tok:{}", principal.token_id)
 }
 
-/// Who a signing runner is to the rate limiter and the idempotency records.
+/// Whether a path is a signed runner route: authenticated by the runner's signature, never by
+/// a bearer token, and limited before the signature is checked by its own per-address budget.
+pub fn is_signed_path(path: &str) -> bool {
+    path.starts_with("/v1/runner/")
+}
+
+/// Who a signing runner is to the idempotency records.
 pub fn runner_subject(runner: &RunnerPrincipal) -> String {
     format!("runner:{}", runner.runner_id)
 }
@@ -118,7 +124,7 @@ impl<'a, T: FromJson + Send> ApiExtractor<'a> for Signed<T> {
             .ok_or_else(ApiFailure::internal)?;
         let class = RateClass::of(request.method(), request.uri().path());
         rates
-            .charge_in_route(request, &runner_subject(&runner), class)
+            .charge_in_route(request, Caller::Runner(runner.runner_id), class)
             .await?;
         Ok(Self { runner, body })
     }
@@ -126,6 +132,10 @@ impl<'a, T: FromJson + Send> ApiExtractor<'a> for Signed<T> {
 
 impl<T> IdempotentInput for Signed<T> {
     fn principal(&self, _req: &Request) -> Option<String> {
+        Some(runner_subject(&self.runner))
+    }
+
+    fn quota_owner(&self, _req: &Request) -> Option<String> {
         Some(runner_subject(&self.runner))
     }
 

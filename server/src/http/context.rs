@@ -11,10 +11,10 @@ use poem::{Endpoint, IntoResponse, Request, Response};
 use poem_openapi::OperationId;
 use tracing::Instrument;
 
-use super::auth::{AuthOutcome, token_subject};
+use super::auth::{AuthOutcome, is_signed_path};
 use super::error::ApiFailure;
 use super::idempotency::IdempotencyHeader;
-use super::limits::{RateClass, RateGuard, RouteDecision};
+use super::limits::{Caller, RateClass, RateGuard, RetryAfter, RouteDecision, tightest};
 use super::metrics::HttpMetrics;
 use super::ops::AllowedMethods;
 use crate::domain::{CorrelationId, FieldError, IdempotencyKey, ValidationErrors};
@@ -142,6 +142,15 @@ impl<E: Endpoint> RequestContext<E> {
             return Ok(None);
         }
         let class = RateClass::of(req.method(), path);
+        if is_signed_path(path) {
+            // The signature authenticates these, inside the route: an `Authorization` header
+            // is not looked up, and the address's runner budget, not its bearer one, is spent.
+            let address = client_address(req);
+            return Ok(self
+                .rates
+                .check(Caller::RunnerAddress(&address), class)
+                .await?);
+        }
         let outcome = match bearer(req) {
             Some(token) => Some(match self.services.authenticate(token).await {
                 Ok(principal) => AuthOutcome::Authenticated(principal),
@@ -150,14 +159,16 @@ impl<E: Endpoint> RequestContext<E> {
             }),
             None => None,
         };
-        let subject = match &outcome {
-            Some(AuthOutcome::Authenticated(p)) => token_subject(p),
-            _ => format!("ip:{}", client_address(req)),
-        };
+        let address = client_address(req);
+        let decision = match &outcome {
+            Some(AuthOutcome::Authenticated(p)) => self.rates.check(Caller::Token(p), class),
+            _ => self.rates.check(Caller::Address(&address), class),
+        }
+        .await;
         if let Some(outcome) = outcome {
             req.set_data(outcome);
         }
-        Ok(self.rates.check(&subject, class).await?)
+        Ok(decision?)
     }
 }
 
@@ -210,6 +221,7 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
         .await;
 
         let mut code: Option<&'static str> = None;
+        let mut retry_after = None;
         let (mut response, operation) = match outcome {
             Ok(response)
                 if (response.status().is_client_error() || response.status().is_server_error())
@@ -225,12 +237,13 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
                 let operation = response.data::<OperationId>().map(|o| o.0);
                 // A route that limits by a principal it authenticated itself (runners).
                 if let Some(own) = route_decision.get() {
-                    decision = Some(own);
+                    decision = Some(decision.map_or(own, |d| tightest(d, own)));
                 }
                 (response, operation)
             }
             Err(err) => {
                 let operation = err.data::<OperationId>().map(|o| o.0);
+                retry_after = err.data::<RetryAfter>().map(|r| r.0);
                 let failure = ApiFailure::from_poem(err);
                 if let Some(own) = failure.rate {
                     decision = Some(own);
@@ -250,6 +263,12 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
             && let Ok(value) = HeaderValue::from_str(allow)
         {
             response.headers_mut().insert(header::ALLOW, value);
+        }
+        if let Some(wait) = retry_after {
+            let seconds = wait.as_millis().div_ceil(1000).max(1) as u64;
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
 
         let status = response.status();

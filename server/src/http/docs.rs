@@ -11,11 +11,17 @@ one is a 400 whose body and header carry a freshly generated id.
 * Every error has the `ApiError` body; `error.code` is a stable snake_case word: \
 `validation_failed`, `invalid_json`, `unsupported_media_type`, `payload_too_large`, \
 `unauthenticated`, `forbidden`, `not_found`, `method_not_allowed`, `conflict`, \
-`token_limit_reached`, `idempotency_key_reused`, `idempotency_in_progress`, `rate_limited`, \
+`token_limit_reached`, `idempotency_key_reused`, `idempotency_in_progress`, \
+`idempotency_quota_exceeded` (429: the caller's quota of stored idempotent responses is spent; \
+nothing ran; see `retry-after`), `rate_limited`, \
 `policy_error` (the authorization policy failed; denied), `invalid_signature` (a runner \
 signature was refused), `pool_busy`, `pool_deleted`, `invalid_transition`, \
 `already_reported`, `unavailable`, `internal`. `error.details` names the failing field \
 (`field`, `reason`, and `errors` listing all of them).
+* Rate limits: a bearer request spends its token's, its user's and its organisation's \
+budgets at once; `x-ratelimit-limit` and `x-ratelimit-remaining` describe the budget that \
+refused a 429, or else the one with the fewest requests left. Signed runner reports spend \
+budgets of their own (per client address, then per runner), never a bearer one.
 * A wrong or missing `Content-Type` on a JSON body is a 400 `unsupported_media_type` (the \
 contract lists no 415). Bodies over the limit (1 MiB by default) are a 413.
 * Path ids are strings: an id that is not a uuid matches nothing (a workspace outside the \
@@ -177,8 +183,14 @@ fn add_contract_headers(operation: &mut Value, mutating: bool, signed: bool) {
         }
         let limited = status == "429";
         for (name, description) in [
-            ("x-ratelimit-limit", "Requests allowed in a burst."),
-            ("x-ratelimit-remaining", "Requests left before the limit."),
+            (
+                "x-ratelimit-limit",
+                "Requests allowed in a burst, by the budget that refused (a 429) or else the tightest.",
+            ),
+            (
+                "x-ratelimit-remaining",
+                "Requests left before the limit, in the same budget.",
+            ),
         ] {
             headers.insert(
                 name.into(),
@@ -188,7 +200,7 @@ fn add_contract_headers(operation: &mut Value, mutating: bool, signed: bool) {
         if limited {
             headers.insert(
                 "retry-after".into(),
-                json!({ "description": "Seconds until a request is allowed.", "required": true, "schema": integer }),
+                json!({ "description": "Seconds until a request is allowed (for `idempotency_quota_exceeded`, until the quota's window ends).", "required": true, "schema": integer }),
             );
         }
     }

@@ -23,6 +23,31 @@
 //! metadata); method and path are the request's as sent; the principal is the input's
 //! authenticated caller; the digest is the body's.
 //!
+//! # The stored-bytes quota
+//!
+//! Every stored record costs fast-state memory for 24 hours, and a caller chooses how many keys
+//! it sends and how large the responses are (a runner command echoing its arguments is ~260
+//! KB). So each owner has a quota of stored bytes (`--idempotency-quota-bytes`, 64 MiB by
+//! default) per 24-hour window. The owner is the user for a bearer token (a user's tokens
+//! share one quota, as they share the user's rate budget), or the runner for a signed report.
+//! The window opens with the first byte counted and the count starts again when it ends, so
+//! an owner's live records never exceed about twice the quota.
+//!
+//! Over the quota, a keyed request is **refused before it runs**: 429
+//! `idempotency_quota_exceeded`, with `retry-after` (the seconds left in the window) and
+//! `details.quotaBytes`. The alternative, running it without storing the response (answered
+//! with a header), was rejected: a client sends a key precisely because it may not see the
+//! answer (a timeout, a dropped connection), and a header it never received cannot tell it
+//! that its retry will run the operation a second time. A refusal changes nothing, is seen
+//! before any effect, and leaves the choice to the client: wait, or resend without a key.
+//! Replays are still answered over the quota (they store nothing). The check is made when the
+//! key is claimed, before the handler runs; the response's size is known only after it, so
+//! the response that crosses the quota is still stored (keeping its promise), and the quota
+//! is exceeded by at most the responses in flight at that moment. Checking costs a keyed
+//! request one more fast-state round trip at its claim, and counting one more after a 2xx is
+//! stored; requests without a key pay nothing. What is counted is the sealed record and its
+//! key, close to what Redis holds.
+//!
 //! [`Signed`]: super::auth::Signed
 
 use std::collections::HashMap;
@@ -38,6 +63,7 @@ use sha2::{Digest, Sha256};
 
 use super::auth::{AuthOutcome, token_subject};
 use super::error::ApiFailure;
+use super::limits::RetryAfter;
 use super::payload::JsonBody;
 use crate::domain::{IdempotencyKey, RecordCipher};
 use crate::storage::{Claim, IdempotencyStore};
@@ -54,6 +80,8 @@ pub struct IdempotencyGuard {
     prefix: String,
     lease: Duration,
     ttl: Duration,
+    /// Stored bytes per owner per window; `None`: no quota.
+    quota: Option<u64>,
     operations: Operations,
 }
 
@@ -67,6 +95,8 @@ struct IdempotentRequest<'a> {
     path: &'a str,
     /// SHA-256 of the canonical body (empty for none).
     body_digest: [u8; 32],
+    /// Whose quota a stored response counts against: `user:<id>` or `runner:<id>`.
+    quota_owner: Option<String>,
 }
 
 impl IdempotentRequest<'_> {
@@ -141,6 +171,8 @@ struct Held {
     place: String,
     owner: String,
     fingerprint: String,
+    /// The quota key the stored response counts against, when there is a quota.
+    quota_key: Option<String>,
 }
 
 enum Claimed {
@@ -153,6 +185,7 @@ impl IdempotencyGuard {
         store: Arc<dyn IdempotencyStore>,
         cipher: RecordCipher,
         prefix: String,
+        quota: Option<u64>,
         operations: Operations,
     ) -> Self {
         Self {
@@ -161,8 +194,40 @@ impl IdempotencyGuard {
             prefix,
             lease: Duration::from_secs(30),
             ttl: Duration::from_secs(24 * 3600),
+            quota,
             operations,
         }
+    }
+
+    /// Refuses a claimed key whose owner's quota is spent, freeing the key again.
+    async fn check_quota(&self, held: &Held) -> Result<(), poem::Error> {
+        let (Some(quota), Some(quota_key)) = (self.quota, &held.quota_key) else {
+            return Ok(());
+        };
+        let used = self.store.stored_bytes(quota_key).await;
+        let refusal = match used {
+            Ok((used, _)) if used < quota => return Ok(()),
+            Ok((_, left)) => {
+                let failure = ApiFailure::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "idempotency_quota_exceeded",
+                    "the quota of stored idempotent responses is spent; retry later, or send the request without an Idempotency-Key",
+                )
+                .with_details(serde_json::json!({ "quotaBytes": quota }));
+                let mut error = poem::Error::from(failure);
+                error.set_data(RetryAfter(left));
+                error
+            }
+            Err(_) => ApiFailure::from(crate::service::ServiceError::Unavailable).into(),
+        };
+        if let Err(e) = self
+            .store
+            .release(&held.place, &held.owner, &held.fingerprint)
+            .await
+        {
+            tracing::warn!(error = %e, "could not release an idempotency claim; its lease will");
+        }
+        Err(refusal)
     }
 
     /// Claims `key` for `request`: run the handler, replay the stored response, or a 409.
@@ -173,6 +238,10 @@ impl IdempotencyGuard {
     ) -> Result<Claimed, ApiFailure> {
         let place = request.record_key(&self.prefix, key);
         let fingerprint = request.fingerprint();
+        let quota_key = self
+            .quota
+            .and(request.quota_owner.as_deref())
+            .map(|owner| crate::storage::keys::idempotency_quota(&self.prefix, owner));
         let unavailable = |_| ApiFailure::from(crate::service::ServiceError::Unavailable);
 
         let mut claim = self
@@ -226,6 +295,7 @@ impl IdempotencyGuard {
                 place,
                 owner,
                 fingerprint,
+                quota_key,
             })),
         }
     }
@@ -236,6 +306,7 @@ impl IdempotencyGuard {
             place,
             owner,
             fingerprint,
+            quota_key,
         } = held;
         match outcome {
             Ok(response) if response.status().is_success() => {
@@ -248,6 +319,12 @@ impl IdempotencyGuard {
                 {
                     // The change is made; only the replay is lost. The lease frees the key.
                     tracing::error!(error = %e, "could not store the idempotent response");
+                } else if let Some(quota_key) = quota_key {
+                    let bytes = (sealed.len() + place.len()) as u64;
+                    if let Err(e) = self.store.count_stored(&quota_key, bytes, self.ttl).await {
+                        // Stored but not counted: the quota undercounts by one response.
+                        tracing::warn!(error = %e, "could not count a stored idempotent response");
+                    }
                 }
                 Ok(response)
             }
@@ -338,14 +415,15 @@ impl Ticket {
         &self,
         req: &Request,
         principal: Option<String>,
+        quota_owner: Option<String>,
         body_digest: [u8; 32],
-    ) -> Result<(), ApiFailure> {
+    ) -> Result<(), poem::Error> {
         let operation = req
             .data::<PathPattern>()
             .and_then(|pattern| self.guard.operations.find(req.method(), &pattern.0));
         let (Some(operation), Some(principal)) = (operation, principal) else {
             tracing::error!("an idempotent request has no known operation or no principal");
-            return Err(ApiFailure::internal());
+            return Err(ApiFailure::internal().into());
         };
         let request = IdempotentRequest {
             principal,
@@ -353,16 +431,18 @@ impl Ticket {
             method: req.method().as_str(),
             path: req.uri().path(),
             body_digest,
+            quota_owner,
         };
         match self.guard.claim(&self.key, request).await? {
             Claimed::Run(held) => {
+                self.guard.check_quota(&held).await?;
                 *self.stage() = Stage::Claimed(held);
                 Ok(())
             }
             Claimed::Replay(response) => {
                 *self.stage() = Stage::Replayed(response);
                 // Stops the handler; [`Idempotency`] answers with the replay instead.
-                Err(ApiFailure::internal())
+                Err(ApiFailure::internal().into())
             }
         }
     }
@@ -372,6 +452,8 @@ impl Ticket {
 pub trait IdempotentInput {
     /// The authenticated caller, whose record it is: `tok:<token id>` or `runner:<id>`.
     fn principal(&self, req: &Request) -> Option<String>;
+    /// Whose stored-bytes quota the record counts against: `user:<id>` or `runner:<id>`.
+    fn quota_owner(&self, req: &Request) -> Option<String>;
     /// SHA-256 of the canonical body.
     fn body_digest(&self) -> [u8; 32];
 }
@@ -381,6 +463,13 @@ impl<T> IdempotentInput for JsonBody<T> {
     fn principal(&self, req: &Request) -> Option<String> {
         match req.data::<AuthOutcome>()? {
             AuthOutcome::Authenticated(principal) => Some(token_subject(principal)),
+            AuthOutcome::Failed(_) => None,
+        }
+    }
+
+    fn quota_owner(&self, req: &Request) -> Option<String> {
+        match req.data::<AuthOutcome>()? {
+            AuthOutcome::Authenticated(principal) => Some(format!("user:{}", principal.user_id)),
             AuthOutcome::Failed(_) => None,
         }
     }
@@ -440,7 +529,10 @@ where
         let input = B::from_request(request, body, param_opts).boxed().await?;
         if let Some(ticket) = request.data::<Arc<Ticket>>() {
             let (principal, digest) = (input.principal(request), input.body_digest());
-            ticket.claim(request, principal, digest).await?;
+            let quota_owner = input.quota_owner(request);
+            ticket
+                .claim(request, principal, quota_owner, digest)
+                .await?;
         }
         Ok(Self(input))
     }

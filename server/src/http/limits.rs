@@ -1,19 +1,35 @@
-//! Rate limits: GCRA per principal (per client address before authentication), one round trip
-//! to the shared limiter per request, with a lower budget for token issuance.
+//! Rate limits: GCRA, one round trip to the shared limiter per charge, with the most
+//! restrictive of several budgets answering.
 //!
-//! Every charge goes through [`RateGuard::check`], which also counts refusals and limiter
-//! outages in the metrics: the middleware's (per token, or per address) and a signed runner's
-//! (per runner, once its signature is verified inside the route).
+//! What a request spends ([`Caller`]):
+//! - a bearer token's request: its token's, its user's and its organisation's budgets, all
+//!   checked and charged at once (one round trip; a refusal charges none). A user's 500 tokens
+//!   share one user budget, and an organisation's users one organisation budget. Token
+//!   issuance also spends the user's issuance budget (per user, not per token);
+//! - a request without a valid bearer token: its client address's budget (and its issuance
+//!   budget, for issuance);
+//! - a signed runner request: before its signature is checked, its client address's *runner*
+//!   budget, a bucket of its own, so bearer junk from the same address (a NAT, a load
+//!   balancer) never starves runners, and a failed signature spends only that bucket; once the
+//!   signature verifies, inside the route, the runner's own budget.
+//!
+//! The headers report the bucket that refused (the longest wait), or, when allowed, the
+//! tightest one (fewest requests left). Every charge goes through [`RateGuard::check`], which
+//! also counts refusals and limiter outages in the metrics.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use poem::Request;
 use poem::http::Method;
+use uuid::Uuid;
 
 use super::error::ApiFailure;
 use super::metrics::HttpMetrics;
+use crate::domain::Principal;
 use crate::service::ServiceError;
-use crate::storage::{Rate, RateDecision, RateLimiter};
+use crate::storage::keys::{RateScope, rate_limit};
+use crate::storage::{Bucket, Rate, RateDecision, RateLimiter};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RateClass {
@@ -42,30 +58,50 @@ impl RateClass {
     }
 }
 
-/// Limits and what to do when the limiter cannot be reached.
+/// Limits and what to do when the limiter cannot be reached. Each `None` is no limit; a
+/// request none of whose budgets is limited makes no limiter round trip.
 #[derive(Debug, Clone)]
 pub struct RateSettings {
-    /// `None`: no limit (and no limiter round trip).
+    /// Per token, and per client address without a valid token.
     pub default: Option<Rate>,
+    /// Per user, over all of its tokens.
+    pub user: Option<Rate>,
+    /// Per organisation, over all of its users.
+    pub organisation: Option<Rate>,
+    /// Token issuance, per user (per client address without a valid token).
     pub issue: Option<Rate>,
+    /// Signed runner requests per client address, before the signature is checked.
+    pub runner_address: Option<Rate>,
+    /// Per runner, once its signature verified.
+    pub runner: Option<Rate>,
     /// Refuse every request (503) while the limiter is down, instead of the default policy:
     /// reads and ordinary writes are served, token issuance is refused.
     pub fail_closed: bool,
 }
 
 impl RateSettings {
-    pub fn rate(&self, class: RateClass) -> Option<Rate> {
-        if class == RateClass::Issue {
-            self.issue
-        } else {
-            self.default
-        }
-    }
-
     pub fn open_when_unavailable(&self, class: RateClass) -> bool {
         !self.fail_closed && class != RateClass::Issue
     }
 }
+
+/// Who a request is charged to.
+#[derive(Debug, Clone, Copy)]
+pub enum Caller<'a> {
+    /// An authenticated bearer token.
+    Token(&'a Principal),
+    /// A request without a valid bearer token, by client address.
+    Address(&'a str),
+    /// A signed runner request before its signature is checked, by client address.
+    RunnerAddress(&'a str),
+    /// A runner whose signature verified.
+    Runner(Uuid),
+}
+
+/// A retry-after a failure other than the rate limit asks for (the idempotency quota),
+/// carried in the error's data to the middleware, which writes the header.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryAfter(pub Duration);
 
 pub struct RateGuard {
     pub limiter: Arc<dyn RateLimiter>,
@@ -74,9 +110,9 @@ pub struct RateGuard {
     pub metrics: Arc<HttpMetrics>,
 }
 
-/// The allowed decision of a charge made inside the route, for the headers of a successful
-/// response (which then show the runner's budget, not the address's). The middleware puts an
-/// empty one in every request.
+/// The allowed decision of a charge made inside the route (a runner's), for the headers of a
+/// successful response, which show the tighter of it and the middleware's. The middleware
+/// puts an empty one in every request.
 #[derive(Debug, Clone, Default)]
 pub struct RouteDecision(Arc<Mutex<Option<RateDecision>>>);
 
@@ -91,32 +127,79 @@ impl RouteDecision {
 }
 
 impl RateGuard {
-    pub fn key(&self, subject: &str, class: RateClass) -> String {
-        let bucket = if class == RateClass::Issue {
-            "issue"
-        } else {
-            "all"
+    /// The buckets a request of `caller` in `class` spends, with their limits.
+    pub fn buckets(&self, caller: Caller<'_>, class: RateClass) -> Vec<Bucket> {
+        let s = &self.settings;
+        let issue = class == RateClass::Issue;
+        let wanted: Vec<(RateScope<'_>, &str, Option<Rate>)> = match caller {
+            Caller::Token(p) => {
+                let (organisation, user) = (p.organisation_id, p.user_id);
+                let token = RateScope::Token {
+                    organisation,
+                    token: p.token_id,
+                };
+                let user = RateScope::User { organisation, user };
+                let mut all = vec![
+                    (token, "all", s.default),
+                    (user, "all", s.user),
+                    (RateScope::Organisation(organisation), "all", s.organisation),
+                ];
+                if issue {
+                    all.insert(0, (user, "issue", s.issue));
+                }
+                all
+            }
+            Caller::Address(address) => {
+                let scope = RateScope::Address(address);
+                let mut all = vec![(scope, "all", s.default)];
+                if issue {
+                    all.insert(0, (scope, "issue", s.issue));
+                }
+                all
+            }
+            Caller::RunnerAddress(address) => {
+                vec![(RateScope::RunnerAddress(address), "all", s.runner_address)]
+            }
+            Caller::Runner(runner) => vec![(RateScope::Runner(runner), "all", s.runner)],
         };
-        crate::storage::keys::rate_limit(&self.prefix, subject, bucket)
+        wanted
+            .into_iter()
+            .filter_map(|(scope, bucket, rate)| {
+                Some(Bucket {
+                    key: rate_limit(&self.prefix, scope, bucket),
+                    rate: rate?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Of two allowed decisions, the one with fewer requests left (the first of equals).
+pub fn tightest(first: RateDecision, second: RateDecision) -> RateDecision {
+    if second.remaining < first.remaining {
+        second
+    } else {
+        first
     }
 }
 
 impl RateGuard {
-    /// One request of `subject` against its budget: the decision when allowed (for the
-    /// headers), a 429 when not, and the class's policy when the limiter is down.
+    /// One request of `caller` against its budgets: the reported decision when allowed (for
+    /// the headers), a 429 when not, and the class's policy when the limiter is down.
     pub async fn check(
         &self,
-        subject: &str,
+        caller: Caller<'_>,
         class: RateClass,
     ) -> Result<Option<RateDecision>, ApiFailure> {
-        let Some(rate) = self.settings.rate(class) else {
+        let buckets = self.buckets(caller, class);
+        if buckets.is_empty() {
             return Ok(None);
-        };
-        match self.limiter.check(&self.key(subject, class), rate).await {
-            Ok(decision) if decision.allowed => Ok(Some(decision)),
-            Ok(decision) => {
+        }
+        match self.limiter.check(&buckets).await {
+            Ok(verdict) if verdict.decision.allowed => Ok(Some(verdict.decision)),
+            Ok(verdict) => {
                 self.metrics.rate_limited(class.as_str());
-                Err(ApiFailure::rate_limited(decision))
+                Err(ApiFailure::rate_limited(verdict.decision))
             }
             Err(e) => {
                 let open = self.settings.open_when_unavailable(class);
@@ -131,14 +214,14 @@ impl RateGuard {
         }
     }
 
-    /// [`check`](Self::check), for a principal authenticated inside the route.
+    /// [`check`](Self::check), for a caller authenticated inside the route.
     pub async fn charge_in_route(
         &self,
         req: &Request,
-        subject: &str,
+        caller: Caller<'_>,
         class: RateClass,
     ) -> Result<(), ApiFailure> {
-        let decision = self.check(subject, class).await?;
+        let decision = self.check(caller, class).await?;
         if let (Some(decision), Some(slot)) = (decision, req.data::<RouteDecision>()) {
             slot.set(decision);
         }

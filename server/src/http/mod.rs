@@ -37,6 +37,8 @@ pub struct HttpSettings {
     /// Largest accepted request body, in bytes (413 past it).
     pub body_limit: usize,
     pub rates: RateSettings,
+    /// Bytes of stored idempotent responses per owner per 24 hours; `None`: no quota.
+    pub idempotency_quota: Option<u64>,
     /// Prefix of every fast-state key, so several deployments (or tests) can share one Redis.
     pub key_prefix: String,
     /// Idle interval between audit stream heartbeat comments.
@@ -92,6 +94,7 @@ pub fn build_app(
         fast.idempotency,
         cipher,
         settings.key_prefix.clone(),
+        settings.idempotency_quota,
         Operations::of(meta),
     ));
     let rates = Arc::new(RateGuard {

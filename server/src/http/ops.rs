@@ -21,7 +21,8 @@ use super::context::client_address;
 use super::error::ApiFailure;
 use super::metrics::HttpMetrics;
 use crate::service::{ServiceError, Services};
-use crate::storage::{Rate, RateLimiter};
+use crate::storage::keys::{self, RateScope};
+use crate::storage::{Bucket, Rate, RateLimiter};
 
 /// The operator's routes: what `--ops-listen` moves.
 pub const OPERATOR_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
@@ -105,13 +106,17 @@ impl<E: Endpoint> Endpoint for OpsLimit<E> {
 
     async fn call(&self, req: Request) -> poem::Result<Response> {
         if let Some(rate) = self.rate {
-            let key = format!("ops:{}", client_address(&req));
+            let address = client_address(&req);
+            let bucket = Bucket {
+                key: keys::rate_limit("", RateScope::Address(&address), "ops"),
+                rate,
+            };
             // The in-process limiter has no outage to handle.
-            if let Ok(decision) = self.limiter.check(&key, rate).await
-                && !decision.allowed
+            if let Ok(verdict) = self.limiter.check(&[bucket]).await
+                && !verdict.decision.allowed
             {
                 self.metrics.rate_limited("ops");
-                return Err(ApiFailure::rate_limited(decision).into());
+                return Err(ApiFailure::rate_limited(verdict.decision).into());
             }
         }
         self.inner.call(req).await.map(IntoResponse::into_response)

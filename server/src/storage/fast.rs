@@ -54,6 +54,17 @@ pub trait IdempotencyStore: Send + Sync {
     ) -> Result<(), FastStateError>;
     /// Removes whatever is stored under the key (a record that cannot be decrypted).
     async fn discard(&self, key: &str) -> Result<(), FastStateError>;
+    /// The bytes counted under a quota key in its current window (0 when none is open), and
+    /// how long that window has left.
+    async fn stored_bytes(&self, key: &str) -> Result<(u64, Duration), FastStateError>;
+    /// Adds `bytes` to a quota key; the first bytes open a window of `window`, at whose end the
+    /// count starts again from 0.
+    async fn count_stored(
+        &self,
+        key: &str,
+        bytes: u64,
+        window: Duration,
+    ) -> Result<(), FastStateError>;
 }
 
 /// A rate: `burst` requests per `period`, refilled evenly (GCRA).
@@ -110,10 +121,28 @@ pub struct RateDecision {
     pub retry_after: Duration,
 }
 
+/// One budget a request spends: where its state lives, and its rate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bucket {
+    pub key: String,
+    pub rate: Rate,
+}
+
+/// The decision on a request that spends several buckets, and the bucket it reports (an index
+/// into them): when refused, the refusing bucket with the longest wait; when allowed, the
+/// tightest one (fewest requests left; the first of equals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    pub decision: RateDecision,
+    pub bucket: usize,
+}
+
 #[async_trait]
 pub trait RateLimiter: Send + Sync {
-    /// Counts one request against `key` and says whether it is allowed, atomically.
-    async fn check(&self, key: &str, rate: Rate) -> Result<RateDecision, FastStateError>;
+    /// Counts one request against every bucket (at least one), atomically: it is allowed only
+    /// when every bucket allows it, and only then charged, to every bucket. A refusal charges
+    /// none, so a request refused by one budget does not spend the others.
+    async fn check(&self, buckets: &[Bucket]) -> Result<Verdict, FastStateError>;
 }
 
 /// Single-use values (runner signature nonces), remembered for a while.
@@ -152,6 +181,29 @@ pub fn gcra(now_ms: u64, tat_ms: Option<u64>, rate: Rate) -> (RateDecision, Opti
         retry_after: Duration::ZERO,
     };
     (decision, Some(new_tat))
+}
+
+/// [`gcra`] over several buckets at once, with the rules of [`RateLimiter::check`]: the verdict
+/// and, when allowed, every bucket's new `tat`. The Redis adapter's script follows the same
+/// steps.
+pub fn gcra_all(now_ms: u64, tats: &[Option<u64>], rates: &[Rate]) -> (Verdict, Option<Vec<u64>>) {
+    let mut new_tats = Vec::with_capacity(rates.len());
+    let mut picked: Option<(usize, RateDecision)> = None;
+    for (i, (tat, rate)) in tats.iter().zip(rates).enumerate() {
+        let (decision, new_tat) = gcra(now_ms, *tat, *rate);
+        new_tats.extend(new_tat);
+        let better = match picked {
+            None => true,
+            Some((_, p)) if p.allowed => !decision.allowed || decision.remaining < p.remaining,
+            Some((_, p)) => !decision.allowed && decision.retry_after > p.retry_after,
+        };
+        if better {
+            picked = Some((i, decision));
+        }
+    }
+    let (bucket, decision) = picked.expect("at least one bucket");
+    let verdict = Verdict { decision, bucket };
+    (verdict, decision.allowed.then_some(new_tats))
 }
 
 #[cfg(test)]
@@ -214,5 +266,28 @@ mod tests {
         assert_eq!(denied.retry_after, Duration::from_secs(1));
         let (later, _) = gcra(11_000, tat, rate);
         assert!(later.allowed);
+    }
+
+    #[test]
+    fn several_buckets_report_the_tightest_and_a_refusal_charges_none() {
+        let wide = Rate::parse("10/s").unwrap();
+        let narrow = Rate::parse("2/s").unwrap();
+        let rates = [wide, narrow, wide];
+        let (first, tats) = gcra_all(10_000, &[None, None, None], &rates);
+        assert!(first.decision.allowed);
+        assert_eq!((first.bucket, first.decision.limit), (1, 2));
+        assert_eq!(first.decision.remaining, 1);
+        let tats: Vec<_> = tats.unwrap().into_iter().map(Some).collect();
+        let (second, tats2) = gcra_all(10_000, &tats, &rates);
+        assert_eq!((second.bucket, second.decision.remaining), (1, 0));
+        let tats2: Vec<_> = tats2.unwrap().into_iter().map(Some).collect();
+        let (refused, none) = gcra_all(10_000, &tats2, &rates);
+        assert!(!refused.decision.allowed && none.is_none());
+        assert_eq!((refused.bucket, refused.decision.limit), (1, 2));
+        // Of two refusing buckets, the longer wait is reported.
+        let slow = Rate::parse("1/10s").unwrap();
+        let (both, _) = gcra_all(10_000, &[Some(11_000), Some(20_000)], &[narrow, slow]);
+        assert!(!both.decision.allowed);
+        assert_eq!(both.bucket, 1);
     }
 }

@@ -2,12 +2,15 @@
 //!
 //! Each key starts with the deployment's prefix (`--redis-prefix`, or a test's own), names its
 //! kind, and wraps the principal it belongs to in braces: a Redis Cluster hash tag, so one
-//! principal's keys share a slot. Each Lua script touches exactly one key, so nothing needs more
-//! than one slot today; the tag keeps that true if a script ever touches two keys of one
-//! principal. The in-process adapter uses the same keys, so both adapters see the same layout.
+//! principal's keys share a slot. Each Lua script touches one key, except the rate limit's,
+//! which charges a bearer request's token, user and organisation buckets at once: those share
+//! the organisation's tag, so no script needs more than one slot. The in-process adapter uses
+//! the same keys, so both adapters see the same layout.
 //!
 //! The layouts are pinned by the tests below: changing one orphans every stored record
-//! (idempotency records live 24 hours, nonces 660 s) and splits running replicas.
+//! (idempotency records live 24 hours, nonces 660 s, quota counts 24 hours) and splits running
+//! replicas. (The rate-limit buckets moved under the organisation's tag with the per-user and
+//! per-organisation budgets: an upgrade starts each token's bucket afresh, once.)
 
 use uuid::Uuid;
 
@@ -23,10 +26,56 @@ pub fn idempotency_record(
     format!("{prefix}idem:{{{principal}}}:{method}:{operation}:{key}")
 }
 
-/// A rate-limit bucket of one subject (`tok:<token id>`, `runner:<id>` or `ip:<address>`);
-/// `bucket` is `all` or `issue`.
-pub fn rate_limit(prefix: &str, subject: &str, bucket: &str) -> String {
-    format!("{prefix}rl:{{{subject}}}:{bucket}")
+/// Whose budget a rate-limit bucket is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateScope<'a> {
+    /// A bearer token of an organisation.
+    Token {
+        organisation: Uuid,
+        token: Uuid,
+    },
+    /// A user of an organisation, whichever of its tokens it uses.
+    User {
+        organisation: Uuid,
+        user: Uuid,
+    },
+    Organisation(Uuid),
+    /// A client address without a valid bearer token.
+    Address(&'a str),
+    /// A client address sending signed runner requests, before the signature is checked.
+    RunnerAddress(&'a str),
+    /// A runner whose signature verified.
+    Runner(Uuid),
+}
+
+/// A rate-limit bucket; `bucket` is `all` or `issue`. The buckets of a bearer request (its
+/// token's, its user's and its organisation's) share the organisation's hash tag, so the one
+/// script that charges them together touches one slot; the others are tagged by their own
+/// subject.
+pub fn rate_limit(prefix: &str, scope: RateScope<'_>, bucket: &str) -> String {
+    match scope {
+        RateScope::Token {
+            organisation,
+            token,
+        } => format!("{prefix}rl:{{org:{organisation}}}:tok:{token}:{bucket}"),
+        RateScope::User { organisation, user } => {
+            format!("{prefix}rl:{{org:{organisation}}}:user:{user}:{bucket}")
+        }
+        RateScope::Organisation(organisation) => {
+            format!("{prefix}rl:{{org:{organisation}}}:org:{bucket}")
+        }
+        RateScope::Address(address) => format!("{prefix}rl:{{ip:{address}}}:{bucket}"),
+        RateScope::RunnerAddress(address) => {
+            format!("{prefix}rl:{{runner-ip:{address}}}:{bucket}")
+        }
+        RateScope::Runner(runner) => format!("{prefix}rl:{{runner:{runner}}}:{bucket}"),
+    }
+}
+
+/// The count of idempotency bytes stored for one owner (`user:<id>` or `runner:<id>`) in the
+/// current window.
+pub fn idempotency_quota(prefix: &str, owner: &str) -> String {
+    format!("{prefix}idem-quota:{{{owner}}}")
 }
 
 /// A runner signature nonce, remembered so it is spent once.
@@ -53,12 +102,55 @@ mod tests {
     }
 
     #[test]
-    fn rate_limits_are_tagged_by_subject() {
+    fn rate_limits_are_tagged_by_organisation_or_subject() {
+        let org = Uuid::parse_str("00000000-0000-4000-8000-000000000001").unwrap();
+        let id = Uuid::parse_str("00000000-0000-4000-8000-000000000002").unwrap();
         assert_eq!(
-            rate_limit("cp:", "ip:127.0.0.1", "all"),
+            rate_limit("cp:", RateScope::Address("127.0.0.1"), "all"),
             "cp:rl:{ip:127.0.0.1}:all"
         );
-        assert_eq!(rate_limit("", "tok:abc", "issue"), "rl:{tok:abc}:issue");
+        assert_eq!(
+            rate_limit(
+                "",
+                RateScope::Token {
+                    organisation: org,
+                    token: id
+                },
+                "all"
+            ),
+            format!("rl:{{org:{org}}}:tok:{id}:all")
+        );
+        assert_eq!(
+            rate_limit(
+                "",
+                RateScope::User {
+                    organisation: org,
+                    user: id
+                },
+                "issue"
+            ),
+            format!("rl:{{org:{org}}}:user:{id}:issue")
+        );
+        assert_eq!(
+            rate_limit("", RateScope::Organisation(org), "all"),
+            format!("rl:{{org:{org}}}:org:all")
+        );
+        assert_eq!(
+            rate_limit("", RateScope::RunnerAddress("10.0.0.1"), "all"),
+            "rl:{runner-ip:10.0.0.1}:all"
+        );
+        assert_eq!(
+            rate_limit("", RateScope::Runner(id), "all"),
+            format!("rl:{{runner:{id}}}:all")
+        );
+    }
+
+    #[test]
+    fn idempotency_quotas_are_tagged_by_owner() {
+        assert_eq!(
+            idempotency_quota("cp:", "user:abc"),
+            "cp:idem-quota:{user:abc}"
+        );
     }
 
     #[test]

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::fast::{Claim, FastStateError, IdempotencyStore, Rate, RateDecision, RateLimiter, gcra};
+use super::fast::{
+    Bucket, Claim, FastStateError, IdempotencyStore, RateLimiter, Verdict, gcra_all,
+};
 
 /// Sweep expired entries every this many operations.
 const SWEEP_EVERY: u64 = 1024;
@@ -36,6 +38,8 @@ pub struct MemoryFastState {
     rates: Mutex<HashMap<String, (u64, u64)>>,
     /// nonce key -> expiry
     nonces: Mutex<HashMap<String, Instant>>,
+    /// quota key -> (bytes counted, end of the window)
+    quotas: Mutex<HashMap<String, (u64, Instant)>>,
     epoch: Instant,
     operations: AtomicU64,
 }
@@ -46,6 +50,7 @@ impl Default for MemoryFastState {
             records: Mutex::new(HashMap::new()),
             rates: Mutex::new(HashMap::new()),
             nonces: Mutex::new(HashMap::new()),
+            quotas: Mutex::new(HashMap::new()),
             epoch: Instant::now(),
             operations: AtomicU64::new(0),
         }
@@ -84,6 +89,9 @@ impl MemoryFastState {
         if let Ok(mut nonces) = self.nonces.lock() {
             nonces.retain(|_, expires| *expires > now);
         }
+        if let Ok(mut quotas) = self.quotas.lock() {
+            quotas.retain(|_, (_, ends)| *ends > now);
+        }
     }
 
     /// Live entries, for tests of eviction.
@@ -91,6 +99,7 @@ impl MemoryFastState {
         self.records.lock().map(|r| r.len()).unwrap_or(0)
             + self.rates.lock().map(|r| r.len()).unwrap_or(0)
             + self.nonces.lock().map(|r| r.len()).unwrap_or(0)
+            + self.quotas.lock().map(|r| r.len()).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -187,6 +196,32 @@ impl IdempotencyStore for MemoryFastState {
         self.records.lock().map_err(|_| poisoned())?.remove(key);
         Ok(())
     }
+
+    async fn stored_bytes(&self, key: &str) -> Result<(u64, Duration), FastStateError> {
+        let now = Instant::now();
+        let quotas = self.quotas.lock().map_err(|_| poisoned())?;
+        Ok(quotas
+            .get(key)
+            .filter(|(_, ends)| *ends > now)
+            .map_or((0, Duration::ZERO), |(bytes, ends)| (*bytes, *ends - now)))
+    }
+
+    async fn count_stored(
+        &self,
+        key: &str,
+        bytes: u64,
+        window: Duration,
+    ) -> Result<(), FastStateError> {
+        self.maybe_sweep();
+        let now = Instant::now();
+        let mut quotas = self.quotas.lock().map_err(|_| poisoned())?;
+        let entry = quotas.entry(key.to_owned()).or_insert((0, now + window));
+        if entry.1 <= now {
+            *entry = (0, now + window);
+        }
+        entry.0 = entry.0.saturating_add(bytes);
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -205,19 +240,26 @@ impl super::fast::NonceStore for MemoryFastState {
 
 #[async_trait]
 impl RateLimiter for MemoryFastState {
-    async fn check(&self, key: &str, rate: Rate) -> Result<RateDecision, FastStateError> {
+    async fn check(&self, buckets: &[Bucket]) -> Result<Verdict, FastStateError> {
         self.maybe_sweep();
         let now = self.now_ms();
+        // One lock over every bucket: the decision and the charges are one atomic step.
         let mut rates = self.rates.lock().map_err(|_| poisoned())?;
-        let tat = rates
-            .get(key)
-            .filter(|(_, expires)| *expires > now)
-            .map(|(tat, _)| *tat);
-        let (decision, new_tat) = gcra(now, tat, rate);
-        if let Some(new_tat) = new_tat {
-            rates.insert(key.to_owned(), (new_tat, new_tat));
+        let tats: Vec<Option<u64>> = buckets
+            .iter()
+            .map(|b| {
+                rates
+                    .get(&b.key)
+                    .filter(|(_, expires)| *expires > now)
+                    .map(|(tat, _)| *tat)
+            })
+            .collect();
+        let limits: Vec<_> = buckets.iter().map(|b| b.rate).collect();
+        let (verdict, new_tats) = gcra_all(now, &tats, &limits);
+        for (bucket, tat) in buckets.iter().zip(new_tats.unwrap_or_default()) {
+            rates.insert(bucket.key.clone(), (tat, tat));
         }
-        Ok(decision)
+        Ok(verdict)
     }
 }
 
@@ -260,20 +302,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn quota_counts_add_up_within_their_window_and_start_again_after_it() {
+        let state = MemoryFastState::default();
+        let window = Duration::from_millis(20);
+        assert_eq!(state.stored_bytes("q").await.unwrap().0, 0);
+        state.count_stored("q", 100, window).await.unwrap();
+        state.count_stored("q", 50, window).await.unwrap();
+        let (bytes, left) = state.stored_bytes("q").await.unwrap();
+        assert_eq!(bytes, 150);
+        assert!(left > Duration::ZERO && left <= window);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert_eq!(state.stored_bytes("q").await.unwrap().0, 0);
+        state.count_stored("q", 7, window).await.unwrap();
+        assert_eq!(state.stored_bytes("q").await.unwrap().0, 7, "a new window");
+    }
+
+    #[tokio::test]
     async fn expired_entries_are_free_and_swept() {
         let state = MemoryFastState::default();
         let short = Duration::from_millis(1);
         for i in 0..10 {
             state.claim(&format!("k{i}"), "fp", short).await.unwrap();
-            let _ = state
-                .check(
-                    &format!("r{i}"),
-                    Rate {
-                        burst: 1,
-                        period: short,
-                    },
-                )
-                .await;
+            let bucket = Bucket {
+                key: format!("r{i}"),
+                rate: super::super::fast::Rate {
+                    burst: 1,
+                    period: short,
+                },
+            };
+            let _ = state.check(&[bucket]).await;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
         assert!(matches!(

@@ -49,7 +49,8 @@ use std::sync::Arc;
 pub use self::redis::RedisFastState;
 pub use changes::{Change, ChangeFeed, ChangeStream, Topic};
 pub use fast::{
-    Claim, FastStateError, IdempotencyStore, NonceStore, Rate, RateDecision, RateLimiter,
+    Bucket, Claim, FastStateError, IdempotencyStore, NonceStore, Rate, RateDecision, RateLimiter,
+    Verdict,
 };
 pub use feed::AuditFeed;
 pub use memory::MemoryFastState;

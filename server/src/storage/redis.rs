@@ -1,6 +1,7 @@
 //! The Redis adapter of the fast-state ports. Every operation is one Lua script: one round
-//! trip, atomic, and on Redis's own clock. Each script touches one key, so `REDIS_URL` may name
-//! a cluster node as long as keys are routed (see README).
+//! trip, atomic, and on Redis's own clock. Each script touches one key, or (the rate limit)
+//! keys of one hash tag, so `REDIS_URL` may name a cluster node as long as keys are routed
+//! (see README).
 
 use std::time::Duration;
 
@@ -8,7 +9,9 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 
-use super::fast::{Claim, FastStateError, IdempotencyStore, Rate, RateDecision, RateLimiter};
+use super::fast::{
+    Bucket, Claim, FastStateError, IdempotencyStore, RateDecision, RateLimiter, Verdict,
+};
 
 const CLAIM: &str = r"
 local v = redis.call('GET', KEYS[1])
@@ -33,22 +36,55 @@ end
 return 0
 ";
 
+/// GCRA over every key, with the rules of `fast::gcra_all`: ARGV holds each key's interval and
+/// burst in turn. Nothing is written unless every key allows the request. Returns {allowed,
+/// index of the reported key (from 0), remaining, retry ms}.
 const GCRA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local interval = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local tat = tonumber(redis.call('GET', KEYS[1]) or now)
-if tat < now then tat = now end
-local new_tat = tat + interval
-local allow_at = new_tat - burst * interval
-if allow_at > now then
-  return {0, 0, allow_at - now}
+local tats = {}
+local pick, remaining, retry, denied = 0, 0, 0, false
+for i = 1, #KEYS do
+  local interval = tonumber(ARGV[2 * i - 1])
+  local burst = tonumber(ARGV[2 * i])
+  local tat = tonumber(redis.call('GET', KEYS[i]) or now)
+  if tat < now then tat = now end
+  local new_tat = tat + interval
+  local allow_at = new_tat - burst * interval
+  if allow_at > now then
+    if not denied or allow_at - now > retry then
+      pick, retry = i, allow_at - now
+    end
+    denied = true
+  elseif not denied then
+    local left = math.floor((now - allow_at) / interval)
+    if left > burst - 1 then left = burst - 1 end
+    if pick == 0 or left < remaining then pick, remaining = i, left end
+  end
+  tats[i] = new_tat
 end
-redis.call('SET', KEYS[1], new_tat, 'PX', new_tat - now)
-local remaining = math.floor((now - allow_at) / interval)
-if remaining > burst - 1 then remaining = burst - 1 end
-return {1, remaining, 0}
+if denied then return {0, pick - 1, 0, retry} end
+for i = 1, #KEYS do
+  redis.call('SET', KEYS[i], tats[i], 'PX', tats[i] - now)
+end
+return {1, pick - 1, remaining, 0}
+";
+
+/// The bytes counted under a quota key and the milliseconds left in its window.
+const QUOTA_READ: &str = r"
+local bytes = tonumber(redis.call('GET', KEYS[1]) or 0)
+local left = redis.call('PTTL', KEYS[1])
+if left < 0 then return {0, 0} end
+return {bytes, left}
+";
+
+/// Adds to a quota key; the first addition opens its window.
+const QUOTA_COUNT: &str = r"
+redis.call('INCRBY', KEYS[1], ARGV[1])
+if redis.call('PTTL', KEYS[1]) < 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1
 ";
 
 pub struct RedisFastState {
@@ -59,6 +95,8 @@ pub struct RedisFastState {
     complete: redis::Script,
     release: redis::Script,
     gcra: redis::Script,
+    quota_read: redis::Script,
+    quota_count: redis::Script,
 }
 
 impl RedisFastState {
@@ -74,6 +112,8 @@ impl RedisFastState {
             complete: redis::Script::new(COMPLETE),
             release: redis::Script::new(RELEASE),
             gcra: redis::Script::new(GCRA),
+            quota_read: redis::Script::new(QUOTA_READ),
+            quota_count: redis::Script::new(QUOTA_COUNT),
         })
     }
 
@@ -245,24 +285,56 @@ impl IdempotencyStore for RedisFastState {
             .map_err(unavailable)?;
         Ok(())
     }
+
+    async fn stored_bytes(&self, key: &str) -> Result<(u64, Duration), FastStateError> {
+        let reply: Vec<i64> = self.run(self.quota_read.key(key)).await?;
+        let [bytes, left_ms] = reply[..] else {
+            return Err(FastStateError::Unavailable("unexpected quota reply".into()));
+        };
+        Ok((
+            bytes.max(0) as u64,
+            Duration::from_millis(left_ms.max(0) as u64),
+        ))
+    }
+
+    async fn count_stored(
+        &self,
+        key: &str,
+        bytes: u64,
+        window: Duration,
+    ) -> Result<(), FastStateError> {
+        let mut invocation = self.quota_count.key(key);
+        invocation.arg(bytes).arg(window.as_millis().max(1) as u64);
+        let _: i64 = self.run(invocation).await?;
+        Ok(())
+    }
 }
 
 #[async_trait]
 impl RateLimiter for RedisFastState {
-    async fn check(&self, key: &str, rate: Rate) -> Result<RateDecision, FastStateError> {
-        let mut invocation = self.gcra.key(key);
-        invocation.arg(rate.interval_ms()).arg(rate.burst);
+    async fn check(&self, buckets: &[Bucket]) -> Result<Verdict, FastStateError> {
+        let mut invocation = self.gcra.prepare_invoke();
+        for bucket in buckets {
+            invocation
+                .key(&bucket.key)
+                .arg(bucket.rate.interval_ms())
+                .arg(bucket.rate.burst);
+        }
         let reply: Vec<i64> = self.run(invocation).await?;
-        let [allowed, remaining, retry_ms] = reply[..] else {
-            return Err(FastStateError::Unavailable(
-                "unexpected rate-limit reply".into(),
-            ));
+        let unexpected = || FastStateError::Unavailable("unexpected rate-limit reply".into());
+        let [allowed, index, remaining, retry_ms] = reply[..] else {
+            return Err(unexpected());
         };
-        Ok(RateDecision {
-            allowed: allowed == 1,
-            limit: rate.burst,
-            remaining: remaining.max(0) as u32,
-            retry_after: Duration::from_millis(retry_ms.max(0) as u64),
+        let index = usize::try_from(index).map_err(|_| unexpected())?;
+        let rate = buckets.get(index).ok_or_else(unexpected)?.rate;
+        Ok(Verdict {
+            decision: RateDecision {
+                allowed: allowed == 1,
+                limit: rate.burst,
+                remaining: remaining.max(0) as u32,
+                retry_after: Duration::from_millis(retry_ms.max(0) as u64),
+            },
+            bucket: index,
         })
     }
 }
