@@ -15,7 +15,9 @@ CP_TOKEN_HASH_KEY=$(head -c 32 /dev/urandom | base64)
 export CP_TOKEN_HASH_KEY
 ulimit -n 20000
 $BIN/control-plane --listen 127.0.0.1:$PORT --redis-url redis://127.0.0.1:6379 \
-  --redis-prefix "bench-ops-$$:" --rate-limit off --log-format json > /tmp/ops-server.log 2>&1 &
+  --redis-prefix "bench-ops-$$:" --rate-limit off --log-format json \
+  --audit-streams-per-token "$SUBSCRIBERS" --audit-streams-per-workspace "$SUBSCRIBERS" \
+  --audit-streams-per-process "$SUBSCRIBERS" > /tmp/ops-server.log 2>&1 &
 SERVER_PID=$!
 trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
 for _ in $(seq 1 50); do curl -sf "$SERVER/readyz" >/dev/null && break; sleep 0.2; done
