@@ -84,6 +84,31 @@ pub struct ServerConfig {
     )]
     pub sse_heartbeat_ms: u64,
 
+    /// Audit streams one token may hold open at once, on this replica; the next is a 429.
+    #[arg(long, env = "CP_AUDIT_STREAMS_PER_TOKEN", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub audit_streams_per_token: u32,
+
+    /// Audit streams open at once on one workspace, on this replica; the next is a 429.
+    #[arg(long, env = "CP_AUDIT_STREAMS_PER_WORKSPACE", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub audit_streams_per_workspace: u32,
+
+    /// Audit streams this process holds open at once; the next is a 503.
+    #[arg(long, env = "CP_AUDIT_STREAMS_PER_PROCESS", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub audit_streams_per_process: u32,
+
+    /// Seconds after which an audit stream ends cleanly; the client resumes with Last-Event-ID.
+    #[arg(long, env = "CP_AUDIT_STREAM_MAX_AGE_SECS", default_value_t = 3600,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub audit_stream_max_age_secs: u64,
+
+    /// Events an audit stream reads from the log per query while it replays.
+    #[arg(long, env = "CP_AUDIT_STREAM_REPLAY_PAGE", default_value_t = 500,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub audit_stream_replay_page: u32,
+
     /// Redis URL for idempotency records and rate limits shared by every replica. Without it they
     /// live in this process, which is right for exactly one replica.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]

@@ -13,8 +13,8 @@ use crate::policy::{
     Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
 };
 use crate::service::{
-    Authorizer, KeySource, NonceDeps, ServiceDeps, ServiceSettings, Services, load_record_cipher,
-    load_token_hasher,
+    Authorizer, KeySource, NonceDeps, ServiceDeps, ServiceSettings, Services, StreamLimits,
+    load_record_cipher, load_token_hasher,
 };
 use crate::storage::{
     DisagreementRecord, FastState, MemoryFastState, OpenSettings, RedisFastState,
@@ -139,6 +139,13 @@ async fn build_services(
             .map(|w| w.trim().to_lowercase())
             .filter(|w| !w.is_empty())
             .collect(),
+        audit_streams: StreamLimits {
+            per_token: config.audit_streams_per_token,
+            per_workspace: config.audit_streams_per_workspace,
+            per_process: config.audit_streams_per_process,
+            max_age: Duration::from_secs(config.audit_stream_max_age_secs),
+            replay_page: config.audit_stream_replay_page,
+        },
     };
     let engine = PolicyEngine::new(EngineSettings {
         deadline: Duration::from_millis(config.policy_deadline_ms),

@@ -677,3 +677,291 @@ async fn logged_events(app: &TestApp, workspace: Uuid) -> Vec<(i64, String)> {
     )
     .unwrap()
 }
+
+/// A configuration with a small stream cap, and heartbeats every 100 ms so that the server
+/// notices a closed stream's client at once (a failed write is how it notices).
+fn capped(
+    config: &mut control_plane::config::ServerConfig,
+    cap: impl FnOnce(&mut control_plane::config::ServerConfig),
+) {
+    config.sse_heartbeat_ms = 100;
+    cap(config);
+}
+
+/// The refusal of one stream too many: its status and code, `retry-after`, and the cap named.
+async fn assert_refused(
+    app: &TestApp,
+    token: &str,
+    workspace: Uuid,
+    (status, code): (u16, &str),
+    (scope, limit): (&str, u32),
+) {
+    let response = app
+        .get(&format!("{}?after=0", stream_path(workspace)), token)
+        .send()
+        .await
+        .unwrap();
+    let retry: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry >= 1, "retry-after in whole seconds, at least 1");
+    let err = assert_api_error(response, status, code).await;
+    assert_eq!(err["error"]["details"]["scope"], scope, "{err}");
+    assert_eq!(err["error"]["details"]["limit"], limit, "{err}");
+}
+
+/// Opens a stream as soon as the server has given back the place of one whose client went
+/// away, failing after 10 s. The server notices when a write to that client fails, so the
+/// caller's app sends heartbeats often ([`capped`]).
+async fn open_once_freed(app: &TestApp, token: &str, workspace: Uuid) -> Sse {
+    let started = std::time::Instant::now();
+    loop {
+        let response = app
+            .get(&stream_path(workspace), token)
+            .send()
+            .await
+            .unwrap();
+        if response.status() == 200 {
+            let mut stream = Sse {
+                response,
+                buffer: Vec::new(),
+            };
+            stream.expect_preamble().await;
+            return stream;
+        }
+        let status = response.status().as_u16();
+        assert!(matches!(status, 429 | 503), "{status}");
+        assert!(
+            started.elapsed() < WAIT,
+            "the closed stream's place was never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_token_past_its_stream_cap_gets_a_429_until_one_of_its_streams_closes() {
+    let app = spawn_app_with(|c| capped(c, |c| c.audit_streams_per_token = 2)).await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let (token, _) = reader(&app, &tenant, &[ws]).await;
+    let mut first = Sse::open(&app, &token, ws, "", None).await;
+    first.expect_preamble().await;
+    let mut second = Sse::open(&app, &token, ws, "", None).await;
+    second.expect_preamble().await;
+    assert_refused(&app, &token, ws, (429, "rate_limited"), ("token", 2)).await;
+    // Per token: another token on the same workspace is not affected.
+    let mut others = Sse::open(&app, &tenant.token, ws, "", None).await;
+    others.expect_preamble().await;
+
+    drop(first);
+    let mut third = open_once_freed(&app, &token, ws).await;
+    assert_refused(&app, &token, ws, (429, "rate_limited"), ("token", 2)).await;
+    // The streams that stayed open still work.
+    create_pool(&app, ws, "capped").await;
+    for stream in [&mut second, &mut third, &mut others] {
+        assert_eq!(stream.next_event().await.event, "runner_pool.created");
+    }
+}
+
+#[tokio::test]
+async fn a_workspace_past_its_stream_cap_gets_a_429_until_one_of_its_streams_closes() {
+    let app = spawn_app_with(|c| capped(c, |c| c.audit_streams_per_workspace = 2)).await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let other = app.create_workspace(tenant.organisation_id, "other").await;
+    let (token, _) = reader(&app, &tenant, &[ws, other]).await;
+    let first = Sse::open(&app, &tenant.token, ws, "", None).await;
+    let _second = Sse::open(&app, &token, ws, "", None).await;
+    // Whichever token asks.
+    for asking in [&token, &tenant.token] {
+        assert_refused(&app, asking, ws, (429, "rate_limited"), ("workspace", 2)).await;
+    }
+    // Per workspace: the token's other workspace is not affected.
+    let _elsewhere = Sse::open(&app, &token, other, "", None).await;
+
+    drop(first);
+    let _third = open_once_freed(&app, &token, ws).await;
+    assert_refused(
+        &app,
+        &tenant.token,
+        ws,
+        (429, "rate_limited"),
+        ("workspace", 2),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_process_past_its_stream_cap_answers_503_until_one_of_its_streams_closes() {
+    let app = spawn_app_with(|c| capped(c, |c| c.audit_streams_per_process = 2)).await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let other = app.create_workspace(tenant.organisation_id, "other").await;
+    let (token, _) = reader(&app, &tenant, &[other]).await;
+    let first = Sse::open(&app, &tenant.token, ws, "", None).await;
+    let _second = Sse::open(&app, &token, other, "", None).await;
+    assert_eq!(app.services.audit_streams_open(), 2);
+    // Any token, any workspace: the server is full.
+    assert_refused(&app, &token, other, (503, "unavailable"), ("process", 2)).await;
+    assert_refused(
+        &app,
+        &tenant.token,
+        ws,
+        (503, "unavailable"),
+        ("process", 2),
+    )
+    .await;
+    // A caller without access is told so, not asked to wait.
+    let lacking = app
+        .admin_token(&tenant, &[Scope::ActivityRead], &[ws], &[])
+        .await;
+    let response = app.get(&stream_path(ws), &lacking).send().await.unwrap();
+    assert_api_error(response, 403, "forbidden").await;
+
+    drop(first);
+    let _third = open_once_freed(&app, &token, other).await;
+    assert_refused(
+        &app,
+        &tenant.token,
+        ws,
+        (503, "unavailable"),
+        ("process", 2),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_stream_ends_at_its_max_age_and_resuming_with_last_event_id_misses_and_repeats_nothing() {
+    const WRITES: usize = 30;
+    // One stream per token: each reconnection is accepted only if the ended stream's place
+    // was given back.
+    let app = spawn_app_with(|c| {
+        c.audit_stream_max_age_secs = 1;
+        c.audit_streams_per_token = 1;
+    })
+    .await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let pool = create_pool(&app, ws, "aging").await;
+    let (token, _) = reader(&app, &tenant, &[ws]).await;
+
+    // Commands keep being submitted across several of the stream's lifetimes.
+    let writer = {
+        let client = app.client.clone();
+        let url = app.url(&format!("/v1/workspaces/{ws}/runner-commands"));
+        let token = tenant.token.clone();
+        tokio::spawn(async move {
+            for i in 0..WRITES {
+                let response = client
+                    .post(&url)
+                    .bearer_auth(&token)
+                    .json(&json!({"poolId": pool, "command": format!("step-{i}")}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(response.status(), 200);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    let mut seen: Vec<i64> = Vec::new();
+    let mut last: Option<i64> = None;
+    let mut lifetimes = 0;
+    loop {
+        let mut stream = Sse::open(&app, &token, ws, "?after=0", last).await;
+        stream.expect_preamble().await;
+        let ending = stream.until_end().await;
+        assert_eq!(
+            ending.comment, "max age reached; reconnect with Last-Event-ID",
+            "{ending:?}"
+        );
+        assert!(ending.took < Duration::from_secs(5), "{ending:?}");
+        lifetimes += 1;
+        seen.extend(&ending.events);
+        last = seen.last().copied().or(last);
+        if writer.is_finished() && last == Some(head(&app, ws).await) {
+            break;
+        }
+        assert!(lifetimes < 15, "the writer should be done: {seen:?}");
+    }
+    writer.await.expect("every submission succeeded");
+    assert!(
+        lifetimes >= 3,
+        "the writes spanned several lifetimes: {lifetimes}"
+    );
+    let total = head(&app, ws).await;
+    assert!(total >= WRITES as i64 + 3, "{total}");
+    assert_eq!(
+        seen,
+        (1..=total).collect::<Vec<_>>(),
+        "every sequence exactly once, in order"
+    );
+    assert_eq!(app.services.audit_streams_open(), 0);
+}
+
+#[tokio::test]
+async fn a_replay_of_many_pages_sends_every_event_in_order_then_follows_live() {
+    const LOGGED: usize = 20;
+    const LIVE: usize = 12;
+    let app = spawn_app_with(|c| c.audit_stream_replay_page = 4).await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let pool = create_pool(&app, ws, "paged").await;
+    for _ in 0..LOGGED {
+        submit(&app, &tenant.token, ws, pool).await;
+    }
+    let logged = logged_events(&app, ws).await;
+    assert!(logged.len() > 4 * 5, "several pages: {}", logged.len());
+
+    // From the start, and from the middle of a page.
+    for after in [0, 7] {
+        let before = head(&app, ws).await;
+        let mut stream = Sse::open(&app, &tenant.token, ws, &format!("?after={after}"), None).await;
+        stream.expect_preamble().await;
+        // Events keep arriving while the log is read page by page.
+        let writer = {
+            let client = app.client.clone();
+            let url = app.url(&format!("/v1/workspaces/{ws}/runner-commands"));
+            let token = tenant.token.clone();
+            tokio::spawn(async move {
+                for i in 0..LIVE {
+                    let response = client
+                        .post(&url)
+                        .bearer_auth(&token)
+                        .json(&json!({"poolId": pool, "command": format!("live-{i}")}))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(response.status(), 200);
+                }
+            })
+        };
+        let mut seen = Vec::new();
+        let mut kinds = Vec::new();
+        let target = before + LIVE as i64;
+        while seen.last() != Some(&target) {
+            let event = stream.next_event().await;
+            seen.push(event.id);
+            kinds.push(event.event);
+        }
+        writer.await.expect("every submission succeeded");
+        let all = logged_events(&app, ws).await;
+        let expected: Vec<&(i64, String)> = all.iter().filter(|(seq, _)| *seq > after).collect();
+        assert_eq!(
+            seen,
+            expected.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(),
+            "every event after {after} exactly once, in order"
+        );
+        assert_eq!(
+            kinds,
+            expected
+                .iter()
+                .map(|(_, kind)| kind.clone())
+                .collect::<Vec<_>>()
+        );
+    }
+}

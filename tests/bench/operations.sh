@@ -16,7 +16,9 @@ export CP_TOKEN_HASH_KEY
 ulimit -n 20000
 $BIN/control-plane --listen 127.0.0.1:$PORT --redis-url redis://127.0.0.1:6379 \
   --redis-prefix "bench-ops-$$:" --rate-limit off --user-rate-limit off --org-rate-limit off \
-  --runner-address-rate-limit off --runner-rate-limit off --log-format json > /tmp/ops-server.log 2>&1 &
+  --runner-address-rate-limit off --runner-rate-limit off --log-format json \
+  --audit-streams-per-token "$SUBSCRIBERS" --audit-streams-per-workspace "$SUBSCRIBERS" \
+  --audit-streams-per-process "$SUBSCRIBERS" > /tmp/ops-server.log 2>&1 &
 SERVER_PID=$!
 trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
 for _ in $(seq 1 50); do curl -sf "$SERVER/readyz" >/dev/null && break; sleep 0.2; done

@@ -14,7 +14,7 @@ use tracing::Instrument;
 use super::auth::{AuthOutcome, is_signed_path};
 use super::error::ApiFailure;
 use super::idempotency::IdempotencyHeader;
-use super::limits::{Caller, RateClass, RateGuard, RetryAfter, RouteDecision, tightest};
+use super::limits::{Caller, RateClass, RateGuard, RouteDecision, tightest};
 use super::metrics::HttpMetrics;
 use super::ops::AllowedMethods;
 use crate::domain::{CorrelationId, FieldError, IdempotencyKey, ValidationErrors};
@@ -221,7 +221,6 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
         .await;
 
         let mut code: Option<&'static str> = None;
-        let mut retry_after = None;
         let (mut response, operation) = match outcome {
             Ok(response)
                 if (response.status().is_client_error() || response.status().is_server_error())
@@ -243,7 +242,6 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
             }
             Err(err) => {
                 let operation = err.data::<OperationId>().map(|o| o.0);
-                retry_after = err.data::<RetryAfter>().map(|r| r.0);
                 let failure = ApiFailure::from_poem(err);
                 if let Some(own) = failure.rate {
                     decision = Some(own);
@@ -263,12 +261,6 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
             && let Ok(value) = HeaderValue::from_str(allow)
         {
             response.headers_mut().insert(header::ALLOW, value);
-        }
-        if let Some(wait) = retry_after {
-            let seconds = wait.as_millis().div_ceil(1000).max(1) as u64;
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
 
         let status = response.status();

@@ -10,7 +10,7 @@ use poem_openapi::types::{ToJSON, Type};
 use serde_json::{Value, json};
 
 use crate::domain::{CorrelationId, ValidationErrors};
-use crate::service::ServiceError;
+use crate::service::{STREAM_RETRY_AFTER, ServiceError, StreamScope};
 
 /// Body of every error response.
 #[derive(Debug, Clone, Object)]
@@ -44,6 +44,9 @@ pub struct ApiFailure {
     pub details: Option<Value>,
     /// A rate-limit decision whose headers the response carries (a 429).
     pub rate: Option<crate::storage::RateDecision>,
+    /// `retry-after` of a refusal that is not the limiter's (which [`Self::rate`] carries): the
+    /// audit stream caps and the idempotency quota.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl ResponseError for ApiFailure {
@@ -60,11 +63,18 @@ impl ApiFailure {
             message: message.into(),
             details: None,
             rate: None,
+            retry_after: None,
         }
     }
 
     pub fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
+        self
+    }
+
+    /// A `retry-after` for a refusal that is not the limiter's.
+    pub fn with_retry_after(mut self, wait: std::time::Duration) -> Self {
+        self.retry_after = Some(wait);
         self
     }
 
@@ -130,6 +140,14 @@ impl ApiFailure {
         let mut response = poem::web::Json(body)
             .with_status(self.status)
             .into_response();
+        if let Some(wait) = self.retry_after {
+            // Whole seconds, rounded up, never 0, as for the limiter's 429.
+            let seconds = wait.as_millis().div_ceil(1000).max(1) as u64;
+            response.headers_mut().insert(
+                poem::http::header::RETRY_AFTER,
+                poem::http::HeaderValue::from(seconds),
+            );
+        }
         if self.status == StatusCode::UNAUTHORIZED && self.code == "unauthenticated" {
             response.headers_mut().insert(
                 poem::http::header::WWW_AUTHENTICATE,
@@ -214,6 +232,7 @@ impl From<ServiceError> for ApiFailure {
                 message: reason,
                 details,
                 rate: None,
+                retry_after: None,
             },
             ServiceError::NotFound { message, details } => Self {
                 status: StatusCode::NOT_FOUND,
@@ -221,6 +240,7 @@ impl From<ServiceError> for ApiFailure {
                 message,
                 details,
                 rate: None,
+                retry_after: None,
             },
             ServiceError::Conflict {
                 code,
@@ -232,6 +252,7 @@ impl From<ServiceError> for ApiFailure {
                 message,
                 details,
                 rate: None,
+                retry_after: None,
             },
             ServiceError::PolicyError => Self::new(
                 StatusCode::FORBIDDEN,
@@ -243,6 +264,26 @@ impl From<ServiceError> for ApiFailure {
                 "unavailable",
                 "a dependency is unavailable; retry later",
             ),
+            ServiceError::StreamCapReached(cap) => {
+                let scope = cap.scope.as_str();
+                let failure = match cap.scope {
+                    // The caller's own streams: the limiter's code and headers.
+                    StreamScope::Token | StreamScope::Workspace => Self::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "rate_limited",
+                        format!("too many open audit streams for this {scope}; retry later"),
+                    ),
+                    // The server is full, whoever asks.
+                    StreamScope::Process => Self::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        "this server holds as many audit streams as it may; retry later",
+                    ),
+                };
+                failure
+                    .with_details(json!({ "limit": cap.limit, "scope": scope }))
+                    .with_retry_after(STREAM_RETRY_AFTER)
+            }
             ServiceError::Internal(cause) => {
                 tracing::error!(%cause, "internal error");
                 Self::internal()

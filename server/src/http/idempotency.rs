@@ -63,7 +63,6 @@ use sha2::{Digest, Sha256};
 
 use super::auth::{AuthOutcome, token_subject};
 use super::error::ApiFailure;
-use super::limits::RetryAfter;
 use super::payload::JsonBody;
 use crate::domain::{IdempotencyKey, RecordCipher};
 use crate::storage::{Claim, IdempotencyStore};
@@ -213,10 +212,9 @@ impl IdempotencyGuard {
                     "idempotency_quota_exceeded",
                     "the quota of stored idempotent responses is spent; retry later, or send the request without an Idempotency-Key",
                 )
-                .with_details(serde_json::json!({ "quotaBytes": quota }));
-                let mut error = poem::Error::from(failure);
-                error.set_data(RetryAfter(left));
-                error
+                .with_details(serde_json::json!({ "quotaBytes": quota }))
+                .with_retry_after(left);
+                poem::Error::from(failure)
             }
             Err(_) => ApiFailure::from(crate::service::ServiceError::Unavailable).into(),
         };

@@ -18,7 +18,6 @@
 //! also counts refusals and limiter outages in the metrics.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use poem::Request;
 use poem::http::Method;
@@ -97,11 +96,6 @@ pub enum Caller<'a> {
     /// A runner whose signature verified.
     Runner(Uuid),
 }
-
-/// A retry-after a failure other than the rate limit asks for (the idempotency quota),
-/// carried in the error's data to the middleware, which writes the header.
-#[derive(Debug, Clone, Copy)]
-pub struct RetryAfter(pub Duration);
 
 pub struct RateGuard {
     pub limiter: Arc<dyn RateLimiter>,

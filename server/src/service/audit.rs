@@ -33,6 +33,16 @@
 //! new events either then.
 //! Events committed between such a change and its check (at most [`RECHECK`]) may still be sent;
 //! only the first two causes are ordered exactly against the workspace's sequence.
+//!
+//! # A stream is bounded
+//! - **How many**: a stream holds a permit from `stream_permits` while it is open; the token's
+//!   cap and the workspace's refuse the next one with a 429, this process's with a 503.
+//! - **How long**: at its maximum age the stream ends with `: max age reached; reconnect with
+//!   Last-Event-ID`, before an event rather than in the middle of one, so a client that
+//!   reconnects with the id of the last event it got misses nothing and gets nothing twice.
+//! - **How much at once**: the replay reads the durable log a page at a time (the log can hold
+//!   millions of events), and the next page only once the last one is sent, so a stream holds
+//!   at most one page plus the live events the broadcast buffers for it.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -44,7 +54,7 @@ use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
 use super::tokens::GRANT_REVOKED;
-use super::{Operation, ServiceError, Services};
+use super::{Operation, ServiceError, Services, StreamPermit};
 use crate::domain::{AuditEvent, FieldError, Principal, ValidationErrors};
 use crate::storage::SharedRecordStore;
 
@@ -60,6 +70,8 @@ pub enum StreamEnd {
     TokenExpired,
     /// The authorizer no longer allows the token to read the stream.
     AccessDenied,
+    /// The stream reached its maximum age; the client reconnects with `Last-Event-ID`.
+    MaxAge,
 }
 
 impl StreamEnd {
@@ -69,6 +81,7 @@ impl StreamEnd {
             StreamEnd::AccessRevoked => "access revoked",
             StreamEnd::TokenExpired => "token expired",
             StreamEnd::AccessDenied => "access denied",
+            StreamEnd::MaxAge => "max age reached; reconnect with Last-Event-ID",
         }
     }
 }
@@ -187,9 +200,13 @@ struct Cursor {
     types: Vec<String>,
     /// Nothing more to send: the stream failed or ended.
     done: bool,
+    /// Events per read of the durable log: a replay from `after=0` is read page by page.
+    page: u32,
+    /// When the stream ends with [`StreamEnd::MaxAge`].
+    ends_at: tokio::time::Instant,
+    /// Its place under the caps, given back when the stream ends or its body is dropped.
+    _permit: StreamPermit,
 }
-
-const REPLAY_BATCH: u32 = 500;
 
 impl Cursor {
     async fn next(&mut self) -> Option<Result<StreamItem, ServiceError>> {
@@ -215,6 +232,10 @@ impl Cursor {
                 if Services::now() >= self.access.expires_at() {
                     return Ok(StreamItem::End(StreamEnd::TokenExpired));
                 }
+                // Not sent: the client resumes with the id of the last event it got.
+                if tokio::time::Instant::now() >= self.ends_at {
+                    return Ok(StreamItem::End(StreamEnd::MaxAge));
+                }
                 self.last = seq;
                 if self.types.is_empty() || self.types.iter().any(|t| *t == event.event_type) {
                     return Ok(StreamItem::Event(event));
@@ -225,9 +246,9 @@ impl Cursor {
                 // The client resumes from its Last-Event-ID; nothing is skipped.
                 let events = self
                     .store
-                    .events_after(self.workspace_id, self.last, REPLAY_BATCH)
+                    .events_after(self.workspace_id, self.last, self.page)
                     .await?;
-                self.catch_up = events.len() == REPLAY_BATCH as usize;
+                self.catch_up = events.len() == self.page as usize;
                 self.backlog.extend(events.into_iter().map(Arc::new));
                 continue;
             }
@@ -259,6 +280,9 @@ impl Cursor {
                     }
                     false
                 }
+                () = tokio::time::sleep_until(self.ends_at) => {
+                    return Ok(StreamItem::End(StreamEnd::MaxAge));
+                }
                 _ = self.access.recheck.tick() => true,
                 changed = self.access.policy_reloads.changed() => changed.is_ok(),
             };
@@ -272,7 +296,9 @@ impl Cursor {
 impl Services {
     /// The workspace's audit events after `request.after` from the durable log, then live,
     /// gapless and without duplicates at the seam.
-    /// It ends, after a last [`StreamItem::End`], when the token loses access (module doc).
+    /// It ends, after a last [`StreamItem::End`], when the token loses access (module doc) or
+    /// at its maximum age. Refused with [`ServiceError::StreamCapReached`] when the token, the
+    /// workspace or this process holds as many streams as it may (`stream_permits`).
     pub async fn audit_stream(
         self: &Arc<Self>,
         principal: &Principal,
@@ -289,6 +315,12 @@ impl Services {
         .await?;
         let workspace_id = crate::domain::parse_uuid(workspace)
             .ok_or_else(|| ServiceError::forbidden("no access"))?;
+        // After authorization, so a caller without access is told so rather than to wait.
+        let permit = self
+            .stream_permits
+            .acquire(principal.token_id, workspace_id)
+            .map_err(ServiceError::StreamCapReached)?;
+        let limits = *self.stream_permits.limits();
         // Subscribe first, then read the log: an event committed in between is in one or both,
         // and the cursor drops what it has already passed on.
         let (rx, head) = self.feed.subscribe(workspace_id).await?;
@@ -296,6 +328,11 @@ impl Services {
         policy_reloads.mark_unchanged();
         let mut recheck = tokio::time::interval_at(tokio::time::Instant::now() + RECHECK, RECHECK);
         recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let now = tokio::time::Instant::now();
+        // A maximum age too large to add ends never (a century is never).
+        let ends_at = now
+            .checked_add(limits.max_age)
+            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400));
         let cursor = Cursor {
             access: Access {
                 services: self.clone(),
@@ -313,6 +350,9 @@ impl Services {
             catch_up: true,
             types: request.types,
             done: false,
+            page: limits.replay_page.max(1),
+            ends_at,
+            _permit: permit,
         };
         Ok(futures_util::stream::unfold(
             cursor,
@@ -323,5 +363,10 @@ impl Services {
     /// Subscribers of the audit stream in this process.
     pub fn audit_subscribers(&self) -> usize {
         self.feed.subscribers()
+    }
+
+    /// Audit streams open in this process (holding a permit).
+    pub fn audit_streams_open(&self) -> u32 {
+        self.stream_permits.open()
     }
 }

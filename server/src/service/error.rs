@@ -35,6 +35,10 @@ pub enum ServiceError {
     PolicyError,
     #[error("a dependency is unavailable")]
     Unavailable,
+    /// Too many audit streams open: the token's or the workspace's cap (a 429), or this
+    /// process's (a 503); the client retries after [`super::STREAM_RETRY_AFTER`].
+    #[error("too many open audit streams (the {} cap of {})", .0.scope.as_str(), .0.limit)]
+    StreamCapReached(super::StreamCapReached),
     /// The string is for the log only; it never reaches a client.
     #[error("internal error: {0}")]
     Internal(String),

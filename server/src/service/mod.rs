@@ -12,6 +12,7 @@ mod keys;
 mod policies;
 mod reviews;
 mod runners;
+mod stream_permits;
 mod tokens;
 mod workflows;
 
@@ -37,6 +38,9 @@ pub use runners::{
     DeletePoolInput, DeliveryStatusInput, RegisteredRunner, RunnerPrincipal, SignedRequest,
     SubmitCommandInput, bounded_text,
 };
+pub use stream_permits::{
+    STREAM_RETRY_AFTER, StreamCapReached, StreamLimits, StreamPermit, StreamPermits, StreamScope,
+};
 pub use tokens::{IssueTokenInput, IssuedCredential};
 
 /// Limits the service enforces; each has a configuration flag.
@@ -45,6 +49,8 @@ pub struct ServiceSettings {
     pub max_active_tokens_per_user: u32,
     /// Words the moderation policy holds reviews for (passed to it with every review).
     pub moderation_blocklist: Vec<String>,
+    /// Caps on open audit streams, their age, and the replay's page size.
+    pub audit_streams: StreamLimits,
 }
 
 impl Default for ServiceSettings {
@@ -52,6 +58,7 @@ impl Default for ServiceSettings {
         Self {
             max_active_tokens_per_user: 500,
             moderation_blocklist: Vec::new(),
+            audit_streams: StreamLimits::default(),
         }
     }
 }
@@ -98,6 +105,8 @@ pub struct Services {
     compiled: CompiledCache,
     // audit: the live fan-out of this process, read from `store`.
     feed: Arc<AuditFeed>,
+    // audit: the caps on open streams (counted in this process).
+    stream_permits: Arc<StreamPermits>,
     // runners.
     nonces: Option<NonceDeps>,
     // audit: bumped each time this process's policies are reloaded, so open streams ask the
@@ -117,6 +126,7 @@ impl Services {
         } = deps;
         Self {
             feed: AuditFeed::new(store.clone()),
+            stream_permits: StreamPermits::new(settings.audit_streams),
             store,
             authorizer,
             hasher,

@@ -41,7 +41,9 @@ impl ApiResponse for AuditStreamResponse {
                 description: "Server-Sent Events: `id:` is the workspace sequence, `event:` the \
                               event type, `data:` one JSON activity item; comment lines are \
                               heartbeats, and a last comment (`: access revoked`, \
-                              `: token expired`, `: access denied`) when the token loses access",
+                              `: token expired`, `: access denied`) when the token loses access, \
+                              or `: max age reached; reconnect with Last-Event-ID` at the \
+                              stream's maximum age",
                 status: Some(200),
                 status_range: None,
                 content: vec![MetaMediaType {
@@ -132,6 +134,16 @@ impl AuditApi {
     /// activated policy denying it, and reconnecting then gets the 401 or 403 any request
     /// would. No event written after the token's revocation on this workspace, or after its
     /// expiry, is sent to it.
+    ///
+    /// A stream lasts at most an hour (configurable): it then ends cleanly with the last comment
+    /// `: max age reached; reconnect with Last-Event-ID`, between two events, and reconnecting
+    /// with the id of the last event received (as browsers do by themselves) resumes with no gap
+    /// and no repeat. A token may hold 8 streams at once and a workspace 64 (configurable, per
+    /// replica): the next one is a 429 `rate_limited`; when the server holds as many streams as
+    /// it may (1024 by default) it is a 503 `unavailable`. Both carry `retry-after` and
+    /// `details` with the `scope` (`token`, `workspace` or `process`) and its `limit`. A stream
+    /// frees its place when it ends, or when a write to its vanished client fails (within two
+    /// heartbeats). The replay is read from the log a page at a time.
     #[oai(
         path = "/workspaces/:workspaceId/audit/stream",
         method = "get",
