@@ -191,6 +191,12 @@ fn add_contract_headers(operation: &mut Value, mutating: bool, signed: bool) {
                 json!({ "description": "Seconds until a request is allowed.", "required": true, "schema": integer }),
             );
         }
+        if status == "503" {
+            headers.insert(
+                "retry-after".into(),
+                json!({ "description": "Seconds to wait before retrying.", "required": true, "schema": integer }),
+            );
+        }
     }
 }
 

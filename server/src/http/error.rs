@@ -12,6 +12,9 @@ use serde_json::{Value, json};
 use crate::domain::{CorrelationId, ValidationErrors};
 use crate::service::ServiceError;
 
+/// The `retry-after` of every 503, in seconds.
+pub const RETRY_UNAVAILABLE_SECONDS: u32 = 1;
+
 /// Body of every error response.
 #[derive(Debug, Clone, Object)]
 #[oai(rename = "ApiError")]
@@ -134,6 +137,13 @@ impl ApiFailure {
             response.headers_mut().insert(
                 poem::http::header::WWW_AUTHENTICATE,
                 poem::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            // Every 503 is transient (a dependency, or no policy decision slot free in time).
+            response.headers_mut().insert(
+                poem::http::header::RETRY_AFTER,
+                poem::http::HeaderValue::from(RETRY_UNAVAILABLE_SECONDS),
             );
         }
         response
