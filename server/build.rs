@@ -13,6 +13,7 @@ const COMPONENTS: &[(&str, &str)] = &[
     ("POLICY_HOSTILE_SPIN_WASM", "hostile_spin.wasm"),
     ("POLICY_HOSTILE_BOMB_WASM", "hostile_bomb.wasm"),
     ("POLICY_HOSTILE_TRAP_WASM", "hostile_trap.wasm"),
+    ("POLICY_HOSTILE_SLEEP_WASM", "hostile_sleep.wasm"),
     ("POLICY_DENY_ALL_WASM", "hostile_deny_all.wasm"),
 ];
 

@@ -38,7 +38,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     if let Command::Policies(PoliciesCommand::Test { file, cases, kind }) = &cli.command {
         // Needs no records store: the component and the cases are files.
-        return test_policy(cli.output, file, cases, kind);
+        return test_policy(cli.output, file, cases, kind).await;
     }
     if let Command::Runners(command @ crate::resources::RunnersCommand::Sign { .. }) = &cli.command
     {
@@ -206,7 +206,7 @@ fn kind(raw: &str) -> anyhow::Result<PolicyKind> {
     PolicyKind::parse(raw).map_err(anyhow::Error::msg)
 }
 
-fn test_policy(
+async fn test_policy(
     out: OutputFormat,
     file: &std::path::Path,
     cases: &std::path::Path,
@@ -222,7 +222,9 @@ fn test_policy(
         ..EngineSettings::default()
     })
     .map_err(anyhow::Error::msg)?;
-    let results = run_cases(&engine, kind, &component, &cases).map_err(anyhow::Error::msg)?;
+    let results = run_cases(&engine, kind, &component, &cases)
+        .await
+        .map_err(anyhow::Error::msg)?;
     let failed = results.iter().filter(|r| !r.passed()).count();
     match out {
         OutputFormat::Json => println!(

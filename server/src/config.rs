@@ -184,9 +184,20 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_POLICY_MEMORY_MIB", default_value_t = 16)]
     pub policy_memory_mib: usize,
 
-    /// Policy decisions evaluated at once; more wait.
+    /// Policy decisions evaluated at once; more wait, up to `--policy-queue-timeout-ms`.
     #[arg(long, env = "CP_POLICY_CONCURRENCY", default_value_t = 32)]
     pub policy_concurrency: usize,
+
+    /// How long a policy decision waits for a free slot before the request fails with 503
+    /// `unavailable`, in milliseconds. Twice the deadline when absent.
+    #[arg(long, env = "CP_POLICY_QUEUE_TIMEOUT_MS")]
+    pub policy_queue_timeout_ms: Option<u64>,
+
+    /// Shadow authorizer evaluations waiting for a shadow worker; when full, more are dropped
+    /// (and counted in `policy_shadow_dropped_total`) rather than delay active decisions.
+    #[arg(long, env = "CP_POLICY_SHADOW_QUEUE", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub policy_shadow_queue: u32,
 
     /// `policy` (the active authorizer component) or `allow-all`, which authorizes everything
     /// and exists only to measure what the policy costs. Only in builds with the

@@ -147,10 +147,16 @@ async fn build_services(
             replay_page: config.audit_stream_replay_page,
         },
     };
+    let deadline = Duration::from_millis(config.policy_deadline_ms);
     let engine = PolicyEngine::new(EngineSettings {
-        deadline: Duration::from_millis(config.policy_deadline_ms),
+        deadline,
         memory_bytes: config.policy_memory_mib << 20,
         max_concurrent: config.policy_concurrency.max(1),
+        queue_timeout: config
+            .policy_queue_timeout_ms
+            .map(Duration::from_millis)
+            .unwrap_or_else(|| EngineSettings::default_queue_timeout(deadline)),
+        shadow_queue: config.policy_shadow_queue as usize,
     })
     .map_err(anyhow::Error::msg)?;
     let authorizer_default = engine

@@ -1,5 +1,7 @@
 //! Authorization through the active policy component: hot activation on every replica,
-//! rollback, failures contained, shadow evaluation.
+//! rollback, failures contained, shadow evaluation, and the engine's bounds (a sleeping policy
+//! cut at its deadline, a decision slot waited for at most the queue timeout, a full shadow
+//! queue dropping evaluations).
 
 use std::time::{Duration, Instant};
 
@@ -224,4 +226,178 @@ async fn a_shadow_policy_records_disagreements_without_changing_decisions() {
     assert_eq!(report[0].operation, "listActivity");
     assert_eq!(report[0].active_decision, "allow");
     assert!(report[0].shadow_decision.starts_with("deny"));
+}
+
+/// Installs `bytes` as an authorizer and activates it, then waits until `app` answers with it.
+async fn activate(app: &TestApp, tenant: &Tenant, name: &str, bytes: &[u8], limit: Duration) {
+    let policy = app
+        .services
+        .install_policy(name, PolicyKind::Authorizer, bytes)
+        .await
+        .unwrap();
+    app.services
+        .activate_policy(&format!("{name}@{}", policy.version))
+        .await
+        .unwrap();
+    until(&reqwest::Client::new(), &app.address, tenant, 403, limit).await;
+}
+
+/// The value of an unlabelled counter in the Prometheus text.
+fn counter(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{name} is not on /metrics: {metrics}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_sleeping_policy_is_stopped_at_its_deadline_like_a_spinning_one() {
+    // The hostile policy sleeps 30 s in a WASI clock wait: a blocking host call, which the
+    // epoch deadline alone would not interrupt. The default deadline is 50 ms.
+    let app = spawn_app_with(|_| {}).await;
+    let tenant = app.bootstrap().await;
+    activate(
+        &app,
+        &tenant,
+        "sleep",
+        fixtures::SLEEP,
+        Duration::from_secs(5),
+    )
+    .await;
+    let started = Instant::now();
+    let response = app
+        .get(
+            &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
+            &tenant.token,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(response, 403, "policy_error").await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "answered near the 50 ms deadline, not after the 30 s sleep: {took:?}"
+    );
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.contains(r#"policy_failures_total{kind="authorizer",reason="timeout"}"#),
+        "{metrics}"
+    );
+    app.services
+        .rollback_policy(PolicyKind::Authorizer)
+        .await
+        .unwrap();
+    until(
+        &app.client,
+        &app.address,
+        &tenant,
+        200,
+        Duration::from_secs(3),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_decision_with_no_free_slot_is_a_503_with_retry_after_not_a_hang() {
+    // One slot, held for a whole 1.5 s deadline by the sleeping policy; a second request waits
+    // 50 ms for it and is refused.
+    let app = spawn_app_with(|c| {
+        c.policy_concurrency = 1;
+        c.policy_deadline_ms = 1500;
+        c.policy_queue_timeout_ms = Some(50);
+    })
+    .await;
+    let tenant = app.bootstrap().await;
+    activate(
+        &app,
+        &tenant,
+        "sleep",
+        fixtures::SLEEP,
+        Duration::from_secs(10),
+    )
+    .await;
+    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let holder = {
+        let request = app.get(&path, &tenant.token);
+        tokio::spawn(async move { request.send().await.unwrap() })
+    };
+    // Let the first request take the slot.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let refused = app.get(&path, &tenant.token).send().await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(
+        refused
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("1"),
+        "retry-after on the 503"
+    );
+    assert_api_error(refused, 503, "unavailable").await;
+    assert!(
+        took < Duration::from_secs(1),
+        "refused after the 50 ms queue timeout, before the slot came free: {took:?}"
+    );
+    assert_api_error(holder.await.unwrap(), 403, "policy_error").await;
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.contains(r#"policy_failures_total{kind="authorizer",reason="unavailable"}"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_full_shadow_queue_drops_evaluations_without_delaying_active_decisions() {
+    // The active authorizer is an installed one (deny-all), so each decision needs one of the
+    // two slots. Every shadow evaluation sleeps to its 3 s deadline. Were shadows to take slots,
+    // they would hold both and the active decisions would wait; instead two shadow workers and a
+    // queue of one take three of the 20 requests' evaluations, the rest are dropped and counted,
+    // and every request is answered before a single shadow evaluation could end.
+    let app = spawn_app_with(|c| {
+        c.policy_concurrency = 2;
+        c.policy_deadline_ms = 3000;
+        c.policy_shadow_queue = 1;
+    })
+    .await;
+    let tenant = app.bootstrap().await;
+    let before = counter(&app.metrics().await, "policy_shadow_dropped_total");
+    assert_eq!(before, 0.0);
+    for (name, bytes) in [("deny-all", fixtures::DENY_ALL), ("sleep", fixtures::SLEEP)] {
+        app.services
+            .install_policy(name, PolicyKind::Authorizer, bytes)
+            .await
+            .unwrap();
+    }
+    app.services.activate_policy("deny-all@1").await.unwrap();
+    app.services.shadow_policy(Some("sleep@1")).await.unwrap();
+    // In force now, not at the next poll of the policy watcher.
+    app.services.reload_policies().await.unwrap();
+
+    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let started = Instant::now();
+    let requests: Vec<_> = (0..20)
+        .map(|_| {
+            let request = app.get(&path, &tenant.token);
+            tokio::spawn(async move { request.send().await.unwrap() })
+        })
+        .collect();
+    for request in requests {
+        // deny-all's own denial: the active policy decided; the shadow changed nothing.
+        assert_api_error(request.await.unwrap(), 403, "forbidden").await;
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "20 requests answered before one shadow evaluation could end: {took:?}"
+    );
+    let dropped = counter(&app.metrics().await, "policy_shadow_dropped_total");
+    assert!(
+        dropped >= 17.0,
+        "at most 2 evaluating and 1 queued, the rest dropped: {dropped}"
+    );
 }

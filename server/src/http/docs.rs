@@ -203,6 +203,12 @@ fn add_contract_headers(operation: &mut Value, mutating: bool, signed: bool) {
                 json!({ "description": "Seconds until a request is allowed (for `idempotency_quota_exceeded`, until the quota's window ends).", "required": true, "schema": integer }),
             );
         }
+        if status == "503" {
+            headers.insert(
+                "retry-after".into(),
+                json!({ "description": "Seconds to wait before retrying.", "required": true, "schema": integer }),
+            );
+        }
     }
 }
 

@@ -12,6 +12,9 @@ use serde_json::{Value, json};
 use crate::domain::{CorrelationId, ValidationErrors};
 use crate::service::{STREAM_RETRY_AFTER, ServiceError, StreamScope};
 
+/// The `retry-after` of every 503, in seconds.
+pub const RETRY_UNAVAILABLE_SECONDS: u32 = 1;
+
 /// Body of every error response.
 #[derive(Debug, Clone, Object)]
 #[oai(rename = "ApiError")]
@@ -140,7 +143,11 @@ impl ApiFailure {
         let mut response = poem::web::Json(body)
             .with_status(self.status)
             .into_response();
-        if let Some(wait) = self.retry_after {
+        // Every 503 is transient (a dependency, or no policy decision slot free in time): it
+        // says when to retry even when the refusal named no wait of its own.
+        let unavailable = (self.status == StatusCode::SERVICE_UNAVAILABLE)
+            .then(|| std::time::Duration::from_secs(RETRY_UNAVAILABLE_SECONDS.into()));
+        if let Some(wait) = self.retry_after.or(unavailable) {
             // Whole seconds, rounded up, never 0, as for the limiter's 429.
             let seconds = wait.as_millis().div_ceil(1000).max(1) as u64;
             response.headers_mut().insert(

@@ -81,7 +81,9 @@ pub fn build_app(
     let docs_html = service.swagger_ui_html().replace(&raw_spec, &spec);
     let metrics = Arc::new(HttpMetrics::new()?);
     if let Some(runtime) = services.policy_runtime() {
-        metrics.register(Box::new(runtime.failures()))?;
+        for collector in runtime.metrics() {
+            metrics.register(collector)?;
+        }
     }
     let meta = <api::AllApis as OpenApi>::meta();
     let plain: Vec<&str> = ops::OPERATOR_PATHS

@@ -119,8 +119,9 @@ impl CaseResult {
     }
 }
 
-/// Evaluates every case; an error means the file or the component is unusable.
-pub fn run_cases(
+/// Evaluates every case, one at a time within the deadline; an error means the file or the
+/// component is unusable.
+pub async fn run_cases(
     engine: &PolicyEngine,
     kind: PolicyKind,
     component: &[u8],
@@ -155,7 +156,7 @@ pub fn run_cases(
                     workspace_id: r.workspace_id,
                     resource_ids: r.resource_ids,
                 };
-                match engine.authorize_blocking(&policy, &request) {
+                match engine.authorize_now(&policy, &request).await {
                     Ok(a::AuthzDecision::Allow) => "allow".to_owned(),
                     Ok(a::AuthzDecision::Deny(d)) if d.status == a::DenyStatus::NotFound => {
                         "deny:not-found".to_owned()
@@ -180,7 +181,7 @@ pub fn run_cases(
                     prior_reports: r.prior_reports.into_iter().map(report).collect(),
                     blocklist: r.blocklist,
                 };
-                match engine.moderate_blocking(&policy, &request) {
+                match engine.moderate_now(&policy, &request).await {
                     Ok(decision) => {
                         let verdict = outcome(decision).verdict.as_str();
                         // "published" -> "publish", as authors write them.

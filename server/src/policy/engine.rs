@@ -1,7 +1,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits,
@@ -39,20 +39,42 @@ impl PolicyKind {
 /// Budgets of one decision and of the engine.
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
+    /// Wall-clock budget of one decision: instantiation, guest code and host waits.
     pub deadline: Duration,
     pub memory_bytes: usize,
+    /// Decision slots: active decisions evaluated at once (the built-in authorizer runs in
+    /// place and takes none).
     pub max_concurrent: usize,
+    /// How long a decision waits for a slot before it fails as unavailable.
+    pub queue_timeout: Duration,
+    /// Shadow evaluations waiting for a shadow worker; more are dropped and counted.
+    pub shadow_queue: usize,
+}
+
+impl EngineSettings {
+    /// The slot wait when none is configured: two deadlines, as long as the slowest decision
+    /// holding a slot can take, twice over.
+    pub fn default_queue_timeout(deadline: Duration) -> Duration {
+        deadline * 2
+    }
 }
 
 impl Default for EngineSettings {
     fn default() -> Self {
+        let deadline = Duration::from_millis(50);
         Self {
-            deadline: Duration::from_millis(50),
+            deadline,
             memory_bytes: 16 << 20,
             max_concurrent: 32,
+            queue_timeout: Self::default_queue_timeout(deadline),
+            shadow_queue: 64,
         }
     }
 }
+
+/// Shadow evaluations run one at a time on each of this many workers, with their own instances
+/// and never an active decision's slot.
+pub(super) const SHADOW_WORKERS: usize = 2;
 
 /// Why a decision could not be made; the caller fails closed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -198,12 +220,17 @@ static PRECOMPILED: std::sync::LazyLock<NativeCache> = std::sync::LazyLock::new(
 
 impl PolicyEngine {
     pub fn new(settings: EngineSettings) -> Result<Arc<Self>, String> {
-        let slots = settings.max_concurrent as u32 + 8;
+        // Active slots, shadow workers, and headroom for the built-in authorizer, which runs in
+        // place on the async workers.
+        let slots = (settings.max_concurrent + SHADOW_WORKERS) as u32 + 8;
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(slots)
             .total_core_instances(slots * 8)
             .total_memories(slots * 4)
             .total_tables(slots * 8)
+            // Every decision runs on a fiber stack (async host calls); unzeroed stacks stay
+            // resident in the pool.
+            .total_stacks(slots)
             .max_memory_size(settings.memory_bytes)
             // Keep the first MiB of each slot resident: fresh instances start on warm pages.
             .linear_memory_keep_resident(1 << 20)
@@ -219,7 +246,7 @@ impl PolicyEngine {
         let engine =
             Engine::new(&config).map_err(|e| format!("could not create the wasm engine: {e}"))?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| format!("could not link WASI: {e}"))?;
 
         let weak = engine.weak();
@@ -323,8 +350,21 @@ impl PolicyEngine {
         store
     }
 
-    /// One authorization decision in a fresh instance, on the calling thread.
-    pub fn authorize_blocking(
+    /// Runs `decision` within the wall-clock deadline. The epoch deadline (set on the store)
+    /// interrupts guest code; this timer interrupts everything else, in particular a host call
+    /// the guest blocks in (a WASI clock wait): the future is dropped and the store with it.
+    async fn within_deadline<T>(
+        &self,
+        decision: impl Future<Output = Result<T, PolicyFailure>>,
+    ) -> Result<T, PolicyFailure> {
+        tokio::time::timeout(self.settings.deadline, decision)
+            .await
+            .unwrap_or(Err(PolicyFailure::Timeout))
+    }
+
+    /// One authorization decision in a fresh instance, on the calling task and within the
+    /// deadline, without a decision slot (the case runner and benchmarks call it directly).
+    pub async fn authorize_now(
         &self,
         policy: &CompiledPolicy,
         request: &authz_types::AuthzRequest,
@@ -332,15 +372,23 @@ impl PolicyEngine {
         let Pre::Authorizer(pre) = &policy.pre else {
             return Err(PolicyFailure::Instantiate("not an authorizer".into()));
         };
-        let mut store = self.store();
-        let instance = pre.instantiate(&mut store).map_err(classify_instantiate)?;
-        instance
-            .call_authorize(&mut store, request)
-            .map_err(classify)
+        self.within_deadline(async {
+            let mut store = self.store();
+            let instance = pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(classify_instantiate)?;
+            instance
+                .call_authorize(&mut store, request)
+                .await
+                .map_err(classify)
+        })
+        .await
     }
 
-    /// One moderation decision in a fresh instance, on the calling thread.
-    pub fn moderate_blocking(
+    /// One moderation decision in a fresh instance, on the calling task and within the
+    /// deadline, without a decision slot.
+    pub async fn moderate_now(
         &self,
         policy: &CompiledPolicy,
         request: &moderation_types::ModerationRequest,
@@ -348,37 +396,60 @@ impl PolicyEngine {
         let Pre::Moderator(pre) = &policy.pre else {
             return Err(PolicyFailure::Instantiate("not a moderator".into()));
         };
-        let mut store = self.store();
-        let instance = pre.instantiate(&mut store).map_err(classify_instantiate)?;
-        instance
-            .call_moderate(&mut store, request)
-            .map_err(classify)
-    }
-
-    /// Runs `work` on a blocking thread within the concurrency bound. WASI's sync host functions
-    /// block on the runtime, so a guest must never run on an async worker thread.
-    async fn on_blocking_thread<T: Send + 'static>(
-        self: &Arc<Self>,
-        work: impl FnOnce(&PolicyEngine) -> Result<T, PolicyFailure> + Send + 'static,
-    ) -> Result<T, PolicyFailure> {
-        let unavailable = |e: &dyn std::fmt::Display| PolicyFailure::Unavailable(e.to_string());
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| unavailable(&e))?;
-        let engine = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            work(&engine)
+        self.within_deadline(async {
+            let mut store = self.store();
+            let instance = pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(classify_instantiate)?;
+            instance
+                .call_moderate(&mut store, request)
+                .await
+                .map_err(classify)
         })
         .await
-        .map_err(|e| unavailable(&e))?
     }
 
-    /// Authorizes in a fresh instance: the built-in authorizer on the request's own thread,
-    /// any other policy off the async workers.
+    /// Waits for a decision slot, at most `queue_timeout`: a decision that cannot start in time
+    /// fails as unavailable rather than queueing without bound.
+    async fn slot(&self) -> Result<OwnedSemaphorePermit, PolicyFailure> {
+        match tokio::time::timeout(
+            self.settings.queue_timeout,
+            self.permits.clone().acquire_owned(),
+        )
+        .await
+        {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(closed)) => Err(PolicyFailure::Unavailable(closed.to_string())),
+            Err(_) => Err(PolicyFailure::Unavailable(format!(
+                "no decision slot was free within {} ms",
+                self.settings.queue_timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// Runs `decision` off the async workers, holding `slot` if given: an installed policy may
+    /// spin to its deadline, and guest code runs inside `poll`, so it gets a blocking thread
+    /// that drives the future (host waits included) to the end.
+    async fn on_blocking_thread<T: Send + 'static>(
+        slot: Option<OwnedSemaphorePermit>,
+        decision: impl Future<Output = Result<T, PolicyFailure>> + Send + 'static,
+    ) -> Result<T, PolicyFailure> {
+        let timers = DECISION_TIMERS
+            .as_ref()
+            .map_err(|e| PolicyFailure::Unavailable(e.clone()))?
+            .handle()
+            .clone();
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            timers.block_on(decision)
+        })
+        .await
+        .map_err(|e| PolicyFailure::Unavailable(e.to_string()))?
+    }
+
+    /// Authorizes in a fresh instance: the built-in authorizer in place on the request's task,
+    /// any other policy in a decision slot off the async workers.
     pub async fn authorize(
         self: &Arc<Self>,
         policy: Arc<CompiledPolicy>,
@@ -389,24 +460,64 @@ impl PolicyEngine {
             // This repository's own policy, built with the server: a decision takes a few
             // microseconds (BENCHMARKS.md), less than the hop to a blocking thread and back. An
             // installed policy may spin to its deadline, so it never runs on an async worker.
-            return self.authorize_blocking(&policy, &request);
+            return self.authorize_now(&policy, &request).await;
         }
-        self.on_blocking_thread(move |engine| engine.authorize_blocking(&policy, &request))
-            .await
+        let slot = self.slot().await?;
+        let engine = self.clone();
+        Self::on_blocking_thread(Some(slot), async move {
+            engine.authorize_now(&policy, &request).await
+        })
+        .await
     }
 
-    /// Moderates in a fresh instance, off the async workers.
+    /// Authorizes for a shadow worker: in place or off the async workers as [`Self::authorize`]
+    /// does, but without a decision slot; the fixed number of shadow workers is the bound.
+    pub(super) async fn authorize_shadow(
+        self: &Arc<Self>,
+        policy: Arc<CompiledPolicy>,
+        input: &AuthzInput,
+    ) -> Result<authz_types::AuthzDecision, PolicyFailure> {
+        let request = input.to_wit();
+        if is_builtin(&policy.digest) {
+            return self.authorize_now(&policy, &request).await;
+        }
+        let engine = self.clone();
+        Self::on_blocking_thread(None, async move {
+            engine.authorize_now(&policy, &request).await
+        })
+        .await
+    }
+
+    /// Moderates in a fresh instance, in a decision slot off the async workers.
     pub async fn moderate(
         self: &Arc<Self>,
         policy: Arc<CompiledPolicy>,
         input: &ModerationInput,
     ) -> Result<ModerationOutcome, PolicyFailure> {
         let request = input.to_wit();
-        self.on_blocking_thread(move |engine| engine.moderate_blocking(&policy, &request))
-            .await
-            .map(outcome)
+        let slot = self.slot().await?;
+        let engine = self.clone();
+        Self::on_blocking_thread(Some(slot), async move {
+            engine.moderate_now(&policy, &request).await
+        })
+        .await
+        .map(outcome)
     }
 }
+
+/// The timers of decisions on blocking threads (their deadline, WASI clock waits): a runtime of
+/// the engine's own, which lives as long as the process. The server's runtime would do until it
+/// shuts down with a decision in flight (a shadow evaluation, say): its timer goes first, and
+/// the decision would panic rather than end at its deadline.
+static DECISION_TIMERS: std::sync::LazyLock<Result<tokio::runtime::Runtime, String>> =
+    std::sync::LazyLock::new(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("policy-timers")
+            .enable_time()
+            .build()
+            .map_err(|e| format!("could not start the policy timers: {e}"))
+    });
 
 /// Is this the digest of a policy built into the server?
 fn is_builtin(digest: &str) -> bool {

@@ -2,9 +2,37 @@
 //! that implement the WIT worlds in `policies/wit/`.
 //!
 //! One wasmtime [`Engine`](wasmtime::Engine) per process; each policy is compiled once; every
-//! decision runs in a fresh instance (no state survives between decisions) with a time budget
-//! (epoch deadline), a memory cap and a bound on concurrent evaluations. Anything going wrong
-//! fails closed: authorization denied, review held.
+//! decision runs in a fresh instance (no state survives between decisions) with a wall-clock
+//! time budget (the deadline), a memory cap and a bound on concurrent evaluations. Anything
+//! going wrong fails closed: authorization denied, review held.
+//!
+//! # The deadline covers host calls too
+//!
+//! A guest spends its time in two places: its own code, and host calls (WASI). The epoch
+//! deadline interrupts guest code only; a guest blocked in a host call, such as the WASI clock
+//! wait `std::thread::sleep` becomes on wasm32-wasip2, is not running wasm and never sees it.
+//! So WASI is linked with its async host (`add_to_linker_async`), every decision is a future
+//! (`instantiate_async`, `call_async`, on a fiber stack), and that whole future runs under
+//! `tokio::time::timeout(deadline)`: a guest waiting in the host is dropped at the deadline,
+//! store and all, exactly where a spinning guest traps. The epoch deadline stays for guest code,
+//! which holds the thread inside one `poll` and so cannot be reached by a timer.
+//!
+//! The alternative, keeping the synchronous host and clamping the clock, does not hold up:
+//! wasmtime-wasi's sleeps are tokio timers that do not consult the context's clock, so clamping
+//! them means overriding `subscribe-duration`, `subscribe-instant` and every other import that
+//! can block, one by one, and any import added later would escape the budget again. The timeout
+//! bounds all of them at once.
+//!
+//! # Slots and the shadow
+//!
+//! An installed policy may spin to its deadline, so it runs on a blocking thread (which drives
+//! its future, on timers of the engine's own) in one of `max_concurrent` decision slots; the
+//! built-in authorizer takes microseconds and runs in place on the request's task. A decision
+//! waits for a slot at most `queue_timeout`, then fails as [`PolicyFailure::Unavailable`]:
+//! authorization answers 503 `unavailable` with `retry-after`, a review is held. Shadow
+//! evaluations go through a bounded queue to a fixed number of workers that use no slot
+//! (`runtime.rs`); a full queue drops the evaluation and counts it in
+//! `policy_shadow_dropped_total`.
 
 mod cases;
 mod engine;
@@ -33,6 +61,8 @@ pub mod fixtures {
     pub const BOMB: &[u8] = include_bytes!(env!("POLICY_HOSTILE_BOMB_WASM"));
     pub const TRAP: &[u8] = include_bytes!(env!("POLICY_HOSTILE_TRAP_WASM"));
     pub const DENY_ALL: &[u8] = include_bytes!(env!("POLICY_DENY_ALL_WASM"));
+    /// Sleeps 30 s in a WASI clock wait (a blocking host call) before allowing.
+    pub const SLEEP: &[u8] = include_bytes!(env!("POLICY_HOSTILE_SLEEP_WASM"));
 }
 
 /// Hex SHA-256 of a component: the identity of a policy version.

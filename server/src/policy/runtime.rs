@@ -1,10 +1,17 @@
 //! The policies in force in this process: the active authorizer and moderator, and a shadow
 //! authorizer under evaluation. Swapped atomically when an activation arrives.
+//!
+//! Shadow evaluations never delay an active decision: each request offers one to a bounded
+//! queue, served by [`SHADOW_WORKERS`] workers that use no decision slot; when the queue is full
+//! the evaluation is dropped and counted in `policy_shadow_dropped_total`.
 
 use std::sync::{Arc, RwLock};
 
+use tokio::sync::mpsc;
+
 use super::engine::{
-    CompiledPolicy, ModerationInput, ModerationOutcome, PolicyEngine, PolicyFailure, Verdict,
+    CompiledPolicy, ModerationInput, ModerationOutcome, PolicyEngine, PolicyFailure,
+    SHADOW_WORKERS, Verdict,
 };
 use super::wit::{AuthzInput, authz_types};
 use crate::service::{Authorizer, AuthzRequest, Decision, DenyStatus};
@@ -29,6 +36,58 @@ pub struct PolicyRuntime {
     shadow: RwLock<Option<Arc<CompiledPolicy>>>,
     sink: RwLock<Option<DisagreementSink>>,
     failures: prometheus::IntCounterVec,
+    shadow_queue: mpsc::Sender<ShadowJob>,
+    shadow_dropped: prometheus::IntCounter,
+}
+
+/// One shadow evaluation waiting for a worker: the request as the active authorizer saw it, and
+/// what it answered.
+struct ShadowJob {
+    shadow: Arc<CompiledPolicy>,
+    input: AuthzInput,
+    active: String,
+    sink: Option<DisagreementSink>,
+}
+
+impl ShadowJob {
+    async fn run(self, engine: &Arc<PolicyEngine>) {
+        let shadowed = describe(
+            &engine
+                .authorize_shadow(self.shadow.clone(), &self.input)
+                .await,
+        );
+        if shadowed != self.active
+            && let Some(sink) = self.sink
+        {
+            sink(Disagreement {
+                shadow_digest: self.shadow.digest.clone(),
+                operation: self.input.operation,
+                principal_id: self.input.principal.token_id.to_string(),
+                active: self.active,
+                shadow: shadowed,
+            });
+        }
+    }
+}
+
+/// Starts the shadow workers; they stop when the runtime (the queue's sender) is dropped.
+fn start_shadow_workers(engine: &Arc<PolicyEngine>) -> mpsc::Sender<ShadowJob> {
+    let (sender, receiver) = mpsc::channel::<ShadowJob>(engine.settings().shadow_queue.max(1));
+    let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
+    for _ in 0..SHADOW_WORKERS {
+        let engine = engine.clone();
+        let receiver = receiver.clone();
+        tokio::spawn(async move {
+            loop {
+                // The lock is held only while waiting for a job, never while evaluating one.
+                let Some(job) = receiver.lock().await.recv().await else {
+                    return;
+                };
+                job.run(&engine).await;
+            }
+        });
+    }
+    sender
 }
 
 fn read<T: Clone>(lock: &RwLock<T>) -> T {
@@ -54,6 +113,7 @@ fn describe(decision: &Result<authz_types::AuthzDecision, PolicyFailure>) -> Str
 }
 
 impl PolicyRuntime {
+    /// Must be called within a Tokio runtime: it starts the shadow workers.
     pub fn new(
         engine: Arc<PolicyEngine>,
         authorizer: CompiledPolicy,
@@ -66,6 +126,11 @@ impl PolicyRuntime {
             ),
             &["kind", "reason"],
         )?;
+        let shadow_dropped = prometheus::IntCounter::new(
+            "policy_shadow_dropped_total",
+            "Shadow authorizer evaluations dropped because the shadow queue was full",
+        )?;
+        let shadow_queue = start_shadow_workers(&engine);
         Ok(Self {
             engine,
             authorizer: RwLock::new(Arc::new(authorizer)),
@@ -73,6 +138,8 @@ impl PolicyRuntime {
             shadow: RwLock::new(None),
             sink: RwLock::new(None),
             failures,
+            shadow_queue,
+            shadow_dropped,
         })
     }
 
@@ -81,8 +148,11 @@ impl PolicyRuntime {
     }
 
     /// Counters to register with the metrics endpoint.
-    pub fn failures(&self) -> prometheus::IntCounterVec {
-        self.failures.clone()
+    pub fn metrics(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.failures.clone()),
+            Box::new(self.shadow_dropped.clone()),
+        ]
     }
 
     pub fn set_authorizer(&self, policy: Arc<CompiledPolicy>) {
@@ -119,7 +189,12 @@ impl PolicyRuntime {
         };
         self.failures.with_label_values(&[kind, reason]).inc();
         // The span of the request carries the correlation id.
-        tracing::error!(policy_kind = kind, policy_digest = digest, %failure, "policy failed closed");
+        if let PolicyFailure::Unavailable(_) = failure {
+            // Overload, not a faulty policy.
+            tracing::warn!(policy_kind = kind, policy_digest = digest, %failure, "policy failed closed");
+        } else {
+            tracing::error!(policy_kind = kind, policy_digest = digest, %failure, "policy failed closed");
+        }
     }
 
     /// Moderates with the active moderator; any failure holds the review.
@@ -158,25 +233,17 @@ impl Authorizer for PolicyRuntime {
         let policy = read(&self.authorizer);
         let result = self.engine.authorize(policy.clone(), &input).await;
         if let Some(shadow) = read(&self.shadow) {
-            // Off the request's path: the shadow never delays nor changes a decision.
-            let engine = self.engine.clone();
-            let sink = read(&self.sink);
-            let active = describe(&result);
-            let input = input.clone();
-            tokio::spawn(async move {
-                let shadowed = describe(&engine.authorize(shadow.clone(), &input).await);
-                if shadowed != active
-                    && let Some(sink) = sink
-                {
-                    sink(Disagreement {
-                        shadow_digest: shadow.digest.clone(),
-                        operation: input.operation,
-                        principal_id: input.principal.token_id.to_string(),
-                        active,
-                        shadow: shadowed,
-                    });
-                }
-            });
+            // Off the request's path: the shadow never delays nor changes a decision, and when
+            // its workers fall behind the evaluation is dropped, not queued without bound.
+            let job = ShadowJob {
+                shadow,
+                input,
+                active: describe(&result),
+                sink: read(&self.sink),
+            };
+            if self.shadow_queue.try_send(job).is_err() {
+                self.shadow_dropped.inc();
+            }
         }
         match result {
             Ok(authz_types::AuthzDecision::Allow) => Decision::Allow,
@@ -189,8 +256,12 @@ impl Authorizer for PolicyRuntime {
             },
             Err(failure) => {
                 self.count_failure("authorizer", &failure, &policy.digest);
-                Decision::Failed {
-                    reason: failure.to_string(),
+                match failure {
+                    // No slot in time: denied too, but as an overload the client may retry.
+                    PolicyFailure::Unavailable(reason) => Decision::Unavailable { reason },
+                    failure => Decision::Failed {
+                        reason: failure.to_string(),
+                    },
                 }
             }
         }

@@ -10,6 +10,15 @@ use crate::service::Operation;
 const WS: &str = "6f1c2d3e-4b5a-4c6d-8e7f-0123456789ab";
 const OTHER_WS: &str = "00000000-0000-4000-8000-000000000000";
 
+/// Runs one decision to the end on a runtime of its own: the engine's timers need one.
+fn block<T>(decision: impl Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime")
+        .block_on(decision)
+}
+
 fn engine() -> std::sync::Arc<PolicyEngine> {
     PolicyEngine::new(EngineSettings {
         max_concurrent: 4,
@@ -40,7 +49,7 @@ fn request(operation: Operation, scopes: &[&str], workspace: Option<&str>) -> a:
 
 fn allowed(engine: &PolicyEngine, policy: &super::CompiledPolicy, req: &a::AuthzRequest) -> bool {
     matches!(
-        engine.authorize_blocking(policy, req),
+        block(engine.authorize_now(policy, req)),
         Ok(a::AuthzDecision::Allow)
     )
 }
@@ -129,8 +138,7 @@ fn the_default_moderator_applies_each_rule() {
         .compile(PolicyKind::Moderator, defaults::MODERATOR)
         .expect("default compiles");
     let verdict = |req: &m::ModerationRequest| {
-        engine
-            .moderate_blocking(&policy, req)
+        block(engine.moderate_now(&policy, req))
             .expect("decides")
             .verdict
     };
@@ -188,7 +196,7 @@ fn hostile_components_are_contained_and_the_default_still_answers() {
         .expect("spin compiles");
     let started = Instant::now();
     assert_eq!(
-        engine.authorize_blocking(&spin, &req),
+        block(engine.authorize_now(&spin, &req)),
         Err(PolicyFailure::Timeout)
     );
     assert!(
@@ -200,7 +208,7 @@ fn hostile_components_are_contained_and_the_default_still_answers() {
     let bomb = engine
         .compile(PolicyKind::Authorizer, fixtures::BOMB)
         .expect("bomb compiles");
-    let outcome = engine.authorize_blocking(&bomb, &req);
+    let outcome = block(engine.authorize_now(&bomb, &req));
     assert!(
         matches!(outcome, Err(PolicyFailure::Memory | PolicyFailure::Trap(_))),
         "{outcome:?}"
@@ -210,7 +218,7 @@ fn hostile_components_are_contained_and_the_default_still_answers() {
         .compile(PolicyKind::Authorizer, fixtures::TRAP)
         .expect("trap compiles");
     assert!(matches!(
-        engine.authorize_blocking(&trap, &req),
+        block(engine.authorize_now(&trap, &req)),
         Err(PolicyFailure::Trap(_))
     ));
 
@@ -226,7 +234,7 @@ fn hostile_components_are_contained_and_the_default_still_answers() {
 
     for _ in 0..3 {
         assert_eq!(
-            engine.authorize_blocking(&default, &req),
+            block(engine.authorize_now(&default, &req)),
             Ok(a::AuthzDecision::Allow)
         );
     }
@@ -244,9 +252,9 @@ fn no_state_survives_between_decisions() {
         .compile(PolicyKind::Authorizer, fixtures::TRAP)
         .expect("trap");
     let req = request(Operation::ReadActivity, &["activity:read"], Some(WS));
-    let first = engine.authorize_blocking(&default, &req);
-    let _ = engine.authorize_blocking(&trap, &req);
-    assert_eq!(engine.authorize_blocking(&default, &req), first);
+    let first = block(engine.authorize_now(&default, &req));
+    let _ = block(engine.authorize_now(&trap, &req));
+    assert_eq!(block(engine.authorize_now(&default, &req)), first);
 }
 
 #[test]
@@ -264,18 +272,104 @@ fn the_default_policies_pass_their_own_case_files() {
             include_str!("../../../policies/moderation/cases.json"),
         ),
     ] {
-        let results = super::run_cases(&engine, kind, component, cases).expect("cases run");
+        let results = block(super::run_cases(&engine, kind, component, cases)).expect("cases run");
         assert!(results.len() > 10);
         let failed: Vec<_> = results.iter().filter(|r| !r.passed()).collect();
         assert!(failed.is_empty(), "{failed:?}");
     }
     // A component that disagrees is caught.
-    let results = super::run_cases(
+    let results = block(super::run_cases(
         &engine,
         PolicyKind::Authorizer,
         fixtures::DENY_ALL,
         include_str!("../../../policies/authz/cases.json"),
-    )
+    ))
     .expect("cases run");
     assert!(results.iter().any(|r| !r.passed()));
+}
+
+#[test]
+fn a_sleeping_policy_is_stopped_at_its_deadline() {
+    // The guest blocks in a WASI clock wait for 30 s: a host call, where the epoch deadline
+    // cannot reach it. The wall-clock deadline must.
+    let engine = engine();
+    let sleep = engine
+        .compile(PolicyKind::Authorizer, fixtures::SLEEP)
+        .expect("sleep compiles");
+    let req = request(Operation::ReadActivity, &["activity:read"], Some(WS));
+    let started = Instant::now();
+    assert_eq!(
+        block(engine.authorize_now(&sleep, &req)),
+        Err(PolicyFailure::Timeout)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "stopped near the 50 ms deadline, not after the 30 s sleep: {:?}",
+        started.elapsed()
+    );
+    let default = engine
+        .compile(PolicyKind::Authorizer, defaults::AUTHORIZER)
+        .expect("default");
+    assert_eq!(
+        block(engine.authorize_now(&default, &req)),
+        Ok(a::AuthzDecision::Allow)
+    );
+}
+
+fn input() -> super::AuthzInput {
+    super::AuthzInput {
+        principal: crate::domain::Principal {
+            token_id: uuid::Uuid::new_v4(),
+            public_id: "public".into(),
+            user_id: uuid::Uuid::new_v4(),
+            organisation_id: uuid::Uuid::new_v4(),
+            scopes: crate::domain::Scopes::all(),
+            workspace_ids: vec![WS.parse().expect("uuid")],
+            environment_ids: vec![],
+            expires_at: chrono::Utc::now(),
+        },
+        operation: Operation::ReadActivity.id(),
+        method: "GET",
+        route: Operation::ReadActivity.http().1,
+        workspace_id: Some(WS.into()),
+        resource_ids: vec![],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_waits_for_a_slot_at_most_the_queue_timeout() {
+    let engine = PolicyEngine::new(EngineSettings {
+        deadline: Duration::from_millis(1000),
+        max_concurrent: 1,
+        queue_timeout: Duration::from_millis(50),
+        ..EngineSettings::default()
+    })
+    .expect("engine");
+    let sleep = std::sync::Arc::new(
+        engine
+            .compile(PolicyKind::Authorizer, fixtures::SLEEP)
+            .expect("sleep compiles"),
+    );
+    let holder = {
+        let (engine, sleep) = (engine.clone(), sleep.clone());
+        tokio::spawn(async move { engine.authorize(sleep, &input()).await })
+    };
+    // Let the first decision take the only slot.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let refused = engine.authorize(sleep, &input()).await;
+    assert!(
+        matches!(refused, Err(PolicyFailure::Unavailable(_))),
+        "{refused:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "refused after the queue timeout, before the slot came free: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        holder.await.expect("joins"),
+        Err(PolicyFailure::Timeout),
+        "the slot holder is cut at its deadline"
+    );
 }

@@ -1,11 +1,23 @@
 //! The host side of the WIT worlds, and conversions from the service layer's types.
 
 pub mod authorizer {
-    wasmtime::component::bindgen!({ world: "authorizer", path: "../policies/wit", additional_derives: [PartialEq] });
+    wasmtime::component::bindgen!({
+        world: "authorizer",
+        path: "../policies/wit",
+        additional_derives: [PartialEq],
+        // Called with `call_async`: WASI's host calls are async (see the module doc of `policy`).
+        exports: { default: async },
+    });
 }
 
 pub mod moderator {
-    wasmtime::component::bindgen!({ world: "moderator", path: "../policies/wit", additional_derives: [PartialEq] });
+    wasmtime::component::bindgen!({
+        world: "moderator",
+        path: "../policies/wit",
+        additional_derives: [PartialEq],
+        // Called with `call_async`: WASI's host calls are async (see the module doc of `policy`).
+        exports: { default: async },
+    });
 }
 
 use crate::domain::Principal;

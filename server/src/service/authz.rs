@@ -121,6 +121,11 @@ pub enum Decision {
     Failed {
         reason: String,
     },
+    /// The policy was not asked: no decision slot was free in time. Denied as well, but the
+    /// client may retry (503 `unavailable`).
+    Unavailable {
+        reason: String,
+    },
 }
 
 /// The port the service layer asks; the policy engine implements it.

@@ -137,7 +137,7 @@ impl Services {
     }
 
     /// Asks the active authorizer; a denial becomes a 403 or 404 with its reason, a policy that
-    /// could not decide a 403 `policy_error`.
+    /// could not decide a 403 `policy_error`, a policy engine with no slot free a 503.
     pub async fn authorize(
         &self,
         principal: &Principal,
@@ -162,6 +162,7 @@ impl Services {
                 reason,
             } => Err(ServiceError::not_found(reason)),
             Decision::Failed { .. } => Err(ServiceError::PolicyError),
+            Decision::Unavailable { .. } => Err(ServiceError::Unavailable),
         }
     }
 
