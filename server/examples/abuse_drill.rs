@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use control_plane::config::ServerConfig;
 use control_plane::domain::{CorrelationId, ExpiresInDays, Scopes, TokenName, sign_request};
+use control_plane::policy::{PolicyKind, fixtures};
 use control_plane::service::{BootstrapInput, IssueTokenInput, Services};
 use control_plane::startup::open_services;
 use serde_json::{Value, json};
@@ -91,6 +92,8 @@ struct Drill {
     /// The good client's, from 127.0.0.3: its own connections, so a connection the server closed
     /// on the attacker is never reused for it.
     good_client: reqwest::Client,
+    /// The runner's, from 127.0.0.1 like the attacker, but on connections of its own.
+    runner_client: reqwest::Client,
     /// The drill's reads of /metrics, from 127.0.0.2: the attacker's address exhausts its
     /// own budget for the routes outside /v1.
     monitor: reqwest::Client,
@@ -152,7 +155,10 @@ impl Drill {
         self.metrics()
             .await
             .lines()
-            .filter(|l| l.starts_with(family) && l[family.len()..].starts_with('{'))
+            .filter(|l| {
+                l.strip_prefix(family)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+            })
             .filter(|l| l.contains(filter))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>() as u64
@@ -268,7 +274,7 @@ fn good_runner(drill: Arc<Drill>, t: Arc<Tenant>, runner: (uuid::Uuid, uuid::Uui
                 &nonce,
             );
             let mut request = drill
-                .client
+                .runner_client
                 .post(format!("{}{path}", drill.server))
                 .header("content-type", "application/json")
                 .body(body.to_vec());
@@ -362,6 +368,7 @@ async fn main() -> Res<()> {
         server: server.clone(),
         client: client_from([127, 0, 0, 1])?,
         good_client: client_from([127, 0, 0, 3])?,
+        runner_client: client_from([127, 0, 0, 1])?,
         monitor: client_from([127, 0, 0, 2])?,
         secs: Duration::from_secs(secs),
         good: Arc::default(),
@@ -543,6 +550,87 @@ async fn main() -> Res<()> {
             .await
             .saturating_sub(pings_before)
     );
+
+    // A policy author's attack: an authorizer that sleeps 30 s in a host call. First as the
+    // shadow of the active policy, under the attacker's load: the good client must not notice.
+    let sleeper = services
+        .install_policy("drill-sleep", PolicyKind::Authorizer, fixtures::SLEEP)
+        .await?;
+    let sleeper_ref = format!("drill-sleep@{}", sleeper.version);
+    services.shadow_policy(Some(&sleeper_ref)).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let dropped_before = drill.counter("policy_shadow_dropped_total", "").await;
+    drill
+        .attack(
+            "a sleeping shadow policy under one user's 50 tokens",
+            |deadline| {
+                let (client, url, tokens) =
+                    (drill.client.clone(), activity.clone(), tokens.clone());
+                async move {
+                    let tally = flood(50, deadline, move |w| {
+                        let request = client.get(&url).bearer_auth(&tokens[w]);
+                        async move { status_of(request.send().await) }
+                    })
+                    .await;
+                    Ok(show(&tally))
+                }
+            },
+        )
+        .await?;
+    println!(
+        "  shadow evaluations dropped: {}",
+        drill
+            .counter("policy_shadow_dropped_total", "")
+            .await
+            .saturating_sub(dropped_before)
+    );
+    services.shadow_policy(None).await?;
+
+    // Then active: every decision must end at the 50 ms deadline, not after 30 s. The good
+    // client is refused by design here (the policy fails closed), so it is not judged; its
+    // token measures, as the attacker's budgets are spent.
+    services.activate_policy(&sleeper_ref).await?;
+    let good_activity = format!("{server}/v1/workspaces/{}/activity?limit=5", good.workspace);
+    let mut latencies = Vec::new();
+    let statuses = Tally::default();
+    let started = Instant::now();
+    while latencies.len() < 40 && started.elapsed() < Duration::from_secs(60) {
+        let begin = Instant::now();
+        let status = status_of(
+            drill
+                .good_client
+                .get(&good_activity)
+                .bearer_auth(&good.token)
+                .send()
+                .await,
+        );
+        if status == 200 {
+            // The server has not loaded the new policy yet.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        latencies.push(begin.elapsed());
+        statuses.add(status);
+    }
+    services.rollback_policy(PolicyKind::Authorizer).await?;
+    latencies.sort();
+    let worst = latencies.last().copied().unwrap_or_default();
+    println!(
+        "## the sleeping policy active: {}\n  40 requests: {}; latency p50 {:?}, max {worst:?} (the policy sleeps 30 s)",
+        if worst < Duration::from_secs(5) {
+            "ok"
+        } else {
+            "FAILED"
+        },
+        show(&statuses.take()),
+        latencies
+            .get(latencies.len() / 2)
+            .copied()
+            .unwrap_or_default(),
+    );
+    if worst >= Duration::from_secs(5) || latencies.len() < 40 {
+        drill.failed.store(true, Ordering::Relaxed);
+    }
 
     if drill.failed.load(Ordering::Relaxed) {
         return Err("the good client or the runner was refused, or a 5xx was served".into());
