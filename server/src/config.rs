@@ -109,10 +109,17 @@ pub struct ServerConfig {
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub audit_stream_replay_page: u32,
 
-    /// Redis URL for idempotency records and rate limits shared by every replica. Without it they
-    /// live in this process, which is right for exactly one replica.
+    /// Redis URL for idempotency records, rate limits and nonces shared by every replica. Without
+    /// it rate limits live in this process, which is right for exactly one replica; idempotency
+    /// records and nonces live in the SQLite file (embedded) or in this process (Postgres).
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
+
+    /// Seconds between purges of expired idempotency records and nonces from the SQLite file, in
+    /// the embedded default (an expired row is ignored at once; the purge reclaims its space).
+    #[arg(long, env = "CP_EMBEDDED_PURGE_SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub embedded_purge_secs: u64,
 
     /// Prefix of every Redis key this server writes.
     #[arg(long, env = "CP_REDIS_PREFIX", default_value = "cp:")]

@@ -17,8 +17,8 @@ use crate::service::{
     load_record_cipher, load_token_hasher,
 };
 use crate::storage::{
-    DisagreementRecord, FastState, MemoryFastState, OpenSettings, RedisFastState,
-    SharedRecordStore, Topic,
+    DisagreementRecord, FastState, MemoryFastState, OpenSettings, Opened, RedisFastState,
+    SharedRecordStore, SqliteFastState, Topic,
 };
 
 pub struct Application {
@@ -31,7 +31,7 @@ pub struct Application {
     _lock: Option<std::fs::File>,
 }
 
-/// The embedded store keeps limits, idempotency records and nonces in this process, so a second
+/// The embedded store keeps rate limits and the audit fan-out in this process, so a second
 /// server on the same file would split them: refuse it.
 fn lock_embedded_store(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
     let mut lock_path = path.as_os_str().to_owned();
@@ -51,7 +51,7 @@ fn lock_embedded_store(path: &std::path::Path) -> anyhow::Result<std::fs::File> 
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
             "another control-plane server is already using {}: the embedded store serves one \
-             process (rate limits and idempotency live in it). To run several replicas, use \
+             process (rate limits live in it). To run several replicas, use \
              Postgres and Redis (set DATABASE_URL and REDIS_URL; see the README)",
             path.display()
         ),
@@ -104,10 +104,45 @@ async fn first_start(config: &ServerConfig, services: &Services) -> anyhow::Resu
 
 /// Opens the records store the configuration names and applies its migrations.
 pub async fn open_store(config: &ServerConfig) -> anyhow::Result<SharedRecordStore> {
+    Ok(open_records(config).await?.records)
+}
+
+async fn open_records(config: &ServerConfig) -> anyhow::Result<Opened> {
     let settings = OpenSettings {
         max_connections: config.db_max_connections,
     };
     Ok(crate::storage::open(&config.records(), &settings).await?)
+}
+
+/// Where idempotency records, rate limits and nonces live: Redis when configured (shared by
+/// replicas); else the SQLite file for records and nonces, so a restart keeps them, with rate
+/// limits in process; else (Postgres without Redis) all in process, forgotten on restart.
+fn fast_state(
+    config: &ServerConfig,
+    durable: Option<SqliteFastState>,
+) -> anyhow::Result<FastState> {
+    if let Some(url) = config.redis_url.as_deref() {
+        return Ok(FastState::redis(Arc::new(RedisFastState::new(
+            url,
+            Duration::from_secs(1),
+        )?)));
+    }
+    let in_process = Arc::new(MemoryFastState::default());
+    Ok(match durable {
+        Some(durable) => {
+            tracing::info!(
+                "no REDIS_URL: idempotency records and nonces live in the SQLite file, rate limits in this process (one replica only)"
+            );
+            durable.purge_every(Duration::from_secs(config.embedded_purge_secs));
+            FastState::embedded(Arc::new(durable), in_process)
+        }
+        None => {
+            tracing::info!(
+                "no REDIS_URL: idempotency records, rate limits and nonces live in this process (one replica only; a restart forgets them)"
+            );
+            FastState::memory(in_process)
+        }
+    })
 }
 
 /// Opens the records store, applies migrations and builds the service layer without fast
@@ -279,18 +314,9 @@ impl Application {
             }
             RecordsLocation::Postgres(_) => None,
         };
-        let store = open_store(config).await?;
-        let fast = match config.redis_url.as_deref() {
-            Some(url) => {
-                FastState::redis(Arc::new(RedisFastState::new(url, Duration::from_secs(1))?))
-            }
-            None => {
-                tracing::info!(
-                    "no REDIS_URL: idempotency records and rate limits live in this process (one replica only)"
-                );
-                FastState::memory(Arc::new(MemoryFastState::default()))
-            }
-        };
+        let opened = open_records(config).await?;
+        let store = opened.records;
+        let fast = fast_state(config, opened.durable_fast_state)?;
         let nonces = NonceDeps {
             store: fast.nonces.clone(),
             key_prefix: config.redis_prefix.clone(),

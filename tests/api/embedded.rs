@@ -1,14 +1,20 @@
-//! The embedded default: SQLite and in-process state, one server process per file. These tests
-//! make their own SQLite file, so they run the same on either suite run.
+//! The embedded default: SQLite records, idempotency records and nonces, in-process rate limits,
+//! one server process per file. These tests make their own SQLite file, so they run the same on
+//! every suite run.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use control_plane::config::ServerConfig;
+use control_plane::domain::{CorrelationId, SignedHeaders, sign_request};
 use control_plane::startup::{Application, open_services};
+use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{captured_logs, spawn_with_config, test_config};
+use crate::helpers::{
+    TestApp, assert_api_error, captured_logs, issuance_body, spawn_with_config, sql_one,
+    test_config,
+};
 
 fn temp_dir() -> PathBuf {
     let dir = std::env::temp_dir()
@@ -204,5 +210,169 @@ fn embedded_the_default_binary_refuses_the_allow_all_authorizer() {
             "{stderr}"
         );
     }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+async fn audit_events(app: &TestApp) -> i64 {
+    let (n,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM audit_events"
+    )
+    .unwrap();
+    n
+}
+
+/// A server restarted on the same file, as after a deploy: the first one stopped and gone.
+async fn restart(mut app: TestApp) -> TestApp {
+    let config = app.config.clone();
+    let dir = app.database_name.clone();
+    app.stop().await;
+    drop(app);
+    spawn_with_config(dir, config).await
+}
+
+#[tokio::test]
+async fn embedded_a_keyed_request_replays_after_a_restart_without_running_again() {
+    let dir = temp_dir();
+    let app = spawn_with_config(dir.display().to_string(), embedded_config(&dir)).await;
+    let tenant = app.bootstrap().await;
+    let body = issuance_body(&tenant);
+    let key = "restart-key-0000000001";
+    let issue = |app: &TestApp| {
+        app.post_json("/v1/personal-access-tokens", &tenant.token, &body)
+            .header("idempotency-key", key)
+            .send()
+    };
+    let first = issue(&app).await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert!(first.headers().get("idempotency-replayed").is_none());
+    let first_body: Value = first.json().await.unwrap();
+    let events_before = audit_events(&app).await;
+
+    let app = restart(app).await;
+    let again = issue(&app).await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["idempotency-replayed"], "true");
+    let again_body: Value = again.json().await.unwrap();
+    assert_eq!(again_body["id"], first_body["id"], "the same token");
+    assert_eq!(
+        again_body["credential"]["token"], first_body["credential"]["token"],
+        "the same secret"
+    );
+    assert_eq!(again_body, first_body);
+    let (tokens,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM tokens WHERE name = $1",
+        body["name"].as_str().unwrap()
+    )
+    .unwrap();
+    assert_eq!(tokens, 1, "no second token");
+    assert_eq!(
+        audit_events(&app).await,
+        events_before,
+        "no second audit event"
+    );
+
+    // The same key with another body is still refused as a reuse, not run.
+    let mut other = body.clone();
+    other["name"] = json!(format!("other-{}", Uuid::new_v4().simple()));
+    let reused = app
+        .post_json("/v1/personal-access-tokens", &tenant.token, &other)
+        .header("idempotency-key", key)
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(reused, 409, "idempotency_key_reused").await;
+    drop(app);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn embedded_a_signed_report_replayed_after_a_restart_is_refused() {
+    let dir = temp_dir();
+    let app = spawn_with_config(dir.display().to_string(), embedded_config(&dir)).await;
+    let tenant = app.bootstrap().await;
+    let correlation = CorrelationId::generate();
+    let pool = app
+        .services
+        .create_pool(tenant.workspace_id, "runners", &correlation)
+        .await
+        .unwrap()
+        .id;
+    let registered = app
+        .services
+        .register_runner(pool, "runner-a", None, &correlation)
+        .await
+        .unwrap();
+    let private_key = registered.private_key.expect("a generated key pair");
+    let submitted = app
+        .post_json(
+            &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+            &tenant.token,
+            &json!({"poolId": pool, "command": "make", "args": ["test"]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(submitted.status(), 200);
+    let submitted: Value = submitted.json().await.unwrap();
+    let delivery = submitted["command"]["deliveryId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/v1/runner/webhook-deliveries/{delivery}/status");
+    let report = |app: &TestApp, status: &str| {
+        let body = json!({"status": status}).to_string().into_bytes();
+        let signed = sign_request(
+            &private_key,
+            registered.runner.id,
+            registered.key_id,
+            "POST",
+            &path,
+            &body,
+            chrono::Utc::now().timestamp(),
+            &format!("nonce-{}", Uuid::new_v4().simple()),
+        );
+        (app.url(&path), body, signed)
+    };
+    let send = |app: &TestApp, (url, body, signed): &(String, Vec<u8>, SignedHeaders)| {
+        let mut request = app
+            .client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.clone());
+        for (name, value) in signed.pairs() {
+            request = request.header(name, value);
+        }
+        request.send()
+    };
+    let captured = report(&app, "received");
+    assert_eq!(send(&app, &captured).await.unwrap().status(), 200);
+
+    let app = restart(app).await;
+    // The captured request, byte for byte, well within its 300 s window.
+    let (_, body, signed) = captured;
+    let replay = send(&app, &(app.url(&path), body, signed)).await.unwrap();
+    let err = assert_api_error(replay, 401, "invalid_signature").await;
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("nonce")),
+        "{err}"
+    );
+    // The restarted server still takes fresh reports.
+    let running = report(&app, "running");
+    assert_eq!(send(&app, &running).await.unwrap().status(), 200);
+    let (status,) = sql_one!(
+        &mut app.db().await,
+        (String,),
+        "SELECT status FROM webhook_deliveries WHERE id = $1",
+        Uuid::parse_str(&delivery).unwrap()
+    )
+    .unwrap();
+    assert_eq!(status, "running");
+    drop(app);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -382,6 +382,13 @@ impl Drop for ServerProcess {
 }
 
 impl TestApp {
+    /// Stops the server and waits until it is gone, with its embedded store lock: a new server
+    /// may then start on the same records, as after a restart.
+    pub async fn stop(&mut self) {
+        self.server.abort();
+        let _ = (&mut self.server).await;
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.address)
     }

@@ -291,3 +291,130 @@ mod tests {
         assert_eq!(both.bucket, 1);
     }
 }
+
+/// What every adapter of [`IdempotencyStore`] and [`NonceStore`] promises, run by each
+/// adapter's tests against its own store.
+#[cfg(test)]
+pub mod contract {
+    use super::*;
+
+    pub async fn claims_are_exclusive_and_records_replace_them(state: &impl IdempotencyStore) {
+        let lease = Duration::from_secs(5);
+        let Claim::Acquired { owner } = state.claim("k", "fp", lease).await.unwrap() else {
+            panic!("free key")
+        };
+        assert_eq!(
+            state.claim("k", "fp", lease).await.unwrap(),
+            Claim::InFlight {
+                fingerprint: "fp".into()
+            }
+        );
+        state
+            .complete("k", "someone-else", "fp", b"x", lease)
+            .await
+            .unwrap();
+        state.release("k", "someone-else", "fp").await.unwrap();
+        assert!(matches!(
+            state.claim("k", "fp", lease).await.unwrap(),
+            Claim::InFlight { .. }
+        ));
+        state
+            .complete("k", &owner, "fp", b"record", lease)
+            .await
+            .unwrap();
+        assert_eq!(
+            state.claim("k", "other", lease).await.unwrap(),
+            Claim::Done {
+                fingerprint: "fp".into(),
+                record: b"record".to_vec()
+            }
+        );
+        // A record is not a claim: its owner's release leaves it; a discard removes it.
+        state.release("k", &owner, "fp").await.unwrap();
+        assert!(matches!(
+            state.claim("k", "fp", lease).await.unwrap(),
+            Claim::Done { .. }
+        ));
+        state.discard("k").await.unwrap();
+        assert!(matches!(
+            state.claim("k", "fp", lease).await.unwrap(),
+            Claim::Acquired { .. }
+        ));
+        // A released claim frees the key for a retry.
+        let Claim::Acquired { owner } = state.claim("r", "fp", lease).await.unwrap() else {
+            panic!("free key")
+        };
+        state.release("r", &owner, "fp").await.unwrap();
+        assert!(matches!(
+            state.claim("r", "fp", lease).await.unwrap(),
+            Claim::Acquired { .. }
+        ));
+    }
+
+    pub async fn a_lapsed_lease_is_free_and_its_owner_can_no_longer_complete_or_release(
+        state: &impl IdempotencyStore,
+    ) {
+        let Claim::Acquired { owner: first } = state
+            .claim("k", "fp", Duration::from_millis(1))
+            .await
+            .unwrap()
+        else {
+            panic!("free key")
+        };
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let lease = Duration::from_secs(5);
+        let Claim::Acquired { owner: second } = state.claim("k", "fp", lease).await.unwrap() else {
+            panic!("a lapsed lease frees the key")
+        };
+        assert_ne!(first, second);
+        state
+            .complete("k", &first, "fp", b"late", lease)
+            .await
+            .unwrap();
+        state.release("k", &first, "fp").await.unwrap();
+        assert!(matches!(
+            state.claim("k", "fp", lease).await.unwrap(),
+            Claim::InFlight { .. }
+        ));
+        state
+            .complete("k", &second, "fp", b"record", lease)
+            .await
+            .unwrap();
+        assert_eq!(
+            state.claim("k", "fp", lease).await.unwrap(),
+            Claim::Done {
+                fingerprint: "fp".into(),
+                record: b"record".to_vec()
+            }
+        );
+    }
+
+    pub async fn quota_counts_add_up_within_their_window_and_start_again_after_it(
+        state: &impl IdempotencyStore,
+    ) {
+        // Wide enough that a slow store counts twice within it.
+        let window = Duration::from_millis(500);
+        assert_eq!(state.stored_bytes("q").await.unwrap(), (0, Duration::ZERO));
+        state.count_stored("q", 100, window).await.unwrap();
+        state.count_stored("q", 50, window).await.unwrap();
+        let (bytes, left) = state.stored_bytes("q").await.unwrap();
+        assert_eq!(bytes, 150);
+        assert!(left > Duration::ZERO && left <= window);
+        tokio::time::sleep(window + Duration::from_millis(50)).await;
+        assert_eq!(state.stored_bytes("q").await.unwrap().0, 0);
+        state.count_stored("q", 7, window).await.unwrap();
+        assert_eq!(state.stored_bytes("q").await.unwrap().0, 7, "a new window");
+    }
+
+    pub async fn a_nonce_is_spent_once_until_it_expires(state: &impl NonceStore) {
+        let ttl = Duration::from_millis(500);
+        assert!(state.remember("n", ttl).await.unwrap());
+        assert!(!state.remember("n", ttl).await.unwrap(), "a replay");
+        assert!(state.remember("other", ttl).await.unwrap());
+        tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+        assert!(
+            state.remember("n", ttl).await.unwrap(),
+            "forgotten after its TTL"
+        );
+    }
+}

@@ -267,54 +267,32 @@ impl RateLimiter for MemoryFastState {
 mod tests {
     use super::*;
 
+    use crate::storage::fast::contract;
+
     #[tokio::test]
     async fn claims_are_exclusive_and_records_replace_them() {
-        let state = MemoryFastState::default();
-        let lease = Duration::from_secs(5);
-        let Claim::Acquired { owner } = state.claim("k", "fp", lease).await.unwrap() else {
-            panic!("free key")
-        };
-        assert_eq!(
-            state.claim("k", "fp", lease).await.unwrap(),
-            Claim::InFlight {
-                fingerprint: "fp".into()
-            }
-        );
-        state
-            .complete("k", "someone-else", "fp", b"x", lease)
-            .await
-            .unwrap();
-        assert!(matches!(
-            state.claim("k", "fp", lease).await.unwrap(),
-            Claim::InFlight { .. }
-        ));
-        state
-            .complete("k", &owner, "fp", b"record", lease)
-            .await
-            .unwrap();
-        assert_eq!(
-            state.claim("k", "other", lease).await.unwrap(),
-            Claim::Done {
-                fingerprint: "fp".into(),
-                record: b"record".to_vec()
-            }
-        );
+        contract::claims_are_exclusive_and_records_replace_them(&MemoryFastState::default()).await;
+    }
+
+    #[tokio::test]
+    async fn a_lapsed_lease_is_free_and_its_owner_can_no_longer_complete_or_release() {
+        contract::a_lapsed_lease_is_free_and_its_owner_can_no_longer_complete_or_release(
+            &MemoryFastState::default(),
+        )
+        .await;
     }
 
     #[tokio::test]
     async fn quota_counts_add_up_within_their_window_and_start_again_after_it() {
-        let state = MemoryFastState::default();
-        let window = Duration::from_millis(20);
-        assert_eq!(state.stored_bytes("q").await.unwrap().0, 0);
-        state.count_stored("q", 100, window).await.unwrap();
-        state.count_stored("q", 50, window).await.unwrap();
-        let (bytes, left) = state.stored_bytes("q").await.unwrap();
-        assert_eq!(bytes, 150);
-        assert!(left > Duration::ZERO && left <= window);
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        assert_eq!(state.stored_bytes("q").await.unwrap().0, 0);
-        state.count_stored("q", 7, window).await.unwrap();
-        assert_eq!(state.stored_bytes("q").await.unwrap().0, 7, "a new window");
+        contract::quota_counts_add_up_within_their_window_and_start_again_after_it(
+            &MemoryFastState::default(),
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_nonce_is_spent_once_until_it_expires() {
+        contract::a_nonce_is_spent_once_until_it_expires(&MemoryFastState::default()).await;
     }
 
     #[tokio::test]

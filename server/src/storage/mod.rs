@@ -28,8 +28,9 @@
 //!   audit fan-out to stream subscribers, fed by it.
 //! - `open.rs`: opens the records store a URL or path names, so nothing outside `storage/` knows
 //!   which database it talks to.
-//! - `fast.rs`, `redis.rs`, `memory.rs`: the fast-state ports and their adapters; `keys.rs`: every
-//!   fast-state key layout, built once.
+//! - `fast.rs`, `redis.rs`, `memory.rs`: the fast-state ports and their adapters, with
+//!   `sqlite/fast.rs`, which keeps the embedded default's idempotency records and nonces in its
+//!   SQLite file; `keys.rs`: every fast-state key layout, built once.
 
 mod changes;
 pub mod fast;
@@ -54,10 +55,10 @@ pub use fast::{
 };
 pub use feed::AuditFeed;
 pub use memory::MemoryFastState;
-pub use open::{OpenError, OpenSettings, RecordsLocation, open};
+pub use open::{OpenError, OpenSettings, Opened, RecordsLocation, open};
 pub use ports::*;
 pub use postgres::{AUDIT_CHANNEL, POLICY_CHANNEL, PostgresStore};
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteFastState, SqliteStore};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -113,6 +114,16 @@ impl FastState {
             idempotency: state.clone(),
             limiter: state.clone(),
             nonces: state,
+        }
+    }
+
+    /// The embedded default: idempotency records and nonces in the SQLite file, so a restart
+    /// keeps them; rate limits in process, where a restart only grants a fresh budget.
+    pub fn embedded(durable: Arc<SqliteFastState>, limiter: Arc<MemoryFastState>) -> Self {
+        Self {
+            idempotency: durable.clone(),
+            limiter,
+            nonces: durable,
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::postgres::PostgresSettings;
-use super::{PostgresStore, SharedRecordStore, SqliteStore, StoreError};
+use super::{PostgresStore, SharedRecordStore, SqliteFastState, SqliteStore, StoreError};
 use std::sync::Arc;
 
 /// Which records store a configuration names.
@@ -40,13 +40,21 @@ pub enum OpenError {
     SqliteMigrations(PathBuf, #[source] StoreError),
 }
 
+/// An opened records store: its ports, and what else the backend can keep.
+pub struct Opened {
+    pub records: SharedRecordStore,
+    /// SQLite only: idempotency records and nonces in the same file, for a server without
+    /// Redis, so they survive its restarts.
+    pub durable_fast_state: Option<SqliteFastState>,
+}
+
 /// Opens the records store at `location` and applies its pending migrations. Postgres: creates
 /// the database when it does not exist yet (a first run needs no `createdb`), then connects
 /// lazily; SQLite: creates the file and its folder when missing.
 pub async fn open(
     location: &RecordsLocation,
     settings: &OpenSettings,
-) -> Result<SharedRecordStore, OpenError> {
+) -> Result<Opened, OpenError> {
     match location {
         RecordsLocation::Postgres(url) => {
             let pg = PostgresSettings {
@@ -64,7 +72,10 @@ pub async fn open(
                 .migrate()
                 .await
                 .map_err(OpenError::PostgresMigrations)?;
-            Ok(Arc::new(store))
+            Ok(Opened {
+                records: Arc::new(store),
+                durable_fast_state: None,
+            })
         }
         RecordsLocation::Sqlite(path) => {
             let store = SqliteStore::open(path, settings.max_connections)
@@ -74,7 +85,10 @@ pub async fn open(
                 .migrate()
                 .await
                 .map_err(|e| OpenError::SqliteMigrations(path.clone(), e))?;
-            Ok(Arc::new(store))
+            Ok(Opened {
+                durable_fast_state: Some(store.fast_state()),
+                records: Arc::new(store),
+            })
         }
     }
 }

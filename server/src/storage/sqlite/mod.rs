@@ -8,11 +8,14 @@
 //! Most statements are shared with Postgres (`storage/sql/`); each port file here holds only what
 //! SQLite does its own way. This module opens, migrates, begins and commits (announcing, after
 //! commit, the workspaces that gained audit events to the change streams of `changes`), maps
-//! errors and provides the primitives the shared code needs; `audit` writes events.
+//! errors and provides the primitives the shared code needs; `audit` writes events. `fast`
+//! keeps the embedded default's idempotency records and nonces in the same file, so they
+//! survive a restart.
 
 mod audit;
 mod changes;
 mod directory;
+mod fast;
 mod marketplace;
 mod policies;
 mod runners;
@@ -33,6 +36,8 @@ use uuid::Uuid;
 use super::{Change, StoreError};
 
 use self::audit::insert_event;
+
+pub use self::fast::SqliteFastState;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
