@@ -1,4 +1,6 @@
-//! Runs the real `cpctl` binary against a fresh Postgres database.
+//! Runs the real `cpctl` binary against a fresh Postgres database. Tests that need Postgres say
+//! so with `needs_postgres!()` and skip, with one line, when it does not answer (they fail
+//! instead under `CP_TEST_REQUIRE_SERVICES=1`); the rest need no service.
 
 use std::process::{Command, Output};
 
@@ -10,9 +12,32 @@ struct Db {
     url: String,
 }
 
-fn base() -> String {
-    std::env::var("TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+#[path = "../../tests/support/services.rs"]
+mod services;
+
+use services::postgres_base as base;
+
+/// `needs_postgres!();` at the top of a test: returns from it, with one line saying so, when
+/// the test Postgres does not answer (a failure instead under `CP_TEST_REQUIRE_SERVICES=1`).
+macro_rules! needs_postgres {
+    () => {
+        if !postgres_answers(services::test_name!()) {
+            return;
+        }
+    };
+}
+
+fn postgres_answers(test: &str) -> bool {
+    if services::answers(&base()) {
+        return true;
+    }
+    let at = services::address(&base());
+    services::missing(&format!("Postgres at {at} does not answer"));
+    services::skip(
+        test,
+        &format!("Postgres at {at} (not answering; start it, or point TEST_POSTGRES_URL at one)"),
+    );
+    false
 }
 
 impl Db {
@@ -66,6 +91,7 @@ fn stdout(o: &Output) -> String {
 
 #[tokio::test]
 async fn bootstrap_prints_ids_and_a_credential_once_and_refuses_a_second_time() {
+    needs_postgres!();
     let db = Db::new().await;
     let out = db.cpctl(&[
         "bootstrap",
@@ -119,6 +145,7 @@ async fn bootstrap_prints_ids_and_a_credential_once_and_refuses_a_second_time() 
 
 #[tokio::test]
 async fn create_prints_the_id_and_list_shows_it() {
+    needs_postgres!();
     let db = Db::new().await;
     let org = stdout(&db.cpctl(&["orgs", "create", "globex"]))
         .trim()
@@ -266,6 +293,7 @@ fn an_unusable_store_is_a_one_line_error() {
 
 #[tokio::test]
 async fn a_hashing_key_other_than_the_stores_is_refused() {
+    needs_postgres!();
     let db = Db::new().await;
     let k1 = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
     let k2 = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
@@ -359,6 +387,7 @@ fn policies_test_passes_the_defaults_and_fails_a_disagreeing_component() {
 #[tokio::test]
 async fn policies_install_activate_roll_back_and_refuse_the_wrong_world() {
     use control_plane::policy::{defaults, fixtures};
+    needs_postgres!();
     let db = Db::new().await;
     let garbage = write_temp("garbage.wasm", b"not a component at all");
     let out = db.cpctl(&[
@@ -447,6 +476,7 @@ fn json_of(o: &Output) -> Value {
 
 #[tokio::test]
 async fn runners_workflows_and_plugins_are_managed_from_the_cli() {
+    needs_postgres!();
     let db = Db::new().await;
     let boot = bootstrap(&db);
     let ws = boot["workspaceId"].as_str().unwrap().to_owned();
@@ -600,6 +630,7 @@ async fn runners_workflows_and_plugins_are_managed_from_the_cli() {
 
 #[tokio::test]
 async fn reviews_restore_publishes_a_hidden_review_and_dismisses_its_reports() {
+    needs_postgres!();
     let db = Db::new().await;
     let boot = bootstrap(&db);
     let org = boot["organisationId"].as_str().unwrap().to_owned();
@@ -683,6 +714,7 @@ async fn reviews_restore_publishes_a_hidden_review_and_dismisses_its_reports() {
 /// whole token and every descendant, grandchildren included, and nothing else.
 #[tokio::test]
 async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
+    needs_postgres!();
     let db = Db::new().await;
     let org = stdout(&db.cpctl(&["orgs", "create", "initech"]))
         .trim()

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    ServerProcess, Tenant, TestApp, assert_api_error, issuance_body, postgres_or_skip, spawn_app,
+    ServerProcess, Tenant, TestApp, assert_api_error, issuance_body, needs, spawn_app,
     spawn_app_with, sql_all, sql_exec,
 };
 
@@ -607,11 +607,7 @@ async fn a_policy_that_now_denies_the_stream_ends_it() {
 
 #[tokio::test]
 async fn postgres_only_a_revocation_through_one_replica_ends_the_stream_on_another() {
-    if !postgres_or_skip(
-        "postgres_only_a_revocation_through_one_replica_ends_the_stream_on_another",
-    ) {
-        return;
-    }
+    needs!(Postgres);
     const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
     const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
     // Replica A is this process's app; replica B a server process of its own.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::helpers::{
-    Proxy, Tenant, TestApp, assert_api_error, create_database, issuance_body, postgres_or_skip,
+    Proxy, Tenant, TestApp, assert_api_error, create_database, issuance_body, needs,
     spawn_app_with, spawn_with_config,
 };
 
@@ -65,9 +65,7 @@ async fn assert_recovers(app: &TestApp, path: &str, token: &str) {
 /// Postgres only: the outage is a proxy in front of the Postgres server, cut and restored.
 #[tokio::test]
 async fn postgres_only_down_is_503_and_recovery_needs_no_restart() {
-    if !postgres_or_skip("postgres_only_down_is_503_and_recovery_needs_no_restart") {
-        return;
-    }
+    needs!(Postgres);
     let (app, tenant, proxy, path) = behind_proxy().await;
     proxy.cut();
     assert_prompt_503(&app, &path, Some(&tenant.token)).await;
@@ -80,9 +78,7 @@ async fn postgres_only_down_is_503_and_recovery_needs_no_restart() {
 /// is a 503 within the statement deadline, not a hang; and it heals when packets flow again.
 #[tokio::test]
 async fn postgres_only_a_silent_partition_is_503_not_a_hang() {
-    if !postgres_or_skip("postgres_only_a_silent_partition_is_503_not_a_hang") {
-        return;
-    }
+    needs!(Postgres);
     let (app, tenant, proxy, path) = behind_proxy().await;
     // The read lane now holds a connection it will reuse without a ping.
     proxy.stall();

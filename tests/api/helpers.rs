@@ -1,5 +1,6 @@
 //! Spawns the real application on an ephemeral port against its own fresh records store: a
-//! Postgres database, or with `TEST_RECORDS=sqlite` an SQLite file in a directory of its own.
+//! Postgres database, or with `TEST_RECORDS=sqlite` (or when Postgres does not answer) an SQLite
+//! file in a directory of its own. A test that needs a service names it with [`needs!`].
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -16,19 +17,158 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, Executor, PgConnection, SqliteConnection};
 use uuid::Uuid;
 
-/// True when the suite runs on SQLite records (`TEST_RECORDS=sqlite`); anything else is Postgres.
-pub fn sqlite_mode() -> bool {
-    std::env::var("TEST_RECORDS").is_ok_and(|v| v == "sqlite")
+use crate::services;
+
+/// The services one test of this run may need, named at its top with [`needs!`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Postgres records: a second server process on the same records, a proxy in front of
+    /// Postgres, LISTEN/NOTIFY between processes.
+    Postgres,
+    /// The shared Redis fast state of the run.
+    Redis,
+    /// A `redis-server` binary on the PATH, for a test that starts and stops a Redis of its own.
+    RedisServer,
 }
 
-/// Tests that only make sense on Postgres (a second process on the same database, a proxy in
-/// front of Postgres, LISTEN/NOTIFY between processes) say so and return early on SQLite.
-pub fn postgres_or_skip(test: &str) -> bool {
-    let postgres = !sqlite_mode();
-    if !postgres {
-        eprintln!("{test}: needs Postgres; skipped on the SQLite records run");
+/// `needs!(Postgres, Redis);` at the top of a test: returns from it, with one line on the
+/// terminal saying what it needs, when this run lacks any of them (a run configured without it,
+/// or a service that does not answer; the latter fails instead under
+/// `CP_TEST_REQUIRE_SERVICES=1`).
+macro_rules! needs {
+    ($($need:ident),+ $(,)?) => {
+        if !$crate::helpers::has(
+            $crate::services::test_name!(),
+            &[$($crate::helpers::Need::$need),+],
+        ) {
+            return;
+        }
+    };
+}
+pub(crate) use needs;
+
+/// Whether this run has every one of `needs`; if not, says which is missing and why, once.
+pub fn has(test: &str, needs: &[Need]) -> bool {
+    for need in needs {
+        if let Some(why) = lacks(*need) {
+            services::skip(test, &why);
+            return false;
+        }
     }
-    postgres
+    true
+}
+
+/// Why this run lacks `need`, or `None` when it has it.
+fn lacks(need: Need) -> Option<String> {
+    match need {
+        Need::Postgres => match records() {
+            Records::Postgres => None,
+            Records::Sqlite => Some("Postgres records; this is the TEST_RECORDS=sqlite run".into()),
+            Records::SqliteFallback => Some(format!(
+                "Postgres at {} (not answering; start it, or point TEST_POSTGRES_URL at one)",
+                services::address(&postgres_base())
+            )),
+        },
+        Need::Redis => {
+            if test_redis_url().is_some() {
+                return None;
+            }
+            // Ask about Redis only on a Postgres run: the SQLite runs never use it.
+            Some(match records() {
+                Records::Sqlite => "Redis; this is the TEST_RECORDS=sqlite run".into(),
+                Records::SqliteFallback => format!(
+                    "Redis, used only on Postgres records (Postgres at {} not answering; start it)",
+                    services::address(&postgres_base())
+                ),
+                Records::Postgres if fast_state() == FastState::Memory => {
+                    "Redis; this is the TEST_FAST_STATE=memory run".into()
+                }
+                Records::Postgres => format!(
+                    "Redis at {} (not answering; start it, or point TEST_REDIS_URL at one)",
+                    services::address(&services::redis_url())
+                ),
+            })
+        }
+        Need::RedisServer => {
+            if services::on_path("redis-server") {
+                return None;
+            }
+            let why = "redis-server on the PATH (it starts and stops a Redis of its own)";
+            services::missing(why);
+            Some(why.into())
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Records {
+    Postgres,
+    /// `TEST_RECORDS=sqlite`: the run asked for SQLite.
+    Sqlite,
+    /// No `TEST_RECORDS` and Postgres does not answer: the run fell back to SQLite.
+    SqliteFallback,
+}
+
+/// The records store of this run: SQLite with `TEST_RECORDS=sqlite`; otherwise Postgres, or,
+/// when Postgres does not answer and services are not required, SQLite (said once), so the
+/// README's command runs the suite on a machine with no services.
+fn records() -> Records {
+    static RECORDS: OnceLock<Records> = OnceLock::new();
+    *RECORDS.get_or_init(|| {
+        if std::env::var("TEST_RECORDS").is_ok_and(|v| v == "sqlite") {
+            return Records::Sqlite;
+        }
+        let base = postgres_base();
+        if services::answers(&base) {
+            return Records::Postgres;
+        }
+        let what = format!("Postgres at {} does not answer", services::address(&base));
+        services::missing(&what);
+        services::say(&format!(
+            "{what}: the HTTP suite runs on SQLite records instead, and the tests that need \
+             Postgres skip (set {}=1 to fail instead)",
+            services::REQUIRE_VAR
+        ));
+        Records::SqliteFallback
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FastState {
+    Redis,
+    /// `TEST_FAST_STATE=memory`: the run asked for the in-process adapter.
+    Memory,
+    /// Redis does not answer: the run fell back to the in-process adapter.
+    MemoryFallback,
+}
+
+/// The fast state of a Postgres run: Redis, unless `TEST_FAST_STATE=memory` or Redis does not
+/// answer (said once; a failure under `CP_TEST_REQUIRE_SERVICES=1`).
+fn fast_state() -> FastState {
+    static FAST: OnceLock<FastState> = OnceLock::new();
+    *FAST.get_or_init(|| {
+        if std::env::var("TEST_FAST_STATE").is_ok_and(|v| v == "memory") {
+            return FastState::Memory;
+        }
+        let url = services::redis_url();
+        if services::answers(&url) {
+            return FastState::Redis;
+        }
+        let what = format!("Redis at {} does not answer", services::address(&url));
+        services::missing(&what);
+        services::say(&format!(
+            "{what}: the HTTP suite keeps its fast state in process instead, and the tests that \
+             need Redis skip (set {}=1 to fail instead)",
+            services::REQUIRE_VAR
+        ));
+        FastState::MemoryFallback
+    })
+}
+
+/// True when the suite runs on SQLite records (`TEST_RECORDS=sqlite`, or Postgres not
+/// answering); otherwise Postgres.
+pub fn sqlite_mode() -> bool {
+    records() != Records::Postgres
 }
 
 /// The directory under which each SQLite test keeps its database, one directory per test.
@@ -44,8 +184,7 @@ fn sqlite_path(url: &str) -> Option<&Path> {
 
 /// Base URL of the test Postgres server (no database part).
 pub fn postgres_base() -> String {
-    std::env::var("TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+    services::postgres_base()
 }
 
 /// Everything every test app logged, for the "no secret in logs" checks.
@@ -86,33 +225,13 @@ pub fn captured_logs() -> String {
         .unwrap_or_default()
 }
 
-/// Redis of the test suite, unless `TEST_FAST_STATE=memory` runs it on the in-process adapter.
-/// The SQLite run always uses the in-process adapter.
+/// Redis of the test suite on a Postgres run, unless `TEST_FAST_STATE=memory` or Redis does not
+/// answer (then the in-process adapter). The SQLite run always uses the in-process adapter.
 pub fn test_redis_url() -> Option<String> {
     if sqlite_mode() {
         return None;
     }
-    match std::env::var("TEST_FAST_STATE").as_deref() {
-        Ok("memory") => None,
-        _ => Some(
-            std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
-        ),
-    }
-}
-
-/// Tests that only make sense with a shared Redis say so and return early on the memory run,
-/// and on the SQLite run (which has no Redis).
-pub fn redis_or_skip(test: &str) -> Option<String> {
-    let url = test_redis_url();
-    if url.is_none() {
-        let run = if sqlite_mode() {
-            "SQLite records (in-process fast state)"
-        } else {
-            "in-process fast-state"
-        };
-        eprintln!("{test}: needs Redis; skipped on the {run} run");
-    }
-    url
+    (fast_state() == FastState::Redis).then(services::redis_url)
 }
 
 /// A configuration for one test: its own database, and its own Redis key prefix. On SQLite

@@ -215,11 +215,8 @@ async fn a_revocation_replays_instead_of_turning_into_a_404() {
 
 #[tokio::test]
 async fn redis_only_the_stored_record_does_not_reveal_the_secret() {
-    let Some(redis) =
-        crate::helpers::redis_or_skip("redis_only_the_stored_record_does_not_reveal_the_secret")
-    else {
-        return;
-    };
+    crate::helpers::needs!(Redis);
+    let redis = crate::helpers::test_redis_url().expect("needs! checked it");
     let app = spawn_app().await;
     let tenant = app.bootstrap().await;
     let response = issue_with_key(

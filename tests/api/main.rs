@@ -1,6 +1,7 @@
 //! Integration tests: the real HTTP surface on an ephemeral port, one records store per test:
-//! a Postgres database, or an SQLite file with `TEST_RECORDS=sqlite` (tests named
-//! `postgres_only_*` and `redis_only_*` skip themselves on that run).
+//! a Postgres database, or an SQLite file with `TEST_RECORDS=sqlite` or when Postgres does not
+//! answer. Tests named `postgres_only_*` and `redis_only_*` say what they need with
+//! `needs!(…)` and skip themselves, with one line, on a run without it.
 
 mod activity;
 mod audit_stream;
@@ -23,5 +24,7 @@ mod reviews;
 mod revoke_token;
 mod runners;
 mod secrets;
+#[path = "../support/services.rs"]
+mod services;
 mod signatures;
 mod workflows;

@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 
 use control_plane::policy::{PolicyKind, fixtures};
 
-use crate::helpers::{
-    ServerProcess, Tenant, TestApp, assert_api_error, postgres_or_skip, spawn_app_with,
-};
+use crate::helpers::{ServerProcess, Tenant, TestApp, assert_api_error, needs, spawn_app_with};
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
@@ -57,11 +55,7 @@ async fn keyed_app() -> TestApp {
 #[tokio::test]
 async fn postgres_only_an_activation_reaches_another_process_within_a_second_and_rollback_restores()
 {
-    if !postgres_or_skip(
-        "postgres_only_an_activation_reaches_another_process_within_a_second_and_rollback_restores",
-    ) {
-        return;
-    }
+    needs!(Postgres);
     let app = keyed_app().await;
     let tenant = app.bootstrap().await;
     let other = ServerProcess::start(&app.config, HASH_KEY, RECORD_KEY);

@@ -4,7 +4,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{assert_api_error, issuance_body, spawn_app_with};
+use crate::helpers::{assert_api_error, issuance_body, needs, spawn_app_with};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -43,13 +43,7 @@ fn start_redis(port: u16) -> Child {
 
 #[tokio::test]
 async fn redis_only_an_outage_is_503_for_idempotent_requests_and_heals_itself() {
-    if crate::helpers::redis_or_skip(
-        "redis_only_an_outage_is_503_for_idempotent_requests_and_heals_itself",
-    )
-    .is_none()
-    {
-        return;
-    }
+    needs!(Redis, RedisServer);
     let port = free_port();
     let mut redis = start_redis(port);
     let app = spawn_app_with(|c| c.redis_url = Some(format!("redis://127.0.0.1:{port}"))).await;

@@ -6,20 +6,15 @@ use control_plane::config::RateOption;
 use control_plane::storage::Rate;
 use serde_json::{Value, json};
 
-use crate::helpers::{
-    ServerProcess, assert_api_error, issuance_body, redis_or_skip, spawn_app_with,
-};
+use crate::helpers::{ServerProcess, assert_api_error, issuance_body, needs, spawn_app_with};
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
 
-/// Also Postgres only: two server processes on one records store. `redis_or_skip` skips it on the
-/// SQLite run, which has no Redis.
+/// Two server processes on one records store: Postgres records, and Redis to share.
 #[tokio::test]
 async fn redis_only_two_processes_share_replays_limits_and_revocations() {
-    if redis_or_skip("redis_only_two_processes_share_replays_limits_and_revocations").is_none() {
-        return;
-    }
+    needs!(Postgres, Redis);
     // The in-process app only prepares the database (and bootstraps with the same key).
     let app = spawn_app_with(|c| {
         c.token_hash_key = Some(HASH_KEY.into());

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    ServerProcess, Tenant, TestApp, assert_api_error, error_shape, redis_or_skip, spawn_app,
+    ServerProcess, Tenant, TestApp, assert_api_error, error_shape, needs, spawn_app,
     spawn_app_with, sql_one,
 };
 
@@ -453,14 +453,10 @@ async fn reports_on_a_command_cancelled_by_a_forced_pool_deletion_are_409() {
     assert_eq!(delivery_status(&app, delivery).await, "received");
 }
 
-/// Also Postgres only: two server processes on one records store. `redis_or_skip` skips it on the
-/// SQLite run, which has no Redis.
+/// Two server processes on one records store: Postgres records, and Redis to share.
 #[tokio::test]
 async fn redis_only_a_nonce_spent_through_one_process_is_refused_by_another() {
-    if redis_or_skip("redis_only_a_nonce_spent_through_one_process_is_refused_by_another").is_none()
-    {
-        return;
-    }
+    needs!(Postgres, Redis);
     let app = spawn_app_with(|c| c.token_hash_key = Some(HASH_KEY.into())).await;
     let Fixture {
         app,
