@@ -209,3 +209,40 @@ async fn routes(app: &TestApp, tenant: &Tenant) -> Vec<Route> {
         },
     ]
 }
+
+/// The order the README states: a malformed body is refused (400) before the policy is asked,
+/// so a token without the scope learns nothing more than one with it.
+#[tokio::test]
+async fn a_malformed_body_is_400_before_a_missing_scope_is_403() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let lacking: Vec<Scope> = Scope::ALL
+        .iter()
+        .copied()
+        .filter(|s| *s != Scope::TokensIssue)
+        .collect();
+    let token = app
+        .admin_token(&tenant, &lacking, &[tenant.workspace_id], &[])
+        .await;
+    let malformed = app
+        .request(Method::POST, "/v1/personal-access-tokens")
+        .bearer_auth(&token)
+        .json(&json!({ "name": "" }))
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(malformed, 400, "validation_failed").await;
+    let valid = app
+        .request(Method::POST, "/v1/personal-access-tokens")
+        .bearer_auth(&token)
+        .json(&json!({
+            "name": "ordered",
+            "scopes": ["activity:read"],
+            "organisationId": tenant.organisation_id,
+            "workspaceIds": [tenant.workspace_id],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_api_error(valid, 403, "forbidden").await;
+}
