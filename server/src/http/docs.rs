@@ -9,7 +9,8 @@ The v1 HTTP/JSON interface of the control plane.
 (8 to 128 of `[A-Za-z0-9._:-]`, starting alphanumeric), a generated one otherwise. An invalid \
 one is a 400 whose body and header carry a freshly generated id.
 * Every error has the `ApiError` body; `error.code` is a stable snake_case word: \
-`validation_failed`, `invalid_json`, `unsupported_media_type`, `payload_too_large`, \
+`validation_failed`, `invalid_json`, `invalid_body` (the body could not be read), \
+`unsupported_media_type`, `payload_too_large`, \
 `unauthenticated`, `forbidden`, `not_found`, `method_not_allowed`, `conflict`, \
 `token_limit_reached`, `idempotency_key_reused`, `idempotency_in_progress`, \
 `idempotency_quota_exceeded` (429: the caller's quota of stored idempotent responses is spent; \
