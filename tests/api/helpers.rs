@@ -416,7 +416,8 @@ pub async fn redis_values(url: &str, prefix: &str) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-async fn delete_redis_keys(url: &str, prefix: &str) {
+/// Deletes every key under `prefix`: what a Redis restart without persistence does.
+pub async fn delete_redis_keys(url: &str, prefix: &str) {
     let Ok(client) = redis::Client::open(url) else {
         return;
     };

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    ServerProcess, Tenant, TestApp, assert_api_error, error_shape, needs, spawn_app,
-    spawn_app_with, sql_one,
+    ServerProcess, Tenant, TestApp, assert_api_error, delete_redis_keys, error_shape, needs,
+    spawn_app, spawn_app_with, sql_one,
 };
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -503,6 +503,43 @@ async fn redis_only_a_nonce_spent_through_one_process_is_refused_by_another() {
     .await;
     assert_eq!(response.status(), 200);
     assert_eq!(delivery_status(&app, delivery).await, "running");
+}
+
+/// Redis in the compose file keeps nothing across a restart, so the nonces of the last 300 s
+/// can be forgotten. What then protects a captured report is the delivery's state machine: an
+/// accepted report's transition is never allowed twice, so its replay is a 409 that changes
+/// nothing.
+#[tokio::test]
+async fn redis_only_a_report_replayed_after_redis_forgot_its_nonces_changes_nothing() {
+    needs!(Postgres, Redis);
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture().await;
+    let (command, delivery) = submit(&app, &tenant, pool).await;
+    let path = status_path(delivery);
+    let mut captured = Vec::new();
+    for status in ["received", "running"] {
+        let body = json!({ "status": status }).to_string().into_bytes();
+        let signed = sign(&runner, &path, &body, now());
+        assert_eq!(
+            send(&app, &path, &body, &signed.pairs()).await.status(),
+            200,
+            "{status}"
+        );
+        captured.push((body, signed));
+    }
+    let redis = app.config.redis_url.clone().expect("a Redis run");
+    delete_redis_keys(&redis, &app.config.redis_prefix).await;
+
+    for (body, signed) in &captured {
+        let replay = send(&app, &path, body, &signed.pairs()).await;
+        assert_api_error(replay, 409, "invalid_transition").await;
+    }
+    assert_eq!(delivery_status(&app, delivery).await, "running");
+    assert_eq!(command_status_of(&app, command).await, "running");
 }
 
 /// A runner's identity and one of its keys.
