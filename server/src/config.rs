@@ -178,6 +178,11 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_IDEMPOTENCY_QUOTA_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub idempotency_quota_bytes: u64,
 
+    /// Milliseconds a keyed request's claim holds its key while its handler runs; the handler
+    /// is stopped at two thirds of it (503), and the key answers 409 until the lease ends.
+    #[arg(long, env = "CP_IDEMPOTENCY_LEASE_MS", default_value_t = 30_000)]
+    pub idempotency_lease_ms: u64,
+
     /// While the limiter (Redis) is down, refuse every request with 503. By default reads and
     /// ordinary writes are served (and counted in a metric) and token issuance is refused.
     #[arg(long, env = "CP_RATE_LIMIT_FAIL_CLOSED")]

@@ -348,6 +348,7 @@ impl Application {
             },
             idempotency_quota: (config.idempotency_quota_bytes > 0)
                 .then_some(config.idempotency_quota_bytes),
+            idempotency_lease: Duration::from_millis(config.idempotency_lease_ms.max(300)),
             key_prefix: config.redis_prefix.clone(),
             heartbeat: Duration::from_millis(config.sse_heartbeat_ms.max(10)),
             ops_rate: config.ops_rate_limit.0,

@@ -7,8 +7,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Tenant, TestApp, assert_api_error, issuance_body, redis_values, spawn_app, spawn_app_with,
-    sql_one,
+    Tenant, TestApp, assert_api_error, issuance_body, needs, redis_values, spawn_app,
+    spawn_app_with, sql_one,
 };
 
 async fn issue_with_key(app: &TestApp, token: &str, key: &str, body: &Value) -> reqwest::Response {
@@ -341,4 +341,72 @@ async fn keyed_requests_within_the_quota_are_stored_as_before() {
         let replay = issue_with_key(&app, &tenant.token, &key, &body).await;
         assert_eq!(replay.headers()["idempotency-replayed"], "true");
     }
+}
+
+/// A keyed handler that runs past two thirds of its lease is stopped (503, with the wait), and
+/// its key answers 409 until the lease ends: a retry never runs beside an attempt whose commit
+/// may still land. Then the retry runs, once.
+#[tokio::test]
+async fn postgres_only_a_keyed_handler_past_its_deadline_is_stopped_and_its_key_held() {
+    needs!(Postgres);
+    let app = spawn_app_with(|c| c.idempotency_lease_ms = 1500).await;
+    let tenant = app.bootstrap().await;
+    let cid = control_plane::domain::CorrelationId::generate();
+    let pool = app
+        .services
+        .create_pool(tenant.workspace_id, "slow", &cid)
+        .await
+        .unwrap()
+        .id;
+    // Submissions take the pool's row FOR SHARE: holding it FOR UPDATE stalls the handler.
+    let crate::helpers::TestDb::Pg(mut blocker) = app.db().await else {
+        unreachable!("a Postgres run")
+    };
+    sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
+    sqlx::query("SELECT id FROM runner_pools WHERE id = $1 FOR UPDATE")
+        .bind(pool)
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+
+    let path = format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id);
+    let body = json!({ "poolId": pool, "command": "slow-once" });
+    let send = || {
+        app.post_json(&path, &tenant.token, &body)
+            .header("idempotency-key", "slow-handler-key-0001")
+            .send()
+    };
+    // Bounded so a handler that is not stopped fails the test instead of hanging it.
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), send())
+        .await
+        .expect("stopped at its deadline, not left waiting on the lock")
+        .unwrap();
+    assert_eq!(stopped.headers()["retry-after"], "1");
+    assert_api_error(stopped, 503, "unavailable").await;
+    let held = send().await.unwrap();
+    assert!(held.headers().contains_key("retry-after"));
+    assert_api_error(held, 409, "idempotency_in_progress").await;
+
+    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
+    let mut answered = None;
+    for _ in 0..50 {
+        let response = send().await.unwrap();
+        if response.status() == 200 {
+            answered = Some(response);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(
+        answered.is_some(),
+        "the key is free again once the lease ends"
+    );
+    let (n,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM runner_commands WHERE command = $1",
+        "slow-once"
+    )
+    .unwrap();
+    assert_eq!(n, 1, "the stopped attempt left nothing; the retry ran once");
 }

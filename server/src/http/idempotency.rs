@@ -48,6 +48,17 @@
 //! stored; requests without a key pay nothing. What is counted is the sealed record and its
 //! key, close to what Redis holds.
 //!
+//! # The handler's deadline
+//!
+//! A claim's lease (30 s) frees the key of a request that died; a handler still running when
+//! its lease ends would let a retry run beside it. So a keyed handler is stopped at two thirds
+//! of the lease: its future is dropped (an open transaction rolls back), the answer is 503 with
+//! the rest of the lease as `retry-after`, and the claim is left to its lease rather than
+//! released, because a commit in flight at that instant may still land. Until the lease ends
+//! a retry gets 409 `idempotency_in_progress`. The window this leaves, a crash or a stop
+//! between a commit and the stored response, closes only when the response is committed with
+//! the change (issue 14).
+//!
 //! [`Signed`]: super::auth::Signed
 
 use std::collections::HashMap;
@@ -77,6 +88,8 @@ pub struct IdempotencyGuard {
     store: Arc<dyn IdempotencyStore>,
     cipher: RecordCipher,
     prefix: String,
+    /// How long a claim holds its key while its handler runs; the handler's deadline is
+    /// shorter (see [`handler_deadline`](Self::handler_deadline)).
     lease: Duration,
     ttl: Duration,
     /// Stored bytes per owner per window; `None`: no quota.
@@ -185,13 +198,14 @@ impl IdempotencyGuard {
         cipher: RecordCipher,
         prefix: String,
         quota: Option<u64>,
+        lease: Duration,
         operations: Operations,
     ) -> Self {
         Self {
             store,
             cipher,
             prefix,
-            lease: Duration::from_secs(30),
+            lease,
             ttl: Duration::from_secs(24 * 3600),
             quota,
             operations,
@@ -226,6 +240,13 @@ impl IdempotencyGuard {
             tracing::warn!(error = %e, "could not release an idempotency claim; its lease will");
         }
         Err(refusal)
+    }
+
+    /// A keyed handler must have finished two thirds into its lease: past that it is stopped
+    /// (its transaction rolls back unless it was committing), and the key stays claimed until
+    /// the lease ends, so no retry runs while the first attempt's outcome may still land.
+    fn handler_deadline(&self) -> Duration {
+        self.lease * 2 / 3
     }
 
     /// Claims `key` for `request`: run the handler, replay the stored response, or a 409.
@@ -278,7 +299,8 @@ impl IdempotencyGuard {
                 StatusCode::CONFLICT,
                 "idempotency_in_progress",
                 "a request with this Idempotency-Key is still running; retry later",
-            )),
+            )
+            .with_retry_after(Duration::from_secs(1))),
             Claim::Done { record, .. } => {
                 let plain = self
                     .cipher
@@ -363,7 +385,26 @@ impl<E: Endpoint> Endpoint for Idempotency<E> {
             stage: Mutex::new(Stage::Open),
         });
         req.set_data(ticket.clone());
-        let outcome = self.inner.call(req).await.map(IntoResponse::into_response);
+        let deadline = self.guard.handler_deadline();
+        let Ok(outcome) = tokio::time::timeout(deadline, self.inner.call(req)).await else {
+            // Stopped at its deadline. A claim it held is neither stored nor released: the
+            // outcome may be a commit that landed, so retries get 409 until the lease ends.
+            let held = matches!(*ticket.stage(), Stage::Claimed(_));
+            tracing::error!(
+                deadline_ms = deadline.as_millis() as u64,
+                claimed = held,
+                "a keyed request ran past its deadline and was stopped"
+            );
+            let wait = if held {
+                self.guard.lease.saturating_sub(deadline)
+            } else {
+                Duration::from_secs(1)
+            };
+            return Err(ApiFailure::from(crate::service::ServiceError::Unavailable)
+                .with_retry_after(wait)
+                .into());
+        };
+        let outcome = outcome.map(IntoResponse::into_response);
         let stage = std::mem::replace(&mut *ticket.stage(), Stage::Open);
         match stage {
             Stage::Claimed(held) => self.guard.finish(held, outcome).await,

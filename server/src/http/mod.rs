@@ -39,6 +39,8 @@ pub struct HttpSettings {
     pub rates: RateSettings,
     /// Bytes of stored idempotent responses per owner per 24 hours; `None`: no quota.
     pub idempotency_quota: Option<u64>,
+    /// How long a keyed request's claim holds its key; its handler is stopped at two thirds.
+    pub idempotency_lease: std::time::Duration,
     /// Prefix of every fast-state key, so several deployments (or tests) can share one Redis.
     pub key_prefix: String,
     /// Idle interval between audit stream heartbeat comments.
@@ -97,6 +99,7 @@ pub fn build_app(
         cipher,
         settings.key_prefix.clone(),
         settings.idempotency_quota,
+        settings.idempotency_lease,
         Operations::of(meta),
     ));
     let rates = Arc::new(RateGuard {
