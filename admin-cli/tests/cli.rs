@@ -60,6 +60,16 @@ impl Db {
     }
 }
 
+/// RFC 3339, UTC `Z`, six fraction digits: `dddd-dd-ddTdd:dd:dd.ddddddZ`.
+fn is_api_time(s: &str) -> bool {
+    const TEMPLATE: &[u8] = b"dddd-dd-ddTdd:dd:dd.ddddddZ";
+    s.len() == TEMPLATE.len()
+        && s.bytes().zip(TEMPLATE).all(|(c, &t)| match t {
+            b'd' => c.is_ascii_digit(),
+            _ => c == t,
+        })
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -100,6 +110,11 @@ async fn bootstrap_prints_ids_and_a_credential_once_and_refuses_a_second_time() 
     );
     assert_eq!(credential["workspaceIds"][0], v["workspaceId"]);
     assert!(credential["token"].as_str().unwrap().starts_with("cpat_"));
+    // The API's one time format (README, "Times").
+    for key in ["createdAt", "expiresAt"] {
+        let at = credential[key].as_str().unwrap();
+        assert!(is_api_time(at), "{key} = {at}");
+    }
 
     let again = db.cpctl(&[
         "bootstrap",
@@ -771,7 +786,7 @@ async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
     assert_eq!(revoked["descendantGrantsRevoked"], 2);
     for id in [&root, &child, &grandchild] {
         let shown = json_of(&db.cpctl(&["tokens", "show", "--id", id, "-o", "json"]));
-        assert!(shown["revokedAt"].is_string(), "{shown}");
+        assert!(is_api_time(shown["revokedAt"].as_str().unwrap()), "{shown}");
         assert_eq!(shown["workspaceIds"], serde_json::json!([]));
     }
     let shown = json_of(&db.cpctl(&["tokens", "show", "--id", &other, "-o", "json"]));

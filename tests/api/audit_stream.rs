@@ -251,20 +251,20 @@ async fn malformed_cursors_are_400() {
 }
 
 /// One event of the stream.
-struct Event {
+pub(crate) struct Event {
     id: i64,
     event: String,
-    data: Value,
+    pub(crate) data: Value,
 }
 
 /// A client of the audit stream that reads whole blocks (one event or comment each).
-struct Sse {
+pub(crate) struct Sse {
     response: reqwest::Response,
     buffer: Vec<u8>,
 }
 
 impl Sse {
-    async fn open(
+    pub(crate) async fn open(
         app: &TestApp,
         token: &str,
         workspace: Uuid,
@@ -335,12 +335,12 @@ impl Sse {
     }
 
     /// The first block: the reconnection delay and a comment saying the subscription is live.
-    async fn expect_preamble(&mut self) {
+    pub(crate) async fn expect_preamble(&mut self) {
         assert_eq!(self.block().await, "retry: 2000\n: subscribed");
     }
 
     /// The next event, skipping comments (heartbeats).
-    async fn next_event(&mut self) -> Event {
+    pub(crate) async fn next_event(&mut self) -> Event {
         loop {
             let block = self.block().await;
             let (mut id, mut event, mut data) = (None, None, None);

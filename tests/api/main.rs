@@ -24,4 +24,5 @@ mod revoke_token;
 mod runners;
 mod secrets;
 mod signatures;
+mod time_format;
 mod workflows;

@@ -8,6 +8,7 @@ mod principal;
 mod scope;
 mod signature;
 mod states;
+mod timestamp;
 mod token;
 mod validation;
 
@@ -22,6 +23,7 @@ pub use signature::{
     sign_request, signing_message,
 };
 pub use states::{CommandStatus, DeliveryStatus, ReportReason, ReviewStatus, RevisionState};
+pub use timestamp::{TIMESTAMP_PATTERN, Timestamp};
 pub use token::{
     ExpiresInDays, MalformedToken, PublicId, RevocationReason, TOKEN_PREFIX, TokenHasher,
     TokenName, TokenSecret,

@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 use crate::domain::{
     CommandStatus, DeliveryStatus, ExpiresInDays, FieldError, MIN_TEXT_CHARS, ReportReason,
-    ReviewStatus, RevisionState, RevocationReason, Scope, TokenName, ValidationErrors,
-    bounded_text, parse_uuid,
+    ReviewStatus, RevisionState, RevocationReason, Scope, TIMESTAMP_PATTERN, Timestamp, TokenName,
+    ValidationErrors, bounded_text, parse_uuid,
 };
 use crate::service::{DeliveryStatusInput, ReviewInput, SubmitCommandInput};
 
@@ -475,6 +475,34 @@ macro_rules! state_type {
 }
 
 state_type!(CommandStatus, DeliveryStatus, RevisionState, ReviewStatus);
+
+// A response time: `date-time`, with the pattern stating the one shape the server writes.
+value_type!(
+    Timestamp,
+    "Timestamp",
+    MetaSchemaRef::Inline(Box::new(MetaSchema {
+        pattern: Some(TIMESTAMP_PATTERN.to_owned()),
+        ..MetaSchema::new_with_format("string", "date-time")
+    }))
+);
+
+impl ToJSON for Timestamp {
+    fn to_json(&self) -> Option<Value> {
+        Some(Value::String(self.to_string()))
+    }
+}
+
+// Only because `#[derive(Object)]` derives a reader too; responses are never read.
+impl ParseFromJSON for Timestamp {
+    fn parse_from_json(value: Option<Value>) -> ParseResult<Self> {
+        let value = value.unwrap_or_default();
+        match value.as_str().map(Timestamp::parse) {
+            Some(Ok(at)) => Ok(at),
+            Some(Err(e)) => Err(ParseError::custom(e)),
+            None => Err(ParseError::expected_type(value)),
+        }
+    }
+}
 
 /// The document's description of a type or property, from its doc comment: each line trimmed,
 /// joined by newlines (as poem-openapi's derive macros do).
