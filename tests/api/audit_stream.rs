@@ -54,16 +54,23 @@ async fn without_a_cursor_only_new_events_arrive() {
     let tenant = app.bootstrap().await;
     let ws = tenant.workspace_id;
     let pool = create_pool(&app, ws, "fresh").await;
-    let mut stream = Sse::open(&app, &tenant.token, ws, "", None).await;
-    stream.expect_preamble().await;
-    let head = logged_events(&app, ws).await.len() as i64;
-    assert!(head >= 3);
+    // An empty `after=` is documented as absent.
+    for query in ["", "?after="] {
+        let mut stream = Sse::open(&app, &tenant.token, ws, query, None).await;
+        stream.expect_preamble().await;
+        let head = logged_events(&app, ws).await.len() as i64;
+        assert!(head >= 3);
 
-    let command = submit(&app, &tenant.token, ws, pool).await;
-    let event = stream.next_event().await;
-    assert_eq!(event.id, head + 1, "no replay of the older events");
-    assert_eq!(event.event, "runner_command.submitted");
-    assert_eq!(event.data["target"]["id"], command.to_string());
+        let command = submit(&app, &tenant.token, ws, pool).await;
+        let event = stream.next_event().await;
+        assert_eq!(
+            event.id,
+            head + 1,
+            "no replay of the older events: {query:?}"
+        );
+        assert_eq!(event.event, "runner_command.submitted");
+        assert_eq!(event.data["target"]["id"], command.to_string());
+    }
 }
 
 #[tokio::test]

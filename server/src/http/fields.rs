@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::domain::{
-    CommandStatus, DeliveryStatus, ExpiresInDays, FieldError, MIN_TEXT_CHARS, ReportReason,
-    ReviewStatus, RevisionState, RevocationReason, Scope, TIMESTAMP_PATTERN, Timestamp, TokenName,
-    ValidationErrors, bounded_text, parse_uuid,
+    CommandStatus, DeliveryStatus, ExpiresInDays, FieldError, MIN_TEXT_CHARS, NO_NUL_PATTERN,
+    ReportReason, ReviewStatus, RevisionState, RevocationReason, Scope, TIMESTAMP_PATTERN,
+    Timestamp, TokenName, ValidationErrors, bounded_text, parse_uuid,
 };
 use crate::service::{DeliveryStatusInput, ReviewInput, SubmitCommandInput};
 
@@ -67,12 +67,13 @@ fn integer(value: &Value) -> Result<i64, Invalid> {
     number.ok_or(Invalid::Type("must be an integer"))
 }
 
-/// `string` of `MIN_TEXT_CHARS` to `max` characters: `bounded_text`, which the text newtypes
-/// use too.
+/// `string` of `MIN_TEXT_CHARS` to `max` characters without U+0000: `bounded_text`, which
+/// the text newtypes use too.
 fn text_schema(max: usize) -> MetaSchemaRef {
     String::schema_ref().merge(MetaSchema {
         min_length: Some(MIN_TEXT_CHARS),
         max_length: Some(max),
+        pattern: Some(NO_NUL_PATTERN.to_owned()),
         ..MetaSchema::ANY
     })
 }
@@ -229,6 +230,7 @@ value_type!(
     "CommandArg",
     String::schema_ref().merge(MetaSchema {
         max_length: Some(SubmitCommandInput::MAX_ARG),
+        pattern: Some(NO_NUL_PATTERN.to_owned()),
         ..MetaSchema::ANY
     })
 );

@@ -173,7 +173,7 @@ impl ActivityApi {
         /// Page size, 1 to 100 (default 50).
         #[oai(validator(minimum(value = "1"), maximum(value = "100")))]
         limit: Query<Option<i64>>,
-        /// Opaque cursor from a previous page's `nextCursor`.
+        /// Opaque cursor from a previous page's `nextCursor`. Empty is the same as absent.
         cursor: Query<Option<String>>,
     ) -> Result<ActivityResponse, ActivityErrors> {
         let page = PageRequest::parse(limit.0, cursor.0.as_deref())
