@@ -345,7 +345,10 @@ pub struct ReportedStatus(pub DeliveryStatus);
 enum_value!(
     ReportedStatus,
     "DeliveryStatusName",
-    None,
+    Some(
+        "A status a runner may report: `pending → received → running → succeeded | failed`; \
+         `failed` also from any live state."
+    ),
     DeliveryStatusInput::REPORTABLE.iter().map(|s| s.as_str()),
     |raw| DeliveryStatusInput::parse_status(raw).map(ReportedStatus)
 );
@@ -513,12 +516,19 @@ pub fn description(lines: &[&'static str]) -> Option<String> {
     (!lines.is_empty()).then(|| lines.join("\n"))
 }
 
-/// A property's schema: its type's, with the property's default and description.
+/// A property's schema: its type's, with the property's default and description. A property
+/// of a named type stays a bare `$ref`: merging would wrap it in an `allOf` of the reference
+/// and a description-only object, which openapi-python-client refuses ("Cannot take allOf a
+/// non-object"). Such a type carries its own description; `register_enum` sets it.
 pub fn property<T: Type>(
     default: Option<Value>,
     description: Option<&'static str>,
 ) -> MetaSchemaRef {
-    T::schema_ref().merge(MetaSchema {
+    let schema = T::schema_ref();
+    if matches!(schema, MetaSchemaRef::Reference(_)) {
+        return schema;
+    }
+    schema.merge(MetaSchema {
         default,
         description,
         ..MetaSchema::ANY

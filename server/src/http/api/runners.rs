@@ -140,7 +140,7 @@ impl RunnerCommandBody {
 request_body! {
     /// Request body of a delivery status report.
     pub struct DeliveryStatusReportInput {
-        /// `pending → received → running → succeeded | failed`; `failed` also from any live state.
+        // The states are described on `DeliveryStatusName`: a `$ref` property takes no description.
         "status" => status: required ReportedStatus,
         "detail" => detail: optional Text<{ DeliveryStatusInput::MAX_DETAIL }>,
         "exitCode" => exit_code: optional i32,
