@@ -132,6 +132,62 @@ async fn bootstrap_prints_ids_and_a_credential_once_and_refuses_a_second_time() 
     db.drop_db().await;
 }
 
+/// After the credential, bootstrap prints (stdout only) a `curl` of the workspace's activity
+/// with the new token, the `/docs` address built from the listen address, and a `cpctl` line
+/// for an activity-only token that works as printed.
+#[tokio::test]
+async fn bootstrap_prints_first_steps_with_the_new_token() {
+    let db = Db::new().await;
+    let out = db.cpctl(&[
+        "bootstrap",
+        "--org",
+        "acme",
+        "--workspace",
+        "prod",
+        "--admin",
+        "ops@acme.test",
+        "--listen",
+        "0.0.0.0:9090",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    let value = |label: &str| -> String {
+        let line = text.lines().find(|l| l.starts_with(label)).unwrap();
+        line[label.len()..].trim().to_owned()
+    };
+    let (workspace, user, token) = (value("workspace:"), value("user:"), value("token:"));
+    assert!(token.starts_with("cpat_"), "{text}");
+    let curl = format!(
+        "curl -s http://localhost:9090/v1/workspaces/{workspace}/activity \
+         -H 'Authorization: Bearer {token}'"
+    );
+    assert!(text.contains(&curl), "{text}");
+    assert!(text.contains("http://localhost:9090/docs"), "{text}");
+    let issue = format!(
+        "DATABASE_URL=... cpctl tokens issue --user {user} --name activity-reader \
+         --scope activity:read --workspace {workspace}"
+    );
+    assert!(text.contains(&issue), "{text}");
+    assert!(
+        !text.contains(&db.url),
+        "the database URL may hold a password"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains(&token),
+        "token on stderr"
+    );
+
+    // The cpctl line works as printed (DATABASE_URL is set here).
+    let args: Vec<&str> = issue.split_whitespace().skip(2).collect();
+    let issued = json_of(&db.cpctl(&[&args[..], &["-o", "json"]].concat()));
+    assert_eq!(issued["scopes"], serde_json::json!(["activity:read"]));
+    db.drop_db().await;
+}
+
 #[tokio::test]
 async fn create_prints_the_id_and_list_shows_it() {
     let db = Db::new().await;
