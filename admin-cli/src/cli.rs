@@ -55,6 +55,9 @@ pub enum Command {
         admin: String,
         #[arg(long, default_value_t = 30)]
         expires_in_days: i64,
+        /// The server's listen address (as its --listen), for the first steps printed after.
+        #[arg(long, env = "CP_LISTEN", default_value = "127.0.0.1:8080")]
+        listen: String,
     },
     /// Apply pending database migrations.
     Migrate,

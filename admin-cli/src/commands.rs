@@ -7,7 +7,7 @@ use serde_json::json;
 use control_plane::config::ServerConfig;
 use control_plane::domain::{CorrelationId, ExpiresInDays, RevocationReason, Scope, TokenName};
 use control_plane::service::{BootstrapInput, IssueTokenInput, Services};
-use control_plane::startup::open_services;
+use control_plane::startup::{base_url, cpctl_invocation, first_steps, open_services};
 use control_plane::storage::TokenFilter;
 
 use crate::cli::PoliciesCommand;
@@ -18,13 +18,17 @@ use crate::cli::{
 use crate::output;
 use control_plane::policy::{EngineSettings, PolicyEngine, PolicyKind, run_cases};
 
-async fn services(cli: &Cli) -> anyhow::Result<std::sync::Arc<Services>> {
+fn config_of(cli: &Cli) -> ServerConfig {
     let mut config = ServerConfig::for_database(cli.database_url.clone().unwrap_or_default());
     config.database_url = cli.database_url.clone();
     config.data_dir = cli.data_dir.clone();
     config.token_hash_key = cli.token_hash_key.clone();
     config.db_max_connections = 2;
-    open_services(&config).await
+    config
+}
+
+async fn services(cli: &Cli) -> anyhow::Result<std::sync::Arc<Services>> {
+    open_services(&config_of(cli)).await
 }
 
 fn arg<T>(what: &str, parsed: Result<T, String>) -> anyhow::Result<T> {
@@ -46,6 +50,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         return crate::resources::sign(cli.output, command);
     }
     let services = services(&cli).await?;
+    let cpctl = cpctl_invocation(&config_of(&cli).records());
     // Every admin action is audited under one correlation id per invocation.
     let cid = CorrelationId::generate();
     let out = cli.output;
@@ -63,6 +68,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             workspace,
             admin,
             expires_in_days,
+            listen,
         } => {
             let input = BootstrapInput {
                 organisation: org,
@@ -86,6 +92,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     println!("workspace:    {}", done.workspace.id);
                     println!("user:         {}", done.user.id);
                     output::credential(out, &done.credential);
+                    // On stdout only (it holds the token); JSON output stays one document.
+                    println!("\n{}", first_steps(&base_url(&listen, None), &cpctl, &done));
                 }
             }
         }

@@ -1,5 +1,6 @@
 //! Table and JSON rendering of command results.
 
+use control_plane::domain::Timestamp;
 use serde_json::{Value, json};
 
 use control_plane::service::IssuedCredential;
@@ -67,7 +68,7 @@ fn table(headers: &[&str], rows: &[Vec<String>]) {
 
 impl Render for Organisation {
     fn json(&self) -> Value {
-        json!({ "id": self.id, "name": self.name, "createdAt": self.created_at })
+        json!({ "id": self.id, "name": self.name, "createdAt": Timestamp::new(self.created_at) })
     }
     fn headers() -> &'static [&'static str] {
         &["ID", "NAME", "CREATED"]
@@ -76,14 +77,14 @@ impl Render for Organisation {
         vec![
             self.id.to_string(),
             self.name.clone(),
-            self.created_at.to_rfc3339(),
+            Timestamp::new(self.created_at).to_string(),
         ]
     }
 }
 
 impl Render for Workspace {
     fn json(&self) -> Value {
-        json!({ "id": self.id, "organisationId": self.organisation_id, "name": self.name, "createdAt": self.created_at })
+        json!({ "id": self.id, "organisationId": self.organisation_id, "name": self.name, "createdAt": Timestamp::new(self.created_at) })
     }
     fn headers() -> &'static [&'static str] {
         &["ID", "ORGANISATION", "NAME", "CREATED"]
@@ -93,14 +94,14 @@ impl Render for Workspace {
             self.id.to_string(),
             self.organisation_id.to_string(),
             self.name.clone(),
-            self.created_at.to_rfc3339(),
+            Timestamp::new(self.created_at).to_string(),
         ]
     }
 }
 
 impl Render for Environment {
     fn json(&self) -> Value {
-        json!({ "id": self.id, "workspaceId": self.workspace_id, "name": self.name, "createdAt": self.created_at })
+        json!({ "id": self.id, "workspaceId": self.workspace_id, "name": self.name, "createdAt": Timestamp::new(self.created_at) })
     }
     fn headers() -> &'static [&'static str] {
         &["ID", "WORKSPACE", "NAME", "CREATED"]
@@ -110,14 +111,14 @@ impl Render for Environment {
             self.id.to_string(),
             self.workspace_id.to_string(),
             self.name.clone(),
-            self.created_at.to_rfc3339(),
+            Timestamp::new(self.created_at).to_string(),
         ]
     }
 }
 
 impl Render for User {
     fn json(&self) -> Value {
-        json!({ "id": self.id, "organisationId": self.organisation_id, "email": self.email, "createdAt": self.created_at })
+        json!({ "id": self.id, "organisationId": self.organisation_id, "email": self.email, "createdAt": Timestamp::new(self.created_at) })
     }
     fn headers() -> &'static [&'static str] {
         &["ID", "ORGANISATION", "EMAIL", "CREATED"]
@@ -127,7 +128,7 @@ impl Render for User {
             self.id.to_string(),
             self.organisation_id.to_string(),
             self.email.clone(),
-            self.created_at.to_rfc3339(),
+            Timestamp::new(self.created_at).to_string(),
         ]
     }
 }
@@ -143,9 +144,9 @@ impl Render for TokenRecord {
             "scopes": self.scopes,
             "workspaceIds": self.workspace_ids,
             "environmentIds": self.environment_ids,
-            "createdAt": self.created_at,
-            "expiresAt": self.expires_at,
-            "revokedAt": self.revoked_at,
+            "createdAt": Timestamp::new(self.created_at),
+            "expiresAt": Timestamp::new(self.expires_at),
+            "revokedAt": self.revoked_at.map(Timestamp::new),
             "issuedByTokenId": self.issued_by_token_id,
         })
     }
@@ -168,9 +169,9 @@ impl Render for TokenRecord {
             self.name.clone(),
             self.user_id.to_string(),
             self.workspace_ids.len().to_string(),
-            self.expires_at.to_rfc3339(),
+            Timestamp::new(self.expires_at).to_string(),
             self.revoked_at
-                .map(|t| t.to_rfc3339())
+                .map(|t| Timestamp::new(t).to_string())
                 .unwrap_or_else(|| "-".into()),
             self.issued_by_token_id
                 .map(|t| t.to_string())
@@ -189,8 +190,8 @@ pub fn credential_json(c: &IssuedCredential) -> Value {
         "organisationId": c.record.organisation_id,
         "workspaceIds": c.record.workspace_ids,
         "environmentIds": c.record.environment_ids,
-        "createdAt": c.record.created_at,
-        "expiresAt": c.record.expires_at,
+        "createdAt": Timestamp::new(c.record.created_at),
+        "expiresAt": Timestamp::new(c.record.expires_at),
         "token": c.secret.expose(),
     })
 }
@@ -201,7 +202,7 @@ pub fn credential(format: OutputFormat, c: &IssuedCredential) {
         OutputFormat::Table => {
             println!("id:       {}", c.record.id);
             println!("prefix:   {}", c.prefix);
-            println!("expires:  {}", c.record.expires_at.to_rfc3339());
+            println!("expires:  {}", Timestamp::new(c.record.expires_at));
             println!("token:    {}", c.secret.expose());
             eprintln!("The token is shown only now; store it safely.");
         }
@@ -218,7 +219,7 @@ impl Render for PolicyRecord {
             "reference": format!("{}@{}", self.name, self.version),
             "digest": self.digest,
             "sizeBytes": self.size,
-            "createdAt": self.created_at,
+            "createdAt": Timestamp::new(self.created_at),
         })
     }
     fn headers() -> &'static [&'static str] {
@@ -230,7 +231,7 @@ impl Render for PolicyRecord {
             self.kind.clone(),
             self.digest[..16.min(self.digest.len())].to_owned(),
             self.size.to_string(),
-            self.created_at.to_rfc3339(),
+            Timestamp::new(self.created_at).to_string(),
         ]
     }
 }
@@ -243,7 +244,7 @@ impl Render for DisagreementRecord {
             "principalId": self.principal_id,
             "active": self.active_decision,
             "shadow": self.shadow_decision,
-            "occurredAt": self.occurred_at,
+            "occurredAt": Timestamp::new(self.occurred_at),
         })
     }
     fn headers() -> &'static [&'static str] {
@@ -251,7 +252,7 @@ impl Render for DisagreementRecord {
     }
     fn row(&self) -> Vec<String> {
         vec![
-            self.occurred_at.to_rfc3339(),
+            Timestamp::new(self.occurred_at).to_string(),
             self.operation.clone(),
             self.principal_id.clone(),
             self.active_decision.clone(),

@@ -5,6 +5,7 @@ use anyhow::Context;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use clap::Subcommand;
+use control_plane::domain::Timestamp;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -338,7 +339,7 @@ pub async fn reviews(
 impl Render for RunnerPool {
     fn json(&self) -> Value {
         json!({ "id": self.id, "workspaceId": self.workspace_id, "name": self.name,
-                "createdAt": self.created_at, "deletedAt": self.deleted_at })
+                "createdAt": Timestamp::new(self.created_at), "deletedAt": self.deleted_at.map(Timestamp::new) })
     }
     fn headers() -> &'static [&'static str] {
         &["ID", "WORKSPACE", "NAME", "DELETED"]
@@ -348,14 +349,16 @@ impl Render for RunnerPool {
             self.id.to_string(),
             self.workspace_id.to_string(),
             self.name.clone(),
-            self.deleted_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            self.deleted_at
+                .map(|t| Timestamp::new(t).to_string())
+                .unwrap_or_default(),
         ]
     }
 }
 
 impl Render for Workflow {
     fn json(&self) -> Value {
-        json!({ "id": self.id, "workspaceId": self.workspace_id, "name": self.name, "createdAt": self.created_at })
+        json!({ "id": self.id, "workspaceId": self.workspace_id, "name": self.name, "createdAt": Timestamp::new(self.created_at) })
     }
     fn headers() -> &'static [&'static str] {
         &["ID", "WORKSPACE", "NAME", "CREATED"]
@@ -365,7 +368,7 @@ impl Render for Workflow {
             self.id.to_string(),
             self.workspace_id.to_string(),
             self.name.clone(),
-            self.created_at.to_rfc3339(),
+            Timestamp::new(self.created_at).to_string(),
         ]
     }
 }
@@ -373,7 +376,7 @@ impl Render for Workflow {
 impl Render for WorkflowRevision {
     fn json(&self) -> Value {
         json!({ "id": self.id, "workflowId": self.workflow_id, "number": self.number,
-                "state": self.state.as_str(), "createdAt": self.created_at })
+                "state": self.state.as_str(), "createdAt": Timestamp::new(self.created_at) })
     }
     fn headers() -> &'static [&'static str] {
         &["ID", "WORKFLOW", "NUMBER", "STATE"]
@@ -390,7 +393,7 @@ impl Render for WorkflowRevision {
 
 impl Render for Plugin {
     fn json(&self) -> Value {
-        json!({ "id": self.id, "organisationId": self.organisation_id, "name": self.name, "createdAt": self.created_at })
+        json!({ "id": self.id, "organisationId": self.organisation_id, "name": self.name, "createdAt": Timestamp::new(self.created_at) })
     }
     fn headers() -> &'static [&'static str] {
         &["ID", "PUBLISHER", "NAME", "CREATED"]
@@ -400,7 +403,7 @@ impl Render for Plugin {
             self.id.to_string(),
             self.organisation_id.to_string(),
             self.name.clone(),
-            self.created_at.to_rfc3339(),
+            Timestamp::new(self.created_at).to_string(),
         ]
     }
 }
@@ -409,7 +412,7 @@ impl Render for Review {
     fn json(&self) -> Value {
         json!({ "id": self.id, "pluginId": self.plugin_id, "authorId": self.author_id,
                 "rating": self.rating, "title": self.title, "status": self.status.as_str(),
-                "reasons": self.reasons, "labels": self.labels, "updatedAt": self.updated_at })
+                "reasons": self.reasons, "labels": self.labels, "updatedAt": Timestamp::new(self.updated_at) })
     }
     fn headers() -> &'static [&'static str] {
         &["ID", "AUTHOR", "RATING", "STATUS", "TITLE"]

@@ -85,6 +85,16 @@ impl Db {
     }
 }
 
+/// RFC 3339, UTC `Z`, six fraction digits: `dddd-dd-ddTdd:dd:dd.ddddddZ`.
+fn is_api_time(s: &str) -> bool {
+    const TEMPLATE: &[u8] = b"dddd-dd-ddTdd:dd:dd.ddddddZ";
+    s.len() == TEMPLATE.len()
+        && s.bytes().zip(TEMPLATE).all(|(c, &t)| match t {
+            b'd' => c.is_ascii_digit(),
+            _ => c == t,
+        })
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -126,6 +136,11 @@ async fn bootstrap_prints_ids_and_a_credential_once_and_refuses_a_second_time() 
     );
     assert_eq!(credential["workspaceIds"][0], v["workspaceId"]);
     assert!(credential["token"].as_str().unwrap().starts_with("cpat_"));
+    // The API's one time format (README, "Times").
+    for key in ["createdAt", "expiresAt"] {
+        let at = credential[key].as_str().unwrap();
+        assert!(is_api_time(at), "{key} = {at}");
+    }
 
     let again = db.cpctl(&[
         "bootstrap",
@@ -140,6 +155,62 @@ async fn bootstrap_prints_ids_and_a_credential_once_and_refuses_a_second_time() 
     let err = String::from_utf8_lossy(&again.stderr);
     assert_eq!(err.trim().lines().count(), 1, "one-line error: {err}");
     assert!(err.contains("already exists"), "{err}");
+    db.drop_db().await;
+}
+
+/// After the credential, bootstrap prints (stdout only) a `curl` of the workspace's activity
+/// with the new token, the `/docs` address built from the listen address, and a `cpctl` line
+/// for an activity-only token that works as printed.
+#[tokio::test]
+async fn bootstrap_prints_first_steps_with_the_new_token() {
+    let db = Db::new().await;
+    let out = db.cpctl(&[
+        "bootstrap",
+        "--org",
+        "acme",
+        "--workspace",
+        "prod",
+        "--admin",
+        "ops@acme.test",
+        "--listen",
+        "0.0.0.0:9090",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    let value = |label: &str| -> String {
+        let line = text.lines().find(|l| l.starts_with(label)).unwrap();
+        line[label.len()..].trim().to_owned()
+    };
+    let (workspace, user, token) = (value("workspace:"), value("user:"), value("token:"));
+    assert!(token.starts_with("cpat_"), "{text}");
+    let curl = format!(
+        "curl -s http://localhost:9090/v1/workspaces/{workspace}/activity \
+         -H 'Authorization: Bearer {token}'"
+    );
+    assert!(text.contains(&curl), "{text}");
+    assert!(text.contains("http://localhost:9090/docs"), "{text}");
+    let issue = format!(
+        "DATABASE_URL=... cpctl tokens issue --user {user} --name activity-reader \
+         --scope activity:read --workspace {workspace}"
+    );
+    assert!(text.contains(&issue), "{text}");
+    assert!(
+        !text.contains(&db.url),
+        "the database URL may hold a password"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains(&token),
+        "token on stderr"
+    );
+
+    // The cpctl line works as printed (DATABASE_URL is set here).
+    let args: Vec<&str> = issue.split_whitespace().skip(2).collect();
+    let issued = json_of(&db.cpctl(&[&args[..], &["-o", "json"]].concat()));
+    assert_eq!(issued["scopes"], serde_json::json!(["activity:read"]));
     db.drop_db().await;
 }
 
@@ -803,7 +874,7 @@ async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
     assert_eq!(revoked["descendantGrantsRevoked"], 2);
     for id in [&root, &child, &grandchild] {
         let shown = json_of(&db.cpctl(&["tokens", "show", "--id", id, "-o", "json"]));
-        assert!(shown["revokedAt"].is_string(), "{shown}");
+        assert!(is_api_time(shown["revokedAt"].as_str().unwrap()), "{shown}");
         assert_eq!(shown["workspaceIds"], serde_json::json!([]));
     }
     let shown = json_of(&db.cpctl(&["tokens", "show", "--id", &other, "-o", "json"]));

@@ -13,8 +13,8 @@ use crate::policy::{
     Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
 };
 use crate::service::{
-    Authorizer, KeySource, NonceDeps, ServiceDeps, ServiceSettings, Services, StreamLimits,
-    load_record_cipher, load_token_hasher,
+    Authorizer, Bootstrap, KeySource, NonceDeps, ServiceDeps, ServiceSettings, Services,
+    StreamLimits, load_record_cipher, load_token_hasher,
 };
 use crate::storage::{
     DisagreementRecord, FastState, MemoryFastState, OpenSettings, Opened, RedisFastState,
@@ -61,11 +61,15 @@ fn lock_embedded_store(path: &std::path::Path) -> anyhow::Result<std::fs::File> 
     }
 }
 
-/// On an empty store: bootstrap a development tenant (`--dev`) and print its token once, or
-/// log the command that bootstraps one.
-async fn first_start(config: &ServerConfig, services: &Services) -> anyhow::Result<()> {
+/// On an empty store: bootstrap a development tenant (`--dev`), returned so its first steps are
+/// printed once the listener is bound (its real port known), or log the command that
+/// bootstraps one.
+async fn first_start(
+    config: &ServerConfig,
+    services: &Services,
+) -> anyhow::Result<Option<Bootstrap>> {
     if !services.list_organisations().await?.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     if config.dev {
         let done = services
@@ -79,27 +83,58 @@ async fn first_start(config: &ServerConfig, services: &Services) -> anyhow::Resu
                 &crate::domain::CorrelationId::generate(),
             )
             .await?;
-        // Printed, never logged: a secret must not reach a log line.
-        println!(
-            "--dev: organisation {} workspace {} admin {}\ntoken (shown once): {}",
-            done.organisation.id,
-            done.workspace.id,
-            done.user.id,
-            done.credential.secret.expose()
-        );
-        return Ok(());
+        return Ok(Some(done));
     }
-    let store_arg = match config.records() {
-        RecordsLocation::Postgres(_) => "DATABASE_URL=... ".to_owned(),
-        RecordsLocation::Sqlite(path) => format!("--database-url sqlite://{} ", path.display()),
-    };
     tracing::warn!(
         command = %format!(
-            "cpctl {store_arg}bootstrap --org ORG --workspace WORKSPACE --admin EMAIL"
+            "{}bootstrap --org ORG --workspace WORKSPACE --admin EMAIL",
+            cpctl_invocation(&config.records())
         ),
         "the records store is empty: create the first organisation, workspace and admin token with this command (or restart with --dev)"
     );
-    Ok(())
+    Ok(None)
+}
+
+/// `cpctl` reaching the same records store, with a trailing space. A Postgres URL may hold a
+/// password: it is named, never written out.
+pub fn cpctl_invocation(records: &RecordsLocation) -> String {
+    match records {
+        RecordsLocation::Postgres(_) => "DATABASE_URL=... cpctl ".to_owned(),
+        RecordsLocation::Sqlite(path) => {
+            format!("cpctl --database-url sqlite://{} ", path.display())
+        }
+    }
+}
+
+/// `http://HOST:PORT` for a listen address: an unspecified address (`0.0.0.0`, `::`) is
+/// reached as `localhost`; anything else that is not `IP:PORT` is used as written.
+pub fn base_url(listen: &str, port: Option<u16>) -> String {
+    let Ok(addr) = listen.parse::<std::net::SocketAddr>() else {
+        return format!("http://{listen}");
+    };
+    let port = port.unwrap_or(addr.port());
+    match addr.ip() {
+        ip if ip.is_unspecified() => format!("http://localhost:{port}"),
+        std::net::IpAddr::V6(ip) => format!("http://[{ip}]:{port}"),
+        std::net::IpAddr::V4(ip) => format!("http://{ip}:{port}"),
+    }
+}
+
+/// What to try first with a freshly bootstrapped tenant: a ready-to-paste `curl` of its
+/// activity, the documentation's address and the `cpctl` line for a narrower token. It holds
+/// the token, so it is printed on stdout by `--dev` and `cpctl bootstrap`, never logged.
+pub fn first_steps(base_url: &str, cpctl: &str, done: &Bootstrap) -> String {
+    let workspace = done.workspace.id;
+    format!(
+        "Read the workspace's activity with this token:\n  \
+         curl -s {base_url}/v1/workspaces/{workspace}/activity -H 'Authorization: Bearer {token}'\n\
+         API documentation: {base_url}/docs\n\
+         A token that may only read activity, for a script or a dashboard:\n  \
+         {cpctl}tokens issue --user {user} --name activity-reader --scope activity:read \
+         --workspace {workspace}\n",
+        token = done.credential.secret.expose(),
+        user = done.user.id,
+    )
 }
 
 /// Opens the records store the configuration names and applies its migrations.
@@ -322,7 +357,7 @@ impl Application {
             key_prefix: config.redis_prefix.clone(),
         };
         let services = build_services(config, store, Some(nonces)).await?;
-        first_start(config, &services).await?;
+        let bootstrapped = first_start(config, &services).await?;
         let (cipher, source) = load_record_cipher(
             services.store().as_ref(),
             config.idempotency_keys.as_deref(),
@@ -358,6 +393,19 @@ impl Application {
         services.audit_feed().follow();
         let endpoints = build_app(services.clone(), &http, fast, cipher)?;
         let acceptor = bind(&config.listen).await?;
+        if let Some(done) = bootstrapped {
+            let url = base_url(&config.listen, Some(port_of(&acceptor)));
+            let cpctl = cpctl_invocation(&config.records());
+            // Printed, never logged: a secret must not reach a log line.
+            println!(
+                "--dev: organisation {} workspace {} admin {}\ntoken (shown once): {}\n\n{}",
+                done.organisation.id,
+                done.workspace.id,
+                done.user.id,
+                done.credential.secret.expose(),
+                first_steps(&url, &cpctl, &done)
+            );
+        }
         let ops = match (&config.ops_listen, endpoints.ops) {
             (Some(address), Some(endpoint)) => Some((bind(address).await?, endpoint)),
             _ => None,
@@ -466,4 +514,21 @@ async fn shutdown_signal() {
         () = terminate => {},
     }
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base_url;
+
+    #[test]
+    fn the_printed_url_is_one_a_client_can_reach() {
+        assert_eq!(base_url("0.0.0.0:8080", None), "http://localhost:8080");
+        assert_eq!(base_url("[::]:8080", Some(41000)), "http://localhost:41000");
+        assert_eq!(
+            base_url("127.0.0.1:0", Some(41000)),
+            "http://127.0.0.1:41000"
+        );
+        assert_eq!(base_url("[::1]:8080", None), "http://[::1]:8080");
+        assert_eq!(base_url("api.internal:80", None), "http://api.internal:80");
+    }
 }

@@ -109,6 +109,18 @@ async fn limit_and_cursor_are_validated() {
             .unwrap();
         assert_eq!(response.status(), 200, "{query}");
     }
+    // An empty `cursor=` is documented as absent: the first page.
+    let page = |query: &'static str| {
+        let request = app.get(&format!("{base}?{query}"), &tenant.token);
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200, "{query}");
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let first = page("limit=2").await;
+    assert_eq!(first["items"].as_array().unwrap().len(), 2, "{first}");
+    assert_eq!(page("limit=2&cursor=").await, first);
 }
 
 #[tokio::test]

@@ -80,6 +80,96 @@ async fn embedded_dev_bootstraps_a_tenant_once() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `--dev` prints, on stdout and never in a log line, first steps that work as printed: the
+/// `curl` of the workspace's activity, the `/docs` address on the real port, and the `cpctl`
+/// line for a token that only reads activity.
+#[tokio::test]
+async fn embedded_dev_prints_first_steps_that_work_as_printed() {
+    use std::io::BufRead;
+    let dir = temp_dir();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_control-plane"))
+        .args(["--dev", "--listen", "127.0.0.1:0", "--log-format", "json"])
+        .arg("--data-dir")
+        .arg(&dir)
+        .env_remove("DATABASE_URL")
+        .env_remove("REDIS_URL")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start control-plane");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut printed, mut logged) = (Vec::new(), Vec::new());
+    for line in lines.by_ref() {
+        let line = line.expect("read stdout");
+        match serde_json::from_str::<Value>(&line) {
+            Ok(entry) => {
+                let listening = entry["fields"]["message"] == "listening";
+                logged.push(line);
+                if listening {
+                    break;
+                }
+            }
+            Err(_) => printed.push(line),
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    let printed = printed.join("\n");
+    let after = |marker: &str| -> String {
+        let at = printed
+            .find(marker)
+            .unwrap_or_else(|| panic!("no {marker:?} in {printed}"));
+        printed[at + marker.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let token = after("token (shown once): ");
+    let curl = printed
+        .lines()
+        .find(|l| l.trim_start().starts_with("curl -s "))
+        .unwrap_or_else(|| panic!("no curl line in {printed}"));
+    assert!(
+        curl.contains(&format!("Authorization: Bearer {token}'")),
+        "{curl}"
+    );
+    assert!(
+        logged.iter().all(|l| !l.contains(&token)),
+        "the token reached a log line"
+    );
+
+    // The curl, as printed, answers 200 with the workspace's activity.
+    let url = after("curl -s ");
+    let client = reqwest::Client::new();
+    let response = client.get(&url).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(response.status(), 200, "{url}");
+    let body: Value = response.json().await.unwrap();
+    assert!(!body["items"].as_array().unwrap().is_empty(), "{body}");
+
+    let docs = after("API documentation: ");
+    assert!(docs.ends_with("/docs") && !docs.contains(":0/"), "{docs}");
+    assert_eq!(client.get(&docs).send().await.unwrap().status(), 200);
+
+    let cpctl = printed
+        .lines()
+        .find(|l| l.contains("tokens issue"))
+        .unwrap_or_else(|| panic!("no cpctl line in {printed}"));
+    assert!(
+        cpctl
+            .trim_start()
+            .starts_with("cpctl --database-url sqlite://"),
+        "{cpctl}"
+    );
+    assert!(
+        cpctl.contains("--scope activity:read --workspace "),
+        "{cpctl}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test]
 async fn embedded_an_activation_by_cpctl_reaches_the_running_server_within_a_second() {
     let dir = temp_dir();

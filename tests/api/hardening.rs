@@ -1,6 +1,7 @@
 //! Inputs a hostile client tries: NUL characters, non-canonical uuids, repeated keys and
 //! headers, look-alike content types.
 
+use control_plane::domain::NO_NUL_PATTERN;
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -38,6 +39,58 @@ async fn nul_characters_are_a_400_not_a_storage_error() {
         .unwrap();
     let err = assert_api_error(response, 400, "validation_failed").await;
     assert_eq!(err["error"]["details"]["field"], "reason");
+}
+
+/// The document says what the server refuses: every free-text string of every request body
+/// carries the pattern that excludes U+0000 (schemathesis sent NUL to fields that did not).
+#[tokio::test]
+async fn the_document_states_the_nul_rule_on_every_body_string() {
+    let app = spawn_app().await;
+    let doc: Value = app
+        .request(Method::GET, "/openapi.json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let schemas = &doc["components"]["schemas"];
+    let mut checked = Vec::new();
+    for op in doc["paths"].as_object().unwrap().values() {
+        for op in op.as_object().unwrap().values() {
+            let Some(content) = op["requestBody"]["content"].as_object() else {
+                continue;
+            };
+            for media in content.values() {
+                let name = media["schema"]["$ref"].as_str().unwrap().rsplit('/').next();
+                let schema = &schemas[name.unwrap()];
+                for (field, prop) in schema["properties"].as_object().unwrap() {
+                    let prop = if prop["type"] == "array" {
+                        &prop["items"]
+                    } else {
+                        prop
+                    };
+                    let free_text = prop["type"] == "string"
+                        && prop.get("format").is_none()
+                        && prop.get("enum").is_none();
+                    if free_text {
+                        assert_eq!(prop["pattern"], NO_NUL_PATTERN, "{name:?}.{field}");
+                        checked.push(format!("{}.{field}", name.unwrap()));
+                    }
+                }
+            }
+        }
+    }
+    for expected in [
+        "PersonalAccessTokenInput.name",
+        "SubmitRunnerCommandInput.command",
+        "SubmitRunnerCommandInput.args",
+    ] {
+        assert!(
+            checked.iter().any(|c| c == expected),
+            "{expected}: {checked:?}"
+        );
+    }
 }
 
 #[tokio::test]

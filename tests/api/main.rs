@@ -27,4 +27,5 @@ mod secrets;
 #[path = "../support/services.rs"]
 mod services;
 mod signatures;
+mod time_format;
 mod workflows;

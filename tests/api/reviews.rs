@@ -508,7 +508,7 @@ async fn review_status(app: &TestApp, review: &str) -> String {
     status
 }
 
-async fn create_plugin(app: &TestApp, tenant: &Tenant, name: &str) -> Uuid {
+pub(crate) async fn create_plugin(app: &TestApp, tenant: &Tenant, name: &str) -> Uuid {
     app.services
         .create_plugin(tenant.organisation_id, name, &CorrelationId::generate())
         .await
@@ -517,7 +517,7 @@ async fn create_plugin(app: &TestApp, tenant: &Tenant, name: &str) -> Uuid {
 }
 
 /// A new user of the tenant's organisation and a token of theirs: (user id, token).
-async fn user_token(app: &TestApp, tenant: &Tenant, scopes: &[Scope]) -> (Uuid, String) {
+pub(crate) async fn user_token(app: &TestApp, tenant: &Tenant, scopes: &[Scope]) -> (Uuid, String) {
     let user = app
         .services
         .create_user(
@@ -537,7 +537,7 @@ async fn user_token(app: &TestApp, tenant: &Tenant, scopes: &[Scope]) -> (Uuid, 
     (user.id, token)
 }
 
-async fn put_review(app: &TestApp, token: &str, plugin: Uuid, body: &Value) -> Response {
+pub(crate) async fn put_review(app: &TestApp, token: &str, plugin: Uuid, body: &Value) -> Response {
     app.request(
         Method::PUT,
         &format!("/v1/marketplace/plugins/{plugin}/reviews/me"),
@@ -550,7 +550,7 @@ async fn put_review(app: &TestApp, token: &str, plugin: Uuid, body: &Value) -> R
 }
 
 /// Puts a review that the default moderator publishes; returns its id.
-async fn published_review(app: &TestApp, token: &str, plugin: Uuid) -> String {
+pub(crate) async fn published_review(app: &TestApp, token: &str, plugin: Uuid) -> String {
     let response = put_review(
         app,
         token,
@@ -564,7 +564,13 @@ async fn published_review(app: &TestApp, token: &str, plugin: Uuid) -> String {
     body["review"]["id"].as_str().expect("id").to_owned()
 }
 
-async fn report(app: &TestApp, token: &str, plugin: Uuid, review: &str, body: &Value) -> Response {
+pub(crate) async fn report(
+    app: &TestApp,
+    token: &str,
+    plugin: Uuid,
+    review: &str,
+    body: &Value,
+) -> Response {
     app.post_json(
         &format!("/v1/marketplace/plugins/{plugin}/reviews/{review}/report"),
         token,

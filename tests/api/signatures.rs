@@ -544,7 +544,7 @@ async fn redis_only_a_report_replayed_after_redis_forgot_its_nonces_changes_noth
 
 /// A runner's identity and one of its keys.
 #[derive(Clone, Copy)]
-struct RunnerKey {
+pub(crate) struct RunnerKey {
     runner_id: Uuid,
     key_id: Uuid,
     private_key: [u8; 32],
@@ -723,14 +723,14 @@ async fn failed_signatures_spend_the_runner_address_budget_not_the_bearer_one() 
 }
 
 /// A tenant with one pool and one registered runner in it.
-struct Fixture {
-    app: TestApp,
-    tenant: Tenant,
-    pool: Uuid,
-    runner: RunnerKey,
+pub(crate) struct Fixture {
+    pub(crate) app: TestApp,
+    pub(crate) tenant: Tenant,
+    pub(crate) pool: Uuid,
+    pub(crate) runner: RunnerKey,
 }
 
-async fn fixture() -> Fixture {
+pub(crate) async fn fixture() -> Fixture {
     fixture_on(spawn_app().await).await
 }
 
@@ -768,7 +768,7 @@ async fn register(app: &TestApp, pool: Uuid, name: &str) -> RunnerKey {
 }
 
 /// Submits a command over HTTP; returns (command id, delivery id).
-async fn submit(app: &TestApp, tenant: &Tenant, pool: Uuid) -> (Uuid, Uuid) {
+pub(crate) async fn submit(app: &TestApp, tenant: &Tenant, pool: Uuid) -> (Uuid, Uuid) {
     let response = app
         .post_json(
             &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
@@ -834,7 +834,12 @@ fn sign_with_nonce(key: &RunnerKey, path: &str, body: &[u8], nonce: &str) -> Sig
 }
 
 /// Signs `body` as `key` and posts it to the delivery's status route.
-async fn report(app: &TestApp, key: &RunnerKey, delivery: impl Display, body: Value) -> Response {
+pub(crate) async fn report(
+    app: &TestApp,
+    key: &RunnerKey,
+    delivery: impl Display,
+    body: Value,
+) -> Response {
     let path = status_path(delivery);
     let bytes = body.to_string().into_bytes();
     let signed = sign(key, &path, &bytes, now());

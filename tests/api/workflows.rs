@@ -288,7 +288,7 @@ async fn the_comment_is_bounded_and_the_body_closed() {
 }
 
 /// A workflow with one draft revision: (workflow id, revision id).
-async fn draft(app: &TestApp, workspace: Uuid, name: &str) -> (Uuid, Uuid) {
+pub(crate) async fn draft(app: &TestApp, workspace: Uuid, name: &str) -> (Uuid, Uuid) {
     let cid = CorrelationId::generate();
     let workflow = app
         .services
@@ -304,7 +304,7 @@ async fn draft(app: &TestApp, workspace: Uuid, name: &str) -> (Uuid, Uuid) {
     (workflow.id, revision.id)
 }
 
-async fn request_approval(
+pub(crate) async fn request_approval(
     app: &TestApp,
     token: &str,
     workspace: Uuid,

@@ -15,6 +15,9 @@ pub(crate) fn is_key_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')
 }
 
+/// The document's statement of [`reject_nul`] on every free-text input: no U+0000.
+pub const NO_NUL_PATTERN: &str = r"^[^\u0000]*$";
+
 /// Text containing U+0000 cannot be stored (Postgres rejects it): refuse it as input instead.
 pub fn reject_nul(raw: &str) -> Result<&str, String> {
     if raw.contains('\0') {

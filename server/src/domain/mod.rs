@@ -8,13 +8,14 @@ mod principal;
 mod scope;
 mod signature;
 mod states;
+mod timestamp;
 mod token;
 mod validation;
 
 pub use audit::{Actor, ActorKind, AuditEvent, NewAuditEvent};
 pub use correlation_id::CorrelationId;
 pub use idempotency::{IdempotencyKey, RecordCipher, UndecryptableRecord};
-pub use ids::{MIN_TEXT_CHARS, bounded_text, parse_uuid, reject_nul};
+pub use ids::{MIN_TEXT_CHARS, NO_NUL_PATTERN, bounded_text, parse_uuid, reject_nul};
 pub use principal::Principal;
 pub use scope::{Scope, Scopes, UnknownScope};
 pub use signature::{
@@ -22,6 +23,7 @@ pub use signature::{
     sign_request, signing_message,
 };
 pub use states::{CommandStatus, DeliveryStatus, ReportReason, ReviewStatus, RevisionState};
+pub use timestamp::{TIMESTAMP_PATTERN, Timestamp};
 pub use token::{
     ExpiresInDays, MalformedToken, PublicId, RevocationReason, TOKEN_PREFIX, TokenHasher,
     TokenName, TokenSecret,

@@ -238,4 +238,15 @@ mod tests {
     fn openapi_document_matches_the_snapshot() {
         crate::http::snapshot::assert_snapshot("openapi.json", &crate::http::openapi_document());
     }
+
+    /// Client generators such as openapi-python-client refuse an `allOf` that wraps a `$ref`
+    /// in a description-only object; the document has no `allOf` at all.
+    #[test]
+    fn the_document_has_no_all_of() {
+        let document = crate::http::openapi_document();
+        assert!(
+            !document.contains("\"allOf\""),
+            "an allOf crept into the document"
+        );
+    }
 }

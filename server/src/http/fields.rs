@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::domain::{
-    CommandStatus, DeliveryStatus, ExpiresInDays, FieldError, MIN_TEXT_CHARS, ReportReason,
-    ReviewStatus, RevisionState, RevocationReason, Scope, TokenName, ValidationErrors,
-    bounded_text, parse_uuid,
+    CommandStatus, DeliveryStatus, ExpiresInDays, FieldError, MIN_TEXT_CHARS, NO_NUL_PATTERN,
+    ReportReason, ReviewStatus, RevisionState, RevocationReason, Scope, TIMESTAMP_PATTERN,
+    Timestamp, TokenName, ValidationErrors, bounded_text, parse_uuid,
 };
 use crate::service::{DeliveryStatusInput, ReviewInput, SubmitCommandInput};
 
@@ -67,12 +67,13 @@ fn integer(value: &Value) -> Result<i64, Invalid> {
     number.ok_or(Invalid::Type("must be an integer"))
 }
 
-/// `string` of `MIN_TEXT_CHARS` to `max` characters: `bounded_text`, which the text newtypes
-/// use too.
+/// `string` of `MIN_TEXT_CHARS` to `max` characters without U+0000: `bounded_text`, which
+/// the text newtypes use too.
 fn text_schema(max: usize) -> MetaSchemaRef {
     String::schema_ref().merge(MetaSchema {
         min_length: Some(MIN_TEXT_CHARS),
         max_length: Some(max),
+        pattern: Some(NO_NUL_PATTERN.to_owned()),
         ..MetaSchema::ANY
     })
 }
@@ -229,6 +230,7 @@ value_type!(
     "CommandArg",
     String::schema_ref().merge(MetaSchema {
         max_length: Some(SubmitCommandInput::MAX_ARG),
+        pattern: Some(NO_NUL_PATTERN.to_owned()),
         ..MetaSchema::ANY
     })
 );
@@ -343,7 +345,10 @@ pub struct ReportedStatus(pub DeliveryStatus);
 enum_value!(
     ReportedStatus,
     "DeliveryStatusName",
-    None,
+    Some(
+        "A status a runner may report: `pending → received → running → succeeded | failed`; \
+         `failed` also from any live state."
+    ),
     DeliveryStatusInput::REPORTABLE.iter().map(|s| s.as_str()),
     |raw| DeliveryStatusInput::parse_status(raw).map(ReportedStatus)
 );
@@ -476,6 +481,34 @@ macro_rules! state_type {
 
 state_type!(CommandStatus, DeliveryStatus, RevisionState, ReviewStatus);
 
+// A response time: `date-time`, with the pattern stating the one shape the server writes.
+value_type!(
+    Timestamp,
+    "Timestamp",
+    MetaSchemaRef::Inline(Box::new(MetaSchema {
+        pattern: Some(TIMESTAMP_PATTERN.to_owned()),
+        ..MetaSchema::new_with_format("string", "date-time")
+    }))
+);
+
+impl ToJSON for Timestamp {
+    fn to_json(&self) -> Option<Value> {
+        Some(Value::String(self.to_string()))
+    }
+}
+
+// Only because `#[derive(Object)]` derives a reader too; responses are never read.
+impl ParseFromJSON for Timestamp {
+    fn parse_from_json(value: Option<Value>) -> ParseResult<Self> {
+        let value = value.unwrap_or_default();
+        match value.as_str().map(Timestamp::parse) {
+            Some(Ok(at)) => Ok(at),
+            Some(Err(e)) => Err(ParseError::custom(e)),
+            None => Err(ParseError::expected_type(value)),
+        }
+    }
+}
+
 /// The document's description of a type or property, from its doc comment: each line trimmed,
 /// joined by newlines (as poem-openapi's derive macros do).
 pub fn description(lines: &[&'static str]) -> Option<String> {
@@ -483,12 +516,19 @@ pub fn description(lines: &[&'static str]) -> Option<String> {
     (!lines.is_empty()).then(|| lines.join("\n"))
 }
 
-/// A property's schema: its type's, with the property's default and description.
+/// A property's schema: its type's, with the property's default and description. A property
+/// of a named type stays a bare `$ref`: merging would wrap it in an `allOf` of the reference
+/// and a description-only object, which openapi-python-client refuses ("Cannot take allOf a
+/// non-object"). Such a type carries its own description; `register_enum` sets it.
 pub fn property<T: Type>(
     default: Option<Value>,
     description: Option<&'static str>,
 ) -> MetaSchemaRef {
-    T::schema_ref().merge(MetaSchema {
+    let schema = T::schema_ref();
+    if matches!(schema, MetaSchemaRef::Reference(_)) {
+        return schema;
+    }
+    schema.merge(MetaSchema {
         default,
         description,
         ..MetaSchema::ANY

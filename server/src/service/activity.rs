@@ -27,7 +27,11 @@ impl PageRequest {
                 );
             }
         };
-        let before = cursor.map(decode_cursor).transpose()?;
+        // An empty `cursor=` is no cursor: the first page (the document says so).
+        let before = cursor
+            .filter(|c| !c.is_empty())
+            .map(decode_cursor)
+            .transpose()?;
         Ok(Self { limit, before })
     }
 }

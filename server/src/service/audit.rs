@@ -118,8 +118,9 @@ impl StreamRequest {
         };
         let after = match (last_event_id, after) {
             (Some(raw), _) => Some(parse_seq("Last-Event-ID", raw)?),
+            // An empty `after=` is no `after`: only new events (the document says so).
+            (None, Some("")) | (None, None) => None,
             (None, Some(raw)) => Some(parse_seq("after", raw)?),
-            (None, None) => None,
         };
         let types: Vec<String> = types
             .unwrap_or_default()

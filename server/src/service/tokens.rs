@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::{AuthzRequest, Decision, DenyStatus, Operation, ServiceError, Services};
 use crate::domain::{
     Actor, CorrelationId, ExpiresInDays, FieldError, NewAuditEvent, Principal, RevocationReason,
-    Scopes, TokenName, TokenSecret, ValidationErrors, parse_uuid,
+    Scopes, Timestamp, TokenName, TokenSecret, ValidationErrors, parse_uuid,
 };
 use crate::storage::{
     InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, TargetLookup, TokenFilter, TokenRecord,
@@ -363,7 +363,7 @@ impl Services {
                         "scopes": record.scopes,
                         "workspaceCount": record.workspace_ids.len(),
                         "environmentIds": environments,
-                        "expiresAt": record.expires_at,
+                        "expiresAt": Timestamp::new(record.expires_at),
                         "issuedByTokenId": record.issued_by_token_id,
                     }),
                 }

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use poem::web::Data;
 use poem::{IntoResponse, Response};
 use poem_openapi::param::{Path, Query};
@@ -15,7 +14,7 @@ use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::ApiTags;
-use crate::domain::AuditEvent;
+use crate::domain::{AuditEvent, Timestamp};
 use crate::http::auth::BearerAuth;
 use crate::http::error::{ApiFailure, error_responses};
 use crate::service::{PageRequest, Services};
@@ -46,7 +45,7 @@ pub struct ActivityItem {
     actor: ActivityActor,
     target: ActivityTarget,
     correlation_id: String,
-    occurred_at: DateTime<Utc>,
+    occurred_at: Timestamp,
     /// Event-specific data; never holds a secret.
     data: Value,
 }
@@ -83,7 +82,7 @@ pub(super) struct Item<'a> {
     actor: Actor<'a>,
     target: Target<'a>,
     correlation_id: &'a str,
-    occurred_at: String,
+    occurred_at: Timestamp,
     data: &'a RawValue,
 }
 
@@ -114,7 +113,7 @@ impl<'a> From<&'a AuditEvent> for Item<'a> {
                 id: e.target_id,
             },
             correlation_id: &e.correlation_id,
-            occurred_at: e.occurred_at.to_rfc3339(),
+            occurred_at: Timestamp::new(e.occurred_at),
             data: &e.data,
         }
     }
@@ -174,7 +173,7 @@ impl ActivityApi {
         /// Page size, 1 to 100 (default 50).
         #[oai(validator(minimum(value = "1"), maximum(value = "100")))]
         limit: Query<Option<i64>>,
-        /// Opaque cursor from a previous page's `nextCursor`.
+        /// Opaque cursor from a previous page's `nextCursor`. Empty is the same as absent.
         cursor: Query<Option<String>>,
     ) -> Result<ActivityResponse, ActivityErrors> {
         let page = PageRequest::parse(limit.0, cursor.0.as_deref())
@@ -219,7 +218,7 @@ mod tests {
             target_kind: "token".into(),
             target_id: Uuid::new_v4(),
             correlation_id: "corr-0001".into(),
-            occurred_at: Utc::now(),
+            occurred_at: chrono::Utc::now(),
             data: RawValue::from_string("{}".into()).unwrap(),
         };
         let page = Page {

@@ -157,7 +157,8 @@ impl AuditApi {
         services: Data<&Arc<Services>>,
         heartbeat: Data<&Heartbeat>,
         #[oai(name = "workspaceId")] workspace_id: Path<String>,
-        /// Replay events with a sequence above this one (`Last-Event-ID` wins when both are given).
+        /// Replay events with a sequence above this one (`Last-Event-ID` wins when both are
+        /// given). Empty is the same as absent: only new events.
         after: Query<Option<String>>,
         /// Comma-separated event types to include, such as `token.issued,runner_pool.deleted`.
         types: Query<Option<String>>,

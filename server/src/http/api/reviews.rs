@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
@@ -11,7 +10,7 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
-use crate::domain::{CorrelationId, ReportReason, ReviewStatus, ValidationErrors};
+use crate::domain::{CorrelationId, ReportReason, ReviewStatus, Timestamp, ValidationErrors};
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
 use crate::http::fields::{Rating, Text, request_body};
@@ -78,8 +77,8 @@ pub struct PluginReviewBody {
     /// `published`, `held`, `rejected` or `hidden`.
     status: ReviewStatus,
     moderation: ModerationBody,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
+    created_at: Timestamp,
+    updated_at: Timestamp,
 }
 
 #[derive(Object)]
@@ -101,8 +100,8 @@ impl From<ModeratedReview> for PluginReviewBody {
                 decision: m.decision.to_owned(),
                 reasons: r.reasons,
             },
-            created_at: r.created_at,
-            updated_at: r.updated_at,
+            created_at: r.created_at.into(),
+            updated_at: r.updated_at.into(),
         }
     }
 }
@@ -113,7 +112,7 @@ pub struct ReviewReportBody {
     id: Uuid,
     review_id: Uuid,
     reason: String,
-    created_at: DateTime<Utc>,
+    created_at: Timestamp,
 }
 
 #[derive(Object)]
@@ -206,7 +205,7 @@ impl ReviewsApi {
                 id: report.id,
                 review_id: report.review_id,
                 reason: report.reason.as_str().to_owned(),
-                created_at: report.created_at,
+                created_at: report.created_at.into(),
             },
             review: ReportedReviewBody {
                 id: review.id,

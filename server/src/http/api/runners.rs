@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
@@ -12,7 +11,7 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
-use crate::domain::{CommandStatus, CorrelationId, DeliveryStatus, ValidationErrors};
+use crate::domain::{CommandStatus, CorrelationId, DeliveryStatus, Timestamp, ValidationErrors};
 use crate::http::auth::{BearerAuth, Signed};
 use crate::http::error::error_responses;
 use crate::http::fields::{CommandArg, List, ReportedStatus, Text, TimeoutSeconds, request_body};
@@ -48,7 +47,7 @@ pub struct RunnerPoolBody {
     id: Uuid,
     workspace_id: Uuid,
     name: String,
-    deleted_at: Option<DateTime<Utc>>,
+    deleted_at: Option<Timestamp>,
 }
 
 impl From<RunnerPool> for RunnerPoolBody {
@@ -57,7 +56,7 @@ impl From<RunnerPool> for RunnerPoolBody {
             id: p.id,
             workspace_id: p.workspace_id,
             name: p.name,
-            deleted_at: p.deleted_at,
+            deleted_at: p.deleted_at.map(Timestamp::new),
         }
     }
 }
@@ -113,7 +112,7 @@ pub struct RunnerCommandBody {
     status: CommandStatus,
     /// The webhook delivery that carries the command to the pool's runners.
     delivery_id: Uuid,
-    created_at: DateTime<Utc>,
+    created_at: Timestamp,
 }
 
 #[derive(Object)]
@@ -133,7 +132,7 @@ impl RunnerCommandBody {
             timeout_seconds: c.timeout_seconds,
             status: c.status,
             delivery_id: d.id,
-            created_at: c.created_at,
+            created_at: c.created_at.into(),
         }
     }
 }
@@ -141,7 +140,7 @@ impl RunnerCommandBody {
 request_body! {
     /// Request body of a delivery status report.
     pub struct DeliveryStatusReportInput {
-        /// `pending → received → running → succeeded | failed`; `failed` also from any live state.
+        // The states are described on `DeliveryStatusName`: a `$ref` property takes no description.
         "status" => status: required ReportedStatus,
         "detail" => detail: optional Text<{ DeliveryStatusInput::MAX_DETAIL }>,
         "exitCode" => exit_code: optional i32,
@@ -166,7 +165,7 @@ pub struct WebhookDeliveryBody {
     id: Uuid,
     command_id: Uuid,
     status: DeliveryStatus,
-    updated_at: DateTime<Utc>,
+    updated_at: Timestamp,
 }
 
 #[derive(Object)]
@@ -291,7 +290,7 @@ impl RunnersApi {
                 id: delivery.id,
                 command_id: delivery.command_id,
                 status: delivery.status,
-                updated_at: delivery.updated_at,
+                updated_at: delivery.updated_at.into(),
             },
         };
         Ok(DeliveryStatusResponse::Ok(Json(envelope)))

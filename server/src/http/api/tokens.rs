@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
@@ -11,7 +10,8 @@ use uuid::Uuid;
 
 use super::ApiTags;
 use crate::domain::{
-    CorrelationId, ExpiresInDays, RevocationReason, Scope, Scopes, TokenName, ValidationErrors,
+    CorrelationId, ExpiresInDays, RevocationReason, Scope, Scopes, Timestamp, TokenName,
+    ValidationErrors,
 };
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
@@ -67,8 +67,8 @@ pub struct IssuedCredentialBody {
     organisation_id: Uuid,
     workspace_ids: Vec<Uuid>,
     environment_ids: Vec<Uuid>,
-    created_at: DateTime<Utc>,
-    expires_at: DateTime<Utc>,
+    created_at: Timestamp,
+    expires_at: Timestamp,
     /// The secret. Returned only here (and on an exact idempotent replay); store it now.
     token: String,
 }
@@ -83,8 +83,8 @@ impl From<IssuedCredential> for IssuedCredentialBody {
             organisation_id: c.record.organisation_id,
             workspace_ids: c.record.workspace_ids,
             environment_ids: c.record.environment_ids,
-            created_at: c.record.created_at,
-            expires_at: c.record.expires_at,
+            created_at: c.record.created_at.into(),
+            expires_at: c.record.expires_at.into(),
             token: c.secret.expose().to_owned(),
         }
     }

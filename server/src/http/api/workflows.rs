@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
@@ -10,7 +9,7 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
-use crate::domain::{CorrelationId, RevisionState, ValidationErrors};
+use crate::domain::{CorrelationId, RevisionState, Timestamp, ValidationErrors};
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
 use crate::http::fields::{Text, request_body};
@@ -52,7 +51,7 @@ pub struct WorkflowRevisionBody {
     state: RevisionState,
     /// The user who asked for approval.
     requested_by: Option<Uuid>,
-    requested_at: Option<DateTime<Utc>>,
+    requested_at: Option<Timestamp>,
 }
 
 impl From<WorkflowRevision> for WorkflowRevisionBody {
@@ -63,7 +62,7 @@ impl From<WorkflowRevision> for WorkflowRevisionBody {
             number: r.number,
             state: r.state,
             requested_by: r.requested_by,
-            requested_at: r.requested_at,
+            requested_at: r.requested_at.map(Timestamp::new),
         }
     }
 }
