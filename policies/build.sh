@@ -24,6 +24,12 @@ esac
 policies=$(cd "$(dirname "$0")" && pwd -P)
 cd "$policies"   # so .cargo/config.toml (the 64 KiB stack) and rust-toolchain.toml apply
 
+# rust-toolchain.toml does not name the target (the server does not need it): say so plainly.
+if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx wasm32-wasip2; then
+  echo "the wasm32-wasip2 target is not installed; run: rustup target add wasm32-wasip2" >&2
+  exit 1
+fi
+
 cargo_home=$(cd "${CARGO_HOME:-$HOME/.cargo}" && pwd -P)
 target_dir=${CARGO_TARGET_DIR:-$policies/target}
 mkdir -p "$target_dir"
