@@ -4,8 +4,6 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
-# server/build.rs builds the default policy components for this target.
-RUN rustup target add wasm32-wasip2
 RUN cargo build --release --locked -p control-plane -p cpctl \
  && cp target/release/control-plane target/release/cpctl /usr/local/bin/
 

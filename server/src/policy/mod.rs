@@ -49,7 +49,7 @@ pub use engine::{
 pub use runtime::{Disagreement, DisagreementSink, PolicyRuntime};
 pub use wit::AuthzInput;
 
-/// The default policies, built from `policies/` by `server/build.rs` and embedded.
+/// The default policies, built from `policies/` into `policies/dist/` and embedded.
 pub mod defaults {
     pub const AUTHORIZER: &[u8] = include_bytes!(env!("POLICY_AUTHZ_WASM"));
     pub const MODERATOR: &[u8] = include_bytes!(env!("POLICY_MODERATION_WASM"));
