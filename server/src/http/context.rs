@@ -12,7 +12,7 @@ use poem_openapi::OperationId;
 use tracing::Instrument;
 
 use super::auth::{AuthOutcome, is_signed_path};
-use super::error::ApiFailure;
+use super::error::{ApiFailure, retry_after_value};
 use super::idempotency::IdempotencyHeader;
 use super::limits::{Caller, RateClass, RateGuard, RouteDecision, tightest};
 use super::metrics::HttpMetrics;
@@ -180,9 +180,7 @@ fn set_rate_headers(response: &mut Response, decision: &RateDecision) {
         HeaderValue::from(decision.remaining),
     );
     if !decision.allowed {
-        // Whole seconds, rounded up, never 0.
-        let seconds = decision.retry_after.as_millis().div_ceil(1000).max(1) as u64;
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        headers.insert(header::RETRY_AFTER, retry_after_value(decision.retry_after));
     }
 }
 

@@ -52,6 +52,11 @@ pub struct ApiFailure {
     pub retry_after: Option<std::time::Duration>,
 }
 
+/// A `retry-after` value: whole seconds, rounded up, never 0 (every refusal's, limiter or not).
+pub fn retry_after_value(wait: std::time::Duration) -> poem::http::HeaderValue {
+    poem::http::HeaderValue::from(wait.as_millis().div_ceil(1000).max(1) as u64)
+}
+
 impl ResponseError for ApiFailure {
     fn status(&self) -> StatusCode {
         self.status
@@ -148,12 +153,9 @@ impl ApiFailure {
         let unavailable = (self.status == StatusCode::SERVICE_UNAVAILABLE)
             .then(|| std::time::Duration::from_secs(RETRY_UNAVAILABLE_SECONDS.into()));
         if let Some(wait) = self.retry_after.or(unavailable) {
-            // Whole seconds, rounded up, never 0, as for the limiter's 429.
-            let seconds = wait.as_millis().div_ceil(1000).max(1) as u64;
-            response.headers_mut().insert(
-                poem::http::header::RETRY_AFTER,
-                poem::http::HeaderValue::from(seconds),
-            );
+            response
+                .headers_mut()
+                .insert(poem::http::header::RETRY_AFTER, retry_after_value(wait));
         }
         if self.status == StatusCode::UNAUTHORIZED && self.code == "unauthenticated" {
             response.headers_mut().insert(

@@ -165,7 +165,7 @@ impl Operations {
 
 /// A route with its variables unnamed: the document's `/a/{id}` and the router's `/a/:param0`
 /// are both `/a/{}`.
-fn shape(path: &str) -> String {
+pub(super) fn shape(path: &str) -> String {
     path.split('/')
         .map(|segment| {
             if segment.starts_with(':') || (segment.starts_with('{') && segment.ends_with('}')) {

@@ -19,6 +19,7 @@ use poem_openapi::registry::MetaApi;
 
 use super::context::client_address;
 use super::error::ApiFailure;
+use super::idempotency::shape;
 use super::metrics::HttpMetrics;
 use crate::service::{ServiceError, Services};
 use crate::storage::keys::{self, RateScope};
@@ -237,16 +238,11 @@ impl AllowedMethods {
     }
 }
 
+/// The route's segments with its variables unnamed, as the idempotency table names routes.
 fn segments_of(path: &str) -> Vec<String> {
-    path.trim_end_matches('/')
+    shape(path.trim_end_matches('/'))
         .split('/')
-        .map(|s| {
-            if s.starts_with('{') && s.ends_with('}') {
-                "{}".to_owned()
-            } else {
-                s.to_owned()
-            }
-        })
+        .map(str::to_owned)
         .collect()
 }
 
