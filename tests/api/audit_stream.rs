@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    ServerProcess, Tenant, TestApp, assert_api_error, issuance_body, needs, spawn_app,
+    ServerProcess, Tenant, TestApp, assert_api_error, create_pool, issuance_body, needs, spawn_app,
     spawn_app_with, sql_all, sql_exec,
 };
 
@@ -644,14 +644,6 @@ async fn postgres_only_a_revocation_through_one_replica_ends_the_stream_on_anoth
 
 fn stream_path(workspace: impl std::fmt::Display) -> String {
     format!("/v1/workspaces/{workspace}/audit/stream")
-}
-
-async fn create_pool(app: &TestApp, workspace: Uuid, name: &str) -> Uuid {
-    app.services
-        .create_pool(workspace, name, &CorrelationId::generate())
-        .await
-        .expect("pool")
-        .id
 }
 
 /// Submits a command over HTTP; returns its id.

@@ -709,6 +709,15 @@ macro_rules! sql_exec {
 pub(crate) use sql_exec;
 
 /// A valid issuance body for `tenant`, to be varied by each test.
+/// A runner pool made through the service layer, as `cpctl pools create` does.
+pub async fn create_pool(app: &TestApp, workspace: Uuid, name: &str) -> Uuid {
+    app.services
+        .create_pool(workspace, name, &CorrelationId::generate())
+        .await
+        .expect("pool")
+        .id
+}
+
 pub fn issuance_body(tenant: &Tenant) -> Value {
     serde_json::json!({
         "name": format!("token-{}", Uuid::new_v4().simple()),

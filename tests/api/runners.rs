@@ -1,10 +1,12 @@
 //! Runner pool deletion and command submission.
 
-use control_plane::domain::{CorrelationId, Scope};
+use control_plane::domain::Scope;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, assert_api_error, error_shape, spawn_app, sql_one};
+use crate::helpers::{
+    Tenant, TestApp, assert_api_error, create_pool, error_shape, spawn_app, sql_one,
+};
 
 #[tokio::test]
 async fn an_idle_pool_is_deleted_once_and_then_takes_no_commands() {
@@ -533,14 +535,6 @@ async fn submission_and_deletion_replay_under_their_idempotency_keys() {
     let again = delete_keyed().await.unwrap();
     assert_eq!(again.status(), 200, "a replay, not a second deletion");
     assert_eq!(again.headers()["idempotency-replayed"], "true");
-}
-
-async fn create_pool(app: &TestApp, workspace: Uuid, name: &str) -> Uuid {
-    app.services
-        .create_pool(workspace, name, &CorrelationId::generate())
-        .await
-        .expect("pool")
-        .id
 }
 
 async fn delete_pool(

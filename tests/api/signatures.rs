@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    ServerProcess, Tenant, TestApp, assert_api_error, delete_redis_keys, error_shape, needs,
-    spawn_app, spawn_app_with, sql_one,
+    ServerProcess, Tenant, TestApp, assert_api_error, create_pool, delete_redis_keys, error_shape,
+    needs, spawn_app, spawn_app_with, sql_one,
 };
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -744,14 +744,6 @@ async fn fixture_on(app: TestApp) -> Fixture {
         pool,
         runner,
     }
-}
-
-async fn create_pool(app: &TestApp, workspace: Uuid, name: &str) -> Uuid {
-    app.services
-        .create_pool(workspace, name, &CorrelationId::generate())
-        .await
-        .expect("pool")
-        .id
 }
 
 async fn register(app: &TestApp, pool: Uuid, name: &str) -> RunnerKey {
