@@ -121,6 +121,12 @@ pub struct ServerConfig {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub embedded_purge_secs: u64,
 
+    /// Seconds between purges of expired committed idempotency outcomes from the records store
+    /// (Postgres or SQLite; an expired outcome is ignored at once, the purge reclaims its space).
+    #[arg(long, env = "CP_OUTCOME_PURGE_SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub outcome_purge_secs: u64,
+
     /// Prefix of every Redis key this server writes.
     #[arg(long, env = "CP_REDIS_PREFIX", default_value = "cp:")]
     pub redis_prefix: String,

@@ -17,8 +17,8 @@ use crate::service::{
     StreamLimits, load_record_cipher, load_token_hasher,
 };
 use crate::storage::{
-    DisagreementRecord, FastState, MemoryFastState, OpenSettings, Opened, RedisFastState,
-    SharedRecordStore, SqliteFastState, Topic,
+    DisagreementRecord, FastState, MemoryFastState, OpenSettings, Opened, OutcomeStore,
+    RedisFastState, SharedRecordStore, SqliteFastState, Topic,
 };
 
 pub struct Application {
@@ -178,6 +178,30 @@ fn fast_state(
             FastState::memory(in_process)
         }
     })
+}
+
+/// Deletes expired committed idempotency outcomes in the background, a batch at a time so no
+/// statement holds many rows.
+fn purge_outcomes_every(store: Arc<dyn OutcomeStore>, every: Duration) {
+    const BATCH: i64 = 1000;
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            loop {
+                let now = chrono::Utc::now().timestamp_millis();
+                match store.purge_outcomes(now, BATCH).await {
+                    Ok(purged) if purged as i64 == BATCH => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not purge expired idempotency outcomes");
+                        break;
+                    }
+                }
+            }
+        }
+    });
 }
 
 /// Opens the records store, applies migrations and builds the service layer without fast
@@ -390,6 +414,10 @@ impl Application {
             separate_ops: config.ops_listen.is_some(),
         };
         watch_policies(services.clone());
+        purge_outcomes_every(
+            services.store().clone(),
+            Duration::from_secs(config.outcome_purge_secs),
+        );
         services.audit_feed().follow();
         let endpoints = build_app(services.clone(), &http, fast, cipher)?;
         let acceptor = bind(&config.listen).await?;

@@ -443,8 +443,19 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Starts the binary with `config` on an ephemeral port and waits until it listens.
     pub fn start(config: &ServerConfig, hash_key: &str, record_key: &str) -> Self {
+        Self::start_with_env(config, hash_key, record_key, &[])
+    }
+
+    /// [`start`](Self::start), with more environment (a fault hook, a setting).
+    pub fn start_with_env(
+        config: &ServerConfig,
+        hash_key: &str,
+        record_key: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
         use std::io::BufRead;
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_control-plane"));
+        command.envs(env.iter().copied());
         command
             .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
             .env(
@@ -491,6 +502,20 @@ impl ServerProcess {
             address: format!("http://127.0.0.1:{port}"),
             child,
         }
+    }
+}
+
+impl ServerProcess {
+    /// Waits until the process has exited by itself (a fault hook), killing it after `limit`.
+    pub fn wait_for_exit(mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let started = std::time::Instant::now();
+        while started.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 }
 

@@ -16,6 +16,7 @@ mod issue_token;
 mod lineage;
 mod operation_auth;
 mod ops_endpoints;
+mod outcomes;
 mod policies;
 mod rate_limits;
 mod redis_outage;

@@ -55,9 +55,36 @@
 //! of the lease: its future is dropped (an open transaction rolls back), the answer is 503 with
 //! the rest of the lease as `retry-after`, and the claim is left to its lease rather than
 //! released, because a commit in flight at that instant may still land. Until the lease ends
-//! a retry gets 409 `idempotency_in_progress`. The window this leaves, a crash or a stop
-//! between a commit and the stored response, closes only when the response is committed with
-//! the change (issue 14).
+//! a retry gets 409 `idempotency_in_progress` (with `retry-after: 1`).
+//!
+//! # The committed outcome
+//!
+//! The fast state (Redis, or the SQLite file, or the process) holds the claim and the quick
+//! replay, but it is not where the change is: a crash between the change's commit and the
+//! stored response, a Redis restart, or a failed store would leave a key that runs again. So
+//! the sealed response is also committed **in the change's own transaction**, in the records
+//! store's `idempotency_outcomes` (`storage/held.rs` holds the transaction open while the
+//! handler's response is rendered; a 2xx that wrote nothing commits its outcome alone). Then:
+//! - a claim the fast state grants (no record, or a lease that ended) first looks for a
+//!   committed outcome under the same place: found, it is replayed and copied back to the fast
+//!   state; another fingerprint is `idempotency_key_reused`; the records store down is a 503,
+//!   never a run;
+//! - the outcome's primary key makes a second change under a live key fail and roll back,
+//!   whatever the timing (a commit landing after its lease ended included); that attempt
+//!   answers with the committed outcome;
+//! - a commit that fails or outlives the rest of the lease answers 503 and keeps the claim: its
+//!   outcome is unknown until the lease ends, and the retry after it finds the outcome if the
+//!   commit landed;
+//! - storing in the fast state can still fail after the commit: the key is held until the lease
+//!   ends and then answered from the records store, never freed for a second run.
+//!
+//! This is the shape of Stripe's idempotency keys in Postgres (the key's row in the database of
+//! the change, written in the change's transaction; 409 while a request holds the key). What
+//! is not taken: their multi-phase recovery points (every v1 operation is one transaction, so
+//! one atomic phase suffices) and the key row as the in-flight lock (the claim stays in the fast
+//! state, so a retry storm never queues on a records-store row). Cost: a keyed request's first
+//! attempt reads the records store once at its claim and writes one row in its transaction;
+//! requests without a key pay nothing.
 //!
 //! [`Signed`]: super::auth::Signed
 
@@ -76,7 +103,8 @@ use super::auth::{AuthOutcome, token_subject};
 use super::error::ApiFailure;
 use super::payload::JsonBody;
 use crate::domain::{IdempotencyKey, RecordCipher};
-use crate::storage::{Claim, IdempotencyStore};
+use crate::storage::held::HeldCommits;
+use crate::storage::{Claim, IdempotencyStore, OutcomeRecord, OutcomeStore, StoreError};
 
 pub const REPLAYED_HEADER: &str = "idempotency-replayed";
 
@@ -86,6 +114,8 @@ pub struct IdempotencyHeader(pub Option<IdempotencyKey>);
 
 pub struct IdempotencyGuard {
     store: Arc<dyn IdempotencyStore>,
+    /// The records store, where each keyed change commits its outcome.
+    outcomes: Arc<dyn OutcomeStore>,
     cipher: RecordCipher,
     prefix: String,
     /// How long a claim holds its key while its handler runs; the handler's deadline is
@@ -195,6 +225,7 @@ enum Claimed {
 impl IdempotencyGuard {
     pub fn new(
         store: Arc<dyn IdempotencyStore>,
+        outcomes: Arc<dyn OutcomeStore>,
         cipher: RecordCipher,
         prefix: String,
         quota: Option<u64>,
@@ -203,6 +234,7 @@ impl IdempotencyGuard {
     ) -> Self {
         Self {
             store,
+            outcomes,
             cipher,
             prefix,
             lease,
@@ -232,13 +264,7 @@ impl IdempotencyGuard {
             }
             Err(_) => ApiFailure::from(crate::service::ServiceError::Unavailable).into(),
         };
-        if let Err(e) = self
-            .store
-            .release(&held.place, &held.owner, &held.fingerprint)
-            .await
-        {
-            tracing::warn!(error = %e, "could not release an idempotency claim; its lease will");
-        }
+        self.release(held).await;
         Err(refusal)
     }
 
@@ -290,17 +316,8 @@ impl IdempotencyGuard {
             }
             | Claim::InFlight {
                 fingerprint: stored,
-            } if stored != fingerprint => Err(ApiFailure::new(
-                StatusCode::CONFLICT,
-                "idempotency_key_reused",
-                "this Idempotency-Key was used with a different request",
-            )),
-            Claim::InFlight { .. } => Err(ApiFailure::new(
-                StatusCode::CONFLICT,
-                "idempotency_in_progress",
-                "a request with this Idempotency-Key is still running; retry later",
-            )
-            .with_retry_after(Duration::from_secs(1))),
+            } if stored != fingerprint => Err(key_reused()),
+            Claim::InFlight { .. } => Err(in_progress()),
             Claim::Done { record, .. } => {
                 let plain = self
                     .cipher
@@ -311,50 +328,193 @@ impl IdempotencyGuard {
                     .map(Claimed::Replay)
                     .ok_or_else(ApiFailure::internal)
             }
-            Claim::Acquired { owner } => Ok(Claimed::Run(Held {
-                place,
-                owner,
-                fingerprint,
-                quota_key,
-            })),
+            Claim::Acquired { owner } => {
+                let held = Held {
+                    place,
+                    owner,
+                    fingerprint,
+                    quota_key,
+                };
+                // The fast state knows of no outcome, but it may have lost one (a restart, a
+                // crash between commit and completion, a lease that ended): the records store
+                // decides before anything runs.
+                match self.committed(&held).await {
+                    Ok(None) => Ok(Claimed::Run(held)),
+                    Ok(Some(replay)) => Ok(Claimed::Replay(replay)),
+                    Err(failure) => {
+                        self.release(&held).await;
+                        Err(failure)
+                    }
+                }
+            }
         }
     }
 
-    /// Stores a 2xx under the held claim, or frees the key for anything else.
-    async fn finish(&self, held: Held, outcome: poem::Result<Response>) -> poem::Result<Response> {
-        let Held {
-            place,
-            owner,
-            fingerprint,
-            quota_key,
-        } = held;
-        match outcome {
-            Ok(response) if response.status().is_success() => {
-                let (response, plain) = encode(response).await;
-                let sealed = self.cipher.seal(&plain, place.as_bytes());
-                if let Err(e) = self
-                    .store
-                    .complete(&place, &owner, &fingerprint, &sealed, self.ttl)
-                    .await
-                {
-                    // The change is made; only the replay is lost. The lease frees the key.
-                    tracing::error!(error = %e, "could not store the idempotent response");
-                } else if let Some(quota_key) = quota_key {
-                    let bytes = (sealed.len() + place.len()) as u64;
-                    if let Err(e) = self.store.count_stored(&quota_key, bytes, self.ttl).await {
-                        // Stored but not counted: the quota undercounts by one response.
-                        tracing::warn!(error = %e, "could not count a stored idempotent response");
-                    }
-                }
-                Ok(response)
-            }
+    /// The response committed under the held claim's place by an earlier attempt, copied back
+    /// into the fast state (so the next retry replays from there) and answered as a replay.
+    async fn committed(&self, held: &Held) -> Result<Option<Response>, ApiFailure> {
+        let stored = self
+            .outcomes
+            .find_outcome(&held.place, now_ms())
+            .await
+            .map_err(|_| ApiFailure::from(crate::service::ServiceError::Unavailable))?;
+        let Some(stored) = stored else {
+            return Ok(None);
+        };
+        if stored.fingerprint != held.fingerprint {
+            return Err(key_reused());
+        }
+        let plain = self
+            .cipher
+            .open(&stored.sealed, held.place.as_bytes())
+            .map_err(|e| {
+                tracing::error!(error = %e, "a committed idempotent outcome cannot be decrypted");
+                ApiFailure::internal()
+            })?;
+        let replay = decode(&plain).ok_or_else(ApiFailure::internal)?;
+        if let Err(e) = self
+            .store
+            .complete(
+                &held.place,
+                &held.owner,
+                &held.fingerprint,
+                &stored.sealed,
+                self.ttl,
+            )
+            .await
+        {
+            // The records store still answers the next retry.
+            tracing::warn!(error = %e, "could not copy a committed outcome to the fast state");
+        }
+        tracing::info!("idempotent replay of a committed outcome");
+        Ok(Some(replay))
+    }
+
+    async fn release(&self, held: &Held) {
+        if let Err(e) = self
+            .store
+            .release(&held.place, &held.owner, &held.fingerprint)
+            .await
+        {
+            tracing::warn!(error = %e, "could not release an idempotency claim; its lease will");
+        }
+    }
+
+    /// Commits a 2xx's outcome with its change, then stores it in the fast state; frees the key
+    /// for anything else.
+    async fn finish(
+        &self,
+        held: Held,
+        outcome: poem::Result<Response>,
+        commits: &HeldCommits,
+    ) -> poem::Result<Response> {
+        let response = match outcome {
+            Ok(response) if response.status().is_success() => response,
             other => {
-                if let Err(e) = self.store.release(&place, &owner, &fingerprint).await {
-                    tracing::warn!(error = %e, "could not release an idempotency claim; its lease will");
+                // A failure changed nothing the key must remember. A store call that did commit
+                // before the handler failed keeps its change, as without a key.
+                if let Some(change) = commits.take()
+                    && let Err(e) = change.commit(None, now_ms()).await
+                {
+                    tracing::error!(error = %e, "could not commit the change of a failed keyed request");
                 }
-                other
+                self.release(&held).await;
+                return other;
+            }
+        };
+        let (response, plain) = encode(response).await;
+        let sealed = self.cipher.seal(&plain, held.place.as_bytes());
+        let record = OutcomeRecord {
+            place: held.place.clone(),
+            fingerprint: held.fingerprint.clone(),
+            sealed,
+            expires_at_ms: now_ms().saturating_add(self.ttl.as_millis() as i64),
+        };
+        let committing = async {
+            match commits.take() {
+                Some(change) => change.commit(Some(&record), now_ms()).await,
+                // A 2xx that changed nothing still answers every retry the same way.
+                None => self.outcomes.put_outcome(&record, now_ms()).await,
+            }
+        };
+        // Bounded by the rest of the lease, so the commit settles before a retry may claim.
+        let wait = self.lease.saturating_sub(self.handler_deadline());
+        match tokio::time::timeout(wait, committing).await {
+            Ok(Ok(())) => {}
+            Ok(Err(StoreError::Conflict(_))) => {
+                // Another attempt's outcome was committed first: this change rolled back, and
+                // the client gets the one that counts.
+                return match self.committed(&held).await {
+                    Ok(Some(replay)) => Ok(replay),
+                    Ok(None) => Err(in_progress().into()),
+                    Err(failure) => Err(failure.into()),
+                };
+            }
+            Ok(Err(_)) | Err(_) => {
+                // The commit may or may not have landed: the key stays claimed until the lease
+                // ends, and the retry after it finds the outcome if it did.
+                tracing::error!(
+                    "the commit of a keyed request failed or timed out; its outcome is unknown"
+                );
+                return Err(ApiFailure::from(crate::service::ServiceError::Unavailable)
+                    .with_retry_after(wait)
+                    .into());
             }
         }
+        #[cfg(debug_assertions)]
+        fault_after_commit();
+        if let Err(e) = self
+            .store
+            .complete(
+                &held.place,
+                &held.owner,
+                &held.fingerprint,
+                &record.sealed,
+                self.ttl,
+            )
+            .await
+        {
+            // The outcome is committed: once the lease ends, a retry replays it from there.
+            tracing::error!(error = %e, "could not store the idempotent response in the fast state");
+        } else if let Some(quota_key) = &held.quota_key {
+            let bytes = (record.sealed.len() + held.place.len()) as u64;
+            if let Err(e) = self.store.count_stored(quota_key, bytes, self.ttl).await {
+                // Stored but not counted: the quota undercounts by one response.
+                tracing::warn!(error = %e, "could not count a stored idempotent response");
+            }
+        }
+        Ok(response)
+    }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn key_reused() -> ApiFailure {
+    ApiFailure::new(
+        StatusCode::CONFLICT,
+        "idempotency_key_reused",
+        "this Idempotency-Key was used with a different request",
+    )
+}
+
+fn in_progress() -> ApiFailure {
+    ApiFailure::new(
+        StatusCode::CONFLICT,
+        "idempotency_in_progress",
+        "a request with this Idempotency-Key is still running; retry later",
+    )
+    .with_retry_after(Duration::from_secs(1))
+}
+
+/// A test's fault hook, never in release builds: with `CP_FAULT_ABORT_AFTER_OUTCOME_COMMIT`
+/// set, the process dies right after a keyed request's outcome is committed, before the fast
+/// state hears of it: the crash this module's records store guards against.
+#[cfg(debug_assertions)]
+fn fault_after_commit() {
+    if std::env::var_os("CP_FAULT_ABORT_AFTER_OUTCOME_COMMIT").is_some() {
+        std::process::abort();
     }
 }
 
@@ -386,7 +546,11 @@ impl<E: Endpoint> Endpoint for Idempotency<E> {
         });
         req.set_data(ticket.clone());
         let deadline = self.guard.handler_deadline();
-        let Ok(outcome) = tokio::time::timeout(deadline, self.inner.call(req)).await else {
+        let commits = Arc::new(HeldCommits::default());
+        let handled = tokio::time::timeout(deadline, commits.scope(self.inner.call(req))).await;
+        let Ok(outcome) = handled else {
+            // A change it held is rolled back (dropped) with its scope.
+            drop(commits.take());
             // Stopped at its deadline. A claim it held is neither stored nor released: the
             // outcome may be a commit that landed, so retries get 409 until the lease ends.
             let held = matches!(*ticket.stage(), Stage::Claimed(_));
@@ -407,7 +571,7 @@ impl<E: Endpoint> Endpoint for Idempotency<E> {
         let outcome = outcome.map(IntoResponse::into_response);
         let stage = std::mem::replace(&mut *ticket.stage(), Stage::Open);
         match stage {
-            Stage::Claimed(held) => self.guard.finish(held, outcome).await,
+            Stage::Claimed(held) => self.guard.finish(held, outcome, &commits).await,
             Stage::Replayed(mut replay) => {
                 // The claim answered for the handler; the route still names the operation.
                 if let Err(err) = &outcome
@@ -418,6 +582,13 @@ impl<E: Endpoint> Endpoint for Idempotency<E> {
                 Ok(replay)
             }
             Stage::Open => {
+                // Not claimed, so nothing to commit with it: the change commits alone.
+                if let Some(change) = commits.take() {
+                    change.commit(None, now_ms()).await.map_err(|e| {
+                        tracing::error!(error = %e, "could not commit an unclaimed keyed change");
+                        ApiFailure::from(crate::service::ServiceError::Unavailable)
+                    })?;
+                }
                 let changed = outcome.as_ref().is_ok_and(|r| r.status().is_success());
                 if changed {
                     tracing::error!(

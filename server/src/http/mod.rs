@@ -96,6 +96,7 @@ pub fn build_app(
     let allowed = Arc::new(ops::AllowedMethods::of(&meta, &plain));
     let guard = Arc::new(IdempotencyGuard::new(
         fast.idempotency,
+        services.store().clone(),
         cipher,
         settings.key_prefix.clone(),
         settings.idempotency_quota,

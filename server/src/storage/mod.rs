@@ -20,6 +20,8 @@
 //!   SQL differs, such as the read lane's queries on Postgres.
 //! - `postgres/`, `sqlite/`: the adapters, with the same file per port holding only what the
 //!   backend does its own way; `mod.rs` opens, migrates, maps errors and provides the primitives.
+//! - `held.rs`: a keyed request's transaction held open until its response is sealed into it
+//!   (`ports/outcomes.rs`, the committed outcomes of keyed requests).
 //! - `rows.rs`: rows that decode the same on both backends; `rules.rs`: what the counts a
 //!   transaction takes under its lock mean (name taken, the token cap, lost access, a busy pool),
 //!   decided once.
@@ -35,6 +37,7 @@
 mod changes;
 pub mod fast;
 mod feed;
+pub mod held;
 pub mod keys;
 mod memory;
 mod open;
@@ -82,6 +85,7 @@ pub trait RecordStore:
     + RunnerStore
     + WorkflowStore
     + MarketplaceStore
+    + OutcomeStore
     + ChangeFeed
 {
 }

@@ -5,6 +5,7 @@
 mod audit;
 mod directory;
 mod marketplace;
+mod outcomes;
 mod policies;
 mod runners;
 mod settings;
@@ -14,6 +15,7 @@ mod workflows;
 pub use audit::*;
 pub use directory::*;
 pub use marketplace::*;
+pub use outcomes::*;
 pub use policies::*;
 pub use runners::*;
 pub use settings::*;

@@ -11,6 +11,7 @@ mod changes;
 mod directory;
 mod lane;
 mod marketplace;
+mod outcomes;
 mod policies;
 mod runners;
 mod settings;
@@ -27,7 +28,8 @@ use uuid::Uuid;
 
 use self::audit::insert_event;
 use self::lane::ReadLane;
-use super::StoreError;
+use super::held::{self, HeldCommit};
+use super::{OutcomeRecord, StoreError};
 
 pub use self::audit::AUDIT_CHANNEL;
 pub use self::policies::POLICY_CHANNEL;
@@ -198,16 +200,39 @@ fn in_uuid_list(param: &str) -> String {
 
 impl PostgresStore {
     async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        held::flush().await?;
         self.pool.begin().await.map_err(map_err)
     }
 
-    /// Commits. Listeners learn of the events written by NOTIFY, which is delivered at commit,
-    /// so the workspaces need no announcing here.
+    /// Commits, or in a keyed request holds the transaction for its outcome (`storage/held.rs`).
+    /// Listeners learn of the events written by NOTIFY, which is delivered at commit, so the
+    /// workspaces need no announcing here.
     async fn commit(
         &self,
         tx: Transaction<'static, Postgres>,
         _workspaces: &[Option<Uuid>],
     ) -> Result<(), StoreError> {
+        if held::holding() {
+            held::hold(Box::new(HeldTransaction(tx)));
+            return Ok(());
+        }
+        tx.commit().await.map_err(map_err)
+    }
+}
+
+struct HeldTransaction(Transaction<'static, Postgres>);
+
+#[async_trait::async_trait]
+impl HeldCommit for HeldTransaction {
+    async fn commit(
+        self: Box<Self>,
+        outcome: Option<&OutcomeRecord>,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.0;
+        if let Some(outcome) = outcome {
+            outcomes::insert_outcome(&mut tx, outcome, now_ms).await?;
+        }
         tx.commit().await.map_err(map_err)
     }
 }

@@ -17,6 +17,7 @@ mod changes;
 mod directory;
 mod fast;
 mod marketplace;
+mod outcomes;
 mod policies;
 mod runners;
 mod settings;
@@ -33,7 +34,8 @@ use sqlx::{Sqlite, SqliteConnection, Transaction};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use super::{Change, StoreError};
+use super::held::{self, HeldCommit};
+use super::{Change, OutcomeRecord, StoreError};
 
 use self::audit::insert_event;
 
@@ -107,6 +109,7 @@ impl SqliteStore {
     /// Begins a write transaction holding the write lock from the start, so what it reads
     /// cannot change before it writes.
     async fn begin(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        held::flush().await?;
         self.pool
             .begin_with("BEGIN IMMEDIATE")
             .await
@@ -114,24 +117,57 @@ impl SqliteStore {
     }
 
     /// Commits, then announces the workspaces whose events it wrote (never before: a rolled-back
-    /// event must not be announced).
+    /// event must not be announced). In a keyed request the transaction is held for its outcome
+    /// instead (`storage/held.rs`), and announced when that commits.
     async fn commit(
         &self,
         tx: Transaction<'static, Sqlite>,
         workspaces: &[Option<Uuid>],
     ) -> Result<(), StoreError> {
+        let held = HeldTransaction {
+            tx,
+            workspaces: workspaces.iter().flatten().copied().collect(),
+            announced: self.announced.clone(),
+        };
+        if held::holding() {
+            held::hold(Box::new(held));
+            return Ok(());
+        }
+        Box::new(held).commit(None, 0).await
+    }
+}
+
+struct HeldTransaction {
+    tx: Transaction<'static, Sqlite>,
+    workspaces: Vec<Uuid>,
+    announced: broadcast::Sender<Change>,
+}
+
+#[async_trait::async_trait]
+impl HeldCommit for HeldTransaction {
+    async fn commit(
+        self: Box<Self>,
+        outcome: Option<&OutcomeRecord>,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let Self {
+            mut tx,
+            mut workspaces,
+            announced,
+        } = *self;
+        if let Some(outcome) = outcome {
+            outcomes::insert_outcome(&mut tx, outcome, now_ms).await?;
+        }
         tx.commit().await.map_err(map_err)?;
-        if self.announced.receiver_count() > 0 {
-            let mut seen: Vec<Uuid> = Vec::with_capacity(workspaces.len());
-            for id in workspaces.iter().flatten() {
-                if !seen.contains(id) {
-                    seen.push(*id);
-                    // No stream left listening is fine.
-                    let _ = self.announced.send(Change::AuditAppended {
-                        workspace_id: *id,
-                        sequence: None,
-                    });
-                }
+        if announced.receiver_count() > 0 {
+            workspaces.sort_unstable();
+            workspaces.dedup();
+            for workspace_id in workspaces {
+                // No stream left listening is fine.
+                let _ = announced.send(Change::AuditAppended {
+                    workspace_id,
+                    sequence: None,
+                });
             }
         }
         Ok(())

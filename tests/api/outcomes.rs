@@ -1,0 +1,234 @@
+//! The outcome of a keyed mutation is committed with its change (`http/idempotency.rs`): a
+//! retry whose fast-state record is gone (Redis restarted, a process crashed between commit and
+//! completion, a lease ended) replays it instead of running again. On every backend.
+
+use std::time::Duration;
+
+use control_plane::storage::{OutcomeRecord, StoreError};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::helpers::*;
+
+const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
+
+/// Makes the fast state forget every idempotency record, as a Redis restart without
+/// persistence does, or a restart of a process that kept them in memory.
+async fn forget_fast_state(mut app: TestApp) -> TestApp {
+    if let Some(url) = app.config.redis_url.clone() {
+        delete_redis_keys(&url, &app.config.redis_prefix).await;
+        return app;
+    }
+    if sqlite_mode() {
+        sql_exec!(
+            &mut app.db().await,
+            "DELETE FROM embedded_idempotency_records"
+        )
+        .unwrap();
+        return app;
+    }
+    let config = app.config.clone();
+    let name = app.database_name.clone();
+    app.stop().await;
+    app.database_name = String::new(); // the new app removes the database
+    drop(app);
+    spawn_with_config(name, config).await
+}
+
+async fn count(app: &TestApp, sql: &'static str) -> i64 {
+    let (n,) = sql_one!(&mut app.db().await, (i64,), sql).unwrap();
+    n
+}
+
+async fn submit_keyed(
+    app: &TestApp,
+    tenant: &Tenant,
+    body: &Value,
+    key: &str,
+) -> reqwest::Response {
+    app.post_json(
+        &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+        &tenant.token,
+        body,
+    )
+    .header("idempotency-key", key)
+    .send()
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_retry_the_fast_state_forgot_replays_the_outcome_committed_with_the_change() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let pool = create_pool(&app, tenant.workspace_id, "outcomes").await;
+    let body = json!({"poolId": pool, "command": "deploy", "args": ["v1"]});
+    let key = format!("outcome-{}", Uuid::new_v4().simple());
+
+    let first = submit_keyed(&app, &tenant, &body, &key).await;
+    assert_eq!(first.status(), 200);
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(
+        count(&app, "SELECT count(*) FROM idempotency_outcomes").await,
+        1,
+        "the outcome is committed with the command"
+    );
+
+    let app = forget_fast_state(app).await;
+    let again = submit_keyed(&app, &tenant, &body, &key).await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["idempotency-replayed"], "true");
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again, first, "the same response, byte for byte in JSON");
+    assert_eq!(
+        count(&app, "SELECT count(*) FROM runner_commands").await,
+        1,
+        "the command ran once"
+    );
+
+    // Copied back to the fast state: the next retry replays from there as well.
+    let third = submit_keyed(&app, &tenant, &body, &key).await;
+    assert_eq!(third.headers()["idempotency-replayed"], "true");
+
+    // Another body under the key is a reuse, judged by the committed fingerprint.
+    let app = forget_fast_state(app).await;
+    let other = json!({"poolId": pool, "command": "rollback"});
+    let reused = submit_keyed(&app, &tenant, &other, &key).await;
+    assert_api_error(reused, 409, "idempotency_key_reused").await;
+    assert_eq!(count(&app, "SELECT count(*) FROM runner_commands").await, 1);
+}
+
+#[tokio::test]
+async fn a_second_outcome_under_a_live_key_is_refused_by_the_records_store() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let pool = create_pool(&app, tenant.workspace_id, "outcomes").await;
+    let key = format!("outcome-{}", Uuid::new_v4().simple());
+    let body = json!({"poolId": pool, "command": "deploy"});
+    assert_eq!(submit_keyed(&app, &tenant, &body, &key).await.status(), 200);
+    let (place,) = sql_one!(
+        &mut app.db().await,
+        (String,),
+        "SELECT place FROM idempotency_outcomes"
+    )
+    .unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    let second = OutcomeRecord {
+        place: place.clone(),
+        fingerprint: "another".into(),
+        sealed: vec![1, 2, 3],
+        expires_at_ms: now + 60_000,
+    };
+    let refused = app.services.store().put_outcome(&second, now).await;
+    assert!(
+        matches!(refused, Err(StoreError::Conflict(_))),
+        "{refused:?}"
+    );
+    // Once expired, the place takes a new outcome (a key is remembered for 24 h, not longer).
+    let later = now + 25 * 3600 * 1000;
+    let replaced = OutcomeRecord {
+        expires_at_ms: later + 60_000,
+        ..second
+    };
+    app.services
+        .store()
+        .put_outcome(&replaced, later)
+        .await
+        .expect("an expired outcome is replaced");
+    assert_eq!(
+        app.services
+            .store()
+            .purge_outcomes(later + 120_000, 100)
+            .await
+            .unwrap(),
+        1,
+        "purged once expired"
+    );
+    assert_eq!(
+        count(&app, "SELECT count(*) FROM idempotency_outcomes").await,
+        0
+    );
+}
+
+/// A server process dies (a test-only fault hook aborts it) after committing a keyed command
+/// and its outcome, before the fast state hears of it; the client retries on a fresh process.
+#[tokio::test]
+async fn a_crash_between_commit_and_completion_never_runs_the_change_twice() {
+    let mut app = spawn_app_with(|c| {
+        c.token_hash_key = Some(HASH_KEY.into());
+        // Short, so the dead attempt's claim ends within the test.
+        c.idempotency_lease_ms = 1500;
+    })
+    .await;
+    let tenant = app.bootstrap().await;
+    let pool = create_pool(&app, tenant.workspace_id, "crash").await;
+    // The embedded store serves one process: the in-process app steps aside.
+    app.stop().await;
+    let body = json!({"poolId": pool, "command": "deploy"});
+    let key = format!("crash-{}", Uuid::new_v4().simple());
+    let path = format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id);
+    let lease = ("CP_IDEMPOTENCY_LEASE_MS", "1500");
+
+    let doomed = ServerProcess::start_with_env(
+        &app.config,
+        HASH_KEY,
+        RECORD_KEY,
+        &[("CP_FAULT_ABORT_AFTER_OUTCOME_COMMIT", "1"), lease],
+    );
+    let lost = app
+        .client
+        .post(format!("{}{path}", doomed.address))
+        .bearer_auth(&tenant.token)
+        .header("idempotency-key", &key)
+        .json(&body)
+        .send()
+        .await;
+    assert!(lost.is_err(), "the process died before answering: {lost:?}");
+    assert!(
+        doomed.wait_for_exit(Duration::from_secs(10)).is_some(),
+        "the fault hook ended the process"
+    );
+    assert_eq!(count(&app, "SELECT count(*) FROM runner_commands").await, 1);
+
+    let fresh = ServerProcess::start_with_env(&app.config, HASH_KEY, RECORD_KEY, &[lease]);
+    // A careful client: retry while the dead attempt's claim may still hold the key.
+    let mut answered = None;
+    for _ in 0..100 {
+        let retry = app
+            .client
+            .post(format!("{}{path}", fresh.address))
+            .bearer_auth(&tenant.token)
+            .header("idempotency-key", &key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        if retry.status() == 409 {
+            let wait = retry.headers()["retry-after"].to_str().unwrap().to_owned();
+            assert_eq!(wait, "1");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        answered = Some(retry);
+        break;
+    }
+    let answered = answered.expect("the retry was answered once the claim ended");
+    assert_eq!(answered.status(), 200);
+    assert_eq!(answered.headers()["idempotency-replayed"], "true");
+    let replayed: Value = answered.json().await.unwrap();
+    assert_eq!(replayed["command"]["command"], "deploy");
+    assert_eq!(
+        count(&app, "SELECT count(*) FROM runner_commands").await,
+        1,
+        "the command ran once"
+    );
+    assert_eq!(
+        count(
+            &app,
+            "SELECT count(*) FROM audit_events WHERE event_type = 'runner_command.submitted'"
+        )
+        .await,
+        1
+    );
+}
