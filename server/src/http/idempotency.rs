@@ -104,7 +104,9 @@ use super::error::ApiFailure;
 use super::payload::JsonBody;
 use crate::domain::{IdempotencyKey, RecordCipher};
 use crate::storage::held::HeldCommits;
-use crate::storage::{Claim, IdempotencyStore, OutcomeRecord, OutcomeStore, StoreError};
+use crate::storage::{
+    Claim, FastStateError, IdempotencyStore, OutcomeRecord, OutcomeStore, StoreError,
+};
 
 pub const REPLAYED_HEADER: &str = "idempotency-replayed";
 
@@ -372,22 +374,19 @@ impl IdempotencyGuard {
                 ApiFailure::internal()
             })?;
         let replay = decode(&plain).ok_or_else(ApiFailure::internal)?;
-        if let Err(e) = self
-            .store
-            .complete(
-                &held.place,
-                &held.owner,
-                &held.fingerprint,
-                &stored.sealed,
-                self.ttl,
-            )
-            .await
-        {
+        if let Err(e) = self.complete(held, &stored.sealed).await {
             // The records store still answers the next retry.
             tracing::warn!(error = %e, "could not copy a committed outcome to the fast state");
         }
         tracing::info!("idempotent replay of a committed outcome");
         Ok(Some(replay))
+    }
+
+    /// Stores the sealed response under the held claim in the fast state.
+    async fn complete(&self, held: &Held, sealed: &[u8]) -> Result<(), FastStateError> {
+        self.store
+            .complete(&held.place, &held.owner, &held.fingerprint, sealed, self.ttl)
+            .await
     }
 
     async fn release(&self, held: &Held) {
@@ -463,17 +462,7 @@ impl IdempotencyGuard {
         }
         #[cfg(debug_assertions)]
         fault_after_commit();
-        if let Err(e) = self
-            .store
-            .complete(
-                &held.place,
-                &held.owner,
-                &held.fingerprint,
-                &record.sealed,
-                self.ttl,
-            )
-            .await
-        {
+        if let Err(e) = self.complete(&held, &record.sealed).await {
             // The outcome is committed: once the lease ends, a retry replays it from there.
             tracing::error!(error = %e, "could not store the idempotent response in the fast state");
         } else if let Some(quota_key) = &held.quota_key {
