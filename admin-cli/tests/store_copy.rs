@@ -1,8 +1,8 @@
 //! `cpctl store copy`: a SQLite store populated through the real server and `cpctl` is copied
 //! into an empty Postgres database, and a server on the copy answers every read as the original
 //! did and carries on from it; a non-empty target is refused; an interrupted copy leaves the
-//! target empty and can be run again. Every test needs Postgres and skips, with one line,
-//! without it (a failure under `CP_TEST_REQUIRE_SERVICES=1`).
+//! target empty and can be run again. Those need Postgres and skip, with one line, without it
+//! (a failure under `CP_TEST_REQUIRE_SERVICES=1`); a copy between SQLite files needs nothing.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -833,4 +833,48 @@ async fn every_table_of_both_schemas_is_copied_or_deliberately_not() {
         "only policy_state's seeded row: {copied}"
     );
     db.drop_db().await;
+}
+
+/// Without any service: an embedded store copies into another SQLite file, which lists the
+/// same records, and a second copy into it is refused.
+#[test]
+fn an_embedded_store_copies_into_another_file() {
+    let dir = TempDir::new();
+    let src = dir.url("control-plane.db");
+    let boot = json_of(
+        &src,
+        &[
+            "bootstrap",
+            "--org",
+            "acme",
+            "--workspace",
+            "prod",
+            "--admin",
+            "ops@acme.test",
+        ],
+    );
+    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
+    let org = boot["organisationId"].as_str().unwrap().to_owned();
+    ok(cpctl(
+        &src,
+        &["pools", "create", "--workspace", &ws, "builders"],
+    ));
+    ok(cpctl(
+        &src,
+        &["workflows", "create", "--workspace", &ws, "deploy"],
+    ));
+    let plugin = id(&json_of(
+        &src,
+        &["plugins", "create", "--org", &org, "linter"],
+    ));
+    let copy = dir.url("copy.db");
+
+    let out = ok(store_copy(&src, &copy));
+    let copied: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(copied["workspacesVerified"], 1, "{copied}");
+    assert_eq!(listings(&copy, &ws, &plugin), listings(&src, &ws, &plugin));
+
+    let again = store_copy(&src, &copy);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
 }
