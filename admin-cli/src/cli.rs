@@ -61,6 +61,9 @@ pub enum Command {
     },
     /// Apply pending database migrations.
     Migrate,
+    /// The records store itself: copy every record into another store.
+    #[command(subcommand)]
+    Store(crate::store::StoreCommand),
     /// Organisations.
     #[command(subcommand)]
     Orgs(OrgsCommand),

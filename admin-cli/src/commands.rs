@@ -49,13 +49,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         // Needs no records store: only the runner's key.
         return crate::resources::sign(cli.output, command);
     }
+    if let Command::Store(command) = cli.command {
+        // Names its own stores; opening the services would write a hashing key into one.
+        return crate::store::run(cli.output, command).await;
+    }
     let services = services(&cli).await?;
     let cpctl = cpctl_invocation(&config_of(&cli).records());
     // Every admin action is audited under one correlation id per invocation.
     let cid = CorrelationId::generate();
     let out = cli.output;
     match cli.command {
-        Command::Completion { .. } => {}
+        Command::Completion { .. } | Command::Store(_) => {}
         Command::Migrate => {
             // Opening the services applied any pending migration.
             match out {

@@ -4,6 +4,7 @@ mod cli;
 mod commands;
 mod output;
 mod resources;
+mod store;
 
 use std::process::ExitCode;
 

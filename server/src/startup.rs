@@ -32,8 +32,9 @@ pub struct Application {
 }
 
 /// The embedded store keeps rate limits and the audit fan-out in this process, so a second
-/// server on the same file would split them: refuse it.
-fn lock_embedded_store(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
+/// server on the same file would split them: refuse it. `cpctl store copy` takes it too, so
+/// no server writes to a store while it is copied.
+pub fn lock_embedded_store(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
     let mut lock_path = path.as_os_str().to_owned();
     lock_path.push(".server-lock");
     let file = std::fs::OpenOptions::new()

@@ -385,7 +385,13 @@ impl IdempotencyGuard {
     /// Stores the sealed response under the held claim in the fast state.
     async fn complete(&self, held: &Held, sealed: &[u8]) -> Result<(), FastStateError> {
         self.store
-            .complete(&held.place, &held.owner, &held.fingerprint, sealed, self.ttl)
+            .complete(
+                &held.place,
+                &held.owner,
+                &held.fingerprint,
+                sealed,
+                self.ttl,
+            )
             .await
     }
 

@@ -30,11 +30,14 @@
 //!   audit fan-out to stream subscribers, fed by it.
 //! - `open.rs`: opens the records store a URL or path names, so nothing outside `storage/` knows
 //!   which database it talks to.
+//! - `copy.rs`: copies every record of one store into another, empty one (`cpctl store copy`),
+//!   table by table from its list of tables, with `sql/copy.rs` and each adapter's `copy.rs`.
 //! - `fast.rs`, `redis.rs`, `memory.rs`: the fast-state ports and their adapters, with
 //!   `sqlite/fast.rs`, which keeps the embedded default's idempotency records and nonces in its
 //!   SQLite file; `keys.rs`: every fast-state key layout, built once.
 
 mod changes;
+mod copy;
 pub mod fast;
 mod feed;
 pub mod held;
@@ -52,6 +55,7 @@ use std::sync::Arc;
 
 pub use self::redis::RedisFastState;
 pub use changes::{Change, ChangeFeed, ChangeStream, Topic};
+pub use copy::{CopyError, CopyReport, copy_records};
 pub use fast::{
     Bucket, Claim, FastStateError, IdempotencyStore, NonceStore, Rate, RateDecision, RateLimiter,
     Verdict,

@@ -55,6 +55,28 @@ pub async fn open(
     location: &RecordsLocation,
     settings: &OpenSettings,
 ) -> Result<Opened, OpenError> {
+    Ok(match open_backend(location, settings).await? {
+        Backend::Postgres(store) => Opened {
+            records: Arc::new(store),
+            durable_fast_state: None,
+        },
+        Backend::Sqlite(store) => Opened {
+            durable_fast_state: Some(store.fast_state()),
+            records: Arc::new(store),
+        },
+    })
+}
+
+/// An opened, migrated store as its adapter: for what works below the ports (`copy`).
+pub(super) enum Backend {
+    Postgres(PostgresStore),
+    Sqlite(SqliteStore),
+}
+
+pub(super) async fn open_backend(
+    location: &RecordsLocation,
+    settings: &OpenSettings,
+) -> Result<Backend, OpenError> {
     match location {
         RecordsLocation::Postgres(url) => {
             let pg = PostgresSettings {
@@ -72,10 +94,7 @@ pub async fn open(
                 .migrate()
                 .await
                 .map_err(OpenError::PostgresMigrations)?;
-            Ok(Opened {
-                records: Arc::new(store),
-                durable_fast_state: None,
-            })
+            Ok(Backend::Postgres(store))
         }
         RecordsLocation::Sqlite(path) => {
             let store = SqliteStore::open(path, settings.max_connections)
@@ -85,10 +104,7 @@ pub async fn open(
                 .migrate()
                 .await
                 .map_err(|e| OpenError::SqliteMigrations(path.clone(), e))?;
-            Ok(Opened {
-                durable_fast_state: Some(store.fast_state()),
-                records: Arc::new(store),
-            })
+            Ok(Backend::Sqlite(store))
         }
     }
 }

@@ -8,6 +8,7 @@
 
 mod audit;
 mod changes;
+pub(super) mod copy;
 mod directory;
 mod lane;
 mod marketplace;

@@ -14,6 +14,7 @@
 
 mod audit;
 mod changes;
+pub(super) mod copy;
 mod directory;
 mod fast;
 mod marketplace;
@@ -174,7 +175,7 @@ impl HeldCommit for HeldTransaction {
     }
 }
 
-fn map_err(e: sqlx::Error) -> StoreError {
+pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
     match &e {
         sqlx::Error::Database(db) if db.is_unique_violation() => {
             // SQLite names no constraint; its message names the columns instead.

@@ -1,0 +1,880 @@
+//! `cpctl store copy`: a SQLite store populated through the real server and `cpctl` is copied
+//! into an empty Postgres database, and a server on the copy answers every read as the original
+//! did and carries on from it; a non-empty target is refused; an interrupted copy leaves the
+//! target empty and can be run again. Those need Postgres and skip, with one line, without it
+//! (a failure under `CP_TEST_REQUIRE_SERVICES=1`); a copy between SQLite files needs nothing.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use control_plane::config::ServerConfig;
+use control_plane::startup::Application;
+use serde_json::{Value, json};
+use sqlx::{Connection, Executor, PgConnection};
+use uuid::Uuid;
+
+#[path = "../../tests/support/services.rs"]
+mod services;
+
+macro_rules! needs_postgres {
+    () => {
+        if !services::answers(&services::postgres_base()) {
+            let at = services::address(&services::postgres_base());
+            services::missing(&format!("Postgres at {at} does not answer"));
+            services::skip(
+                services::test_name!(),
+                &format!(
+                    "Postgres at {at} (not answering; start it, or point TEST_POSTGRES_URL at one)"
+                ),
+            );
+            return;
+        }
+    };
+}
+
+/// The tables a copy fills (all but `policy_state`, which the migrations seed).
+const RECORD_TABLES: &[&str] = &[
+    "settings",
+    "organisations",
+    "workspaces",
+    "environments",
+    "users",
+    "tokens",
+    "token_workspaces",
+    "audit_events",
+    "policies",
+    "policy_activations",
+    "policy_shadows",
+    "shadow_disagreements",
+    "runner_pools",
+    "runners",
+    "runner_keys",
+    "runner_commands",
+    "webhook_deliveries",
+    "workflows",
+    "workflow_revisions",
+    "plugins",
+    "plugin_reviews",
+    "review_reports",
+];
+
+/// A Postgres database name, dropped at the end; `created` false leaves creating it to the copy.
+struct PgDb {
+    name: String,
+    url: String,
+}
+
+impl PgDb {
+    async fn new(created: bool) -> Self {
+        let name = format!("cp_copy_{}", Uuid::new_v4().simple());
+        if created {
+            admin()
+                .await
+                .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .await
+                .unwrap();
+        }
+        Self {
+            url: format!("{}/{name}", services::postgres_base()),
+            name,
+        }
+    }
+
+    /// Rows in each record table.
+    async fn counts(&self) -> Vec<(&'static str, i64)> {
+        let mut conn = PgConnection::connect(&self.url).await.unwrap();
+        let mut counts = Vec::new();
+        for table in RECORD_TABLES {
+            let (n,): (i64,) =
+                sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+                    .fetch_one(&mut conn)
+                    .await
+                    .unwrap();
+            counts.push((*table, n));
+        }
+        counts
+    }
+
+    async fn drop_db(self) {
+        let _ = admin()
+            .await
+            .execute(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            )))
+            .await;
+    }
+}
+
+async fn admin() -> PgConnection {
+    PgConnection::connect(&format!("{}/postgres", services::postgres_base()))
+        .await
+        .unwrap()
+}
+
+/// A directory of its own for SQLite files, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        let dir = std::env::temp_dir().join(format!("cp-copy-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn url(&self, file: &str) -> String {
+        format!("sqlite://{}", self.0.join(file).display())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn cpctl(database_url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args(args)
+        .env("DATABASE_URL", database_url)
+        .env_remove("CP_TOKEN_HASH_KEY")
+        .env_remove("CP_STORE_COPY_CRASH_AFTER_TABLES")
+        .output()
+        .unwrap()
+}
+
+fn ok(o: Output) -> Output {
+    assert!(
+        o.status.success(),
+        "cpctl failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// `cpctl … -o json` that must succeed, parsed.
+fn json_of(database_url: &str, args: &[&str]) -> Value {
+    let o = ok(cpctl(database_url, &[args, &["-o", "json"]].concat()));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn id(v: &Value) -> String {
+    v["id"].as_str().expect("an id").to_owned()
+}
+
+fn store_copy(from: &str, to: &str) -> Output {
+    cpctl(
+        "",
+        &["store", "copy", "--from", from, "--to", to, "-o", "json"],
+    )
+}
+
+/// The real application on an ephemeral port, on a runtime of its own: stopping it ends every
+/// task it started (open streams, background loops), as stopping the process would.
+struct Server {
+    base: String,
+    client: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    async fn start(database_url: &str) -> Self {
+        let mut config = ServerConfig::for_database(database_url);
+        // Generous, so no budget trips during the test.
+        let rate = control_plane::config::RateOption(Some(
+            control_plane::storage::Rate::parse("100000/m").unwrap(),
+        ));
+        config.rate_limit = rate;
+        config.issue_rate_limit = rate;
+        config.user_rate_limit = rate;
+        config.org_rate_limit = rate;
+        config.runner_address_rate_limit = rate;
+        config.runner_rate_limit = rate;
+        let (port_tx, port_rx) = tokio::sync::oneshot::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let app = Application::build(&config).await.expect("build the server");
+                let _ = port_tx.send(app.port());
+                tokio::select! {
+                    _ = app.run() => {}
+                    _ = stopped => {}
+                }
+            });
+            runtime.shutdown_background();
+        });
+        let port = port_rx.await.expect("the server started");
+        Self {
+            base: format!("http://127.0.0.1:{port}"),
+            client: reqwest::Client::new(),
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops it and waits until it is gone, with its hold on the embedded store.
+    async fn stop(mut self) {
+        let _ = self.stop.take().map(|s| s.send(()));
+        let thread = self.thread.take().unwrap();
+        tokio::task::spawn_blocking(move || thread.join().unwrap())
+            .await
+            .unwrap();
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: &str,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .client
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn get(&self, path: &str, token: &str) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, token, None).await
+    }
+
+    async fn post(&self, path: &str, token: &str, body: &Value) -> Value {
+        let (status, body) = self
+            .call(reqwest::Method::POST, path, token, Some(body))
+            .await;
+        assert_eq!(status, 200, "POST {path}: {body}");
+        body
+    }
+
+    /// The first `count` events of an audit stream, as (id, event, data parsed).
+    async fn stream(
+        &self,
+        path: &str,
+        token: &str,
+        last_event_id: Option<i64>,
+        count: usize,
+    ) -> Vec<(i64, String, Value)> {
+        let mut request = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(token);
+        if let Some(last) = last_event_id {
+            request = request.header("last-event-id", last.to_string());
+        }
+        let mut response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let mut text = String::new();
+        let mut events = Vec::new();
+        // Bounded so a stream that never sends enough fails instead of hanging the run.
+        let read = async {
+            while events.len() < count {
+                let Some(chunk) = response.chunk().await.unwrap() else {
+                    break;
+                };
+                text.push_str(&String::from_utf8_lossy(&chunk));
+                while let Some(end) = text.find("\n\n") {
+                    let block: String = text.drain(..end + 2).collect();
+                    let field = |name: &str| {
+                        block
+                            .lines()
+                            .find_map(|l| l.strip_prefix(name))
+                            .map(|v| v.trim_start().to_owned())
+                    };
+                    if let (Some(id), Some(event), Some(data)) =
+                        (field("id:"), field("event:"), field("data:"))
+                    {
+                        events.push((
+                            id.parse().unwrap(),
+                            event,
+                            serde_json::from_str(&data).unwrap(),
+                        ));
+                    }
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(60), read).await;
+        events
+    }
+}
+
+/// Everything the read endpoints answer for the workspace: the whole activity, the activity in
+/// pages of 4 followed by cursor, the stream replayed from the start, resumed with
+/// `Last-Event-ID`, and filtered by type.
+async fn reads(server: &Server, token: &str, workspace: &str) -> Vec<Value> {
+    let (status, all) = server
+        .get(
+            &format!("/v1/workspaces/{workspace}/activity?limit=100"),
+            token,
+        )
+        .await;
+    assert_eq!(status, 200, "{all}");
+    let items = all["items"].as_array().unwrap().clone();
+    let mut pages = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let (status, page) = server
+            .get(
+                &format!("/v1/workspaces/{workspace}/activity?limit=4&cursor={cursor}"),
+                token,
+            )
+            .await;
+        assert_eq!(status, 200, "{page}");
+        pages.push(page.clone());
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = next.to_owned(),
+            None => break,
+        }
+    }
+    let stream = format!("/v1/workspaces/{workspace}/audit/stream");
+    let replay = server
+        .stream(&format!("{stream}?after=0"), token, None, items.len())
+        .await;
+    let newest = items[0]["sequence"].as_i64().unwrap();
+    let resumed = server.stream(&stream, token, Some(newest - 3), 3).await;
+    let types = "token.issued,runner_command.submitted";
+    let typed = items
+        .iter()
+        .filter(|i| types.split(',').any(|t| i["type"] == t))
+        .count();
+    let filtered = server
+        .stream(
+            &format!("{stream}?after=0&types={types}"),
+            token,
+            None,
+            typed,
+        )
+        .await;
+    assert_eq!(replay.len(), items.len());
+    assert_eq!(resumed.len(), 3);
+    assert_eq!(filtered.len(), typed);
+    vec![
+        all,
+        Value::Array(pages),
+        json!(replay),
+        json!(resumed),
+        json!(filtered),
+    ]
+}
+
+/// What `cpctl` lists from a store, per command.
+fn listings(database_url: &str, workspace: &str, plugin: &str) -> Vec<Value> {
+    [
+        vec!["orgs", "list"],
+        vec!["workspaces", "list"],
+        vec!["environments", "list"],
+        vec!["users", "list"],
+        vec!["tokens", "list"],
+        vec!["policies", "list"],
+        vec!["policies", "shadow-report"],
+        vec!["pools", "list", "--workspace", workspace],
+        vec!["workflows", "list", "--workspace", workspace],
+        vec!["reviews", "list", "--plugin", plugin],
+    ]
+    .iter()
+    .map(|args| json_of(database_url, args))
+    .collect()
+}
+
+fn write_temp(dir: &TempDir, name: &str, bytes: &[u8]) -> String {
+    let path = dir.0.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
+    needs_postgres!();
+    let dir = TempDir::new();
+    let src = dir.url("control-plane.db");
+
+    // Admin records through cpctl.
+    let boot = json_of(
+        &src,
+        &[
+            "bootstrap",
+            "--org",
+            "acme",
+            "--workspace",
+            "prod",
+            "--admin",
+            "ops@acme.test",
+        ],
+    );
+    let org = boot["organisationId"].as_str().unwrap().to_owned();
+    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
+    let user = boot["userId"].as_str().unwrap().to_owned();
+    let token = boot["credential"]["token"].as_str().unwrap().to_owned();
+    let ws2 = id(&json_of(
+        &src,
+        &["workspaces", "create", "--org", &org, "staging"],
+    ));
+    let env = id(&json_of(
+        &src,
+        &["environments", "create", "--workspace", &ws, "eu"],
+    ));
+    let env2 = id(&json_of(
+        &src,
+        &["environments", "create", "--workspace", &ws2, "us"],
+    ));
+    let user2 = id(&json_of(
+        &src,
+        &["users", "create", "--org", &org, "dev@acme.test"],
+    ));
+    let reporter = json_of(
+        &src,
+        &[
+            "tokens",
+            "issue",
+            "--user",
+            &user2,
+            "--name",
+            "reporter",
+            "--scope",
+            "reviews:report",
+            "--workspace",
+            &ws,
+        ],
+    );
+    let reporter = reporter["token"].as_str().unwrap().to_owned();
+    let staging = json_of(
+        &src,
+        &[
+            "tokens",
+            "issue",
+            "--user",
+            &user,
+            "--name",
+            "staging",
+            "--scope",
+            "activity:read",
+            "--scope",
+            "audit:read",
+            "--workspace",
+            &ws2,
+            "--environment",
+            &env2,
+        ],
+    );
+    let staging = staging["token"].as_str().unwrap().to_owned();
+    ok(cpctl(
+        &src,
+        &["pools", "create", "--workspace", &ws2, "staging-pool"],
+    ));
+    let pool = id(&json_of(
+        &src,
+        &["pools", "create", "--workspace", &ws, "builders"],
+    ));
+    let runner = json_of(&src, &["runners", "register", "--pool", &pool]);
+    let runner_id = runner["runnerId"].as_str().unwrap().to_owned();
+    let key_id = runner["keyId"].as_str().unwrap().to_owned();
+    let private = runner["privateKey"].as_str().unwrap().to_owned();
+    ok(cpctl(
+        &src,
+        &["runners", "keys", "add", "--runner", &runner_id],
+    ));
+    let workflow = id(&json_of(
+        &src,
+        &["workflows", "create", "--workspace", &ws, "deploy"],
+    ));
+    let revision = id(&json_of(
+        &src,
+        &["workflows", "revisions", "create", "--workflow", &workflow],
+    ));
+    let plugin = id(&json_of(
+        &src,
+        &["plugins", "create", "--org", &org, "linter"],
+    ));
+    let std_policy = write_temp(
+        &dir,
+        "std.wasm",
+        control_plane::policy::defaults::AUTHORIZER,
+    );
+    let deny = write_temp(&dir, "deny.wasm", control_plane::policy::fixtures::DENY_ALL);
+    for args in [
+        vec![
+            "policies",
+            "install",
+            &std_policy,
+            "--kind",
+            "authorizer",
+            "--name",
+            "std",
+        ],
+        vec!["policies", "activate", "std@1"],
+        vec!["policies", "rollback", "authorizer"],
+        vec!["policies", "activate", "std@1"],
+        vec![
+            "policies",
+            "install",
+            &deny,
+            "--kind",
+            "authorizer",
+            "--name",
+            "deny",
+        ],
+        vec!["policies", "shadow", "deny@1"],
+    ] {
+        ok(cpctl(&src, &args));
+    }
+
+    // The rest through the API.
+    let source = Server::start(&src).await;
+    let issue = |name: &str| json!({"name": name, "scopes": ["activity:read"], "organisationId": org, "workspaceIds": [ws]});
+    let child = source
+        .post("/v1/personal-access-tokens", &token, &issue("ci"))
+        .await;
+    let child = child["credential"]["token"].as_str().unwrap().to_owned();
+    let doomed = source
+        .post("/v1/personal-access-tokens", &token, &issue("doomed"))
+        .await;
+    let doomed_id = doomed["credential"]["id"].as_str().unwrap().to_owned();
+    let doomed = doomed["credential"]["token"].as_str().unwrap().to_owned();
+    let (status, _) = source
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/v1/workspaces/{ws}/access-tokens/{doomed_id}"),
+            &token,
+            Some(&json!({"reason": "rotated"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let command = source
+        .post(
+            &format!("/v1/workspaces/{ws}/runner-commands"),
+            &token,
+            &json!({"poolId": pool, "command": "deploy", "args": ["--tag", "v1.2.3"], "environmentId": env}),
+        )
+        .await;
+    let delivery = command["command"]["deliveryId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let report_body = r#"{"status":"received"}"#;
+    let signed = Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args([
+            "runners",
+            "sign",
+            "--runner",
+            &runner_id,
+            "--key",
+            &key_id,
+            "--delivery",
+            &delivery,
+        ])
+        .args(["--body", report_body, "-o", "json"])
+        .env("CP_RUNNER_PRIVATE_KEY", &private)
+        .output()
+        .unwrap();
+    let signed: Value = serde_json::from_slice(&ok(signed).stdout).unwrap();
+    let mut report = source
+        .client
+        .post(format!(
+            "{}{}",
+            source.base,
+            signed["path"].as_str().unwrap()
+        ))
+        .header("content-type", "application/json")
+        .body(report_body);
+    for (name, value) in signed["headers"].as_object().unwrap() {
+        report = report.header(name.as_str(), value.as_str().unwrap());
+    }
+    let report = report.send().await.unwrap();
+    assert_eq!(report.status(), 200, "{}", report.text().await.unwrap());
+    source
+        .post(
+            &format!(
+                "/v1/workspaces/{ws}/workflows/{workflow}/revisions/{revision}/request-approval"
+            ),
+            &token,
+            &json!({"comment": "ship it"}),
+        )
+        .await;
+    let (status, review) = source
+        .call(
+            reqwest::Method::PUT,
+            &format!("/v1/marketplace/plugins/{plugin}/reviews/me"),
+            &token,
+            Some(&json!({"rating": 4, "title": "Solid", "body": "Catches what it should."})),
+        )
+        .await;
+    assert_eq!(status, 200, "{review}");
+    let review_id = review["review"]["id"].as_str().unwrap().to_owned();
+    source
+        .post(
+            &format!("/v1/marketplace/plugins/{plugin}/reviews/{review_id}/report"),
+            &reporter,
+            &json!({"reason": "spam", "comment": "an advert"}),
+        )
+        .await;
+    // The shadow policy disagrees with every allowed request once the server has picked it up.
+    let mut disagreements = 0;
+    for _ in 0..200 {
+        source
+            .get(&format!("/v1/workspaces/{ws}/activity"), &child)
+            .await;
+        disagreements = json_of(&src, &["policies", "shadow-report"])
+            .as_array()
+            .map_or(0, Vec::len);
+        if disagreements > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(disagreements > 0, "the shadow recorded no disagreement");
+
+    let before = reads(&source, &token, &ws).await;
+    let before_staging = reads(&source, &staging, &ws2).await;
+    let (doomed_status, doomed_body) = source
+        .get(&format!("/v1/workspaces/{ws}/activity"), &doomed)
+        .await;
+    assert_ne!(doomed_status, 200, "{doomed_body}");
+    source.stop().await;
+    let listed = listings(&src, &ws, &plugin);
+
+    let db = PgDb::new(true).await;
+    let copied = store_copy(&src, &db.url);
+    let copied: Value = serde_json::from_slice(&ok(copied).stdout).unwrap();
+    let rows = |table: &str| {
+        copied["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["table"] == table)
+            .and_then(|t| t["rows"].as_u64())
+            .unwrap_or_else(|| panic!("no {table} in {copied}"))
+    };
+    // Every table the populated store fills came across.
+    for (table, count) in db.counts().await {
+        assert!(count > 0, "{table} is empty in the copy");
+        assert_eq!(rows(table), count as u64, "{table}");
+    }
+    assert_eq!(copied["workspacesVerified"], 2);
+
+    // cpctl reads the same records from the copy.
+    assert_eq!(listings(&db.url, &ws, &plugin), listed);
+
+    let target = Server::start(&db.url).await;
+    // Identical answers: the original token's hash came across, and so did every event.
+    assert_eq!(reads(&target, &token, &ws).await, before);
+    assert_eq!(reads(&target, &staging, &ws2).await, before_staging);
+    let (status, _) = target
+        .get(&format!("/v1/workspaces/{ws}/activity"), &child)
+        .await;
+    assert_eq!(status, 200, "a token issued over the API authenticates");
+    let (status, body) = target
+        .get(&format!("/v1/workspaces/{ws}/activity"), &doomed)
+        .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (doomed_status, &doomed_body["error"]),
+        "the revoked token stays revoked"
+    );
+
+    // The next event continues the workspace's sequence, in the log and on the stream.
+    let last = before[0]["items"][0]["sequence"].as_i64().unwrap();
+    target
+        .post(
+            "/v1/personal-access-tokens",
+            &token,
+            &issue("after-the-move"),
+        )
+        .await;
+    let (_, page) = target
+        .get(&format!("/v1/workspaces/{ws}/activity?limit=1"), &token)
+        .await;
+    assert_eq!(page["items"][0]["sequence"], last + 1, "{page}");
+    assert_eq!(page["items"][0]["type"], "token.issued");
+    let resumed = target
+        .stream(
+            &format!("/v1/workspaces/{ws}/audit/stream"),
+            &token,
+            Some(last),
+            1,
+        )
+        .await;
+    assert_eq!(resumed[0].0, last + 1);
+    target.stop().await;
+
+    // Serial ids continue after the copied ones: a new activation is a new row.
+    ok(cpctl(&db.url, &["policies", "rollback", "authorizer"]));
+    ok(cpctl(&db.url, &["policies", "activate", "std@1"]));
+
+    // And back: the copy copies into a new SQLite file, which lists the same.
+    let back = dir.url("back.db");
+    ok(cpctl(&db.url, &["policies", "rollback", "authorizer"]));
+    let listed_pg = listings(&db.url, &ws, &plugin);
+    ok(store_copy(&db.url, &back));
+    assert_eq!(listings(&back, &ws, &plugin), listed_pg);
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn a_target_with_records_is_refused_and_left_as_it_was() {
+    needs_postgres!();
+    let dir = TempDir::new();
+    let src = dir.url("control-plane.db");
+    json_of(
+        &src,
+        &[
+            "bootstrap",
+            "--org",
+            "acme",
+            "--workspace",
+            "prod",
+            "--admin",
+            "ops@acme.test",
+        ],
+    );
+    let db = PgDb::new(true).await;
+    ok(cpctl(&db.url, &["orgs", "create", "already-here"]));
+    let before = db.counts().await;
+
+    let out = store_copy(&src, &db.url);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "one-line error: {err}");
+    assert!(err.contains("not empty"), "{err}");
+    assert!(!err.contains(&db.url), "the URL may hold a password: {err}");
+    assert_eq!(db.counts().await, before, "nothing was written");
+    let orgs = json_of(&db.url, &["orgs", "list"]);
+    assert_eq!(orgs.as_array().unwrap().len(), 1);
+    assert_eq!(orgs[0]["name"], "already-here");
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn an_interrupted_copy_leaves_the_target_empty_and_a_rerun_completes_it() {
+    needs_postgres!();
+    let dir = TempDir::new();
+    let src = dir.url("control-plane.db");
+    let boot = json_of(
+        &src,
+        &[
+            "bootstrap",
+            "--org",
+            "acme",
+            "--workspace",
+            "prod",
+            "--admin",
+            "ops@acme.test",
+        ],
+    );
+    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
+    ok(cpctl(
+        &src,
+        &["pools", "create", "--workspace", &ws, "builders"],
+    ));
+    // Not created: the copy creates the database, as the server does.
+    let db = PgDb::new(false).await;
+
+    // Killed after the audit log and half the tables, mid-transaction.
+    let crashed = Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args(["store", "copy", "--from", &src, "--to", &db.url])
+        .env("CP_STORE_COPY_CRASH_AFTER_TABLES", "12")
+        .output()
+        .unwrap();
+    assert!(!crashed.status.success(), "the copy was interrupted");
+    assert!(
+        db.counts().await.iter().all(|(_, n)| *n == 0),
+        "an interrupted copy leaves the target empty: {:?}",
+        db.counts().await
+    );
+
+    let out = ok(cpctl(
+        "",
+        &["store", "copy", "--from", &src, "--to", &db.url],
+    ));
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(summary.contains("audit_events"), "{summary}");
+    assert!(summary.contains("verified"), "{summary}");
+    let pools = json_of(&db.url, &["pools", "list", "--workspace", &ws]);
+    assert_eq!(pools[0]["name"], "builders");
+    db.drop_db().await;
+}
+
+/// The guard for Postgres (the SQLite schema's is a unit test of `storage::copy`): the copy
+/// checks both schemas against its list of tables, so a freshly migrated store copies only if
+/// every table a migration creates is copied or deliberately not.
+#[tokio::test]
+async fn every_table_of_both_schemas_is_copied_or_deliberately_not() {
+    needs_postgres!();
+    let dir = TempDir::new();
+    let db = PgDb::new(true).await;
+    let out = store_copy(&dir.url("empty.db"), &db.url);
+    let copied: Value = serde_json::from_slice(&ok(out).stdout).unwrap();
+    let tables: Vec<&str> = copied["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["table"].as_str().unwrap())
+        .collect();
+    for table in RECORD_TABLES {
+        assert!(tables.contains(table), "{table} not copied");
+    }
+    assert_eq!(
+        copied["rows"], 1,
+        "only policy_state's seeded row: {copied}"
+    );
+    db.drop_db().await;
+}
+
+/// Without any service: an embedded store copies into another SQLite file, which lists the
+/// same records, and a second copy into it is refused.
+#[test]
+fn an_embedded_store_copies_into_another_file() {
+    let dir = TempDir::new();
+    let src = dir.url("control-plane.db");
+    let boot = json_of(
+        &src,
+        &[
+            "bootstrap",
+            "--org",
+            "acme",
+            "--workspace",
+            "prod",
+            "--admin",
+            "ops@acme.test",
+        ],
+    );
+    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
+    let org = boot["organisationId"].as_str().unwrap().to_owned();
+    ok(cpctl(
+        &src,
+        &["pools", "create", "--workspace", &ws, "builders"],
+    ));
+    ok(cpctl(
+        &src,
+        &["workflows", "create", "--workspace", &ws, "deploy"],
+    ));
+    let plugin = id(&json_of(
+        &src,
+        &["plugins", "create", "--org", &org, "linter"],
+    ));
+    let copy = dir.url("copy.db");
+
+    let out = ok(store_copy(&src, &copy));
+    let copied: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(copied["workspacesVerified"], 1, "{copied}");
+    assert_eq!(listings(&copy, &ws, &plugin), listings(&src, &ws, &plugin));
+
+    let again = store_copy(&src, &copy);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
+}
