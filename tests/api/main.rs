@@ -28,4 +28,5 @@ mod secrets;
 mod services;
 mod signatures;
 mod time_format;
+mod timeouts;
 mod workflows;

@@ -36,7 +36,7 @@ pub use policies::{CompiledCache, parse_reference};
 pub use reviews::{ModeratedReview, ReportReviewInput, ReviewInput, decision_of};
 pub use runners::{
     DeletePoolInput, DeliveryStatusInput, RegisteredRunner, RunnerPrincipal, SignedRequest,
-    SubmitCommandInput, bounded_text,
+    SubmitCommandInput, TIMEOUT_BATCH, TimeoutSweep, bounded_text, command_deadline,
 };
 pub use stream_permits::{
     STREAM_RETRY_AFTER, StreamCapReached, StreamLimits, StreamPermit, StreamPermits, StreamScope,
