@@ -25,7 +25,7 @@ use crate::policy::PolicyRuntime;
 use crate::storage::{AuditFeed, NonceStore, SharedRecordStore};
 
 pub use activity::{ActivityPage, PageRequest};
-pub use admin::{Bootstrap, BootstrapInput};
+pub use admin::{Bootstrap, BootstrapInput, UserRef};
 pub use audit::{StreamEnd, StreamItem, StreamRequest};
 #[cfg(feature = "bench-allow-all")]
 pub use authz::AllowAllAuthorizer;
@@ -42,6 +42,7 @@ pub use stream_permits::{
     STREAM_RETRY_AFTER, StreamCapReached, StreamLimits, StreamPermit, StreamPermits, StreamScope,
 };
 pub use tokens::{IssueTokenInput, IssuedCredential};
+pub use workflows::DECISION_REASON_MAX;
 
 /// Limits the service enforces; each has a configuration flag.
 #[derive(Debug, Clone)]
