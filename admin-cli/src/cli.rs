@@ -142,6 +142,9 @@ pub enum UsersCommand {
         #[arg(long)]
         org: Uuid,
         email: String,
+        /// An administrator of the organisation: may decide workflow approvals.
+        #[arg(long)]
+        admin: bool,
     },
     List {
         #[arg(long)]

@@ -122,8 +122,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Environments(EnvironmentsCommand::List { workspace }) => {
             output::list(out, &services.list_environments(workspace).await?)
         }
-        Command::Users(UsersCommand::Create { org, email }) => {
-            let user = services.create_user(org, &email, &cid).await?;
+        Command::Users(UsersCommand::Create { org, email, admin }) => {
+            let user = services.create_user_as(org, &email, admin, &cid).await?;
             output::created(out, &user, user.id);
         }
         Command::Users(UsersCommand::List { org }) => {

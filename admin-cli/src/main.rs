@@ -21,8 +21,15 @@ async fn main() -> ExitCode {
     match commands::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // A conflict leads with its code, as the API's 409 body would (`invalid_transition`).
+            let code = match e.downcast_ref::<control_plane::service::ServiceError>() {
+                Some(control_plane::service::ServiceError::Conflict { code, .. }) => {
+                    format!("{code}: ")
+                }
+                _ => String::new(),
+            };
             // One line, whatever the cause chain.
-            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            eprintln!("error: {code}{}", format!("{e:#}").replace('\n', " "));
             ExitCode::FAILURE
         }
     }

@@ -118,16 +118,18 @@ impl Render for Environment {
 
 impl Render for User {
     fn json(&self) -> Value {
-        json!({ "id": self.id, "organisationId": self.organisation_id, "email": self.email, "createdAt": Timestamp::new(self.created_at) })
+        json!({ "id": self.id, "organisationId": self.organisation_id, "email": self.email,
+                "admin": self.admin, "createdAt": Timestamp::new(self.created_at) })
     }
     fn headers() -> &'static [&'static str] {
-        &["ID", "ORGANISATION", "EMAIL", "CREATED"]
+        &["ID", "ORGANISATION", "EMAIL", "ADMIN", "CREATED"]
     }
     fn row(&self) -> Vec<String> {
         vec![
             self.id.to_string(),
             self.organisation_id.to_string(),
             self.email.clone(),
+            if self.admin { "yes" } else { "no" }.to_owned(),
             Timestamp::new(self.created_at).to_string(),
         ]
     }

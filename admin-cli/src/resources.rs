@@ -9,8 +9,8 @@ use control_plane::domain::Timestamp;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use control_plane::domain::{CorrelationId, sign_request};
-use control_plane::service::Services;
+use control_plane::domain::{CorrelationId, RevisionState, sign_request};
+use control_plane::service::{Services, UserRef};
 use control_plane::storage::{Plugin, Review, RunnerPool, Workflow, WorkflowRevision};
 
 use crate::cli::OutputFormat;
@@ -104,6 +104,25 @@ pub enum RevisionsCommand {
         #[arg(long)]
         workflow: Uuid,
     },
+    /// Approve a revision that is `pending_approval`, as an administrator of its organisation
+    /// (audited as `workflow_revision.approved`).
+    Approve(DecideArgs),
+    /// Reject a revision that is `pending_approval`, as an administrator of its organisation
+    /// (audited as `workflow_revision.rejected`).
+    Reject(DecideArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DecideArgs {
+    #[arg(long)]
+    pub revision: Uuid,
+    /// Why (1 to 1000 characters), kept in the audit event.
+    #[arg(long)]
+    pub reason: String,
+    /// Who decides: a user id, or the email of a user of the revision's organisation, who must
+    /// be one of its administrators.
+    #[arg(long, env = "CP_ACTOR")]
+    pub actor: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -295,6 +314,30 @@ pub async fn workflows(
             let revision = services.create_revision(workflow, cid).await?;
             output::created(out, &revision, revision.id);
         }
+        WorkflowsCommand::Revisions(RevisionsCommand::Approve(args)) => {
+            decide(services, out, cid, RevisionState::Approved, args).await?
+        }
+        WorkflowsCommand::Revisions(RevisionsCommand::Reject(args)) => {
+            decide(services, out, cid, RevisionState::Rejected, args).await?
+        }
+    }
+    Ok(())
+}
+
+async fn decide(
+    services: &Services,
+    out: OutputFormat,
+    cid: &CorrelationId,
+    to: RevisionState,
+    args: DecideArgs,
+) -> anyhow::Result<()> {
+    let actor = UserRef::parse(&args.actor)?;
+    let revision = services
+        .decide_revision(args.revision, to, &actor, &args.reason, cid)
+        .await?;
+    match out {
+        OutputFormat::Json => println!("{}", revision.json()),
+        OutputFormat::Table => output::list(out, std::slice::from_ref(&revision)),
     }
     Ok(())
 }
@@ -376,7 +419,9 @@ impl Render for Workflow {
 impl Render for WorkflowRevision {
     fn json(&self) -> Value {
         json!({ "id": self.id, "workflowId": self.workflow_id, "number": self.number,
-                "state": self.state.as_str(), "createdAt": Timestamp::new(self.created_at) })
+                "state": self.state.as_str(), "createdAt": Timestamp::new(self.created_at),
+                "decidedBy": self.decided_by, "decidedAt": self.decided_at.map(Timestamp::new),
+                "decisionReason": self.decision_reason })
     }
     fn headers() -> &'static [&'static str] {
         &["ID", "WORKFLOW", "NUMBER", "STATE"]

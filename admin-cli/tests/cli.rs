@@ -888,3 +888,210 @@ async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
     assert_eq!(events, 3, "one event per revoked grant");
     db.drop_db().await;
 }
+
+/// Moves a revision to `pending_approval` as the API's request would (no server runs here).
+async fn pending(db: &Db, revision: &str, by: &str) {
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query(
+        "UPDATE workflow_revisions SET state = 'pending_approval', requested_by = $2,
+             requested_at = now()
+         WHERE id = $1",
+    )
+    .bind(revision.parse::<uuid::Uuid>().unwrap())
+    .bind(by.parse::<uuid::Uuid>().unwrap())
+    .execute(&mut conn)
+    .await
+    .unwrap();
+}
+
+fn failure(o: &Output) -> String {
+    assert!(!o.status.success(), "cpctl succeeded: {}", stdout(o));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(err.trim().lines().count(), 1, "one-line error: {err}");
+    err
+}
+
+/// `workflows revisions approve|reject`: an administrator of the revision's organisation,
+/// named by email, by id or by `CP_ACTOR`, decides a pending revision once; a second decision
+/// is `invalid_transition`; a non-administrator, a user of another organisation and an unknown
+/// revision are refused and change nothing; each decision is audited with its actor.
+#[tokio::test]
+async fn revisions_are_approved_or_rejected_once_by_an_administrator() {
+    needs_postgres!();
+    let db = Db::new().await;
+    let boot = bootstrap(&db);
+    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
+    let org = boot["organisationId"].as_str().unwrap().to_owned();
+    let admin = boot["userId"].as_str().unwrap().to_owned();
+
+    // Bootstrap's user is an administrator; a plain user is not, unless created --admin.
+    let member = json_of(&db.cpctl(&[
+        "users",
+        "create",
+        "--org",
+        &org,
+        "member@acme.test",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(member["admin"], false);
+    let users = json_of(&db.cpctl(&["users", "list", "--org", &org, "-o", "json"]));
+    let admin_row = users
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["id"] == admin.as_str())
+        .unwrap();
+    assert_eq!(admin_row["admin"], true);
+    let other_org = stdout(&db.cpctl(&["orgs", "create", "initech"]))
+        .trim()
+        .to_owned();
+    let outsider = json_of(&db.cpctl(&[
+        "users",
+        "create",
+        "--org",
+        &other_org,
+        "--admin",
+        "boss@initech.test",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(outsider["admin"], true);
+
+    let wf = json_of(&db.cpctl(&[
+        "workflows",
+        "create",
+        "--workspace",
+        &ws,
+        "deploy",
+        "-o",
+        "json",
+    ]))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let revision = |db: &Db| {
+        json_of(&db.cpctl(&[
+            "workflows",
+            "revisions",
+            "create",
+            "--workflow",
+            &wf,
+            "-o",
+            "json",
+        ]))["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (r1, r2) = (revision(&db), revision(&db));
+    let decide = |verb: &str, revision: &str, actor: &str| {
+        db.cpctl(&[
+            "workflows",
+            "revisions",
+            verb,
+            "--revision",
+            revision,
+            "--reason",
+            "checked the plan",
+            "--actor",
+            actor,
+            "-o",
+            "json",
+        ])
+    };
+
+    // A draft has not been sent for approval: nothing to decide.
+    let err = failure(&decide("approve", &r1, "ops@acme.test"));
+    assert!(err.contains("invalid_transition"), "{err}");
+    pending(&db, &r1, &admin).await;
+    pending(&db, &r2, &admin).await;
+
+    // Approved by an administrator named by email.
+    let approved = json_of(&decide("approve", &r1, "ops@acme.test"));
+    assert_eq!(approved["state"], "approved", "{approved}");
+    assert_eq!(approved["decidedBy"], admin.as_str());
+    assert_eq!(approved["decisionReason"], "checked the plan");
+    assert!(is_api_time(approved["decidedAt"].as_str().unwrap()));
+
+    // A second decision, either way and by anyone, is the state machine's conflict.
+    for verb in ["reject", "approve"] {
+        let err = failure(&decide(verb, &r1, &admin));
+        assert!(err.contains("invalid_transition"), "{err}");
+        assert!(err.contains("approved"), "{err}");
+    }
+
+    // Refused, changing nothing: a user who is not an administrator, an administrator of
+    // another organisation, an unknown user, an unknown revision, an empty reason.
+    let err = failure(&decide("approve", &r2, "member@acme.test"));
+    assert!(err.contains("not an administrator"), "{err}");
+    let err = failure(&decide("approve", &r2, outsider["id"].as_str().unwrap()));
+    assert!(err.contains("no such user"), "{err}");
+    let err = failure(&decide("approve", &r2, "nobody@acme.test"));
+    assert!(err.contains("no such user"), "{err}");
+    let err = failure(&decide(
+        "approve",
+        &uuid::Uuid::new_v4().to_string(),
+        &admin,
+    ));
+    assert!(err.contains("no such workflow revision"), "{err}");
+    let empty = db.cpctl(&[
+        "workflows",
+        "revisions",
+        "reject",
+        "--revision",
+        &r2,
+        "--reason",
+        "",
+        "--actor",
+        &admin,
+    ]);
+    failure(&empty);
+
+    // Rejected by the administrator CP_ACTOR names.
+    let rejected = Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args([
+            "workflows",
+            "revisions",
+            "reject",
+            "--revision",
+            &r2,
+            "--reason",
+            "not now",
+            "-o",
+            "json",
+        ])
+        .env("DATABASE_URL", &db.url)
+        .env("CP_ACTOR", &admin)
+        .env_remove("CP_TOKEN_HASH_KEY")
+        .output()
+        .unwrap();
+    let rejected = json_of(&rejected);
+    assert_eq!(rejected["state"], "rejected", "{rejected}");
+    assert_eq!(rejected["decisionReason"], "not now");
+
+    // One event per decision, in the workspace's log, with the deciding user as the actor.
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    let events: Vec<(String, uuid::Uuid, String, Option<uuid::Uuid>, Value)> = sqlx::query_as(
+        "SELECT event_type, target_id, actor_kind, actor_id, data FROM audit_events
+         WHERE event_type IN ('workflow_revision.approved', 'workflow_revision.rejected')
+         ORDER BY seq",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let admin_id: uuid::Uuid = admin.parse().unwrap();
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0].0, "workflow_revision.approved");
+    assert_eq!(events[0].1.to_string(), r1);
+    assert_eq!(events[1].0, "workflow_revision.rejected");
+    assert_eq!(events[1].1.to_string(), r2);
+    for (_, _, kind, id, data) in &events {
+        assert_eq!(kind, "user");
+        assert_eq!(*id, Some(admin_id));
+        assert_eq!(data["from"], "pending_approval");
+    }
+    assert_eq!(events[1].4["reason"], "not now");
+    drop(conn);
+    db.drop_db().await;
+}

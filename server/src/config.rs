@@ -127,6 +127,12 @@ pub struct ServerConfig {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub outcome_purge_secs: u64,
 
+    /// Seconds between sweeps that fail runner commands past their `timeoutSeconds`. Every
+    /// replica sweeps; each timed-out command is failed once, by one of them.
+    #[arg(long, env = "CP_COMMAND_TIMEOUT_SWEEP_SECS", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub command_timeout_sweep_secs: u64,
+
     /// Prefix of every Redis key this server writes.
     #[arg(long, env = "CP_REDIS_PREFIX", default_value = "cp:")]
     pub redis_prefix: String,

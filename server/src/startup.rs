@@ -347,6 +347,29 @@ fn watch_policies(services: Arc<Services>) {
     });
 }
 
+/// Fails overdue runner commands every `every`; the rule (which are overdue, what they become,
+/// once across replicas) is the service's. A full batch that failed something is followed by
+/// the next at once; one that failed nothing (others got there first) waits for the tick.
+fn sweep_timeouts(services: Arc<Services>, every: Duration) {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            loop {
+                match services.time_out_overdue_commands().await {
+                    Ok(sweep) if sweep.more && sweep.failed > 0 => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the command timeout sweep failed; retrying at the next tick");
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
+
 /// A build without the `bench-allow-all` feature has no allow-all authorizer. A deployment that
 /// still sets `CP_AUTHORIZER` is refused at start-up rather than ignored, so nobody believes
 /// authorization is off (or on) by mistake; `--authorizer` is an unknown flag to clap.
@@ -418,6 +441,10 @@ impl Application {
         purge_outcomes_every(
             services.store().clone(),
             Duration::from_secs(config.outcome_purge_secs),
+        );
+        sweep_timeouts(
+            services.clone(),
+            Duration::from_secs(config.command_timeout_sweep_secs),
         );
         services.audit_feed().follow();
         let endpoints = build_app(services.clone(), &http, fast, cipher)?;

@@ -465,6 +465,10 @@ impl ServerProcess {
             .env("CP_TOKEN_HASH_KEY", hash_key)
             .env("CP_IDEMPOTENCY_KEYS", record_key)
             .env("CP_REDIS_PREFIX", &config.redis_prefix)
+            .env(
+                "CP_COMMAND_TIMEOUT_SWEEP_SECS",
+                config.command_timeout_sweep_secs.to_string(),
+            )
             .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null());

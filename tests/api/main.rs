@@ -29,4 +29,5 @@ mod secrets;
 mod services;
 mod signatures;
 mod time_format;
+mod timeouts;
 mod workflows;

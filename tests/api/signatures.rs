@@ -734,7 +734,7 @@ pub(crate) async fn fixture() -> Fixture {
     fixture_on(spawn_app().await).await
 }
 
-async fn fixture_on(app: TestApp) -> Fixture {
+pub(crate) async fn fixture_on(app: TestApp) -> Fixture {
     let tenant = app.bootstrap().await;
     let pool = create_pool(&app, tenant.workspace_id, "runners").await;
     let runner = register(&app, pool, "runner-a").await;

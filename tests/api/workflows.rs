@@ -1,6 +1,7 @@
 //! Requesting approval of a workflow revision.
 
-use control_plane::domain::{CorrelationId, Scope};
+use control_plane::domain::{CorrelationId, RevisionState, Scope};
+use control_plane::service::{ServiceError, UserRef};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -285,6 +286,114 @@ async fn the_comment_is_bounded_and_the_body_closed() {
     )
     .await;
     assert_eq!(response.status(), 200);
+}
+
+/// A decision made through the admin path (`cpctl workflows revisions approve|reject`) is what
+/// the API then sees: the activity shows it with the deciding admin as the actor, and a second
+/// request for approval meets the decided state.
+#[tokio::test]
+async fn an_administrators_decision_is_seen_by_the_api() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let mut revisions = Vec::new();
+    for name in ["approved", "rejected"] {
+        let (workflow, revision) = draft(&app, tenant.workspace_id, name).await;
+        let response = request_approval(
+            &app,
+            &tenant.token,
+            tenant.workspace_id,
+            workflow,
+            revision,
+            &json!({}),
+        )
+        .await;
+        assert_eq!(response.status(), 200);
+        revisions.push((workflow, revision));
+    }
+    let admin = UserRef::parse(&tenant.user_id.to_string()).unwrap();
+    for ((_, revision), to) in revisions
+        .iter()
+        .zip([RevisionState::Approved, RevisionState::Rejected])
+    {
+        let decided = app
+            .services
+            .decide_revision(
+                *revision,
+                to,
+                &admin,
+                "reviewed",
+                &CorrelationId::generate(),
+            )
+            .await
+            .expect("decided");
+        assert_eq!(decided.state, to);
+        assert_eq!(decided.decided_by, Some(tenant.user_id));
+        // A second decision, either way, is the state machine's conflict.
+        for again in [RevisionState::Approved, RevisionState::Rejected] {
+            let refused = app
+                .services
+                .decide_revision(
+                    *revision,
+                    again,
+                    &admin,
+                    "again",
+                    &CorrelationId::generate(),
+                )
+                .await;
+            assert!(
+                matches!(
+                    refused,
+                    Err(ServiceError::Conflict {
+                        code: "invalid_transition",
+                        ..
+                    })
+                ),
+                "{refused:?}"
+            );
+        }
+    }
+
+    for ((workflow, revision), state) in revisions.iter().zip(["approved", "rejected"]) {
+        let response = request_approval(
+            &app,
+            &tenant.token,
+            tenant.workspace_id,
+            *workflow,
+            *revision,
+            &json!({}),
+        )
+        .await;
+        let err = assert_api_error(response, 409, "invalid_transition").await;
+        assert_eq!(err["error"]["details"]["state"], state);
+    }
+    let response = app
+        .get(
+            &format!("/v1/workspaces/{}/activity?limit=100", tenant.workspace_id),
+            &tenant.token,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let page: Value = response.json().await.unwrap();
+    for ((_, revision), event_type) in revisions
+        .iter()
+        .zip(["workflow_revision.approved", "workflow_revision.rejected"])
+    {
+        let events: Vec<&Value> = page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == event_type)
+            .collect();
+        assert_eq!(events.len(), 1, "{event_type}");
+        let event = events[0];
+        assert_eq!(event["target"]["id"], revision.to_string());
+        assert_eq!(event["actor"]["kind"], "user");
+        assert_eq!(event["actor"]["id"], tenant.user_id.to_string());
+        assert_eq!(event["data"]["from"], "pending_approval");
+        assert_eq!(event["data"]["reason"], "reviewed");
+    }
 }
 
 /// A workflow with one draft revision: (workflow id, revision id).

@@ -10,6 +10,8 @@ pub enum ActorKind {
     Admin,
     /// A runner authenticated by its signature.
     Runner,
+    /// The control plane itself, acting on a rule with nobody asking (a command timing out).
+    System,
 }
 
 impl ActorKind {
@@ -18,6 +20,7 @@ impl ActorKind {
             ActorKind::User => "user",
             ActorKind::Admin => "admin",
             ActorKind::Runner => "runner",
+            ActorKind::System => "system",
         }
     }
 }
@@ -46,6 +49,13 @@ impl Actor {
     pub fn admin() -> Self {
         Self {
             kind: ActorKind::Admin,
+            id: None,
+        }
+    }
+
+    pub fn system() -> Self {
+        Self {
+            kind: ActorKind::System,
             id: None,
         }
     }

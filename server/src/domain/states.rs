@@ -109,6 +109,18 @@ string_enum!(
     }
 );
 
+impl RevisionState {
+    /// A draft is sent for approval once; a pending revision is decided once, approved or
+    /// rejected. Decided revisions never move.
+    pub fn can_move_to(self, to: RevisionState) -> bool {
+        use RevisionState::*;
+        matches!(
+            (self, to),
+            (Draft, PendingApproval) | (PendingApproval, Approved | Rejected)
+        )
+    }
+}
+
 string_enum!(
     /// Decided by the moderation policy.
     ReviewStatus {
@@ -149,6 +161,24 @@ mod tests {
                 (Received, Failed),
                 (Running, Succeeded),
                 (Running, Failed),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_revision_is_requested_then_decided_once() {
+        use RevisionState::*;
+        let allowed: Vec<(RevisionState, RevisionState)> = RevisionState::ALL
+            .iter()
+            .flat_map(|a| RevisionState::ALL.iter().map(move |b| (*a, *b)))
+            .filter(|(a, b)| a.can_move_to(*b))
+            .collect();
+        assert_eq!(
+            allowed,
+            vec![
+                (Draft, PendingApproval),
+                (PendingApproval, Approved),
+                (PendingApproval, Rejected),
             ]
         );
     }

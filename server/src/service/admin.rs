@@ -38,6 +38,23 @@ fn parse_email(raw: &str) -> Result<String, ServiceError> {
     }
 }
 
+/// A user named on the command line: by id, or by email within an organisation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserRef {
+    Id(Uuid),
+    Email(String),
+}
+
+impl UserRef {
+    /// A uuid is an id; anything else must be an email address.
+    pub fn parse(raw: &str) -> Result<Self, ServiceError> {
+        match Uuid::parse_str(raw.trim()) {
+            Ok(id) => Ok(Self::Id(id)),
+            Err(_) => parse_email(raw).map(Self::Email),
+        }
+    }
+}
+
 /// A uniqueness conflict becomes a message that names the thing that exists.
 pub(super) fn already_exists(what: String) -> impl FnOnce(StoreError) -> ServiceError {
     move |e| match e {
@@ -212,11 +229,24 @@ impl Services {
         email: &str,
         cid: &CorrelationId,
     ) -> Result<User, ServiceError> {
+        self.create_user_as(organisation_id, email, false, cid)
+            .await
+    }
+
+    /// A user, an administrator of its organisation when `admin` (who may decide approvals).
+    pub async fn create_user_as(
+        &self,
+        organisation_id: Uuid,
+        email: &str,
+        admin: bool,
+        cid: &CorrelationId,
+    ) -> Result<User, ServiceError> {
         let user = User {
             id: Uuid::new_v4(),
             organisation_id,
             email: parse_email(email)?,
             created_at: Self::now(),
+            admin,
         };
         self.require_organisation(organisation_id).await?;
         // The email is personal data: the event names the user by id only.
@@ -227,7 +257,7 @@ impl Services {
             "user",
             user.id,
             cid,
-            json!({}),
+            json!({ "admin": user.admin }),
         );
         self.store
             .create_user(&user, &event)
@@ -243,6 +273,26 @@ impl Services {
         organisation_id: Option<Uuid>,
     ) -> Result<Vec<User>, ServiceError> {
         Ok(self.store.list_users(organisation_id).await?)
+    }
+
+    /// The user a reference names in an organisation; a user of another organisation is the
+    /// same 404 as one that does not exist.
+    pub async fn find_user(
+        &self,
+        organisation_id: Uuid,
+        user: &UserRef,
+    ) -> Result<User, ServiceError> {
+        let found = match user {
+            UserRef::Id(id) => self.store.get_user(*id).await?,
+            UserRef::Email(email) => {
+                self.store
+                    .find_user_by_email(organisation_id, email)
+                    .await?
+            }
+        };
+        found
+            .filter(|u| u.organisation_id == organisation_id)
+            .ok_or_else(|| ServiceError::not_found("no such user in this organisation"))
     }
 
     pub async fn get_user(&self, id: Uuid) -> Result<User, ServiceError> {
@@ -273,7 +323,9 @@ impl Services {
         let workspace = self
             .create_workspace(organisation.id, &workspace_name, cid)
             .await?;
-        let user = self.create_user(organisation.id, &email, cid).await?;
+        let user = self
+            .create_user_as(organisation.id, &email, true, cid)
+            .await?;
         let name =
             TokenName::parse("bootstrap").map_err(|e| ServiceError::Internal(e.to_string()))?;
         let request = IssueTokenInput::new(

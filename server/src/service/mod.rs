@@ -25,7 +25,7 @@ use crate::policy::PolicyRuntime;
 use crate::storage::{AuditFeed, NonceStore, SharedRecordStore};
 
 pub use activity::{ActivityPage, PageRequest};
-pub use admin::{Bootstrap, BootstrapInput};
+pub use admin::{Bootstrap, BootstrapInput, UserRef};
 pub use audit::{StreamEnd, StreamItem, StreamRequest};
 #[cfg(feature = "bench-allow-all")]
 pub use authz::AllowAllAuthorizer;
@@ -36,12 +36,13 @@ pub use policies::{CompiledCache, parse_reference};
 pub use reviews::{ModeratedReview, ReportReviewInput, ReviewInput, decision_of};
 pub use runners::{
     DeletePoolInput, DeliveryStatusInput, RegisteredRunner, RunnerPrincipal, SignedRequest,
-    SubmitCommandInput, bounded_text,
+    SubmitCommandInput, TIMEOUT_BATCH, TimeoutSweep, bounded_text, command_deadline,
 };
 pub use stream_permits::{
     STREAM_RETRY_AFTER, StreamCapReached, StreamLimits, StreamPermit, StreamPermits, StreamScope,
 };
 pub use tokens::{IssueTokenInput, IssuedCredential};
+pub use workflows::DECISION_REASON_MAX;
 
 /// Limits the service enforces; each has a configuration flag.
 #[derive(Debug, Clone)]

@@ -13,8 +13,8 @@ use crate::domain::{
     NewAuditEvent, Principal, RunnerSignature, ValidationErrors, parse_uuid, signing_message,
 };
 use crate::storage::{
-    DeletePool, DeletePoolOutcome, DeliveryTransition, Runner, RunnerCommand, RunnerKey,
-    RunnerPool, SubmitOutcome, WebhookDelivery, keys,
+    CommandTimeout, DeletePool, DeletePoolOutcome, DeliveryTransition, OverdueCommand, Runner,
+    RunnerCommand, RunnerKey, RunnerPool, SubmitOutcome, WebhookDelivery, keys,
 };
 
 pub use crate::domain::bounded_text;
@@ -59,6 +59,28 @@ impl SubmitCommandInput {
             ))
         }
     }
+}
+
+/// A command's deadline counts from its submission, not from its dispatch: a command no runner
+/// ever picks up must time out too, and nothing records a dispatch time before the runner's
+/// first report.
+pub fn command_deadline(
+    created_at: chrono::DateTime<chrono::Utc>,
+    timeout_seconds: i32,
+) -> chrono::DateTime<chrono::Utc> {
+    created_at + chrono::Duration::seconds(i64::from(timeout_seconds))
+}
+
+/// Overdue commands read per sweep; a full batch asks the sweeper to come back at once.
+pub const TIMEOUT_BATCH: u32 = 100;
+
+/// What one timeout sweep did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TimeoutSweep {
+    /// Commands this sweep failed (another replica may have failed some it read).
+    pub failed: u64,
+    /// The read was a full batch: more may be overdue.
+    pub more: bool,
 }
 
 /// A runner's report on a delivery.
@@ -470,6 +492,7 @@ impl Services {
             submitted_by: principal.user_id,
             created_at: now,
             updated_at: now,
+            deadline_at: command_deadline(now, input.timeout_seconds),
         };
         let delivery = WebhookDelivery {
             id: Uuid::new_v4(),
@@ -646,5 +669,78 @@ impl Services {
             .ok_or_else(|| {
                 conflict("the delivery or its command changed meanwhile; read it again".into())
             })
+    }
+}
+
+impl Services {
+    /// Fails every open command past its deadline (`timeoutSeconds` after submission) without
+    /// a final report, with its delivery: each in a transaction of its own with one
+    /// `runner_command.timed_out` event (actor `system`). Several replicas may sweep at once:
+    /// the store applies each failure only from the state read here, so exactly one of them
+    /// fails a command and writes its event.
+    pub async fn time_out_overdue_commands(&self) -> Result<TimeoutSweep, ServiceError> {
+        let now = Self::now();
+        let overdue = self.store.overdue_commands(now, TIMEOUT_BATCH).await?;
+        let more = overdue.len() as u64 >= u64::from(TIMEOUT_BATCH);
+        let mut failed = 0;
+        for command in overdue {
+            if let Some(timeout) = Self::timeout_of(&command, now)
+                && self.store.time_out_command(&timeout).await?
+            {
+                tracing::info!(
+                    command_id = %command.command_id,
+                    timeout_seconds = command.timeout_seconds,
+                    "runner command timed out"
+                );
+                failed += 1;
+            }
+        }
+        Ok(TimeoutSweep { failed, more })
+    }
+
+    /// The failure of an overdue command, or `None` when its state machines allow none (it
+    /// finished, or its delivery did, since the read).
+    fn timeout_of(
+        command: &OverdueCommand,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Option<CommandTimeout> {
+        let to = DeliveryStatus::Failed;
+        if !command.status.is_open() || !command.delivery_status.can_move_to(to) {
+            return None;
+        }
+        let detail = format!(
+            "timed out: no final report within {} s of submission",
+            command.timeout_seconds
+        );
+        let event = NewAuditEvent {
+            organisation_id: command.organisation_id,
+            workspace_id: Some(command.workspace_id),
+            event_type: "runner_command.timed_out",
+            actor: Actor::system(),
+            target_kind: "runner_command",
+            target_id: command.command_id,
+            correlation_id: CorrelationId::generate().to_string(),
+            occurred_at: now,
+            data: json!({
+                "poolId": command.pool_id,
+                "deliveryId": command.delivery_id,
+                "from": command.status.as_str(),
+                "to": to.command_status().as_str(),
+                "deliveryFrom": command.delivery_status.as_str(),
+                "timeoutSeconds": command.timeout_seconds,
+                "deadlineAt": crate::domain::Timestamp::new(command.deadline_at),
+                "reason": "timed out",
+            }),
+        };
+        Some(CommandTimeout {
+            command_id: command.command_id,
+            from: command.status,
+            delivery_from: command.delivery_status,
+            to: to.command_status(),
+            delivery_to: to,
+            detail,
+            at: now,
+            event,
+        })
     }
 }

@@ -1,12 +1,19 @@
-//! Workflows and their revisions: created by the admin CLI; approval requested over the API.
+//! Workflows and their revisions: created by the admin CLI; approval requested over the API;
+//! decided by an administrator through the admin CLI (the v1 contract has no route for it).
 
 use serde_json::json;
 use uuid::Uuid;
 
-use super::admin::{admin_event, parse_name};
+use super::admin::{UserRef, admin_event, parse_name};
 use super::{Operation, ServiceError, Services};
-use crate::domain::{Actor, CorrelationId, NewAuditEvent, Principal, parse_uuid};
-use crate::storage::{Workflow, WorkflowRevision};
+use crate::domain::{
+    Actor, CorrelationId, FieldError, NewAuditEvent, Principal, RevisionState, ValidationErrors,
+    bounded_text, parse_uuid,
+};
+use crate::storage::{RevisionDecision, Workflow, WorkflowRevision};
+
+/// The longest `--reason` of an approval decision.
+pub const DECISION_REASON_MAX: usize = 1000;
 
 impl Services {
     pub async fn create_workflow(
@@ -128,7 +135,7 @@ impl Services {
             message: format!("only a draft revision can be sent for approval; this one is {state}"),
             details: Some(json!({ "state": state })),
         };
-        if current.state != crate::domain::RevisionState::Draft {
+        if !current.state.can_move_to(RevisionState::PendingApproval) {
             return Err(conflict(current.state.as_str()));
         }
         let event = NewAuditEvent {
@@ -152,5 +159,93 @@ impl Services {
             )
             .await?
             .ok_or_else(|| conflict("no longer a draft"))
+    }
+
+    /// `pending_approval → approved | rejected` (`to`), decided by `actor`: a user of the
+    /// revision's organisation who is one of its administrators. Audited as
+    /// `workflow_revision.approved` or `.rejected`, with the user as the actor, in the decision's
+    /// transaction. A revision in any other state (a second decision included) is a conflict
+    /// `invalid_transition`.
+    pub async fn decide_revision(
+        &self,
+        revision_id: Uuid,
+        to: RevisionState,
+        actor: &UserRef,
+        reason: &str,
+        cid: &CorrelationId,
+    ) -> Result<WorkflowRevision, ServiceError> {
+        let event_type = match to {
+            RevisionState::Approved => "workflow_revision.approved",
+            RevisionState::Rejected => "workflow_revision.rejected",
+            other => {
+                return Err(ServiceError::Internal(format!("{other} is not a decision")));
+            }
+        };
+        let reason = bounded_text(reason, DECISION_REASON_MAX)
+            .map_err(|reason| ValidationErrors::from(FieldError::new("reason", reason)))?;
+        let current = self
+            .store
+            .get_revision(revision_id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("no such workflow revision"))?;
+        let workspace = self
+            .store
+            .get_workspace(current.workspace_id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("no such workspace"))?;
+        let user = self.find_user(workspace.organisation_id, actor).await?;
+        if !user.admin {
+            return Err(ServiceError::forbidden(
+                "the actor is not an administrator of the revision's organisation",
+            ));
+        }
+        let conflict = |state: RevisionState| ServiceError::Conflict {
+            code: "invalid_transition",
+            message: format!("only a pending_approval revision can be {to}; this one is {state}"),
+            details: Some(json!({ "from": state.as_str(), "to": to.as_str() })),
+        };
+        if !current.state.can_move_to(to) {
+            return Err(conflict(current.state));
+        }
+        let now = Self::now();
+        let event = NewAuditEvent {
+            organisation_id: workspace.organisation_id,
+            workspace_id: Some(current.workspace_id),
+            event_type,
+            actor: Actor::user(user.id),
+            target_kind: "workflow_revision",
+            target_id: revision_id,
+            correlation_id: cid.to_string(),
+            occurred_at: now,
+            data: json!({
+                "workflowId": current.workflow_id,
+                "number": current.number,
+                "from": current.state.as_str(),
+                "to": to.as_str(),
+                "reason": reason,
+            }),
+        };
+        let decision = RevisionDecision {
+            revision_id,
+            from: current.state,
+            to,
+            by: user.id,
+            reason,
+            at: now,
+            event,
+        };
+        match self.store.decide_revision(&decision).await? {
+            Some(decided) => Ok(decided),
+            // Decided (or otherwise moved) since it was read: answer with the state it is in.
+            None => {
+                let state = self
+                    .store
+                    .get_revision(revision_id)
+                    .await?
+                    .map(|r| r.state)
+                    .unwrap_or(current.state);
+                Err(conflict(state))
+            }
+        }
     }
 }

@@ -152,6 +152,7 @@ pub(crate) const TABLES: &[Table] = &[
             ("organisation_id", Kind::Uuid),
             ("email", Text),
             CREATED,
+            ("admin", Bool),
         ],
     ),
     Table {
@@ -286,6 +287,7 @@ pub(crate) const TABLES: &[Table] = &[
             ("submitted_by", Kind::Uuid),
             CREATED,
             ("updated_at", Time),
+            ("deadline_at", Time),
         ],
     ),
     Table::new(
@@ -315,6 +317,9 @@ pub(crate) const TABLES: &[Table] = &[
             ("requested_at", Time),
             ("request_comment", Text),
             CREATED,
+            ("decided_by", Kind::Uuid),
+            ("decided_at", Time),
+            ("decision_reason", Text),
         ],
     ),
     Table::new(

@@ -79,6 +79,9 @@ pub(crate) struct RevisionRow {
     pub(crate) requested_at: Option<DateTime<Utc>>,
     pub(crate) request_comment: Option<String>,
     pub(crate) created_at: DateTime<Utc>,
+    pub(crate) decided_by: Option<Uuid>,
+    pub(crate) decided_at: Option<DateTime<Utc>>,
+    pub(crate) decision_reason: Option<String>,
 }
 
 impl TryFrom<RevisionRow> for WorkflowRevision {
@@ -94,6 +97,9 @@ impl TryFrom<RevisionRow> for WorkflowRevision {
             requested_at: r.requested_at,
             comment: r.request_comment,
             created_at: r.created_at,
+            decided_by: r.decided_by,
+            decided_at: r.decided_at,
+            decision_reason: r.decision_reason,
         })
     }
 }

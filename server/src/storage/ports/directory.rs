@@ -36,6 +36,8 @@ pub struct User {
     pub organisation_id: Uuid,
     pub email: String,
     pub created_at: DateTime<Utc>,
+    /// An administrator of its organisation: may decide workflow approvals.
+    pub admin: bool,
 }
 
 /// Which of the referenced organisation, workspaces and environments exist, and where.
@@ -78,6 +80,12 @@ pub trait DirectoryStore: Send + Sync {
     async fn create_user(&self, user: &User, event: &NewAuditEvent) -> Result<(), StoreError>;
     async fn list_users(&self, organisation_id: Option<Uuid>) -> Result<Vec<User>, StoreError>;
     async fn get_user(&self, id: Uuid) -> Result<Option<User>, StoreError>;
+    /// The user of that organisation with that email (emails are unique per organisation).
+    async fn find_user_by_email(
+        &self,
+        organisation_id: Uuid,
+        email: &str,
+    ) -> Result<Option<User>, StoreError>;
     async fn get_workspace(&self, id: Uuid) -> Result<Option<Workspace>, StoreError>;
     async fn lookup_targets(
         &self,

@@ -59,6 +59,8 @@ pub struct RunnerCommand {
     pub submitted_by: Uuid,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Past it, an open command is failed as timed out (the service sets it at submission).
+    pub deadline_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -136,6 +138,36 @@ pub struct DeliveryTransition {
     pub event: NewAuditEvent,
 }
 
+/// An open command past its deadline, with its delivery, as the timeout sweep read it (no lock).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OverdueCommand {
+    pub command_id: Uuid,
+    pub workspace_id: Uuid,
+    pub organisation_id: Uuid,
+    pub pool_id: Uuid,
+    pub delivery_id: Uuid,
+    pub status: CommandStatus,
+    pub delivery_status: DeliveryStatus,
+    pub timeout_seconds: i32,
+    pub deadline_at: DateTime<Utc>,
+}
+
+/// Fails a timed-out command and its delivery.
+#[derive(Debug, Clone)]
+pub struct CommandTimeout {
+    pub command_id: Uuid,
+    /// The states the service read; the change applies only if both are still the states (and
+    /// the deadline has passed at `at`), so of two replicas sweeping at once one applies it.
+    pub from: CommandStatus,
+    pub delivery_from: DeliveryStatus,
+    pub to: CommandStatus,
+    pub delivery_to: DeliveryStatus,
+    /// Kept as the delivery's `detail`.
+    pub detail: String,
+    pub at: DateTime<Utc>,
+    pub event: NewAuditEvent,
+}
+
 /// Runner pools, runners and keys (created by the admin CLI), pool deletion, commands and their
 /// deliveries.
 #[async_trait]
@@ -181,4 +213,15 @@ pub trait RunnerStore: Send + Sync {
         &self,
         transition: &DeliveryTransition,
     ) -> Result<Option<WebhookDelivery>, StoreError>;
+
+    // Timeouts.
+    /// Open commands whose deadline is at or before `now`, earliest first, at most `limit`.
+    async fn overdue_commands(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<OverdueCommand>, StoreError>;
+    /// Fails the command and its delivery with the event, in one transaction; false when
+    /// either moved since it was read (a report, a cancellation, or another replica's sweep).
+    async fn time_out_command(&self, timeout: &CommandTimeout) -> Result<bool, StoreError>;
 }

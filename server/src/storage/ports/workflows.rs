@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::domain::NewAuditEvent;
+use crate::domain::{NewAuditEvent, RevisionState};
 use crate::storage::StoreError;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -21,14 +21,32 @@ pub struct WorkflowRevision {
     pub workflow_id: Uuid,
     pub workspace_id: Uuid,
     pub number: i32,
-    pub state: crate::domain::RevisionState,
+    pub state: RevisionState,
     pub requested_by: Option<Uuid>,
     pub requested_at: Option<DateTime<Utc>>,
     pub comment: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// The administrator who approved or rejected it, when, and why.
+    pub decided_by: Option<Uuid>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub decision_reason: Option<String>,
 }
 
-/// Workflows and their revisions; `request_approval` applies only from the state it names.
+/// `pending_approval → approved | rejected`, decided by an administrator.
+#[derive(Debug, Clone)]
+pub struct RevisionDecision {
+    pub revision_id: Uuid,
+    /// The state the service read; the decision applies only if it is still the state.
+    pub from: RevisionState,
+    pub to: RevisionState,
+    pub by: Uuid,
+    pub reason: String,
+    pub at: DateTime<Utc>,
+    pub event: NewAuditEvent,
+}
+
+/// Workflows and their revisions; `request_approval` and `decide_revision` apply only from the
+/// state they name.
 #[async_trait]
 pub trait WorkflowStore: Send + Sync {
     async fn create_workflow(
@@ -57,5 +75,10 @@ pub trait WorkflowStore: Send + Sync {
         comment: Option<&str>,
         at: DateTime<Utc>,
         event: &NewAuditEvent,
+    ) -> Result<Option<WorkflowRevision>, StoreError>;
+    /// Approves or rejects; `None` when the revision is no longer in `decision.from`.
+    async fn decide_revision(
+        &self,
+        decision: &RevisionDecision,
     ) -> Result<Option<WorkflowRevision>, StoreError>;
 }

@@ -128,12 +128,14 @@ impl DirectoryStore for Store {
     async fn create_user(&self, user: &User, event: &NewAuditEvent) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
         sqlx::query(
-            "INSERT INTO users (id, organisation_id, email, created_at) VALUES ($1, $2, $3, $4)",
+            "INSERT INTO users (id, organisation_id, email, created_at, admin)
+             VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(user.id)
         .bind(user.organisation_id)
         .bind(&user.email)
         .bind(user.created_at)
+        .bind(user.admin)
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
@@ -142,8 +144,8 @@ impl DirectoryStore for Store {
     }
 
     async fn list_users(&self, organisation_id: Option<Uuid>) -> Result<Vec<User>, StoreError> {
-        let rows: Vec<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
-            "SELECT id, organisation_id, email, created_at FROM users
+        let rows: Vec<UserRow> = sqlx::query_as(
+            "SELECT id, organisation_id, email, created_at, admin FROM users
              WHERE $1 IS NULL OR organisation_id = $1 ORDER BY created_at, email",
         )
         .bind(organisation_id)
@@ -154,10 +156,27 @@ impl DirectoryStore for Store {
     }
 
     async fn get_user(&self, id: Uuid) -> Result<Option<User>, StoreError> {
-        let row: Option<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
-            "SELECT id, organisation_id, email, created_at FROM users WHERE id = $1",
+        let row: Option<UserRow> = sqlx::query_as(
+            "SELECT id, organisation_id, email, created_at, admin FROM users WHERE id = $1",
         )
         .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(user))
+    }
+
+    async fn find_user_by_email(
+        &self,
+        organisation_id: Uuid,
+        email: &str,
+    ) -> Result<Option<User>, StoreError> {
+        let row: Option<UserRow> = sqlx::query_as(
+            "SELECT id, organisation_id, email, created_at, admin FROM users
+             WHERE organisation_id = $1 AND email = $2",
+        )
+        .bind(organisation_id)
+        .bind(email)
         .fetch_optional(&self.pool)
         .await
         .map_err(map_err)?;
@@ -222,11 +241,14 @@ fn workspace(
     }
 }
 
-fn user((id, organisation_id, email, created_at): (Uuid, Uuid, String, DateTime<Utc>)) -> User {
+type UserRow = (Uuid, Uuid, String, DateTime<Utc>, bool);
+
+fn user((id, organisation_id, email, created_at, admin): UserRow) -> User {
     User {
         id,
         organisation_id,
         email,
         created_at,
+        admin,
     }
 }

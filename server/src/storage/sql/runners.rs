@@ -11,15 +11,15 @@ use super::super::{
     Connection, FOR_SHARE, FOR_UPDATE, Store, in_uuid_list, insert_event, json_param, list_param,
     map_err,
 };
-use crate::domain::{CommandStatus, NewAuditEvent};
+use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent};
 use crate::storage::rows::{
     DeliveryRow, POOL_COLUMNS, PoolRow, open_statuses, parse_state, with_data,
 };
 use crate::storage::rules;
 use crate::storage::{
-    DeletePool, DeletePoolOutcome, DeliveryContext, DeliveryTransition, Runner, RunnerCommand,
-    RunnerKey, RunnerKeyLookup, RunnerPool, RunnerStore, StoreError, SubmitOutcome,
-    WebhookDelivery,
+    CommandTimeout, DeletePool, DeletePoolOutcome, DeliveryContext, DeliveryTransition,
+    OverdueCommand, Runner, RunnerCommand, RunnerKey, RunnerKeyLookup, RunnerPool, RunnerStore,
+    StoreError, SubmitOutcome, WebhookDelivery,
 };
 
 #[async_trait]
@@ -280,8 +280,8 @@ impl RunnerStore for Store {
         }
         sqlx::query(
             "INSERT INTO runner_commands (id, workspace_id, pool_id, environment_id, command, args,
-                 timeout_seconds, status, submitted_by, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)",
+                 timeout_seconds, status, submitted_by, created_at, updated_at, deadline_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11)",
         )
         .bind(command.id)
         .bind(command.workspace_id)
@@ -293,6 +293,7 @@ impl RunnerStore for Store {
         .bind(command.status.as_str())
         .bind(command.submitted_by)
         .bind(command.created_at)
+        .bind(command.deadline_at)
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
@@ -388,6 +389,98 @@ impl RunnerStore for Store {
         insert_event(&mut tx, &t.event).await?;
         self.commit(tx, &[t.event.workspace_id]).await?;
         row.try_into().map(Some)
+    }
+
+    async fn overdue_commands(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<OverdueCommand>, StoreError> {
+        #[derive(FromRow)]
+        struct Row {
+            command_id: Uuid,
+            workspace_id: Uuid,
+            organisation_id: Uuid,
+            pool_id: Uuid,
+            delivery_id: Uuid,
+            status: String,
+            delivery_status: String,
+            timeout_seconds: i32,
+            deadline_at: DateTime<Utc>,
+        }
+        // Through the partial index on open commands' deadlines.
+        let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT c.id AS command_id, c.workspace_id, w.organisation_id, c.pool_id,
+                    d.id AS delivery_id, c.status, d.status AS delivery_status,
+                    c.timeout_seconds, c.deadline_at
+             FROM runner_commands c JOIN webhook_deliveries d ON d.command_id = c.id
+             JOIN workspaces w ON w.id = c.workspace_id
+             WHERE c.status IN {} AND c.deadline_at <= $1
+             ORDER BY c.deadline_at LIMIT $2",
+            open_statuses()
+        )))
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(OverdueCommand {
+                    command_id: r.command_id,
+                    workspace_id: r.workspace_id,
+                    organisation_id: r.organisation_id,
+                    pool_id: r.pool_id,
+                    delivery_id: r.delivery_id,
+                    status: parse_state(&r.status, CommandStatus::parse)?,
+                    delivery_status: parse_state(&r.delivery_status, DeliveryStatus::parse)?,
+                    timeout_seconds: r.timeout_seconds,
+                    deadline_at: r.deadline_at,
+                })
+            })
+            .collect()
+    }
+
+    async fn time_out_command(&self, t: &CommandTimeout) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        // The delivery first, then the command, as a report moves them: the same lock order, so
+        // a report racing the sweep waits instead of deadlocking. Each UPDATE applies only from
+        // the state read; on Postgres a second replica's UPDATE waits for the first's commit,
+        // then finds the state changed and touches nothing.
+        let delivery = sqlx::query(
+            "UPDATE webhook_deliveries SET status = $3, detail = $4, updated_at = $5
+             WHERE command_id = $1 AND status = $2",
+        )
+        .bind(t.command_id)
+        .bind(t.delivery_from.as_str())
+        .bind(t.delivery_to.as_str())
+        .bind(&t.detail)
+        .bind(t.at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        if delivery == 0 {
+            return Ok(false);
+        }
+        let command = sqlx::query(
+            "UPDATE runner_commands SET status = $3, updated_at = $4
+             WHERE id = $1 AND status = $2 AND deadline_at <= $4",
+        )
+        .bind(t.command_id)
+        .bind(t.from.as_str())
+        .bind(t.to.as_str())
+        .bind(t.at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        if command == 0 {
+            return Ok(false);
+        }
+        insert_event(&mut tx, &t.event).await?;
+        self.commit(tx, &[t.event.workspace_id]).await?;
+        Ok(true)
     }
 }
 

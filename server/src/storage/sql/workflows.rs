@@ -8,13 +8,14 @@ use uuid::Uuid;
 use super::super::{FOR_UPDATE, Store, insert_event, map_err};
 use crate::domain::{NewAuditEvent, RevisionState};
 use crate::storage::rows::{RevisionRow, WorkflowRow, with_data};
-use crate::storage::{StoreError, Workflow, WorkflowRevision, WorkflowStore};
+use crate::storage::{RevisionDecision, StoreError, Workflow, WorkflowRevision, WorkflowStore};
 
 /// A revision with its workflow's workspace. SQLite's RETURNING cannot name a joined table, so
 /// the workspace comes from a subquery (`workflow_id` being the revision's own column).
 const REVISION_COLUMNS: &str = "id, workflow_id,
     (SELECT w.workspace_id FROM workflows w WHERE w.id = workflow_id) AS workspace_id,
-    number, state, requested_by, requested_at, request_comment, created_at";
+    number, state, requested_by, requested_at, request_comment, created_at, decided_by,
+    decided_at, decision_reason";
 
 #[async_trait]
 impl WorkflowStore for Store {
@@ -106,6 +107,9 @@ impl WorkflowStore for Store {
             requested_at: None,
             comment: None,
             created_at: at,
+            decided_by: None,
+            decided_at: None,
+            decision_reason: None,
         })
     }
 
@@ -153,6 +157,35 @@ impl WorkflowStore for Store {
         };
         insert_event(&mut tx, event).await?;
         self.commit(tx, &[event.workspace_id]).await?;
+        row.try_into().map(Some)
+    }
+
+    async fn decide_revision(
+        &self,
+        d: &RevisionDecision,
+    ) -> Result<Option<WorkflowRevision>, StoreError> {
+        let mut tx = self.begin().await?;
+        // Applies only from the state the service read: a second decision is a conflict.
+        let row: Option<RevisionRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE workflow_revisions SET state = $2, decided_by = $3, decided_at = $4,
+                 decision_reason = $5
+             WHERE id = $1 AND state = $6
+             RETURNING {REVISION_COLUMNS}"
+        )))
+        .bind(d.revision_id)
+        .bind(d.to.as_str())
+        .bind(d.by)
+        .bind(d.at)
+        .bind(&d.reason)
+        .bind(d.from.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        insert_event(&mut tx, &d.event).await?;
+        self.commit(tx, &[d.event.workspace_id]).await?;
         row.try_into().map(Some)
     }
 }
