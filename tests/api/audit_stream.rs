@@ -259,8 +259,8 @@ async fn malformed_cursors_are_400() {
 
 /// One event of the stream.
 pub(crate) struct Event {
-    id: i64,
-    event: String,
+    pub(crate) id: i64,
+    pub(crate) event: String,
     pub(crate) data: Value,
 }
 

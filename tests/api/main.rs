@@ -21,6 +21,7 @@ mod policies;
 mod rate_limits;
 mod redis_outage;
 mod replicas;
+mod response_schemas;
 mod reviews;
 mod revoke_token;
 mod runners;

@@ -27,6 +27,19 @@ pub fn reject_nul(raw: &str) -> Result<&str, String> {
     }
 }
 
+/// A workspace sequence as a query parameter takes it (`cursor`, `after`): 1 to 18 digits, so
+/// every value fits an i64; empty is the same as absent. The document states it as written.
+pub const SEQUENCE_PATTERN: &str = "^([0-9]{1,18})?$";
+
+/// A non-empty value of [`SEQUENCE_PATTERN`], or `None`.
+pub fn parse_sequence(raw: &str) -> Option<i64> {
+    if (1..=18).contains(&raw.len()) && raw.bytes().all(|b| b.is_ascii_digit()) {
+        raw.parse().ok()
+    } else {
+        None
+    }
+}
+
 /// The fewest characters of any free-text input.
 pub const MIN_TEXT_CHARS: usize = 1;
 

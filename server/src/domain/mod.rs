@@ -15,7 +15,10 @@ mod validation;
 pub use audit::{Actor, ActorKind, AuditEvent, NewAuditEvent};
 pub use correlation_id::CorrelationId;
 pub use idempotency::{IdempotencyKey, RecordCipher, UndecryptableRecord};
-pub use ids::{MIN_TEXT_CHARS, NO_NUL_PATTERN, bounded_text, parse_uuid, reject_nul};
+pub use ids::{
+    MIN_TEXT_CHARS, NO_NUL_PATTERN, SEQUENCE_PATTERN, bounded_text, parse_sequence, parse_uuid,
+    reject_nul,
+};
 pub use principal::Principal;
 pub use scope::{Scope, Scopes, UnknownScope};
 pub use signature::{

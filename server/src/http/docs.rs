@@ -73,6 +73,7 @@ pub fn finish(raw: &str) -> String {
             .flat_map(|m| m.values_mut())
         {
             add_correlation_parameter(operation);
+            add_query_patterns(operation);
             let Some(responses) = operation
                 .get_mut("responses")
                 .and_then(Value::as_object_mut)
@@ -209,6 +210,27 @@ fn add_contract_headers(operation: &mut Value, mutating: bool, signed: bool) {
                 "retry-after".into(),
                 json!({ "description": "Seconds to wait before retrying.", "required": true, "schema": integer }),
             );
+        }
+    }
+}
+
+/// The query parameters handlers take as strings, with the pattern their parser applies
+/// (written once, beside the parser), so every value the document allows is accepted and
+/// every other refused.
+fn add_query_patterns(operation: &mut Value) {
+    let parameters = operation
+        .get_mut("parameters")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten();
+    for parameter in parameters {
+        let pattern = match (parameter["in"].as_str(), parameter["name"].as_str()) {
+            (Some("query"), Some("cursor" | "after")) => crate::domain::SEQUENCE_PATTERN,
+            (Some("query"), Some("types")) => crate::service::EVENT_TYPES_PATTERN,
+            _ => continue,
+        };
+        if let Some(schema) = parameter["schema"].as_object_mut() {
+            schema.insert("pattern".into(), json!(pattern));
         }
     }
 }

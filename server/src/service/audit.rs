@@ -55,7 +55,7 @@ use uuid::Uuid;
 
 use super::tokens::GRANT_REVOKED;
 use super::{Operation, ServiceError, Services, StreamPermit};
-use crate::domain::{AuditEvent, FieldError, Principal, ValidationErrors};
+use crate::domain::{AuditEvent, FieldError, Principal, ValidationErrors, parse_sequence};
 use crate::storage::SharedRecordStore;
 
 /// How often an open stream re-checks its token and authorization (the backstop).
@@ -102,7 +102,14 @@ pub struct StreamRequest {
     pub types: Vec<String>,
 }
 
+/// `types` as the document states it: at most [`StreamRequest::MAX_TYPES`] comma-separated
+/// entries of at most [`StreamRequest::MAX_TYPE_CHARS`] characters each (empty ones ignored).
+pub const EVENT_TYPES_PATTERN: &str = "^[^,]{0,100}(,[^,]{0,100}){0,49}$";
+
 impl StreamRequest {
+    pub const MAX_TYPES: usize = 50;
+    pub const MAX_TYPE_CHARS: usize = 100;
+
     /// `Last-Event-ID` wins over `?after=` (a reconnecting browser sends the header).
     pub fn parse(
         last_event_id: Option<&str>,
@@ -110,11 +117,8 @@ impl StreamRequest {
         types: Option<&str>,
     ) -> Result<Self, ValidationErrors> {
         let parse_seq = |field: &str, raw: &str| {
-            raw.trim()
-                .parse::<i64>()
-                .ok()
-                .filter(|n| *n >= 0)
-                .ok_or_else(|| FieldError::new(field, "must be a non-negative integer sequence"))
+            parse_sequence(raw)
+                .ok_or_else(|| FieldError::new(field, "must be a sequence: 1 to 18 digits"))
         };
         let after = match (last_event_id, after) {
             (Some(raw), _) => Some(parse_seq("Last-Event-ID", raw)?),
@@ -122,18 +126,21 @@ impl StreamRequest {
             (None, Some("")) | (None, None) => None,
             (None, Some(raw)) => Some(parse_seq("after", raw)?),
         };
-        let types: Vec<String> = types
-            .unwrap_or_default()
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(str::to_owned)
-            .collect();
-        if types.len() > 50 || types.iter().any(|t| t.len() > 100) {
+        // Entries are counted and measured as sent, before trimming, as the pattern does.
+        let raw: Vec<&str> = types.unwrap_or_default().split(',').collect();
+        if raw.len() > Self::MAX_TYPES
+            || raw.iter().any(|t| t.chars().count() > Self::MAX_TYPE_CHARS)
+        {
             return Err(
                 FieldError::new("types", "at most 50 types of at most 100 characters").into(),
             );
         }
+        let types = raw
+            .into_iter()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect();
         Ok(Self { after, types })
     }
 }
@@ -369,5 +376,41 @@ impl Services {
     /// Audit streams open in this process (holding a permit).
     pub fn audit_streams_open(&self) -> u32 {
         self.stream_permits.open()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pattern the document gives `types` is the parser's rule, with its constants.
+    #[test]
+    fn the_types_pattern_states_the_limits() {
+        let (n, c) = (StreamRequest::MAX_TYPES, StreamRequest::MAX_TYPE_CHARS);
+        let expected = format!("^[^,]{{0,{c}}}(,[^,]{{0,{c}}}){{0,{}}}$", n - 1);
+        assert_eq!(EVENT_TYPES_PATTERN, expected);
+        let types = |raw: &str| StreamRequest::parse(None, None, Some(raw)).map(|r| r.types);
+        let many = vec!["a"; n].join(",");
+        assert_eq!(types(&many).map(|t| t.len()), Ok(n));
+        assert!(types(&format!("{many},a")).is_err());
+        // Empty entries count, as the pattern counts them, and are then ignored.
+        assert!(types(&",".repeat(n)).is_err());
+        assert_eq!(types(" a , ,b"), Ok(vec!["a".to_owned(), "b".to_owned()]));
+        assert!(types(&"é".repeat(c)).is_ok());
+        assert!(types(&"é".repeat(c + 1)).is_err());
+    }
+
+    #[test]
+    fn after_and_last_event_id_are_sequences() {
+        let after = |id: Option<&str>, raw: Option<&str>| {
+            StreamRequest::parse(id, raw, None).map(|r| r.after)
+        };
+        assert_eq!(after(None, Some("")), Ok(None));
+        assert_eq!(after(None, Some("0")), Ok(Some(0)));
+        assert_eq!(after(Some("7"), Some("3")), Ok(Some(7)));
+        for bad in ["-1", "+1", " 1", "abc", "9999999999999999999"] {
+            assert!(after(None, Some(bad)).is_err(), "{bad:?}");
+            assert!(after(Some(bad), None).is_err(), "{bad:?}");
+        }
     }
 }

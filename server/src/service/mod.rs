@@ -26,7 +26,7 @@ use crate::storage::{AuditFeed, NonceStore, SharedRecordStore};
 
 pub use activity::{ActivityPage, PageRequest};
 pub use admin::{Bootstrap, BootstrapInput, UserRef};
-pub use audit::{StreamEnd, StreamItem, StreamRequest};
+pub use audit::{EVENT_TYPES_PATTERN, StreamEnd, StreamItem, StreamRequest};
 #[cfg(feature = "bench-allow-all")]
 pub use authz::AllowAllAuthorizer;
 pub use authz::{Authorizer, AuthzRequest, Decision, DenyStatus, Operation};

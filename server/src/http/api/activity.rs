@@ -29,6 +29,7 @@ pub struct ActivityPageBody {
     /// Newest first.
     items: Vec<ActivityItem>,
     /// Pass as `cursor` for the next (older) page; null on the last page.
+    #[oai(nullable)]
     next_cursor: Option<String>,
 }
 
@@ -55,6 +56,8 @@ pub struct ActivityItem {
 pub struct ActivityActor {
     /// `user` or `admin`.
     kind: String,
+    /// The user; null for `admin` (cpctl).
+    #[oai(nullable)]
     id: Option<Uuid>,
 }
 

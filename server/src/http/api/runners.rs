@@ -47,6 +47,7 @@ pub struct RunnerPoolBody {
     id: Uuid,
     workspace_id: Uuid,
     name: String,
+    #[oai(nullable)]
     deleted_at: Option<Timestamp>,
 }
 
@@ -104,6 +105,7 @@ pub struct RunnerCommandBody {
     id: Uuid,
     workspace_id: Uuid,
     pool_id: Uuid,
+    #[oai(nullable)]
     environment_id: Option<Uuid>,
     command: String,
     args: Vec<String>,

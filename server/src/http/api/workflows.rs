@@ -50,7 +50,9 @@ pub struct WorkflowRevisionBody {
     /// `draft → pending_approval → approved | rejected`.
     state: RevisionState,
     /// The user who asked for approval.
+    #[oai(nullable)]
     requested_by: Option<Uuid>,
+    #[oai(nullable)]
     requested_at: Option<Timestamp>,
 }
 
