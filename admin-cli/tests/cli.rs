@@ -163,6 +163,7 @@ async fn bootstrap_prints_ids_and_a_credential_once_and_refuses_a_second_time() 
 /// for an activity-only token that works as printed.
 #[tokio::test]
 async fn bootstrap_prints_first_steps_with_the_new_token() {
+    needs_postgres!();
     let db = Db::new().await;
     let out = db.cpctl(&[
         "bootstrap",
