@@ -11,6 +11,7 @@ mod states;
 mod timestamp;
 mod token;
 mod validation;
+mod webhook;
 
 pub use audit::{Actor, ActorKind, AuditEvent, NewAuditEvent};
 pub use correlation_id::CorrelationId;
@@ -32,3 +33,8 @@ pub use token::{
     TokenName, TokenSecret,
 };
 pub use validation::{FieldError, ValidationErrors};
+pub use webhook::{
+    DISPATCH_EVENT_TYPE, DispatchData, DispatchPayload, WEBHOOK_ID_HEADER,
+    WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER, WEBHOOK_TOLERANCE_SECS, WebhookPublicKey,
+    WebhookSigner, WebhookVerifyError, parse_jwks, verify_webhook,
+};

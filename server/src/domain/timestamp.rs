@@ -5,7 +5,7 @@
 use std::fmt;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The only shape a written time takes; the OpenAPI document states it as the `pattern`.
 pub const TIMESTAMP_PATTERN: &str = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$";
@@ -45,6 +45,14 @@ impl fmt::Display for Timestamp {
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
+    }
+}
+
+/// Reads any RFC 3339 time, as [`Timestamp::parse`] (webhook payloads a runner receives).
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Self::parse(&raw).map_err(serde::de::Error::custom)
     }
 }
 
