@@ -143,6 +143,13 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_IDEMPOTENCY_KEYS", hide_env_values = true)]
     pub idempotency_keys: Option<String>,
 
+    /// Comma-separated base64 Ed25519 seeds (32 bytes each) that sign webhooks sent to runners;
+    /// the first is current and all sign (rotation: put the new key first, keep the old one
+    /// while runners learn the new one, then drop it). When absent, one is generated and kept
+    /// in the records store.
+    #[arg(long, env = "CP_WEBHOOK_SIGNING_KEYS", hide_env_values = true)]
+    pub webhook_signing_keys: Option<String>,
+
     /// Requests per token (per client address without a valid token): `N/period` such as
     /// `600/m`, or `off`.
     #[arg(long, env = "CP_RATE_LIMIT", default_value = "600/m", value_parser = parse_rate)]
@@ -162,7 +169,8 @@ pub struct ServerConfig {
     pub issue_rate_limit: RateOption,
 
     /// Requests per client address to the routes outside /v1 (/healthz, /readyz, /metrics,
-    /// /openapi.json, /docs), counted in this process: `N/period` or `off`.
+    /// /openapi.json, /docs, /.well-known/jwks.json), counted in this process: `N/period` or
+    /// `off`.
     #[arg(long, env = "CP_OPS_RATE_LIMIT", default_value = "600/m", value_parser = parse_rate)]
     pub ops_rate_limit: RateOption,
 
@@ -253,6 +261,7 @@ impl ServerConfig {
         config.token_hash_key = None;
         config.redis_url = None;
         config.idempotency_keys = None;
+        config.webhook_signing_keys = None;
         config
     }
 }

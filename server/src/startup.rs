@@ -14,7 +14,7 @@ use crate::policy::{
 };
 use crate::service::{
     Authorizer, Bootstrap, KeySource, NonceDeps, ServiceDeps, ServiceSettings, Services,
-    StreamLimits, load_record_cipher, load_token_hasher,
+    StreamLimits, load_record_cipher, load_token_hasher, load_webhook_signer,
 };
 use crate::storage::{
     DisagreementRecord, FastState, MemoryFastState, OpenSettings, Opened, OutcomeStore,
@@ -226,6 +226,16 @@ async fn build_services(
              set CP_TOKEN_HASH_KEY in production"
         );
     }
+    let (webhook_signer, source) =
+        load_webhook_signer(store.as_ref(), config.webhook_signing_keys.as_deref())
+            .await
+            .context("could not load the webhook signing keys")?;
+    if source == KeySource::Generated {
+        tracing::warn!(
+            "no webhook signing key configured: generated one and kept it in the records store; \
+             set CP_WEBHOOK_SIGNING_KEYS in production"
+        );
+    }
     let settings = ServiceSettings {
         max_active_tokens_per_user: config.max_active_tokens_per_user,
         moderation_blocklist: config
@@ -298,6 +308,7 @@ async fn build_services(
         policies: Some(runtime),
         nonces,
         settings,
+        webhook_signer: Arc::new(webhook_signer),
     }));
     services
         .reload_policies()

@@ -5,7 +5,7 @@ use base64::engine::general_purpose::STANDARD;
 use rand::RngCore;
 
 use super::ServiceError;
-use crate::domain::{RecordCipher, TokenHasher};
+use crate::domain::{RecordCipher, TokenHasher, WebhookSigner};
 use crate::storage::SettingsStore;
 
 const SETTING: &str = "token_hash_key";
@@ -112,6 +112,45 @@ pub async fn load_record_cipher(
     let cipher = RecordCipher::new(&[decode(&stored)?]).map_err(ServiceError::Internal)?;
     Ok((
         cipher,
+        if inserted {
+            KeySource::Generated
+        } else {
+            KeySource::Stored
+        },
+    ))
+}
+
+const WEBHOOK_KEY_SETTING: &str = "webhook_signing_key";
+
+/// The signer of webhooks sent to runners: from the configured seeds (comma-separated base64,
+/// the first is current, all sign), or from one generated and kept in the records store, so
+/// every replica and `cpctl` publish the same key.
+pub async fn load_webhook_signer(
+    store: &dyn SettingsStore,
+    configured: Option<&str>,
+) -> Result<(WebhookSigner, KeySource), ServiceError> {
+    let decode = |encoded: &str| {
+        STANDARD
+            .decode(encoded.trim())
+            .map_err(|_| ServiceError::Internal("a webhook signing key is not valid base64".into()))
+    };
+    if let Some(list) = configured.filter(|k| !k.trim().is_empty()) {
+        let seeds = list
+            .split(',')
+            .filter(|k| !k.trim().is_empty())
+            .map(decode)
+            .collect::<Result<Vec<_>, _>>()?;
+        let signer = WebhookSigner::from_seeds(&seeds).map_err(ServiceError::Internal)?;
+        return Ok((signer, KeySource::Configured));
+    }
+    let mut candidate = [0u8; 32];
+    rand::rng().fill_bytes(&mut candidate);
+    let (stored, inserted) = store
+        .setting_get_or_insert(WEBHOOK_KEY_SETTING, &STANDARD.encode(candidate))
+        .await?;
+    let signer = WebhookSigner::from_seeds(&[decode(&stored)?]).map_err(ServiceError::Internal)?;
+    Ok((
+        signer,
         if inserted {
             KeySource::Generated
         } else {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::TokenHasher;
+use crate::domain::{TokenHasher, WebhookSigner};
 use crate::policy::PolicyRuntime;
 use crate::storage::{AuditFeed, NonceStore, SharedRecordStore};
 
@@ -31,7 +31,7 @@ pub use audit::{EVENT_TYPES_PATTERN, StreamEnd, StreamItem, StreamRequest};
 pub use authz::AllowAllAuthorizer;
 pub use authz::{Authorizer, AuthzRequest, Decision, DenyStatus, Operation};
 pub use error::ServiceError;
-pub use keys::{KeySource, load_record_cipher, load_token_hasher};
+pub use keys::{KeySource, load_record_cipher, load_token_hasher, load_webhook_signer};
 pub use policies::{CompiledCache, parse_reference};
 pub use reviews::{ModeratedReview, ReportReviewInput, ReviewInput, decision_of};
 pub use runners::{
@@ -88,6 +88,8 @@ pub struct ServiceDeps {
     pub nonces: Option<NonceDeps>,
     /// tokens (active token limit) and reviews (moderation blocklist).
     pub settings: ServiceSettings,
+    /// runners: signs the webhooks sent to runners; its public keys are published (JWKS).
+    pub webhook_signer: Arc<WebhookSigner>,
 }
 
 /// The service layer's dependencies, built once at start-up and shared by every request.
@@ -110,6 +112,8 @@ pub struct Services {
     stream_permits: Arc<StreamPermits>,
     // runners.
     nonces: Option<NonceDeps>,
+    // runners: outgoing webhooks, and the published keys.
+    webhook_signer: Arc<WebhookSigner>,
     // audit: bumped each time this process's policies are reloaded, so open streams ask the
     // new authorizer at once.
     policy_reloads: tokio::sync::watch::Sender<u64>,
@@ -124,6 +128,7 @@ impl Services {
             policies,
             nonces,
             settings,
+            webhook_signer,
         } = deps;
         Self {
             feed: AuditFeed::new(store.clone()),
@@ -135,6 +140,7 @@ impl Services {
             policies,
             compiled: CompiledCache::default(),
             nonces,
+            webhook_signer,
             policy_reloads: tokio::sync::watch::Sender::new(0),
         }
     }
@@ -142,6 +148,12 @@ impl Services {
     /// The live audit fan-out of this process.
     pub fn audit_feed(&self) -> &Arc<AuditFeed> {
         &self.feed
+    }
+
+    /// The signer of webhooks sent to runners (the dispatcher signs with it; `/.well-known/jwks.json`
+    /// and `cpctl webhooks keys` publish its public keys).
+    pub fn webhook_signer(&self) -> &Arc<WebhookSigner> {
+        &self.webhook_signer
     }
 
     pub fn store(&self) -> &SharedRecordStore {
