@@ -340,7 +340,7 @@ async fn main() -> Res<()> {
     let attacker = Arc::new(tenant(&services, "attacker").await?);
     let good = Arc::new(tenant(&services, "good").await?);
     let runner = services
-        .register_runner(good.pool, "drill", None, &cid)
+        .register_runner(good.pool, "drill", None, None, &cid)
         .await?;
     let private = runner.private_key.ok_or("no private key")?;
     // The attacker's user holds many tokens, each with its own per-token budget.

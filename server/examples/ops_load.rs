@@ -160,7 +160,7 @@ async fn signed(server: &str, conns: usize, secs: u64) -> Res<()> {
     let cid = CorrelationId::generate();
     let runner = t
         .services
-        .register_runner(t.pool, "load", None, &cid)
+        .register_runner(t.pool, "load", None, None, &cid)
         .await?;
     let private = runner.private_key.ok_or("no private key")?;
     let principal = t.services.authenticate(&t.token).await?;

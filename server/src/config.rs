@@ -133,6 +133,40 @@ pub struct ServerConfig {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub command_timeout_sweep_secs: u64,
 
+    /// Hosts (comma-separated names or addresses) that runner delivery URLs may reach over plain
+    /// http; every other delivery URL must be https. Empty: https only.
+    #[arg(long, env = "CP_DELIVERY_HTTP_HOSTS", default_value = crate::domain::EgressPolicy::LOOPBACK)]
+    pub delivery_http_hosts: String,
+
+    /// When a webhook delivery is attempted: `0s` (at submission), then the wait after each
+    /// failure, each drawn within ±20 % (jitter). Units ms, s, m, h.
+    #[arg(long, env = "CP_DELIVERY_RETRY_SCHEDULE",
+          default_value = crate::domain::RetrySchedule::DEFAULT,
+          value_parser = crate::domain::RetrySchedule::parse)]
+    pub delivery_retry_schedule: crate::domain::RetrySchedule,
+
+    /// Milliseconds a delivery attempt may take to connect (TCP and TLS).
+    #[arg(long, env = "CP_DELIVERY_CONNECT_TIMEOUT_MS", default_value_t = 3000,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub delivery_connect_timeout_ms: u64,
+
+    /// Milliseconds a delivery attempt may take in all, up to the runner's answer.
+    #[arg(long, env = "CP_DELIVERY_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=300_000))]
+    pub delivery_timeout_ms: u64,
+
+    /// Delivery attempts in flight at once in this process; `0`: this replica sends no
+    /// deliveries (the others do).
+    #[arg(long, env = "CP_DELIVERY_CONCURRENCY", default_value_t = 32,
+          value_parser = clap::value_parser!(u32).range(0..=1024))]
+    pub delivery_concurrency: u32,
+
+    /// Milliseconds between looks for due deliveries when no change was announced (a
+    /// submission on this replica, or on any replica with Postgres, is announced at once).
+    #[arg(long, env = "CP_DELIVERY_POLL_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub delivery_poll_ms: u64,
+
     /// Prefix of every Redis key this server writes.
     #[arg(long, env = "CP_REDIS_PREFIX", default_value = "cp:")]
     pub redis_prefix: String,

@@ -8,13 +8,15 @@ use poem::Server;
 use poem::listener::{Acceptor, Listener, TcpAcceptor, TcpListener};
 
 use crate::config::{RecordsLocation, ServerConfig};
+use crate::domain::EgressPolicy;
 use crate::http::{HttpSettings, RateSettings, build_app};
 use crate::policy::{
     Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
 };
 use crate::service::{
-    Authorizer, Bootstrap, KeySource, NonceDeps, ServiceDeps, ServiceSettings, Services,
-    StreamLimits, load_record_cipher, load_token_hasher, load_webhook_signer,
+    Authorizer, Bootstrap, DeliverySettings, Dispatcher, KeySource, NonceDeps, ServiceDeps,
+    ServiceSettings, Services, StreamLimits, load_record_cipher, load_token_hasher,
+    load_webhook_signer,
 };
 use crate::storage::{
     DisagreementRecord, FastState, MemoryFastState, OpenSettings, Opened, OutcomeStore,
@@ -251,6 +253,14 @@ async fn build_services(
             max_age: Duration::from_secs(config.audit_stream_max_age_secs),
             replay_page: config.audit_stream_replay_page,
         },
+        deliveries: DeliverySettings {
+            egress: EgressPolicy::new(&config.delivery_http_hosts),
+            schedule: config.delivery_retry_schedule.clone(),
+            connect_timeout: Duration::from_millis(config.delivery_connect_timeout_ms),
+            total_timeout: Duration::from_millis(config.delivery_timeout_ms),
+            concurrency: config.delivery_concurrency as usize,
+            poll: Duration::from_millis(config.delivery_poll_ms),
+        },
     };
     let deadline = Duration::from_millis(config.policy_deadline_ms);
     let engine = PolicyEngine::new(EngineSettings {
@@ -458,6 +468,7 @@ impl Application {
             Duration::from_secs(config.command_timeout_sweep_secs),
         );
         services.audit_feed().follow();
+        Dispatcher::new(services.clone())?.spawn();
         let endpoints = build_app(services.clone(), &http, fast, cipher)?;
         let acceptor = bind(&config.listen).await?;
         if let Some(done) = bootstrapped {

@@ -393,7 +393,7 @@ async fn embedded_a_signed_report_replayed_after_a_restart_is_refused() {
         .id;
     let registered = app
         .services
-        .register_runner(pool, "runner-a", None, &correlation)
+        .register_runner(pool, "runner-a", None, None, &correlation)
         .await
         .unwrap();
     let private_key = registered.private_key.expect("a generated key pair");

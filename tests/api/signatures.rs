@@ -545,7 +545,7 @@ async fn redis_only_a_report_replayed_after_redis_forgot_its_nonces_changes_noth
 /// A runner's identity and one of its keys.
 #[derive(Clone, Copy)]
 pub(crate) struct RunnerKey {
-    runner_id: Uuid,
+    pub(crate) runner_id: Uuid,
     key_id: Uuid,
     private_key: [u8; 32],
 }
@@ -749,7 +749,7 @@ pub(crate) async fn fixture_on(app: TestApp) -> Fixture {
 async fn register(app: &TestApp, pool: Uuid, name: &str) -> RunnerKey {
     let registered = app
         .services
-        .register_runner(pool, name, None, &CorrelationId::generate())
+        .register_runner(pool, name, None, None, &CorrelationId::generate())
         .await
         .expect("register a runner");
     RunnerKey {

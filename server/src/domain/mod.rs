@@ -2,6 +2,7 @@
 
 mod audit;
 mod correlation_id;
+mod delivery;
 mod idempotency;
 mod ids;
 mod principal;
@@ -15,6 +16,7 @@ mod webhook;
 
 pub use audit::{Actor, ActorKind, AuditEvent, NewAuditEvent};
 pub use correlation_id::CorrelationId;
+pub use delivery::{DeliveryUrl, EgressPolicy, RetrySchedule};
 pub use idempotency::{IdempotencyKey, RecordCipher, UndecryptableRecord};
 pub use ids::{
     MIN_TEXT_CHARS, NO_NUL_PATTERN, SEQUENCE_PATTERN, bounded_text, parse_sequence, parse_uuid,

@@ -7,6 +7,7 @@ mod activity;
 mod admin;
 mod audit;
 mod authz;
+mod deliveries;
 mod error;
 mod keys;
 mod policies;
@@ -30,6 +31,7 @@ pub use audit::{EVENT_TYPES_PATTERN, StreamEnd, StreamItem, StreamRequest};
 #[cfg(feature = "bench-allow-all")]
 pub use authz::AllowAllAuthorizer;
 pub use authz::{Authorizer, AuthzRequest, Decision, DenyStatus, Operation};
+pub use deliveries::{AttemptAnswer, DeliverySettings, Dispatcher, dispatch_body};
 pub use error::ServiceError;
 pub use keys::{KeySource, load_record_cipher, load_token_hasher, load_webhook_signer};
 pub use policies::{CompiledCache, parse_reference};
@@ -52,6 +54,8 @@ pub struct ServiceSettings {
     pub moderation_blocklist: Vec<String>,
     /// Caps on open audit streams, their age, and the replay's page size.
     pub audit_streams: StreamLimits,
+    /// Where and when webhook deliveries are sent.
+    pub deliveries: DeliverySettings,
 }
 
 impl Default for ServiceSettings {
@@ -60,6 +64,7 @@ impl Default for ServiceSettings {
             max_active_tokens_per_user: 500,
             moderation_blocklist: Vec::new(),
             audit_streams: StreamLimits::default(),
+            deliveries: DeliverySettings::default(),
         }
     }
 }

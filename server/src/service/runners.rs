@@ -231,8 +231,10 @@ impl Services {
         pool_id: Uuid,
         name: &str,
         public: Option<&[u8]>,
+        url: Option<&str>,
         cid: &CorrelationId,
     ) -> Result<RegisteredRunner, ServiceError> {
+        let url = url.map(|u| self.delivery_url(u)).transpose()?;
         let pool = self.live_pool(pool_id).await?;
         let workspace = self.workspace(pool.workspace_id).await?;
         let (public, private) = match public {
@@ -248,6 +250,7 @@ impl Services {
             pool_id,
             name: parse_name("name", name)?,
             created_at: now,
+            delivery_url: url.as_ref().map(|u| u.to_string()),
         };
         let key = RunnerKey {
             id: Uuid::new_v4(),
@@ -263,7 +266,12 @@ impl Services {
             "runner",
             runner.id,
             cid,
-            json!({ "poolId": pool_id, "name": runner.name, "keyId": key.id }),
+            json!({
+                "poolId": pool_id,
+                "name": runner.name,
+                "keyId": key.id,
+                "deliveryOrigin": url.as_ref().map(|u| u.origin()),
+            }),
         );
         self.store.create_runner(&runner, &key, &event).await?;
         Ok(RegisteredRunner {
@@ -353,7 +361,10 @@ impl Services {
         }
     }
 
-    async fn workspace(&self, id: Uuid) -> Result<crate::storage::Workspace, ServiceError> {
+    pub(super) async fn workspace(
+        &self,
+        id: Uuid,
+    ) -> Result<crate::storage::Workspace, ServiceError> {
         self.store
             .get_workspace(id)
             .await?

@@ -261,7 +261,15 @@ pub(crate) const TABLES: &[Table] = &[
     ),
     Table::new(
         "runners",
-        &[ID, ("pool_id", Kind::Uuid), ("name", Text), CREATED],
+        &[
+            ID,
+            ("pool_id", Kind::Uuid),
+            ("name", Text),
+            CREATED,
+            ("delivery_url", Text),
+            ("consecutive_failures", I32),
+            ("last_chosen_at", Time),
+        ],
     ),
     Table::new(
         "runner_keys",
@@ -300,6 +308,23 @@ pub(crate) const TABLES: &[Table] = &[
             ("exit_code", I32),
             CREATED,
             ("updated_at", Time),
+            ("attempts", I32),
+            ("next_attempt_at", Time),
+            ("waiting_for_runner", Bool),
+        ],
+    ),
+    Table::new(
+        "webhook_attempts",
+        &[
+            ("delivery_id", Kind::Uuid),
+            ("number", I32),
+            ("runner_id", Kind::Uuid),
+            ("url", Text),
+            ("started_at", Time),
+            ("finished_at", Time),
+            ("status_code", I32),
+            ("latency_ms", I32),
+            ("error", Text),
         ],
     ),
     Table::new(

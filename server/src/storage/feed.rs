@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
 use super::{Change, SharedRecordStore, StoreError};
@@ -32,6 +32,9 @@ struct Topic {
 pub struct AuditFeed {
     store: SharedRecordStore,
     topics: Mutex<HashMap<Uuid, Topic>>,
+    /// Bumped on every burst of announcements, for consumers that only need "something was
+    /// appended" (the delivery dispatcher) without a listening connection of their own.
+    announced: watch::Sender<u64>,
 }
 
 impl AuditFeed {
@@ -39,7 +42,14 @@ impl AuditFeed {
         Arc::new(Self {
             store,
             topics: Mutex::new(HashMap::new()),
+            announced: watch::Sender::new(0),
         })
+    }
+
+    /// Changes each time [`follow`](Self::follow) hears that events were appended, in any
+    /// workspace.
+    pub fn announced(&self) -> watch::Receiver<u64> {
+        self.announced.subscribe()
     }
 
     /// A receiver of every event of the workspace with a sequence above the returned one.
@@ -167,6 +177,7 @@ impl AuditFeed {
                         None => break,
                     }
                 }
+                feed.announced.send_modify(|n| *n = n.wrapping_add(1));
                 if resync {
                     feed.refresh_all().await;
                 } else {

@@ -87,6 +87,7 @@ pub trait RecordStore:
     + SettingsStore
     + PolicyStore
     + RunnerStore
+    + DeliveryStore
     + WorkflowStore
     + MarketplaceStore
     + OutcomeStore

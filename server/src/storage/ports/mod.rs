@@ -3,6 +3,7 @@
 //! name.
 
 mod audit;
+mod deliveries;
 mod directory;
 mod marketplace;
 mod outcomes;
@@ -13,6 +14,7 @@ mod tokens;
 mod workflows;
 
 pub use audit::*;
+pub use deliveries::*;
 pub use directory::*;
 pub use marketplace::*;
 pub use outcomes::*;

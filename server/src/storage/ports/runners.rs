@@ -26,6 +26,8 @@ pub struct Runner {
     pub pool_id: Uuid,
     pub name: String,
     pub created_at: DateTime<Utc>,
+    /// Where commands are delivered; `None`: the runner receives nothing.
+    pub delivery_url: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -197,6 +199,16 @@ pub trait RunnerStore: Send + Sync {
         event: &NewAuditEvent,
     ) -> Result<bool, StoreError>;
     async fn find_runner_key(&self, key_id: Uuid) -> Result<Option<RunnerKeyLookup>, StoreError>;
+    /// Sets or clears a runner's delivery URL (already checked by the service) and forgets its
+    /// failures; false when no such runner. Registering a runner with a URL, setting one, or
+    /// adding a key makes the deliveries of its pool that were waiting for a runner due now.
+    async fn set_runner_url(
+        &self,
+        runner_id: Uuid,
+        url: Option<&str>,
+        at: DateTime<Utc>,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError>;
 
     // Pool deletion, commands and deliveries.
     async fn delete_pool(&self, delete: &DeletePool) -> Result<DeletePoolOutcome, StoreError>;

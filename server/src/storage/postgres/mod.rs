@@ -9,6 +9,7 @@
 mod audit;
 mod changes;
 pub(super) mod copy;
+mod deliveries;
 mod directory;
 mod lane;
 mod marketplace;
@@ -178,6 +179,8 @@ type UuidList = Vec<Uuid>;
 /// The row locks a check-then-write takes on the rows it reads.
 const FOR_UPDATE: &str = "FOR UPDATE";
 const FOR_SHARE: &str = "FOR SHARE";
+/// Leasing due deliveries skips the rows another replica is leasing instead of waiting.
+const LEASE_LOCK: &str = "FOR UPDATE OF d SKIP LOCKED";
 
 /// A list bound as an array.
 fn list_param<T>(list: &[T]) -> Result<&[T], StoreError> {

@@ -74,32 +74,74 @@ impl RunnerStore for Store {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
-        sqlx::query("INSERT INTO runners (id, pool_id, name, created_at) VALUES ($1, $2, $3, $4)")
-            .bind(runner.id)
-            .bind(runner.pool_id)
-            .bind(&runner.name)
-            .bind(runner.created_at)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
+        sqlx::query(
+            "INSERT INTO runners (id, pool_id, name, created_at, delivery_url)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(runner.id)
+        .bind(runner.pool_id)
+        .bind(&runner.name)
+        .bind(runner.created_at)
+        .bind(&runner.delivery_url)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
         insert_key(&mut tx, key).await?;
+        if runner.delivery_url.is_some() {
+            wake_waiting_deliveries(&mut tx, runner.id, runner.created_at).await?;
+        }
         insert_event(&mut tx, event).await?;
         self.commit(tx, &[event.workspace_id]).await
     }
 
+    async fn set_runner_url(
+        &self,
+        runner_id: Uuid,
+        url: Option<&str>,
+        at: DateTime<Utc>,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        // The pool before the runner, in the order a lease takes them.
+        lock_pool_of(&mut tx, runner_id).await?;
+        // A new URL is a fresh start: the failures were the old address's.
+        let updated = sqlx::query(
+            "UPDATE runners SET delivery_url = $2, consecutive_failures = 0 WHERE id = $1",
+        )
+        .bind(runner_id)
+        .bind(url)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        if updated == 0 {
+            return Ok(false);
+        }
+        if url.is_some() {
+            wake_waiting_deliveries(&mut tx, runner_id, at).await?;
+        }
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, &[event.workspace_id]).await?;
+        Ok(true)
+    }
+
     async fn get_runner(&self, runner_id: Uuid) -> Result<Option<Runner>, StoreError> {
-        let row: Option<(Uuid, Uuid, String, DateTime<Utc>)> =
-            sqlx::query_as("SELECT id, pool_id, name, created_at FROM runners WHERE id = $1")
-                .bind(runner_id)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(map_err)?;
-        Ok(row.map(|(id, pool_id, name, created_at)| Runner {
-            id,
-            pool_id,
-            name,
-            created_at,
-        }))
+        let row: Option<(Uuid, Uuid, String, DateTime<Utc>, Option<String>)> = sqlx::query_as(
+            "SELECT id, pool_id, name, created_at, delivery_url FROM runners WHERE id = $1",
+        )
+        .bind(runner_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(
+            row.map(|(id, pool_id, name, created_at, delivery_url)| Runner {
+                id,
+                pool_id,
+                name,
+                created_at,
+                delivery_url,
+            }),
+        )
     }
 
     async fn add_runner_key(
@@ -109,6 +151,7 @@ impl RunnerStore for Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
         insert_key(&mut tx, key).await?;
+        wake_waiting_deliveries(&mut tx, key.runner_id, key.created_at).await?;
         insert_event(&mut tx, event).await?;
         self.commit(tx, &[event.workspace_id]).await
     }
@@ -298,8 +341,9 @@ impl RunnerStore for Store {
         .await
         .map_err(map_err)?;
         sqlx::query(
-            "INSERT INTO webhook_deliveries (id, command_id, status, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $4)",
+            "INSERT INTO webhook_deliveries
+                 (id, command_id, status, created_at, updated_at, next_attempt_at)
+             VALUES ($1, $2, $3, $4, $4, $4)",
         )
         .bind(delivery.id)
         .bind(delivery.command_id)
@@ -354,7 +398,7 @@ impl RunnerStore for Store {
         // Applies only from the state the service read: a concurrent move is a conflict.
         let row: Option<DeliveryRow> = sqlx::query_as(
             "UPDATE webhook_deliveries SET status = $3, detail = COALESCE($4, detail),
-                 exit_code = COALESCE($5, exit_code), updated_at = $6
+                 exit_code = COALESCE($5, exit_code), updated_at = $6, next_attempt_at = NULL
              WHERE id = $1 AND status = $2
              RETURNING id, command_id, status, detail, exit_code, created_at, updated_at",
         )
@@ -448,7 +492,8 @@ impl RunnerStore for Store {
         // the state read; on Postgres a second replica's UPDATE waits for the first's commit,
         // then finds the state changed and touches nothing.
         let delivery = sqlx::query(
-            "UPDATE webhook_deliveries SET status = $3, detail = $4, updated_at = $5
+            "UPDATE webhook_deliveries SET status = $3, detail = $4, updated_at = $5,
+                 next_attempt_at = NULL
              WHERE command_id = $1 AND status = $2",
         )
         .bind(t.command_id)
@@ -492,6 +537,49 @@ async fn insert_key(conn: &mut Connection, key: &RunnerKey) -> Result<(), StoreE
     .bind(key.runner_id)
     .bind(&key.public_key)
     .bind(key.created_at)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Locks the runner's pool (not the runner: a lease holding the pool shared updates the
+/// runners it chose, so locking both here could wait in a cycle).
+async fn lock_pool_of(conn: &mut Connection, runner_id: Uuid) -> Result<(), StoreError> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT id FROM runner_pools WHERE id = (SELECT pool_id FROM runners WHERE id = $1)
+         {FOR_UPDATE}"
+    )))
+    .bind(runner_id)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Makes the deliveries of the runner's pool that wait for a runner due at `at`, if the runner
+/// can now receive (a delivery URL and a live key). The pool's row is locked first: a lease
+/// that found no runner holds it shared while it marks deliveries waiting, so one of the two
+/// always sees the other.
+async fn wake_waiting_deliveries(
+    conn: &mut Connection,
+    runner_id: Uuid,
+    at: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    lock_pool_of(conn, runner_id).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE webhook_deliveries SET next_attempt_at = $2, waiting_for_runner = $3
+         WHERE waiting_for_runner AND status = 'pending'
+           AND command_id IN (SELECT c.id FROM runner_commands c JOIN runners r
+                              ON r.pool_id = c.pool_id
+                              WHERE r.id = $1 AND c.status IN {})
+           AND EXISTS (SELECT 1 FROM runners r WHERE r.id = $1 AND r.delivery_url IS NOT NULL)
+           AND EXISTS (SELECT 1 FROM runner_keys k WHERE k.runner_id = $1 AND k.revoked_at IS NULL)",
+        open_statuses()
+    )))
+    .bind(runner_id)
+    .bind(at)
+    .bind(false)
     .execute(&mut *conn)
     .await
     .map_err(map_err)?;

@@ -15,6 +15,7 @@
 mod audit;
 mod changes;
 pub(super) mod copy;
+mod deliveries;
 mod directory;
 mod fast;
 mod marketplace;
@@ -228,6 +229,7 @@ type UuidList = String;
 /// which orders every check-then-write.
 const FOR_UPDATE: &str = "";
 const FOR_SHARE: &str = "";
+const LEASE_LOCK: &str = "";
 
 /// A list bound as JSON text.
 fn list_param<T: serde::Serialize>(list: &[T]) -> Result<String, StoreError> {

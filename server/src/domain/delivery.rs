@@ -1,0 +1,237 @@
+//! Outgoing deliveries: where a runner receives them, where the control plane may send, and
+//! when it tries again.
+
+use std::fmt;
+use std::time::Duration;
+
+use rand::Rng as _;
+
+/// A runner's delivery URL: absolute `http` or `https`, with a host, without credentials or a
+/// fragment (credentials would be a secret kept in a column, printed by `cpctl` and logged with
+/// every failed attempt).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryUrl(url::Url);
+
+impl DeliveryUrl {
+    pub const MAX_LEN: usize = 2048;
+
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let raw = raw.trim();
+        if raw.len() > Self::MAX_LEN {
+            return Err(format!("must be at most {} characters", Self::MAX_LEN));
+        }
+        let url = url::Url::parse(raw).map_err(|e| format!("is not an absolute URL: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err("must be an http or https URL".into());
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err("must name a host".into());
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("must not carry credentials".into());
+        }
+        if url.fragment().is_some() {
+            return Err("must not have a fragment".into());
+        }
+        Ok(Self(url))
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+
+    /// Scheme, host and port: what audit events and logs name, since a path or query may carry
+    /// a runner's own secret.
+    pub fn origin(&self) -> String {
+        self.0.origin().ascii_serialization()
+    }
+
+    pub fn is_https(&self) -> bool {
+        self.0.scheme() == "https"
+    }
+
+    /// The host as written, without the brackets of an IPv6 literal.
+    fn host(&self) -> String {
+        let host = self.0.host_str().unwrap_or_default();
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase()
+    }
+}
+
+impl fmt::Display for DeliveryUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where deliveries may go: any `https` URL, and plain `http` only to the hosts an operator
+/// lists (by default loopback, for development and tests on one machine, where the traffic never
+/// leaves the host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressPolicy {
+    http_hosts: Vec<String>,
+}
+
+impl EgressPolicy {
+    pub const LOOPBACK: &'static str = "localhost,127.0.0.1,::1";
+
+    /// `hosts`: comma-separated host names or addresses; empty allows `https` only.
+    pub fn new(hosts: &str) -> Self {
+        Self {
+            http_hosts: hosts
+                .split(',')
+                .map(|h| {
+                    h.trim()
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_ascii_lowercase()
+                })
+                .filter(|h| !h.is_empty())
+                .collect(),
+        }
+    }
+
+    pub fn permits(&self, url: &DeliveryUrl) -> Result<(), String> {
+        if url.is_https() || self.http_hosts.contains(&url.host()) {
+            Ok(())
+        } else {
+            Err(format!(
+                "must be https: plain http goes only to the hosts in CP_DELIVERY_HTTP_HOSTS ({})",
+                if self.http_hosts.is_empty() {
+                    "none".to_owned()
+                } else {
+                    self.http_hosts.join(", ")
+                }
+            ))
+        }
+    }
+}
+
+impl Default for EgressPolicy {
+    fn default() -> Self {
+        Self::new(Self::LOOPBACK)
+    }
+}
+
+/// When each attempt of a delivery is made: the first after its offset from submission, each
+/// next one after its offset from the previous failure, with jitter so that deliveries failing
+/// together (a runner restarting) do not come back together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetrySchedule(Vec<Duration>);
+
+impl RetrySchedule {
+    /// Svix's schedule: immediately, then 5 s, 5 min, 30 min, 2 h, 5 h and 10 h after each
+    /// failure, seven attempts over about 17.5 hours. Each wait grows several-fold on the one
+    /// before: exponential backoff with steps people can remember.
+    pub const DEFAULT: &'static str = "0s,5s,5m,30m,2h,5h,10h";
+    /// Each wait is drawn uniformly within this fraction of its nominal length.
+    pub const JITTER: f64 = 0.2;
+    pub const MAX_ATTEMPTS: usize = 20;
+
+    /// Comma-separated durations such as `0s,5s,5m,2h` (units `ms`, `s`, `m`, `h`): the first,
+    /// always `0s`, is the attempt at submission; each next is the wait after a failure.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let waits = raw
+            .split(',')
+            .map(|part| parse_duration(part.trim()))
+            .collect::<Result<Vec<_>, _>>()?;
+        if waits.first() != Some(&Duration::ZERO) {
+            return Err("must start with 0s: the first attempt is made at submission".into());
+        }
+        if waits.len() > Self::MAX_ATTEMPTS {
+            return Err(format!(
+                "must list from 1 to {} attempts",
+                Self::MAX_ATTEMPTS
+            ));
+        }
+        Ok(Self(waits))
+    }
+
+    pub fn attempts(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The wait before attempt `number` (1-based) with jitter, or `None` past the last.
+    pub fn wait_before(&self, number: usize) -> Option<Duration> {
+        let nominal = *self.0.get(number.checked_sub(1)?)?;
+        let factor = 1.0 + rand::rng().random_range(-Self::JITTER..=Self::JITTER);
+        Some(nominal.mul_f64(factor))
+    }
+}
+
+impl Default for RetrySchedule {
+    fn default() -> Self {
+        Self::parse(Self::DEFAULT).unwrap_or_else(|_| Self(vec![Duration::ZERO]))
+    }
+}
+
+fn parse_duration(raw: &str) -> Result<Duration, String> {
+    let invalid = || format!("{raw:?} is not a duration such as 500ms, 5s, 5m or 2h");
+    let split = raw
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(invalid)?;
+    let (digits, unit) = raw.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| invalid())?;
+    let seconds = match unit {
+        "ms" => return Ok(Duration::from_millis(n)),
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(invalid()),
+    };
+    if seconds > 7 * 86_400 {
+        return Err(format!("{raw:?} is longer than a week"));
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_absolute_http_without_credentials() {
+        assert!(DeliveryUrl::parse("https://runner.example/hooks").is_ok());
+        assert!(DeliveryUrl::parse("http://127.0.0.1:9000/").is_ok());
+        for bad in [
+            "runner.example/hooks",
+            "ftp://runner.example/",
+            "https://user:pw@runner.example/",
+            "https://runner.example/#x",
+            "file:///etc/passwd",
+        ] {
+            assert!(DeliveryUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn plain_http_goes_only_to_listed_hosts() {
+        let loopback = EgressPolicy::default();
+        let url = |u| DeliveryUrl::parse(u).unwrap();
+        assert!(loopback.permits(&url("http://127.0.0.1:9/x")).is_ok());
+        assert!(loopback.permits(&url("http://[::1]:9/x")).is_ok());
+        assert!(loopback.permits(&url("http://LOCALHOST:9/x")).is_ok());
+        assert!(loopback.permits(&url("http://runner.example/x")).is_err());
+        assert!(loopback.permits(&url("https://runner.example/x")).is_ok());
+        let none = EgressPolicy::new("");
+        assert!(none.permits(&url("http://127.0.0.1:9/x")).is_err());
+    }
+
+    #[test]
+    fn the_default_schedule_is_svix_with_bounded_jitter() {
+        let schedule = RetrySchedule::default();
+        assert_eq!(schedule.attempts(), 7);
+        assert_eq!(schedule.wait_before(1), Some(Duration::ZERO));
+        for _ in 0..100 {
+            let wait = schedule.wait_before(3).unwrap();
+            assert!(wait >= Duration::from_secs(240) && wait <= Duration::from_secs(360));
+        }
+        assert_eq!(schedule.wait_before(8), None);
+        assert_eq!(schedule.wait_before(0), None);
+        assert!(RetrySchedule::parse("").is_err());
+        assert!(RetrySchedule::parse("5s,5s").is_err());
+        assert!(RetrySchedule::parse("5x").is_err());
+        assert_eq!(RetrySchedule::parse("0s,200ms").unwrap().attempts(), 2);
+    }
+}

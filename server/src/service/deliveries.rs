@@ -1,0 +1,445 @@
+//! Outgoing webhook deliveries: a submitted command is sent to one runner of its pool, signed
+//! with the control plane's key (Standard Webhooks), retried on a schedule, and failed when
+//! the schedule runs out.
+//!
+//! The rules live here: which URLs a runner may register and the control plane may send to
+//! ([`EgressPolicy`]), what an answer means (a 2xx is an acknowledgement and moves nothing;
+//! anything else is a failure), when the next attempt is due ([`RetrySchedule`]) and what the
+//! last failure writes. The records store shares the work between replicas (see
+//! `storage/ports/deliveries.rs`): an attempt is leased, sent outside any transaction, then
+//! recorded. A replica that dies between the send and the record leaves the delivery due again
+//! when its lease ends, and the next attempt carries the same `webhook-id` (the delivery's id),
+//! so a runner that deduplicates on it runs a command once.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::sync::{Notify, Semaphore};
+use uuid::Uuid;
+
+use super::admin::admin_event;
+use super::{ServiceError, Services};
+use crate::domain::{
+    Actor, CorrelationId, DISPATCH_EVENT_TYPE, DeliveryStatus, DeliveryUrl, DispatchData,
+    DispatchPayload, EgressPolicy, FieldError, NewAuditEvent, RetrySchedule, Timestamp,
+    ValidationErrors, WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER,
+};
+use crate::storage::{
+    AttemptNext, AttemptRecorded, AttemptResult, DeliveryReport, Leased, LeasedAttempt, Runner,
+};
+
+/// How deliveries are sent (server flags `--delivery-*`).
+#[derive(Debug, Clone)]
+pub struct DeliverySettings {
+    pub egress: EgressPolicy,
+    pub schedule: RetrySchedule,
+    /// To open the connection (TCP and TLS).
+    pub connect_timeout: Duration,
+    /// For the whole attempt, up to the response's headers and the bounded body.
+    pub total_timeout: Duration,
+    /// Attempts in flight at once in this process; 0: this process sends none.
+    pub concurrency: usize,
+    /// How often a replica looks for due deliveries when nothing announced one.
+    pub poll: Duration,
+}
+
+impl Default for DeliverySettings {
+    fn default() -> Self {
+        Self {
+            egress: EgressPolicy::default(),
+            schedule: RetrySchedule::default(),
+            connect_timeout: Duration::from_secs(3),
+            total_timeout: Duration::from_secs(10),
+            concurrency: 32,
+            poll: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A lease outlasts the attempt's total timeout by this much, so it never ends while the
+/// attempt can still answer.
+const LEASE_MARGIN: Duration = Duration::from_secs(5);
+/// Response bodies are read up to this many bytes (to reuse the connection), then dropped.
+const MAX_RESPONSE_BYTES: usize = 4096;
+/// Deliveries leased per statement.
+const LEASE_BATCH: u32 = 32;
+
+/// How an attempt ended, as the sender saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptAnswer {
+    pub status_code: Option<u16>,
+    /// From the request's start to the response's headers (or the failure).
+    pub latency: Duration,
+    /// Why it failed; `None` exactly when the status is 2xx.
+    pub error: Option<String>,
+}
+
+impl AttemptAnswer {
+    pub fn from_status(status: u16, latency: Duration) -> Self {
+        let error = match status {
+            200..=299 => None,
+            300..=399 => Some(format!("HTTP {status}: redirects are not followed")),
+            _ => Some(format!("HTTP {status}")),
+        };
+        Self {
+            status_code: Some(status),
+            latency,
+            error,
+        }
+    }
+
+    pub fn failed(error: String, latency: Duration) -> Self {
+        Self {
+            status_code: None,
+            latency,
+            error: Some(error),
+        }
+    }
+}
+
+fn chrono_of(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+impl Services {
+    pub(super) fn delivery_url(&self, raw: &str) -> Result<DeliveryUrl, ServiceError> {
+        let invalid =
+            |m: String| ServiceError::from(ValidationErrors::from(FieldError::new("url", m)));
+        let url = DeliveryUrl::parse(raw).map_err(invalid)?;
+        self.settings
+            .deliveries
+            .egress
+            .permits(&url)
+            .map_err(invalid)?;
+        Ok(url)
+    }
+
+    /// Sets (or with `None` clears) where a runner receives commands (`cpctl runners update`).
+    pub async fn set_runner_url(
+        &self,
+        runner_id: Uuid,
+        url: Option<&str>,
+        cid: &CorrelationId,
+    ) -> Result<Runner, ServiceError> {
+        let url = url.map(|u| self.delivery_url(u)).transpose()?;
+        let not_found = || ServiceError::not_found("no such runner");
+        let runner = self
+            .store
+            .get_runner(runner_id)
+            .await?
+            .ok_or_else(not_found)?;
+        let pool = self
+            .store
+            .get_pool(runner.pool_id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("no such pool"))?;
+        let workspace = self.workspace(pool.workspace_id).await?;
+        let event = admin_event(
+            workspace.organisation_id,
+            Some(pool.workspace_id),
+            "runner.delivery_url_set",
+            "runner",
+            runner_id,
+            cid,
+            json!({ "deliveryOrigin": url.as_ref().map(|u| u.origin()) }),
+        );
+        let url = url.map(|u| u.to_string());
+        if !self
+            .store
+            .set_runner_url(runner_id, url.as_deref(), Self::now(), &event)
+            .await?
+        {
+            return Err(not_found());
+        }
+        Ok(Runner {
+            delivery_url: url,
+            ..runner
+        })
+    }
+
+    /// A delivery with its attempts (`cpctl deliveries show`).
+    pub async fn delivery_report(&self, delivery_id: Uuid) -> Result<DeliveryReport, ServiceError> {
+        self.store
+            .delivery_report(delivery_id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("no such delivery"))
+    }
+
+    /// Leases up to `limit` due deliveries to this process.
+    pub async fn lease_deliveries(&self, limit: u32) -> Result<Leased, ServiceError> {
+        let now = Self::now();
+        if !self.store.any_due(now).await? {
+            return Ok(Leased::default());
+        }
+        let total = self.settings.deliveries.total_timeout + LEASE_MARGIN;
+        let leased = self
+            .store
+            .lease_attempts(now, limit, now + chrono_of(total))
+            .await?;
+        Ok(leased)
+    }
+
+    /// Records how an attempt ended and decides what follows: nothing after a 2xx, the next
+    /// attempt on the schedule, or, after the last, the delivery and its command `failed` with
+    /// a `webhook_delivery.failed` event (actor `system`).
+    pub async fn finish_delivery_attempt(
+        &self,
+        attempt: &LeasedAttempt,
+        answer: AttemptAnswer,
+    ) -> Result<AttemptRecorded, ServiceError> {
+        let now = Self::now();
+        let schedule = &self.settings.deliveries.schedule;
+        let next_number = usize::try_from(attempt.number).unwrap_or(usize::MAX) + 1;
+        let next = match (&answer.error, schedule.wait_before(next_number)) {
+            (None, _) => AttemptNext::Delivered,
+            (Some(_), Some(wait)) => AttemptNext::RetryAt(now + chrono_of(wait)),
+            (Some(error), None) => {
+                let detail = format!(
+                    "delivery failed after {} attempts; the last: {error}",
+                    attempt.number
+                );
+                let to = DeliveryStatus::Failed;
+                AttemptNext::GiveUp {
+                    command_from: attempt.command_status,
+                    delivery_from: DeliveryStatus::Pending,
+                    detail,
+                    event: NewAuditEvent {
+                        organisation_id: attempt.organisation_id,
+                        workspace_id: Some(attempt.workspace_id),
+                        event_type: "webhook_delivery.failed",
+                        actor: Actor::system(),
+                        target_kind: "webhook_delivery",
+                        target_id: attempt.delivery_id,
+                        correlation_id: CorrelationId::generate().to_string(),
+                        occurred_at: now,
+                        data: json!({
+                            "commandId": attempt.command_id,
+                            "poolId": attempt.pool_id,
+                            "runnerId": attempt.runner_id,
+                            "attempts": attempt.number,
+                            "lastError": error,
+                            "from": DeliveryStatus::Pending.as_str(),
+                            "to": to.as_str(),
+                            "commandFrom": attempt.command_status.as_str(),
+                            "commandTo": to.command_status().as_str(),
+                            "reason": "delivery attempts exhausted",
+                        }),
+                    },
+                }
+            }
+        };
+        let result = AttemptResult {
+            delivery_id: attempt.delivery_id,
+            number: attempt.number,
+            runner_id: attempt.runner_id,
+            finished_at: now,
+            status_code: answer.status_code.map(i32::from),
+            latency_ms: i32::try_from(answer.latency.as_millis()).unwrap_or(i32::MAX),
+            error: answer.error,
+            next,
+        };
+        Ok(self.store.finish_attempt(&result).await?)
+    }
+}
+
+/// The body of one delivery: the command and the delivery id a runner reports on.
+pub fn dispatch_body(attempt: &LeasedAttempt) -> DispatchPayload {
+    DispatchPayload {
+        event_type: DISPATCH_EVENT_TYPE.to_owned(),
+        timestamp: Timestamp::new(attempt.started_at),
+        data: DispatchData {
+            delivery_id: attempt.delivery_id,
+            command_id: attempt.command_id,
+            workspace_id: attempt.workspace_id,
+            pool_id: attempt.pool_id,
+            runner_id: attempt.runner_id,
+            command: attempt.command.clone(),
+            args: attempt.args.clone(),
+            environment_id: attempt.environment_id,
+            timeout_seconds: attempt.timeout_seconds,
+            deadline_at: Timestamp::new(attempt.deadline_at),
+            attempt: u32::try_from(attempt.number).unwrap_or_default(),
+        },
+    }
+}
+
+/// Sends leased attempts from this process: at most `concurrency` at once, each outside any
+/// transaction.
+pub struct Dispatcher {
+    services: Arc<Services>,
+    client: reqwest::Client,
+    slots: Arc<Semaphore>,
+    freed: Arc<Notify>,
+}
+
+impl Dispatcher {
+    pub fn new(services: Arc<Services>) -> Result<Arc<Self>, ServiceError> {
+        let settings = &services.settings.deliveries;
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(settings.connect_timeout)
+            .timeout(settings.total_timeout)
+            .user_agent(concat!("control-plane/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| {
+                ServiceError::Internal(format!("cannot build the delivery client: {e}"))
+            })?;
+        let slots = Arc::new(Semaphore::new(settings.concurrency));
+        Ok(Arc::new(Self {
+            services,
+            client,
+            slots,
+            freed: Arc::new(Notify::new()),
+        }))
+    }
+
+    /// Runs until the process ends: looks for due deliveries when audit events are announced
+    /// (a submission writes one; on Postgres any replica's), when an attempt of this process
+    /// ends, and at least every `poll`.
+    pub fn spawn(self: Arc<Self>) {
+        if self.services.settings.deliveries.concurrency == 0 {
+            tracing::info!("--delivery-concurrency 0: this replica sends no webhook deliveries");
+            return;
+        }
+        tokio::spawn(async move {
+            // The audit feed's announcements, not a listener of our own: on Postgres each
+            // listener holds a connection for good.
+            let mut announced = self.services.audit_feed().announced();
+            let poll = self.services.settings.deliveries.poll;
+            loop {
+                match self.dispatch_once().await {
+                    Ok(n) if n > 0 => continue,
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not lease webhook deliveries; retrying");
+                    }
+                }
+                tokio::select! {
+                    _ = announced.changed() => {}
+                    () = self.freed.notified() => {}
+                    () = tokio::time::sleep(poll) => {}
+                }
+                // A burst of announcements is one look.
+                announced.mark_unchanged();
+            }
+        });
+    }
+
+    /// Leases as many due deliveries as there are free slots and starts sending them; returns
+    /// how many due deliveries it handled (sent or set waiting for a runner).
+    pub async fn dispatch_once(self: &Arc<Self>) -> Result<usize, ServiceError> {
+        let free = self.slots.available_permits().min(LEASE_BATCH as usize);
+        if free == 0 {
+            return Ok(0);
+        }
+        let leased = self.services.lease_deliveries(free as u32).await?;
+        // Deliveries set waiting count too: a full batch means more may be due.
+        let looked = leased.attempts.len() + leased.waiting as usize;
+        for attempt in leased.attempts {
+            let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+                // Cannot happen (one leaser per process); the lease ends and another takes it.
+                break;
+            };
+            let this = self.clone();
+            tokio::spawn(async move {
+                let answer = this.send(&attempt).await;
+                if answer.error.is_some() {
+                    tracing::info!(
+                        delivery_id = %attempt.delivery_id,
+                        runner_id = %attempt.runner_id,
+                        attempt = attempt.number,
+                        error = answer.error.as_deref().unwrap_or_default(),
+                        "webhook delivery attempt failed"
+                    );
+                }
+                if let Err(e) = this
+                    .services
+                    .finish_delivery_attempt(&attempt, answer)
+                    .await
+                {
+                    // The lease ends and the delivery is sent again, with the same webhook-id.
+                    tracing::warn!(
+                        delivery_id = %attempt.delivery_id,
+                        error = %e,
+                        "could not record a webhook delivery attempt; it will be sent again"
+                    );
+                }
+                drop(slot);
+                this.freed.notify_one();
+            });
+        }
+        Ok(looked)
+    }
+
+    /// One attempt: the egress rule, then a signed POST; never follows a redirect, never reads
+    /// more than a few KiB of the answer.
+    async fn send(&self, attempt: &LeasedAttempt) -> AttemptAnswer {
+        let started = Instant::now();
+        let refused = |e: String| AttemptAnswer::failed(e, started.elapsed());
+        let url = match DeliveryUrl::parse(&attempt.url) {
+            Ok(url) => url,
+            Err(e) => return refused(format!("the runner's delivery URL {e}")),
+        };
+        if let Err(e) = self.services.settings.deliveries.egress.permits(&url) {
+            return refused(format!("egress refused: the delivery URL {e}"));
+        }
+        let body = serde_json::to_string(&dispatch_body(attempt)).unwrap_or_default();
+        let msg_id = attempt.delivery_id.to_string();
+        let timestamp = chrono::Utc::now().timestamp();
+        let signature = self
+            .services
+            .webhook_signer()
+            .sign(&msg_id, timestamp, body.as_bytes());
+        let response = self
+            .client
+            .post(url.as_str())
+            .header("content-type", "application/json")
+            .header(WEBHOOK_ID_HEADER, &msg_id)
+            .header(WEBHOOK_TIMESTAMP_HEADER, timestamp.to_string())
+            .header(WEBHOOK_SIGNATURE_HEADER, signature)
+            .body(body)
+            .send()
+            .await;
+        let mut response = match response {
+            Ok(r) => r,
+            Err(e) => return refused(describe(&e, &self.services.settings.deliveries)),
+        };
+        let latency = started.elapsed();
+        let mut read = 0;
+        while read < MAX_RESPONSE_BYTES {
+            match response.chunk().await {
+                Ok(Some(chunk)) => read += chunk.len(),
+                _ => break,
+            }
+        }
+        AttemptAnswer::from_status(response.status().as_u16(), latency)
+    }
+}
+
+/// What went wrong, without the URL (its path or query may carry the runner's secret).
+fn describe(e: &reqwest::Error, settings: &DeliverySettings) -> String {
+    if e.is_timeout() {
+        return format!(
+            "timed out (connect {} ms, total {} ms)",
+            settings.connect_timeout.as_millis(),
+            settings.total_timeout.as_millis()
+        );
+    }
+    let kind = if e.is_connect() {
+        "could not connect"
+    } else {
+        "request failed"
+    };
+    let mut detail = String::new();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        detail = s.to_string();
+        source = s.source();
+    }
+    if detail.is_empty() {
+        kind.to_owned()
+    } else {
+        format!("{kind}: {detail}")
+    }
+}

@@ -1,0 +1,149 @@
+//! Outgoing webhook deliveries: runners' delivery URLs, leasing attempts, and their records.
+//!
+//! The state of a delivery's sending lives in the records store, so every replica shares the
+//! work and none sends what another is sending: a due delivery is leased by moving its
+//! `next_attempt_at` past the attempt's total timeout, in the same transaction that records the
+//! attempt as started (Postgres skips rows another replica has locked; SQLite's single writer
+//! orders the leases). A replica that dies mid-attempt leaves the attempt unfinished and the
+//! delivery due again once the lease passes; the next lease marks that attempt abandoned.
+//! The service layer decides the schedule, the runner's health rule and what a final failure
+//! writes; the adapters apply each step atomically.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent};
+use crate::storage::StoreError;
+
+/// A runner's failures in a row from which it is skipped while its pool has a runner with
+/// fewer (decided here because the lease's runner choice is one statement).
+pub const FAILING_RUNNER_THRESHOLD: i32 = 3;
+
+/// One attempt, leased for sending: everything the request needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeasedAttempt {
+    pub delivery_id: Uuid,
+    pub command_id: Uuid,
+    pub workspace_id: Uuid,
+    pub organisation_id: Uuid,
+    pub pool_id: Uuid,
+    /// 1 for the first.
+    pub number: i32,
+    pub runner_id: Uuid,
+    pub url: String,
+    pub command: String,
+    pub args: Vec<String>,
+    pub environment_id: Option<Uuid>,
+    pub timeout_seconds: i32,
+    pub deadline_at: DateTime<Utc>,
+    pub started_at: DateTime<Utc>,
+    /// The command's state when leased (its delivery was `pending`).
+    pub command_status: CommandStatus,
+}
+
+/// What leasing found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Leased {
+    pub attempts: Vec<LeasedAttempt>,
+    /// Due deliveries whose pool has no runner to send to: left waiting, without an attempt,
+    /// until one can receive (a runner may still report on them through the signed route).
+    pub waiting: u64,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptResult {
+    pub delivery_id: Uuid,
+    pub number: i32,
+    pub runner_id: Uuid,
+    pub finished_at: DateTime<Utc>,
+    pub status_code: Option<i32>,
+    pub latency_ms: i32,
+    /// Why it failed; `None` for a 2xx.
+    pub error: Option<String>,
+    pub next: AttemptNext,
+}
+
+/// What follows an attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptNext {
+    /// A runner took it (2xx): nothing more is sent.
+    Delivered,
+    /// It failed; the next attempt is due then.
+    RetryAt(DateTime<Utc>),
+    /// It failed and it was the last: the delivery and its command fail, with the event, if
+    /// both are still in the states read.
+    GiveUp {
+        command_from: CommandStatus,
+        delivery_from: DeliveryStatus,
+        detail: String,
+        event: NewAuditEvent,
+    },
+}
+
+/// What recording an attempt's end did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptRecorded {
+    /// The attempt and what follows it are recorded.
+    Applied,
+    /// The attempt is recorded, but the delivery moved on meanwhile (a report, a timeout, or
+    /// another replica's lease after ours ran out): its schedule is left alone.
+    Superseded,
+}
+
+/// One recorded attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRecord {
+    pub number: i32,
+    pub runner_id: Uuid,
+    pub url: String,
+    pub started_at: DateTime<Utc>,
+    /// `None` while in flight, or when the replica sending it died.
+    pub finished_at: Option<DateTime<Utc>>,
+    pub status_code: Option<i32>,
+    pub latency_ms: Option<i32>,
+    pub error: Option<String>,
+}
+
+/// A delivery with its sending state and attempts (`cpctl deliveries show`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryReport {
+    pub delivery_id: Uuid,
+    pub command_id: Uuid,
+    pub workspace_id: Uuid,
+    pub pool_id: Uuid,
+    pub status: DeliveryStatus,
+    pub command_status: CommandStatus,
+    pub detail: Option<String>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub attempts: Vec<AttemptRecord>,
+}
+
+#[async_trait]
+pub trait DeliveryStore: Send + Sync {
+    /// Whether any delivery is due at `now`: a read that takes no lock, so an idle dispatcher
+    /// never takes SQLite's write lock.
+    async fn any_due(&self, now: DateTime<Utc>) -> Result<bool, StoreError>;
+    /// Leases up to `limit` due deliveries of open commands still `pending`, each to one runner
+    /// of its pool with a delivery URL and a live key (runners under
+    /// [`FAILING_RUNNER_THRESHOLD`] first, then the least recently chosen), recording each
+    /// attempt as started and moving its `next_attempt_at` to `lease_until`. A due delivery
+    /// that left `pending` stops being due; one without a runner to send to waits for one
+    /// (see [`RunnerStore::set_runner_url`](crate::storage::RunnerStore::set_runner_url)).
+    /// Unfinished attempts of a leased delivery are marked abandoned.
+    async fn lease_attempts(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Leased, StoreError>;
+    /// Records how an attempt ended and applies what follows it, in one transaction; the
+    /// schedule moves only while the delivery is still on this attempt's lease.
+    async fn finish_attempt(&self, result: &AttemptResult) -> Result<AttemptRecorded, StoreError>;
+    /// The delivery and its attempts, oldest first.
+    async fn delivery_report(
+        &self,
+        delivery_id: Uuid,
+    ) -> Result<Option<DeliveryReport>, StoreError>;
+}

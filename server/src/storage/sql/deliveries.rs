@@ -1,0 +1,413 @@
+//! Runners' delivery URLs, leasing delivery attempts and recording them (shared by both SQL
+//! adapters; see the layout in `storage/mod.rs` and the port's module doc for the lease).
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::{Acquire as _, FromRow};
+use uuid::Uuid;
+
+use super::super::{Connection, FOR_SHARE, LEASE_LOCK, Store, insert_event, map_err};
+use crate::domain::{CommandStatus, DeliveryStatus};
+use crate::storage::rows::{open_statuses, parse_state};
+use crate::storage::{
+    AttemptNext, AttemptRecord, AttemptRecorded, AttemptResult, DeliveryReport, DeliveryStore,
+    FAILING_RUNNER_THRESHOLD, Leased, LeasedAttempt, StoreError,
+};
+
+/// Why an attempt has no answer: the replica sending it stopped before recording one.
+const ABANDONED: &str = "abandoned: the replica sending it stopped before recording an answer";
+
+#[derive(FromRow)]
+struct DueRow {
+    id: Uuid,
+    attempts: i32,
+    status: String,
+    command_id: Uuid,
+    command_status: String,
+    workspace_id: Uuid,
+    organisation_id: Uuid,
+    pool_id: Uuid,
+    command: String,
+    args: String,
+    environment_id: Option<Uuid>,
+    timeout_seconds: i32,
+    deadline_at: DateTime<Utc>,
+}
+
+#[async_trait]
+impl DeliveryStore for Store {
+    async fn any_due(&self, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let row: Option<(i32,)> = sqlx::query_as(
+            "SELECT 1 FROM webhook_deliveries
+             WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= $1 LIMIT 1",
+        )
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.is_some())
+    }
+
+    async fn lease_attempts(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Leased, StoreError> {
+        let mut tx = self.begin().await?;
+        // Rows another replica is leasing are skipped, not waited for (Postgres); on SQLite this
+        // transaction holds the write lock.
+        let due: Vec<DueRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT d.id, d.attempts, d.status, c.id AS command_id, c.status AS command_status,
+                    c.workspace_id, w.organisation_id, c.pool_id, c.command,
+                    CAST(c.args AS TEXT) AS args, c.environment_id, c.timeout_seconds,
+                    c.deadline_at
+             FROM webhook_deliveries d
+             JOIN runner_commands c ON c.id = d.command_id
+             JOIN workspaces w ON w.id = c.workspace_id
+             WHERE d.next_attempt_at IS NOT NULL AND d.next_attempt_at <= $1
+             ORDER BY d.next_attempt_at LIMIT $2 {LEASE_LOCK}"
+        )))
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let mut leased = Leased::default();
+        let mut candidates: HashMap<Uuid, (Vec<(Uuid, String)>, usize)> = HashMap::new();
+        let mut chosen: Vec<Uuid> = Vec::new();
+        for row in due {
+            let command_status = parse_state(&row.command_status, CommandStatus::parse)?;
+            let status = parse_state(&row.status, DeliveryStatus::parse)?;
+            if status != DeliveryStatus::Pending || !command_status.is_open() {
+                sqlx::query("UPDATE webhook_deliveries SET next_attempt_at = NULL WHERE id = $1")
+                    .bind(row.id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                continue;
+            }
+            if !candidates.contains_key(&row.pool_id) {
+                // Shares the pool with other leases; a runner gaining a URL or a key locks it
+                // (`sql/runners.rs`), so a delivery is never left waiting for a runner that
+                // became able to receive while this lease looked.
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SELECT id FROM runner_pools WHERE id = $1 {FOR_SHARE}"
+                )))
+                .bind(row.pool_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+                let runners = pool_candidates(&mut tx, row.pool_id).await?;
+                candidates.insert(row.pool_id, (runners, 0));
+            }
+            let Some((runners, turn)) = candidates.get_mut(&row.pool_id) else {
+                continue;
+            };
+            if runners.is_empty() {
+                sqlx::query(
+                    "UPDATE webhook_deliveries SET next_attempt_at = NULL, waiting_for_runner = $2
+                     WHERE id = $1",
+                )
+                .bind(row.id)
+                .bind(true)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+                leased.waiting += 1;
+                continue;
+            }
+            // Taking turns within this batch; across batches, by when each was last chosen.
+            let (runner_id, url) = runners[*turn % runners.len()].clone();
+            *turn += 1;
+            chosen.push(runner_id);
+            let number = row.attempts + 1;
+            sqlx::query(
+                "UPDATE webhook_attempts SET error = $2
+                 WHERE delivery_id = $1 AND finished_at IS NULL AND error IS NULL",
+            )
+            .bind(row.id)
+            .bind(ABANDONED)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            sqlx::query(
+                "INSERT INTO webhook_attempts (delivery_id, number, runner_id, url, started_at)
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(row.id)
+            .bind(number)
+            .bind(runner_id)
+            .bind(&url)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            sqlx::query(
+                "UPDATE webhook_deliveries SET attempts = $2, next_attempt_at = $3 WHERE id = $1",
+            )
+            .bind(row.id)
+            .bind(number)
+            .bind(lease_until)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            let args: Vec<String> = serde_json::from_str(&row.args).map_err(|e| {
+                StoreError::Internal(format!("stored arguments are not a JSON list: {e}"))
+            })?;
+            leased.attempts.push(LeasedAttempt {
+                delivery_id: row.id,
+                command_id: row.command_id,
+                workspace_id: row.workspace_id,
+                organisation_id: row.organisation_id,
+                pool_id: row.pool_id,
+                number,
+                runner_id,
+                url,
+                command: row.command,
+                args,
+                environment_id: row.environment_id,
+                timeout_seconds: row.timeout_seconds,
+                deadline_at: row.deadline_at,
+                started_at: now,
+                command_status,
+            });
+        }
+        // In one order, so two replicas' leases never wait on each other's runner rows in a
+        // cycle.
+        chosen.sort_unstable();
+        chosen.dedup();
+        for runner_id in chosen {
+            sqlx::query("UPDATE runners SET last_chosen_at = $2 WHERE id = $1")
+                .bind(runner_id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+        }
+        self.commit(tx, &[]).await?;
+        Ok(leased)
+    }
+
+    async fn finish_attempt(&self, r: &AttemptResult) -> Result<AttemptRecorded, StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "UPDATE webhook_attempts SET finished_at = $3, status_code = $4, latency_ms = $5,
+                 error = $6
+             WHERE delivery_id = $1 AND number = $2",
+        )
+        .bind(r.delivery_id)
+        .bind(r.number)
+        .bind(r.finished_at)
+        .bind(r.status_code)
+        .bind(r.latency_ms)
+        .bind(&r.error)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        // Only while the delivery is still on this attempt (no later lease) and `pending`.
+        let on_lease = "id = $1 AND attempts = $2 AND status = 'pending'";
+        let mut workspaces = Vec::new();
+        let applied = match &r.next {
+            AttemptNext::Delivered => {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE webhook_deliveries SET next_attempt_at = NULL WHERE {on_lease}"
+                )))
+                .bind(r.delivery_id)
+                .bind(r.number)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?
+                .rows_affected()
+                    > 0
+            }
+            AttemptNext::RetryAt(at) => {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE webhook_deliveries SET next_attempt_at = $3 WHERE {on_lease}"
+                )))
+                .bind(r.delivery_id)
+                .bind(r.number)
+                .bind(at)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?
+                .rows_affected()
+                    > 0
+            }
+            AttemptNext::GiveUp {
+                command_from,
+                delivery_from,
+                detail,
+                event,
+            } => {
+                // The delivery first, then the command, as a report moves them (one lock order);
+                // both or neither, so a savepoint takes the delivery's move back if the command
+                // moved meanwhile (a cancellation).
+                let mut both = (&mut *tx).begin().await.map_err(map_err)?;
+                let delivery = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE webhook_deliveries SET status = $3, detail = $4, updated_at = $5,
+                         next_attempt_at = NULL
+                     WHERE {on_lease} AND status = $6"
+                )))
+                .bind(r.delivery_id)
+                .bind(r.number)
+                .bind(DeliveryStatus::Failed.as_str())
+                .bind(detail)
+                .bind(r.finished_at)
+                .bind(delivery_from.as_str())
+                .execute(&mut *both)
+                .await
+                .map_err(map_err)?
+                .rows_affected();
+                let command = if delivery > 0 {
+                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE runner_commands SET status = $3, updated_at = $4
+                         WHERE id = (SELECT command_id FROM webhook_deliveries WHERE id = $1)
+                           AND status = $2 AND status IN {}",
+                        open_statuses()
+                    )))
+                    .bind(r.delivery_id)
+                    .bind(command_from.as_str())
+                    .bind(CommandStatus::Failed.as_str())
+                    .bind(r.finished_at)
+                    .execute(&mut *both)
+                    .await
+                    .map_err(map_err)?
+                    .rows_affected()
+                } else {
+                    0
+                };
+                if command > 0 {
+                    insert_event(&mut both, event).await?;
+                    both.commit().await.map_err(map_err)?;
+                    workspaces.push(event.workspace_id);
+                    true
+                } else {
+                    both.rollback().await.map_err(map_err)?;
+                    false
+                }
+            }
+        };
+        // The runner's health follows what it answered, whatever became of the delivery.
+        let failures = if r.error.is_none() {
+            "0"
+        } else {
+            "consecutive_failures + 1"
+        };
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE runners SET consecutive_failures = {failures} WHERE id = $1"
+        )))
+        .bind(r.runner_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        self.commit(tx, &workspaces).await?;
+        Ok(if applied {
+            AttemptRecorded::Applied
+        } else {
+            AttemptRecorded::Superseded
+        })
+    }
+
+    async fn delivery_report(
+        &self,
+        delivery_id: Uuid,
+    ) -> Result<Option<DeliveryReport>, StoreError> {
+        #[derive(FromRow)]
+        struct Row {
+            id: Uuid,
+            command_id: Uuid,
+            workspace_id: Uuid,
+            pool_id: Uuid,
+            status: String,
+            command_status: String,
+            detail: Option<String>,
+            next_attempt_at: Option<DateTime<Utc>>,
+        }
+        #[derive(FromRow)]
+        struct AttemptRow {
+            number: i32,
+            runner_id: Uuid,
+            url: String,
+            started_at: DateTime<Utc>,
+            finished_at: Option<DateTime<Utc>>,
+            status_code: Option<i32>,
+            latency_ms: Option<i32>,
+            error: Option<String>,
+        }
+        let Some(row): Option<Row> = sqlx::query_as(
+            "SELECT d.id, d.command_id, c.workspace_id, c.pool_id, d.status,
+                    c.status AS command_status, d.detail, d.next_attempt_at
+             FROM webhook_deliveries d JOIN runner_commands c ON c.id = d.command_id
+             WHERE d.id = $1",
+        )
+        .bind(delivery_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?
+        else {
+            return Ok(None);
+        };
+        let attempts: Vec<AttemptRow> = sqlx::query_as(
+            "SELECT number, runner_id, url, started_at, finished_at, status_code, latency_ms, error
+             FROM webhook_attempts WHERE delivery_id = $1 ORDER BY number",
+        )
+        .bind(delivery_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(Some(DeliveryReport {
+            delivery_id: row.id,
+            command_id: row.command_id,
+            workspace_id: row.workspace_id,
+            pool_id: row.pool_id,
+            status: parse_state(&row.status, DeliveryStatus::parse)?,
+            command_status: parse_state(&row.command_status, CommandStatus::parse)?,
+            detail: row.detail,
+            next_attempt_at: row.next_attempt_at,
+            attempts: attempts
+                .into_iter()
+                .map(|a| AttemptRecord {
+                    number: a.number,
+                    runner_id: a.runner_id,
+                    url: a.url,
+                    started_at: a.started_at,
+                    finished_at: a.finished_at,
+                    status_code: a.status_code,
+                    latency_ms: a.latency_ms,
+                    error: a.error,
+                })
+                .collect(),
+        }))
+    }
+}
+
+/// The runners of a pool a delivery may go to: those with a delivery URL and a live key; of
+/// them, the ones failing less than [`FAILING_RUNNER_THRESHOLD`] times in a row when there are
+/// any (a failing runner is skipped while a healthy one exists); least recently chosen first.
+async fn pool_candidates(
+    conn: &mut Connection,
+    pool_id: Uuid,
+) -> Result<Vec<(Uuid, String)>, StoreError> {
+    let runners: Vec<(Uuid, String, i32)> = sqlx::query_as(
+        "SELECT r.id, r.delivery_url, r.consecutive_failures FROM runners r
+         WHERE r.pool_id = $1 AND r.delivery_url IS NOT NULL
+           AND EXISTS (SELECT 1 FROM runner_keys k
+                       WHERE k.runner_id = r.id AND k.revoked_at IS NULL)
+         ORDER BY r.last_chosen_at NULLS FIRST, r.id",
+    )
+    .bind(pool_id)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    let healthy = runners
+        .iter()
+        .any(|(_, _, failures)| *failures < FAILING_RUNNER_THRESHOLD);
+    Ok(runners
+        .into_iter()
+        .filter(|(_, _, failures)| !healthy || *failures < FAILING_RUNNER_THRESHOLD)
+        .map(|(id, url, _)| (id, url))
+        .collect())
+}
