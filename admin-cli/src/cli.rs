@@ -88,6 +88,9 @@ pub enum Command {
     /// Runners, their keys, and signing a report as a runner.
     #[command(subcommand)]
     Runners(crate::resources::RunnersCommand),
+    /// Webhook deliveries of runner commands and their attempts.
+    #[command(subcommand)]
+    Deliveries(crate::resources::DeliveriesCommand),
     /// Workflows and their revisions.
     #[command(subcommand)]
     Workflows(crate::resources::WorkflowsCommand),

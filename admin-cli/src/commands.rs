@@ -155,6 +155,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Runners(command) => {
             crate::resources::runners(&services, out, &cid, command).await?
         }
+        Command::Deliveries(command) => {
+            crate::resources::deliveries(&services, out, command).await?
+        }
         Command::Workflows(command) => {
             crate::resources::workflows(&services, out, &cid, command).await?
         }

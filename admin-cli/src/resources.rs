@@ -11,7 +11,9 @@ use uuid::Uuid;
 
 use control_plane::domain::{CorrelationId, RevisionState, sign_request};
 use control_plane::service::{Services, UserRef};
-use control_plane::storage::{Plugin, Review, RunnerPool, Workflow, WorkflowRevision};
+use control_plane::storage::{
+    AttemptRecord, DeliveryReport, Plugin, Review, RunnerPool, Workflow, WorkflowRevision,
+};
 
 use crate::cli::OutputFormat;
 use crate::output::{self, Render};
@@ -41,6 +43,21 @@ pub enum RunnersCommand {
         /// Base64 of a 32-byte Ed25519 public key.
         #[arg(long)]
         public_key: Option<String>,
+        /// Where the runner receives commands: https, or plain http to a host listed in
+        /// CP_DELIVERY_HTTP_HOSTS (loopback by default). Without it the runner receives nothing.
+        #[arg(long)]
+        url: Option<String>,
+    },
+    /// Change where a runner receives commands (its failures so far are forgotten).
+    Update {
+        #[arg(long)]
+        runner: Uuid,
+        /// The new delivery URL.
+        #[arg(long, required_unless_present = "clear_url")]
+        url: Option<String>,
+        /// Stop delivering to this runner.
+        #[arg(long, conflicts_with = "url")]
+        clear_url: bool,
     },
     /// A runner's keys: add one for rotation, revoke an old one.
     #[command(subcommand)]
@@ -211,14 +228,31 @@ pub async fn runners(
             pool,
             name,
             public_key,
+            url,
         } => {
             let public = public_key
                 .map(|k| decode_key(&k, "--public-key"))
                 .transpose()?;
             let done = services
-                .register_runner(pool, &name, public.as_deref(), cid)
+                .register_runner(pool, &name, public.as_deref(), url.as_deref(), cid)
                 .await?;
             print_key(out, Some(done.runner.id), done.key_id, done.private_key);
+        }
+        RunnersCommand::Update { runner, url, .. } => {
+            let runner = services.set_runner_url(runner, url.as_deref(), cid).await?;
+            match out {
+                OutputFormat::Json => println!(
+                    "{}",
+                    json!({ "runnerId": runner.id, "deliveryUrl": runner.delivery_url })
+                ),
+                OutputFormat::Table => println!(
+                    "{}",
+                    runner
+                        .delivery_url
+                        .as_deref()
+                        .unwrap_or("(no delivery URL)")
+                ),
+            }
         }
         RunnersCommand::Keys(KeysCommand::Add { runner, public_key }) => {
             let public = public_key
@@ -469,6 +503,93 @@ impl Render for Review {
             self.rating.to_string(),
             self.status.as_str().to_owned(),
             self.title.clone(),
+        ]
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeliveriesCommand {
+    /// A webhook delivery: its state, its command's, when the next attempt is due, and every
+    /// attempt (runner, URL, status, latency, error).
+    Show { id: Uuid },
+}
+
+pub async fn deliveries(
+    services: &Services,
+    out: OutputFormat,
+    command: DeliveriesCommand,
+) -> anyhow::Result<()> {
+    let DeliveriesCommand::Show { id } = command;
+    let report = services.delivery_report(id).await?;
+    match out {
+        OutputFormat::Json => println!("{}", delivery_json(&report)),
+        OutputFormat::Table => {
+            println!(
+                "delivery {}  {}  (command {} {})",
+                report.delivery_id, report.status, report.command_id, report.command_status
+            );
+            if let Some(detail) = &report.detail {
+                println!("detail: {detail}");
+            }
+            match report.next_attempt_at {
+                Some(at) => println!("next attempt due: {}", Timestamp::new(at)),
+                None => println!("next attempt due: none"),
+            }
+            println!();
+            output::list(out, &report.attempts);
+        }
+    }
+    Ok(())
+}
+
+fn delivery_json(report: &DeliveryReport) -> Value {
+    json!({
+        "deliveryId": report.delivery_id,
+        "commandId": report.command_id,
+        "workspaceId": report.workspace_id,
+        "poolId": report.pool_id,
+        "status": report.status.as_str(),
+        "commandStatus": report.command_status.as_str(),
+        "detail": report.detail,
+        "nextAttemptAt": report.next_attempt_at.map(Timestamp::new),
+        "attempts": report.attempts.iter().map(Render::json).collect::<Vec<_>>(),
+    })
+}
+
+impl Render for AttemptRecord {
+    fn json(&self) -> Value {
+        json!({
+            "number": self.number,
+            "runnerId": self.runner_id,
+            "url": self.url,
+            "startedAt": Timestamp::new(self.started_at),
+            "finishedAt": self.finished_at.map(Timestamp::new),
+            "statusCode": self.status_code,
+            "latencyMs": self.latency_ms,
+            "error": self.error,
+        })
+    }
+
+    fn headers() -> &'static [&'static str] {
+        &["#", "RUNNER", "STARTED", "STATUS", "LATENCY", "ERROR"]
+    }
+
+    fn row(&self) -> Vec<String> {
+        let status = match (self.status_code, self.finished_at) {
+            (Some(code), _) => code.to_string(),
+            (None, Some(_)) => "-".into(),
+            (None, None) if self.error.is_some() => "abandoned".into(),
+            (None, None) => "in flight".into(),
+        };
+        vec![
+            self.number.to_string(),
+            self.runner_id.to_string(),
+            Timestamp::new(self.started_at).to_string(),
+            status,
+            self.latency_ms
+                .map(|ms| format!("{ms} ms"))
+                .unwrap_or_default(),
+            self.error.clone().unwrap_or_default(),
         ]
     }
 }
