@@ -6,6 +6,7 @@
 mod activity;
 mod audit_stream;
 mod correlation;
+mod deliveries;
 mod dependencies;
 mod embedded;
 mod framework_errors;

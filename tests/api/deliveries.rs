@@ -1,0 +1,523 @@
+//! Outgoing webhook deliveries, against a real HTTP receiver on loopback: a submitted command
+//! reaches a runner signed by the control plane's key; failures are retried on the schedule
+//! with the same `webhook-id`; a dead runner's command fails once the schedule runs out; a
+//! replica killed mid-attempt leaves the delivery to another replica, same `webhook-id`.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use control_plane::domain::{CorrelationId, DispatchPayload, verify_webhook};
+use poem::listener::{Acceptor, Listener, TcpListener};
+use poem::web::Data;
+use poem::{EndpointExt, Response, Route, handler, http::StatusCode};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::helpers::{ServerProcess, TestApp, create_pool, needs, spawn_app_with, sql_one};
+use crate::signatures::{Fixture, fixture_on, report, submit};
+
+/// How long a test waits for the dispatcher: a bound, not a speed expected.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// One request the receiver got.
+#[derive(Debug, Clone)]
+struct Received {
+    id: String,
+    timestamp: String,
+    signature: String,
+    body: Vec<u8>,
+}
+
+/// What the receiver answers, in order; then 204.
+#[derive(Clone, Copy)]
+enum Answer {
+    Status(u16),
+    /// Holds the request open this long, then 200.
+    Hang(Duration),
+}
+
+#[derive(Default)]
+struct Script {
+    answers: Mutex<VecDeque<Answer>>,
+    received: Mutex<Vec<Received>>,
+}
+
+/// A webhook receiver on a loopback port.
+struct Receiver {
+    url: String,
+    script: Arc<Script>,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+#[handler]
+async fn receive(
+    script: Data<&Arc<Script>>,
+    headers: &poem::http::HeaderMap,
+    body: poem::Body,
+) -> Response {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let body = body.into_vec().await.unwrap_or_default();
+    script.received.lock().unwrap().push(Received {
+        id: header("webhook-id"),
+        timestamp: header("webhook-timestamp"),
+        signature: header("webhook-signature"),
+        body,
+    });
+    let answer = script.answers.lock().unwrap().pop_front();
+    match answer {
+        Some(Answer::Status(code)) => Response::builder()
+            .status(StatusCode::from_u16(code).unwrap())
+            .header("location", "http://127.0.0.1:9/elsewhere")
+            .body("no"),
+        Some(Answer::Hang(d)) => {
+            tokio::time::sleep(d).await;
+            Response::builder().status(StatusCode::OK).finish()
+        }
+        None => Response::builder().status(StatusCode::NO_CONTENT).finish(),
+    }
+}
+
+impl Receiver {
+    async fn start(answers: &[Answer]) -> Self {
+        let script = Arc::new(Script::default());
+        script
+            .answers
+            .lock()
+            .unwrap()
+            .extend(answers.iter().copied());
+        let acceptor = TcpListener::bind("127.0.0.1:0")
+            .into_acceptor()
+            .await
+            .unwrap();
+        let port = acceptor.local_addr()[0]
+            .as_socket_addr()
+            .expect("a socket address")
+            .port();
+        let app = Route::new()
+            .at("/hooks", poem::post(receive))
+            .data(script.clone());
+        let server = tokio::spawn(async move {
+            let _ = poem::Server::new_with_acceptor(acceptor).run(app).await;
+        });
+        Self {
+            url: format!("http://127.0.0.1:{port}/hooks"),
+            script,
+            _server: server,
+        }
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.script.received.lock().unwrap().clone()
+    }
+
+    async fn wait_for(&self, count: usize) -> Vec<Received> {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let received = self.received();
+            if received.len() >= count {
+                return received;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the receiver got {} of {count} requests",
+                received.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// A URL where nothing listens: a port bound, then released.
+async fn dead_url() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}/hooks")
+}
+
+async fn set_url(app: &TestApp, runner: Uuid, url: &str) {
+    app.services
+        .set_runner_url(runner, Some(url), &CorrelationId::generate())
+        .await
+        .expect("set the runner's delivery URL");
+}
+
+/// The request verifies with the server's public keys, and its body is the dispatch.
+async fn verified(app: &TestApp, request: &Received) -> DispatchPayload {
+    let keys: Vec<_> = app
+        .services
+        .webhook_signer()
+        .public_keys()
+        .into_iter()
+        .map(|k| k.key)
+        .collect();
+    verify_webhook(
+        &request.id,
+        &request.timestamp,
+        &request.signature,
+        &request.body,
+        &keys,
+        chrono::Utc::now().timestamp(),
+        300,
+    )
+    .expect("the delivery verifies with the published key");
+    serde_json::from_slice(&request.body).expect("a dispatch body")
+}
+
+async fn delivery_state(app: &TestApp, delivery: Uuid) -> (String, String) {
+    sql_one!(
+        &mut app.db().await,
+        (String, String),
+        "SELECT d.status, c.status FROM webhook_deliveries d
+         JOIN runner_commands c ON c.id = d.command_id WHERE d.id = $1",
+        delivery
+    )
+    .unwrap()
+}
+
+/// Waits until the delivery's report satisfies `done`.
+async fn report_until(
+    app: &TestApp,
+    delivery: Uuid,
+    done: impl Fn(&control_plane::storage::DeliveryReport) -> bool,
+) -> control_plane::storage::DeliveryReport {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let report = app.services.delivery_report(delivery).await.unwrap();
+        if done(&report) {
+            return report;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the delivery did not get there: {report:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_command_reaches_its_runner_signed_and_the_runner_reports_it_to_success() {
+    let receiver = Receiver::start(&[Answer::Status(202)]).await;
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture_on(spawn_app_with(|_| {}).await).await;
+    set_url(&app, runner.runner_id, &receiver.url).await;
+    let (command, delivery) = submit(&app, &tenant, pool).await;
+
+    let received = receiver.wait_for(1).await;
+    assert_eq!(
+        received[0].id,
+        delivery.to_string(),
+        "webhook-id is the delivery"
+    );
+    let payload = verified(&app, &received[0]).await;
+    assert_eq!(payload.event_type, "runner_command.dispatched");
+    assert_eq!(payload.data.delivery_id, delivery);
+    assert_eq!(payload.data.command_id, command);
+    assert_eq!(payload.data.runner_id, runner.runner_id);
+    assert_eq!(payload.data.command, "make");
+    assert_eq!(payload.data.args, vec!["test".to_owned()]);
+    assert_eq!(payload.data.attempt, 1);
+
+    // A 2xx moves nothing by itself, and nothing more is sent.
+    let sent = report_until(&app, delivery, |r| {
+        r.attempts.first().is_some_and(|a| a.finished_at.is_some())
+    })
+    .await;
+    assert_eq!(sent.attempts.len(), 1);
+    assert_eq!(sent.attempts[0].status_code, Some(202));
+    assert_eq!(sent.attempts[0].error, None);
+    assert_eq!(sent.next_attempt_at, None);
+    assert_eq!(
+        delivery_state(&app, delivery).await,
+        ("pending".into(), "queued".into())
+    );
+
+    for status in ["received", "running", "succeeded"] {
+        let response = report(&app, &runner, delivery, json!({"status": status})).await;
+        assert_eq!(response.status(), 200, "{status}");
+    }
+    assert_eq!(
+        delivery_state(&app, delivery).await,
+        ("succeeded".into(), "succeeded".into())
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(receiver.received().len(), 1, "sent once");
+}
+
+#[tokio::test]
+async fn failures_are_retried_on_the_schedule_with_the_same_webhook_id_until_a_2xx() {
+    let receiver = Receiver::start(&[Answer::Status(500), Answer::Status(307)]).await;
+    let app = spawn_app_with(|c| {
+        c.delivery_retry_schedule =
+            control_plane::domain::RetrySchedule::parse("0s,200ms,200ms,5m").unwrap();
+    })
+    .await;
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture_on(app).await;
+    set_url(&app, runner.runner_id, &receiver.url).await;
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+
+    let received = receiver.wait_for(3).await;
+    let done = report_until(&app, delivery, |r| {
+        r.attempts.len() == 3 && r.attempts[2].finished_at.is_some()
+    })
+    .await;
+    for (i, request) in received.iter().enumerate() {
+        assert_eq!(request.id, delivery.to_string());
+        assert_eq!(verified(&app, request).await.data.attempt as usize, i + 1);
+    }
+    let codes: Vec<_> = done.attempts.iter().map(|a| a.status_code).collect();
+    assert_eq!(codes, vec![Some(500), Some(307), Some(204)]);
+    assert_eq!(done.attempts[0].error.as_deref(), Some("HTTP 500"));
+    assert!(
+        done.attempts[1]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("redirects are not followed"),
+        "{:?}",
+        done.attempts[1]
+    );
+    assert_eq!(done.attempts[2].error, None);
+    assert_eq!(done.next_attempt_at, None);
+    assert_eq!(done.status.as_str(), "pending", "a 2xx moves nothing");
+    // The runner is healthy again: its failures in a row were forgotten by the 2xx.
+    let (failures,) = sql_one!(
+        &mut app.db().await,
+        (i32,),
+        "SELECT consecutive_failures FROM runners WHERE id = $1",
+        runner.runner_id
+    )
+    .unwrap();
+    assert_eq!(failures, 0);
+}
+
+#[tokio::test]
+async fn a_dead_runner_exhausts_the_schedule_and_its_command_fails_once_with_an_event() {
+    let app = spawn_app_with(|c| {
+        c.delivery_retry_schedule =
+            control_plane::domain::RetrySchedule::parse("0s,100ms,100ms").unwrap();
+    })
+    .await;
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture_on(app).await;
+    set_url(&app, runner.runner_id, &dead_url().await).await;
+    let (command, delivery) = submit(&app, &tenant, pool).await;
+
+    let failed = report_until(&app, delivery, |r| r.status.as_str() == "failed").await;
+    assert_eq!(failed.attempts.len(), 3);
+    for attempt in &failed.attempts {
+        assert_eq!(attempt.status_code, None);
+        let error = attempt.error.as_deref().unwrap();
+        assert!(error.starts_with("could not connect"), "{error}");
+        assert!(!error.contains("127.0.0.1"), "no URL in the error: {error}");
+    }
+    assert_eq!(failed.command_status.as_str(), "failed");
+    assert_eq!(failed.next_attempt_at, None);
+    assert!(
+        failed
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("after 3 attempts"),
+        "{:?}",
+        failed.detail
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (events, actor_kind): (i64, Option<String>) = sql_one!(
+        &mut app.db().await,
+        (i64, Option<String>),
+        "SELECT count(*), max(actor_kind) FROM audit_events
+         WHERE event_type = 'webhook_delivery.failed' AND target_id = $1",
+        delivery
+    )
+    .unwrap();
+    assert_eq!(events, 1);
+    assert_eq!(actor_kind.as_deref(), Some("system"));
+    // A late report meets the state machine.
+    let response = report(&app, &runner, delivery, json!({"status": "received"})).await;
+    assert_eq!(response.status(), 409);
+    let _ = command;
+}
+
+#[tokio::test]
+async fn a_failing_runner_is_skipped_for_a_healthy_one_of_its_pool() {
+    let receiver = Receiver::start(&[]).await;
+    let app = spawn_app_with(|c| {
+        c.delivery_retry_schedule =
+            control_plane::domain::RetrySchedule::parse("0s,50ms,50ms,50ms,50ms").unwrap();
+    })
+    .await;
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture_on(app).await;
+    set_url(&app, runner.runner_id, &dead_url().await).await;
+    let healthy = app
+        .services
+        .register_runner(
+            pool,
+            "runner-b",
+            None,
+            Some(&receiver.url),
+            &CorrelationId::generate(),
+        )
+        .await
+        .unwrap()
+        .runner
+        .id;
+    // Every command gets to the healthy runner, whichever was tried first.
+    let mut deliveries = Vec::new();
+    for _ in 0..6 {
+        deliveries.push(submit(&app, &tenant, pool).await.1);
+    }
+    receiver.wait_for(6).await;
+    for delivery in &deliveries {
+        let done = report_until(&app, *delivery, |r| {
+            r.attempts
+                .last()
+                .is_some_and(|a| a.finished_at.is_some() && a.error.is_none())
+        })
+        .await;
+        assert_eq!(done.attempts.last().unwrap().runner_id, healthy);
+    }
+    // Once the dead runner failed three times in a row, it was no longer tried.
+    let (tried_dead,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM webhook_attempts WHERE runner_id = $1",
+        runner.runner_id
+    )
+    .unwrap();
+    assert!(
+        tried_dead <= 4,
+        "the failing runner was tried {tried_dead} times"
+    );
+}
+
+#[tokio::test]
+async fn delivery_urls_are_checked_against_the_egress_rule() {
+    let Fixture { app, runner, .. } = fixture_on(spawn_app_with(|_| {}).await).await;
+    for bad in [
+        "http://runner.example/hooks",
+        "https://user:secret@runner.example/hooks",
+        "ftp://127.0.0.1/hooks",
+        "not a url",
+    ] {
+        let err = app
+            .services
+            .set_runner_url(runner.runner_id, Some(bad), &CorrelationId::generate())
+            .await
+            .expect_err(bad);
+        let message = format!("{err:?}");
+        assert!(!message.contains("secret"), "{message}");
+    }
+    // https anywhere, http to loopback (the default list).
+    for good in [
+        "https://runner.example/hooks",
+        "http://localhost:9000/hooks",
+    ] {
+        set_url(&app, runner.runner_id, good).await;
+    }
+}
+
+/// A delivery waiting for a runner (its pool had none with a URL) is sent once one gets a URL.
+#[tokio::test]
+async fn a_delivery_waits_for_a_runner_with_a_url_and_goes_when_one_appears() {
+    let receiver = Receiver::start(&[]).await;
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture_on(spawn_app_with(|c| c.delivery_poll_ms = 100).await).await;
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+    // Looked at, found no runner: waiting, not polled.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let (waiting,) = sql_one!(
+            &mut app.db().await,
+            (bool,),
+            "SELECT waiting_for_runner FROM webhook_deliveries WHERE id = $1",
+            delivery
+        )
+        .unwrap();
+        if waiting {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never set waiting");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(receiver.received().is_empty());
+    set_url(&app, runner.runner_id, &receiver.url).await;
+    let received = receiver.wait_for(1).await;
+    assert_eq!(received[0].id, delivery.to_string());
+    let _ = create_pool;
+}
+
+/// A replica killed while its attempt is in flight: the attempt is left unfinished, the lease
+/// ends, and another replica sends the delivery again with the same `webhook-id`.
+#[tokio::test]
+async fn postgres_only_a_replica_killed_mid_attempt_leaves_the_delivery_to_another() {
+    needs!(Postgres);
+    const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+    const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
+    let receiver = Receiver::start(&[Answer::Hang(Duration::from_secs(60))]).await;
+    // This test's own app sends nothing: the replicas below do.
+    let app = spawn_app_with(|c| {
+        c.token_hash_key = Some(HASH_KEY.into());
+        c.delivery_concurrency = 0;
+    })
+    .await;
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture_on(app).await;
+    set_url(&app, runner.runner_id, &receiver.url).await;
+    let env = [("CP_DELIVERY_TIMEOUT_MS", "2000")];
+    let first = ServerProcess::start_with_env(&app.config, HASH_KEY, RECORD_KEY, &env);
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+    receiver.wait_for(1).await;
+    drop(first); // SIGKILL, mid-attempt.
+    let _second = ServerProcess::start_with_env(&app.config, HASH_KEY, RECORD_KEY, &env);
+
+    let received = receiver.wait_for(2).await;
+    assert_eq!(received[0].id, received[1].id);
+    assert_eq!(received[1].id, delivery.to_string());
+    let done = report_until(&app, delivery, |r| {
+        r.attempts.len() == 2 && r.attempts[1].finished_at.is_some()
+    })
+    .await;
+    let abandoned = &done.attempts[0];
+    assert_eq!(abandoned.finished_at, None);
+    assert!(
+        abandoned.error.as_deref().unwrap().starts_with("abandoned"),
+        "{abandoned:?}"
+    );
+    assert_eq!(done.attempts[1].status_code, Some(204));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(receiver.received().len(), 2, "no third send");
+}
