@@ -50,6 +50,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         // Needs no records store: only the runner's key.
         return crate::resources::sign(cli.output, command);
     }
+    if let Command::Runners(command @ crate::resources::RunnersCommand::Serve { .. }) = cli.command
+    {
+        // Needs no records store: the runner's key and the control plane's URL.
+        return crate::resources::serve(command).await;
+    }
     if let Command::Store(command) = cli.command {
         // Names its own stores; opening the services would write a hashing key into one.
         return crate::store::run(cli.output, command).await;
