@@ -28,6 +28,16 @@ pub struct Cli {
     #[arg(long, global = true, env = "CP_TOKEN_HASH_KEY", hide_env_values = true)]
     pub token_hash_key: Option<String>,
 
+    /// The server's webhook signing keys (as its --webhook-signing-keys), when it sets them;
+    /// otherwise the key kept in the records store is used.
+    #[arg(
+        long,
+        global = true,
+        env = "CP_WEBHOOK_SIGNING_KEYS",
+        hide_env_values = true
+    )]
+    pub webhook_signing_keys: Option<String>,
+
     /// Output format.
     #[arg(
         short = 'o',
@@ -91,6 +101,9 @@ pub enum Command {
     /// Webhook deliveries of runner commands and their attempts.
     #[command(subcommand)]
     Deliveries(crate::resources::DeliveriesCommand),
+    /// The control plane's webhook signing keys, as runners verify them.
+    #[command(subcommand)]
+    Webhooks(WebhooksCommand),
     /// Workflows and their revisions.
     #[command(subcommand)]
     Workflows(crate::resources::WorkflowsCommand),
@@ -105,6 +118,13 @@ pub enum Command {
         #[arg(value_enum)]
         shell: Shell,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WebhooksCommand {
+    /// Print each public key (key id, `whpk_` form, JWK `x`), marking the current one; the
+    /// server publishes the same at /.well-known/jwks.json.
+    Keys,
 }
 
 #[derive(Debug, Subcommand)]

@@ -13,7 +13,7 @@ use control_plane::storage::TokenFilter;
 use crate::cli::PoliciesCommand;
 use crate::cli::{
     Cli, Command, EnvironmentsCommand, OrgsCommand, OutputFormat, TokensCommand, UsersCommand,
-    WorkspacesCommand,
+    WebhooksCommand, WorkspacesCommand,
 };
 use crate::output;
 use control_plane::policy::{EngineSettings, PolicyEngine, PolicyKind, run_cases};
@@ -23,6 +23,7 @@ fn config_of(cli: &Cli) -> ServerConfig {
     config.database_url = cli.database_url.clone();
     config.data_dir = cli.data_dir.clone();
     config.token_hash_key = cli.token_hash_key.clone();
+    config.webhook_signing_keys = cli.webhook_signing_keys.clone();
     config.db_max_connections = 2;
     config
 }
@@ -48,6 +49,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     {
         // Needs no records store: only the runner's key.
         return crate::resources::sign(cli.output, command);
+    }
+    if let Command::Runners(command @ crate::resources::RunnersCommand::Serve { .. }) = cli.command
+    {
+        // Needs no records store: the runner's key and the control plane's URL.
+        return crate::resources::serve(command).await;
     }
     if let Command::Store(command) = cli.command {
         // Names its own stores; opening the services would write a hashing key into one.
@@ -151,6 +157,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             output::credential(out, &credential);
         }
         Command::Policies(command) => policies(&services, out, command).await?,
+        Command::Webhooks(WebhooksCommand::Keys) => webhook_keys(&services, out),
         Command::Pools(command) => crate::resources::pools(&services, out, &cid, command).await?,
         Command::Runners(command) => {
             crate::resources::runners(&services, out, &cid, command).await?
@@ -215,6 +222,28 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `cpctl webhooks keys`: the public keys webhooks to runners are signed with, current first.
+fn webhook_keys(services: &Services, out: OutputFormat) {
+    let keys = services.webhook_signer().public_keys();
+    match out {
+        OutputFormat::Json => println!(
+            "{}",
+            serde_json::Value::Array(
+                keys.iter()
+                    .map(|k| json!({ "kid": k.kid, "current": k.current, "publicKey": k.whpk(), "x": k.x() }))
+                    .collect()
+            )
+        ),
+        OutputFormat::Table => {
+            println!("{:<12}  {:<8}  {:<49}  X (JWK)", "KID", "CURRENT", "PUBLIC KEY");
+            for k in &keys {
+                let current = if k.current { "yes" } else { "" };
+                println!("{:<12}  {current:<8}  {:<49}  {}", k.kid, k.whpk(), k.x());
+            }
+        }
+    }
 }
 
 fn kind(raw: &str) -> anyhow::Result<PolicyKind> {

@@ -13,9 +13,18 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    // The example runner logs one line per delivery; every other command only warnings.
+    let serving = matches!(
+        cli.command,
+        cli::Command::Runners(resources::RunnersCommand::Serve { .. })
+    );
     control_plane::telemetry::init(
         control_plane::config::LogFormat::Pretty,
-        "warn,sqlx=error",
+        if serving {
+            "info,sqlx=error"
+        } else {
+            "warn,sqlx=error"
+        },
         std::io::stderr,
     );
     match commands::run(cli).await {

@@ -80,6 +80,26 @@ pub enum RunnersCommand {
         #[arg(long, default_value = "http://127.0.0.1:8080")]
         url: String,
     },
+    /// Run an example runner: receive signed command dispatches (Standard Webhooks) on
+    /// `POST /`, verify them with the control plane's published keys, and report received,
+    /// running and succeeded, echoing the command line instead of running it.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        listen: String,
+        /// Base URL of the control plane: its keys and the status route.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        control_plane: String,
+        /// The runner's id, as `runners register` printed it.
+        #[arg(long)]
+        runner: Uuid,
+        /// The id of the runner key that signs the reports.
+        #[arg(long)]
+        key: Uuid,
+        /// Base64 private key, as `runners register` printed it (or CP_RUNNER_PRIVATE_KEY).
+        #[arg(long, env = "CP_RUNNER_PRIVATE_KEY", hide_env_values = true)]
+        private_key: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -271,7 +291,39 @@ pub async fn runners(
             }
         }
         RunnersCommand::Sign { .. } => sign(out, &command)?,
+        RunnersCommand::Serve { .. } => serve(command).await?,
     }
+    Ok(())
+}
+
+fn private_key_of(raw: &str) -> anyhow::Result<[u8; 32]> {
+    decode_key(raw, "--private-key")?
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("--private-key must be 32 bytes"))
+}
+
+/// `cpctl runners serve`: needs no records store, only the runner's key and the server's URL.
+pub async fn serve(command: RunnersCommand) -> anyhow::Result<()> {
+    let RunnersCommand::Serve {
+        listen,
+        control_plane,
+        runner,
+        key,
+        private_key,
+    } = command
+    else {
+        return Ok(());
+    };
+    let config = cpctl::runner::RunnerConfig {
+        listen,
+        control_plane,
+        runner_id: runner,
+        key_id: key,
+        private_key: private_key_of(&private_key)?,
+        dedup_capacity: cpctl::runner::DEFAULT_DEDUP_CAPACITY,
+    };
+    let server = cpctl::runner::RunnerServer::bind(config).await?;
+    server.run_until_stopped().await?;
     Ok(())
 }
 
@@ -288,9 +340,7 @@ pub fn sign(out: OutputFormat, command: &RunnersCommand) -> anyhow::Result<()> {
     else {
         return Ok(());
     };
-    let private: [u8; 32] = decode_key(private_key, "--private-key")?
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("--private-key must be 32 bytes"))?;
+    let private = private_key_of(private_key)?;
     let path = format!("/v1/runner/webhook-deliveries/{delivery}/status");
     let nonce = Uuid::new_v4().simple().to_string();
     let headers = sign_request(

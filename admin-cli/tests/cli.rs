@@ -1096,3 +1096,48 @@ async fn revisions_are_approved_or_rejected_once_by_an_administrator() {
     drop(conn);
     db.drop_db().await;
 }
+
+/// `cpctl webhooks keys` prints the key kept in the store (the same on every run, as the server
+/// would publish it), or the configured keys, the first marked current.
+#[test]
+fn webhooks_keys_prints_the_stored_or_configured_public_keys() {
+    let dir = std::env::temp_dir().join(format!("cp-cli-{}", uuid::Uuid::new_v4().simple()));
+    let cpctl = |configured: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cpctl"));
+        command
+            .args(["webhooks", "keys", "-o", "json", "--data-dir"])
+            .arg(&dir)
+            .env_remove("DATABASE_URL")
+            .env_remove("CP_TOKEN_HASH_KEY")
+            .env_remove("CP_WEBHOOK_SIGNING_KEYS");
+        if let Some(keys) = configured {
+            command.env("CP_WEBHOOK_SIGNING_KEYS", keys);
+        }
+        let out = command.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let first = cpctl(None);
+    assert_eq!(first.as_array().unwrap().len(), 1, "{first}");
+    assert_eq!(first[0]["current"], true);
+    assert!(first[0]["publicKey"].as_str().unwrap().starts_with("whpk_"));
+    assert_eq!(first[0]["kid"].as_str().unwrap().len(), 11);
+    assert_eq!(cpctl(None), first, "the stored key is kept");
+
+    let (new, old) = (
+        "FRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRU=",
+        "DAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAw=",
+    );
+    let rotated = cpctl(Some(&format!("{new},{old}")));
+    let keys = rotated.as_array().unwrap();
+    assert_eq!(keys.len(), 2, "{rotated}");
+    assert_eq!(keys[0]["current"], true);
+    assert_eq!(keys[1]["current"], false);
+    assert_eq!(keys[1]["kid"], cpctl(Some(old))[0]["kid"]);
+    assert!(!rotated.to_string().contains(new), "no private key printed");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -32,4 +32,5 @@ mod services;
 mod signatures;
 mod time_format;
 mod timeouts;
+mod webhook_keys;
 mod workflows;

@@ -119,9 +119,11 @@ pub fn build_app(
         ops_limiter.clone(),
         settings.ops_rate,
     ));
+    let jwks = services.webhook_signer().jwks().to_string();
     let documents = Arc::new(ops::document_routes(
         spec,
         docs_html,
+        jwks,
         metrics.clone(),
         ops_limiter,
         settings.ops_rate,

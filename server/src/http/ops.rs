@@ -1,5 +1,6 @@
 //! The endpoints outside `/v1`: the operator's (`/healthz`, `/readyz`, `/metrics`) and the
-//! published documents (`/openapi.json`, `/docs`).
+//! published documents (`/openapi.json`, `/docs`, and the webhook signing keys at
+//! `/.well-known/jwks.json`).
 //!
 //! They carry no principal, so [`OpsLimit`] charges each client address against a budget of
 //! its own, in this process: a probe must keep working while Redis is down, readiness is a
@@ -28,7 +29,11 @@ use crate::storage::{Bucket, Rate, RateLimiter};
 /// The operator's routes: what `--ops-listen` moves.
 pub const OPERATOR_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 /// The published documents, always served beside the API.
-pub const DOCUMENT_PATHS: [&str; 2] = ["/openapi.json", "/docs"];
+pub const DOCUMENT_PATHS: [&str; 3] = ["/openapi.json", "/docs", JWKS_PATH];
+/// The public keys webhooks to runners are signed with (RFC 7517 key set).
+pub const JWKS_PATH: &str = "/.well-known/jwks.json";
+/// Runners may cache the key set this long; a rotation's overlap must be longer.
+const JWKS_MAX_AGE_SECS: u32 = 300;
 
 /// Whether this process can serve: the last store ping's outcome, at most `every` old.
 pub struct Readiness {
@@ -168,10 +173,12 @@ pub fn operator_routes(
     }
 }
 
-/// The document routes, limited.
+/// The document routes, limited. `jwks` is the key set, serialised once: the keys change only
+/// with a restart.
 pub fn document_routes(
     spec: String,
     docs_html: String,
+    jwks: String,
     metrics: Arc<HttpMetrics>,
     limiter: Arc<dyn RateLimiter>,
     rate: Option<Rate>,
@@ -183,7 +190,18 @@ pub fn document_routes(
                 spec.clone().with_content_type("application/json")
             })),
         )
-        .at("/docs", get(make_sync(move |_| Html(docs_html.clone()))));
+        .at("/docs", get(make_sync(move |_| Html(docs_html.clone()))))
+        .at(
+            JWKS_PATH,
+            get(make_sync(move |_| {
+                jwks.clone()
+                    .with_content_type("application/jwk-set+json")
+                    .with_header(
+                        poem::http::header::CACHE_CONTROL,
+                        format!("max-age={JWKS_MAX_AGE_SECS}"),
+                    )
+            })),
+        );
     OpsLimit {
         inner: routes,
         limiter,

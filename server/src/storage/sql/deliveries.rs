@@ -2,6 +2,7 @@
 //! adapters; see the layout in `storage/mod.rs` and the port's module doc for the lease).
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -89,22 +90,21 @@ impl DeliveryStore for Store {
                     .map_err(map_err)?;
                 continue;
             }
-            if !candidates.contains_key(&row.pool_id) {
-                // Shares the pool with other leases; a runner gaining a URL or a key locks it
-                // (`sql/runners.rs`), so a delivery is never left waiting for a runner that
-                // became able to receive while this lease looked.
-                sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT id FROM runner_pools WHERE id = $1 {FOR_SHARE}"
-                )))
-                .bind(row.pool_id)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?;
-                let runners = pool_candidates(&mut tx, row.pool_id).await?;
-                candidates.insert(row.pool_id, (runners, 0));
-            }
-            let Some((runners, turn)) = candidates.get_mut(&row.pool_id) else {
-                continue;
+            let (runners, turn) = match candidates.entry(row.pool_id) {
+                Entry::Occupied(found) => found.into_mut(),
+                Entry::Vacant(slot) => {
+                    // Shares the pool with other leases; a runner gaining a URL or a key locks
+                    // it (`sql/runners.rs`), so a delivery is never left waiting for a runner
+                    // that became able to receive while this lease looked.
+                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "SELECT id FROM runner_pools WHERE id = $1 {FOR_SHARE}"
+                    )))
+                    .bind(row.pool_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                    slot.insert((pool_candidates(&mut tx, row.pool_id).await?, 0))
+                }
             };
             if runners.is_empty() {
                 sqlx::query(
