@@ -200,6 +200,7 @@ pub(crate) const TABLES: &[Table] = &[
             ("correlation_id", Text),
             ("occurred_at", Time),
             ("data", Json),
+            ("appended", I64),
         ],
     ),
     Table::new(

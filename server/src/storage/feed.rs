@@ -156,6 +156,11 @@ impl AuditFeed {
                     _ = poll.tick() => None,
                 };
                 let Some(mut change) = woke else {
+                    // Events a writer committed but did not see numbered (it died between the
+                    // two) are numbered here, then read like any other.
+                    if let Err(e) = feed.store.settle_events().await {
+                        tracing::warn!(error = %e, "could not number waiting audit events");
+                    }
                     feed.refresh_all().await;
                     continue;
                 };

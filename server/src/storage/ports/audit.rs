@@ -23,4 +23,7 @@ pub trait AuditStore: Send + Sync {
         after: i64,
         limit: u32,
     ) -> Result<Vec<AuditEvent>, StoreError>;
+    /// Numbers committed events still waiting for their sequence (Postgres numbers events after
+    /// commit; a writer that died between the two leaves some). Nothing to do on SQLite.
+    async fn settle_events(&self) -> Result<(), StoreError>;
 }

@@ -1,5 +1,6 @@
-//! The audit log: writing one event and announcing it with NOTIFY on [`AUDIT_CHANNEL`], and the
-//! activity page read through the read lane; the rest is shared (`storage/sql/audit.rs`).
+//! The audit log: writing one event (numbered after commit by `sequencer.rs`, which announces
+//! it with NOTIFY on [`AUDIT_CHANNEL`]), and the activity page read through the read lane; the
+//! rest is shared (`storage/sql/audit.rs`).
 
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -19,24 +20,17 @@ pub(super) use self::shared::insert_events;
 /// Channel on which new audit events are announced, as `<workspace id> <sequence>`.
 pub const AUDIT_CHANNEL: &str = "cp_audit";
 
-/// Writes one audit event, taking the next sequence of its workspace under that row's lock, and
-/// announces it on [`AUDIT_CHANNEL`] (delivered at commit, so listeners never see a rolled-back
-/// event). One round trip.
+/// Writes one audit event without its sequence: the sequencer numbers it after the commit and
+/// announces it on [`AUDIT_CHANNEL`] (`sequencer.rs`), so no write holds its workspace's counter
+/// through its commit. One round trip.
 pub(super) async fn insert_event(
     conn: &mut PgConnection,
     event: &NewAuditEvent,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "WITH seq AS (
-             UPDATE workspaces SET audit_seq = audit_seq + 1 WHERE id = $3 RETURNING audit_seq
-         ), ins AS (
-             INSERT INTO audit_events (id, organisation_id, workspace_id, seq, event_type,
-                 actor_kind, actor_id, target_kind, target_id, correlation_id, occurred_at, data)
-             VALUES ($1, $2, $3, (SELECT audit_seq FROM seq), $4, $5, $6, $7, $8, $9, $10, $11)
-             RETURNING workspace_id, seq
-         )
-         SELECT pg_notify('cp_audit', workspace_id::text || ' ' || seq::text)
-         FROM ins WHERE seq IS NOT NULL",
+        "INSERT INTO audit_events (id, organisation_id, workspace_id, event_type, actor_kind,
+             actor_id, target_kind, target_id, correlation_id, occurred_at, data)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     )
     .bind(Uuid::new_v4())
     .bind(event.organisation_id)
@@ -55,6 +49,12 @@ pub(super) async fn insert_event(
     Ok(())
 }
 
+/// Numbers every committed event still waiting (after a process died between its commit and
+/// its sequencing pass).
+async fn settle_events(store: &PostgresStore) -> Result<(), StoreError> {
+    store.sequencer.settle(&store.pool).await
+}
+
 /// A page of a workspace's activity, newest first, through the read lane.
 async fn list_events_page(
     store: &PostgresStore,
@@ -65,7 +65,7 @@ async fn list_events_page(
     let mut lease = store.lane.lease().await?;
     let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {EVENT_COLUMNS} FROM audit_events
-         WHERE workspace_id = $1 AND ($2::bigint IS NULL OR seq < $2)
+         WHERE workspace_id = $1 AND seq IS NOT NULL AND ($2::bigint IS NULL OR seq < $2)
          ORDER BY seq DESC LIMIT $3"
     )))
     .bind(workspace_id)

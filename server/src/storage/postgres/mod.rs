@@ -16,6 +16,7 @@ mod marketplace;
 mod outcomes;
 mod policies;
 mod runners;
+mod sequencer;
 mod settings;
 mod tokens;
 mod workflows;
@@ -30,6 +31,7 @@ use uuid::Uuid;
 
 use self::audit::insert_event;
 use self::lane::ReadLane;
+use self::sequencer::Sequencer;
 use super::held::{self, HeldCommit};
 use super::{OutcomeRecord, StoreError};
 
@@ -66,6 +68,8 @@ pub struct PostgresStore {
     pool: PgPool,
     /// Connections for the request path's single-statement reads (see `lane`).
     lane: Arc<ReadLane>,
+    /// Numbers audit events after their writer's commit (see `sequencer`).
+    sequencer: Arc<Sequencer>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -105,6 +109,7 @@ impl PostgresStore {
         Ok(Self {
             pool,
             lane: Arc::new(lane),
+            sequencer: Arc::new(Sequencer::default()),
         })
     }
 
@@ -209,22 +214,42 @@ impl PostgresStore {
     }
 
     /// Commits, or in a keyed request holds the transaction for its outcome (`storage/held.rs`).
-    /// Listeners learn of the events written by NOTIFY, which is delivered at commit, so the
-    /// workspaces need no announcing here.
+    /// A transaction that wrote workspace events returns once they are numbered (the
+    /// sequencer's pass announces them by NOTIFY), so its writer reads them back at once.
     async fn commit(
         &self,
         tx: Transaction<'static, Postgres>,
-        _workspaces: &[Option<Uuid>],
+        workspaces: &[Option<Uuid>],
     ) -> Result<(), StoreError> {
+        let numbering = workspaces
+            .iter()
+            .any(Option::is_some)
+            .then(|| (self.sequencer.clone(), self.pool.clone()));
         if held::holding() {
-            held::hold(Box::new(HeldTransaction(tx)));
+            held::hold(Box::new(HeldTransaction { tx, numbering }));
             return Ok(());
         }
-        tx.commit().await.map_err(map_err)
+        tx.commit().await.map_err(map_err)?;
+        settle_after_commit(numbering).await;
+        Ok(())
     }
 }
 
-struct HeldTransaction(Transaction<'static, Postgres>);
+/// After a commit that wrote events: waits for their numbering. A failure here is not the
+/// write's (it committed; answering an error would invite a retry that runs it twice): it is
+/// logged, and the audit feed's next pass numbers the events.
+async fn settle_after_commit(numbering: Option<(Arc<Sequencer>, PgPool)>) {
+    if let Some((sequencer, pool)) = numbering
+        && let Err(e) = sequencer.settle(&pool).await
+    {
+        tracing::warn!(error = %e, "could not number audit events after a commit; retrying in the background");
+    }
+}
+
+struct HeldTransaction {
+    tx: Transaction<'static, Postgres>,
+    numbering: Option<(Arc<Sequencer>, PgPool)>,
+}
 
 #[async_trait::async_trait]
 impl HeldCommit for HeldTransaction {
@@ -233,10 +258,12 @@ impl HeldCommit for HeldTransaction {
         outcome: Option<&OutcomeRecord>,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        let mut tx = self.0;
+        let Self { mut tx, numbering } = *self;
         if let Some(outcome) = outcome {
             outcomes::insert_outcome(&mut tx, outcome, now_ms).await?;
         }
-        tx.commit().await.map_err(map_err)
+        tx.commit().await.map_err(map_err)?;
+        settle_after_commit(numbering).await;
+        Ok(())
     }
 }

@@ -7,7 +7,7 @@ use sqlx::{FromRow, Row as _};
 use uuid::Uuid;
 
 use super::super::{Connection, Row, Store, insert_event, map_err};
-use super::list_events_page;
+use super::{list_events_page, settle_events};
 use crate::domain::{AuditEvent, NewAuditEvent};
 use crate::storage::rules;
 use crate::storage::{AuditStore, StoreError};
@@ -116,5 +116,9 @@ impl AuditStore for Store {
         .await
         .map_err(map_err)?;
         rows.into_iter().map(EventRow::into_event).collect()
+    }
+
+    async fn settle_events(&self) -> Result<(), StoreError> {
+        settle_events(self).await
     }
 }
