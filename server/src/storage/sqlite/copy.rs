@@ -83,9 +83,14 @@ pub(in crate::storage) async fn begin_snapshot(
     store.pool.begin().await.map_err(map_err)
 }
 
-/// A write transaction holding the write lock from its start.
+/// A write transaction holding the write lock from its start (the copy is its process's only
+/// writer, so it needs no turn among others).
 pub(in crate::storage) async fn begin_write(
     store: &SqliteStore,
 ) -> Result<Transaction<'static, Sqlite>, StoreError> {
-    store.begin().await
+    store
+        .pool
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(map_err)
 }

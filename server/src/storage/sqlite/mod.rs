@@ -27,6 +27,7 @@ mod tokens;
 mod workflows;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{
@@ -57,6 +58,12 @@ pub struct SqliteStore {
     /// Told after commit of each workspace that gained audit events; SQLite has no NOTIFY, so
     /// only this process's writes are announced.
     announced: broadcast::Sender<Change>,
+    /// This process's writers take turns here, first come first served, before `BEGIN
+    /// IMMEDIATE`. SQLite has one writer at a time either way; left to its busy handler, the
+    /// waiters retry on a backoff and a late one can win while an early one sleeps, which is
+    /// what made the tail long (822 ms at p99 with 64 writers). Another process (`cpctl`) still
+    /// meets the busy timeout.
+    writers: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -93,6 +100,7 @@ impl SqliteStore {
         Ok(Self {
             pool,
             announced: broadcast::channel(ANNOUNCED_CAPACITY).0,
+            writers: Arc::new(tokio::sync::Mutex::new(())),
         })
     }
 
@@ -109,38 +117,80 @@ impl SqliteStore {
     }
 
     /// Begins a write transaction holding the write lock from the start, so what it reads
-    /// cannot change before it writes.
-    async fn begin(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+    /// cannot change before it writes; this process's writers take their turns in order.
+    async fn begin(&self) -> Result<WriteTx, StoreError> {
         held::flush().await?;
-        self.pool
+        let turn = tokio::time::timeout(BUSY_TIMEOUT, self.writers.clone().lock_owned())
+            .await
+            .map_err(|_| {
+                StoreError::Unavailable("timed out waiting for the writer's turn".into())
+            })?;
+        let tx = self
+            .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
-            .map_err(map_err)
+            .map_err(map_err)?;
+        Ok(WriteTx { tx, _turn: turn })
     }
 
     /// Commits, then announces the workspaces whose events it wrote (never before: a rolled-back
     /// event must not be announced). In a keyed request the transaction is held for its outcome
     /// instead (`storage/held.rs`), and announced when that commits.
-    async fn commit(
-        &self,
-        tx: Transaction<'static, Sqlite>,
-        workspaces: &[Option<Uuid>],
-    ) -> Result<(), StoreError> {
-        let held = HeldTransaction {
-            tx,
-            workspaces: workspaces.iter().flatten().copied().collect(),
-            announced: self.announced.clone(),
-        };
+    async fn commit(&self, tx: WriteTx, workspaces: &[Option<Uuid>]) -> Result<(), StoreError> {
         if held::holding() {
-            held::hold(Box::new(held));
+            held::hold(Box::new(HeldTransaction {
+                tx,
+                workspaces: workspaces.iter().flatten().copied().collect(),
+                announced: self.announced.clone(),
+            }));
             return Ok(());
         }
-        Box::new(held).commit(None, 0).await
+        tx.tx.commit().await.map_err(map_err)?;
+        announce(&self.announced, workspaces.iter().flatten().copied());
+        Ok(())
+    }
+}
+
+/// A write transaction with this process's writer turn, given back when it ends. Derefs to
+/// the connection, as a transaction does.
+pub(crate) struct WriteTx {
+    tx: Transaction<'static, Sqlite>,
+    _turn: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = SqliteConnection;
+
+    fn deref(&self) -> &SqliteConnection {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.tx
+    }
+}
+
+/// Tells this process's listeners which workspaces gained events, once each.
+fn announce(announced: &broadcast::Sender<Change>, workspaces: impl Iterator<Item = Uuid>) {
+    if announced.receiver_count() == 0 {
+        return;
+    }
+    let mut workspaces: Vec<Uuid> = workspaces.collect();
+    workspaces.sort_unstable();
+    workspaces.dedup();
+    for workspace_id in workspaces {
+        // No stream left listening is fine.
+        let _ = announced.send(Change::AuditAppended {
+            workspace_id,
+            sequence: None,
+        });
     }
 }
 
 struct HeldTransaction {
-    tx: Transaction<'static, Sqlite>,
+    tx: WriteTx,
     workspaces: Vec<Uuid>,
     announced: broadcast::Sender<Change>,
 }
@@ -154,24 +204,14 @@ impl HeldCommit for HeldTransaction {
     ) -> Result<(), StoreError> {
         let Self {
             mut tx,
-            mut workspaces,
+            workspaces,
             announced,
         } = *self;
         if let Some(outcome) = outcome {
             outcomes::insert_outcome(&mut tx, outcome, now_ms).await?;
         }
-        tx.commit().await.map_err(map_err)?;
-        if announced.receiver_count() > 0 {
-            workspaces.sort_unstable();
-            workspaces.dedup();
-            for workspace_id in workspaces {
-                // No stream left listening is fine.
-                let _ = announced.send(Change::AuditAppended {
-                    workspace_id,
-                    sequence: None,
-                });
-            }
-        }
+        tx.tx.commit().await.map_err(map_err)?;
+        announce(&announced, workspaces.into_iter());
         Ok(())
     }
 }
