@@ -54,9 +54,10 @@ pub struct ActivityItem {
 #[derive(Object)]
 #[allow(dead_code)]
 pub struct ActivityActor {
-    /// `user` or `admin`.
+    /// `user`, `admin` (cpctl), `runner` (a signed report) or `system` (the server itself:
+    /// a command timed out, or a delivery's attempts ran out).
     kind: String,
-    /// The user; null for `admin` (cpctl).
+    /// The user or the runner; null for `admin` and `system`.
     #[oai(nullable)]
     id: Option<Uuid>,
 }
