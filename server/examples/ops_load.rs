@@ -173,8 +173,9 @@ async fn signed(server: &str, conns: usize, secs: u64) -> Res<()> {
     let ids: Vec<(uuid::Uuid,)> = sqlx::query_as(
         "WITH c AS (
              INSERT INTO runner_commands (id, workspace_id, pool_id, command, args,
-                 timeout_seconds, status, submitted_by, created_at, updated_at)
-             SELECT gen_random_uuid(), $1, $2, 'echo', '[]', 60, 'queued', $3, now(), now()
+                 timeout_seconds, status, submitted_by, created_at, updated_at, deadline_at)
+             SELECT gen_random_uuid(), $1, $2, 'echo', '[]', 3600, 'queued', $3, now(), now(),
+                    now() + interval '1 hour'
              FROM generate_series(1, $4) RETURNING id
          )
          INSERT INTO webhook_deliveries (id, command_id, status, created_at, updated_at)

@@ -1,10 +1,18 @@
 -- wrk: POST /v1/personal-access-tokens, spread round-robin over the users in tokens.txt,
--- each request with a unique name. Env: BENCH_ORG, BENCH_WS, BENCH_TOKENS (file), and
+-- each request with a unique name. Env: BENCH_ORG, BENCH_WS, BENCH_TOKENS (file),
+-- BENCH_WORKSPACES (below), and
 -- BENCH_IDEMPOTENCY: unset (no key), "fresh" (a new key per request) or "replay" (one key, one
 -- body, one token: every request after the first is a replay).
 local tokens = {}
 for line in io.lines(os.getenv("BENCH_TOKENS")) do tokens[#tokens + 1] = line end
 local org, ws = os.getenv("BENCH_ORG"), os.getenv("BENCH_WS")
+-- BENCH_WORKSPACES (optional): a file whose line n is the workspace token n issues into (its
+-- grant), to spread the load over several workspaces.
+local workspaces = nil
+if os.getenv("BENCH_WORKSPACES") then
+  workspaces = {}
+  for line in io.lines(os.getenv("BENCH_WORKSPACES")) do workspaces[#workspaces + 1] = line end
+end
 local counter = 0
 thread_id = 0 -- set per thread by setup(); must stay global
 local threads = 0
@@ -33,10 +41,12 @@ function request()
     body = string.format(
       '{"name":"replayed","scopes":["activity:read"],"organisationId":"%s","workspaceIds":["%s"]}', org, ws)
   else
-    token = tokens[(counter + thread_id * 7) % #tokens + 1]
+    local n = (counter + thread_id * 7) % #tokens + 1
+    token = tokens[n]
+    local target = workspaces and workspaces[n] or ws
     local unique = string.format("%d-%d-%d", run, thread_id, counter)
     body = string.format(
-      '{"name":"wrk-%s","scopes":["activity:read"],"organisationId":"%s","workspaceIds":["%s"]}', unique, org, ws)
+      '{"name":"wrk-%s","scopes":["activity:read"],"organisationId":"%s","workspaceIds":["%s"]}', unique, org, target)
     if mode == "fresh" then headers["Idempotency-Key"] = "bench-key-" .. unique end
   end
   headers["Authorization"] = "Bearer " .. token
