@@ -14,7 +14,7 @@ use poem::{EndpointExt, Response, Route, handler, http::StatusCode};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::helpers::{ServerProcess, TestApp, create_pool, needs, spawn_app_with, sql_one};
+use crate::helpers::{ServerProcess, TestApp, needs, spawn_app_with, sql_one};
 use crate::signatures::{Fixture, fixture_on, report, submit};
 
 /// How long a test waits for the dispatcher: a bound, not a speed expected.
@@ -142,6 +142,12 @@ async fn dead_url() -> String {
     format!("http://127.0.0.1:{port}/hooks")
 }
 
+/// A tenant with a pool and a runner, on a server retrying on `schedule`.
+async fn with_schedule(schedule: &str) -> Fixture {
+    let schedule = control_plane::domain::RetrySchedule::parse(schedule).unwrap();
+    fixture_on(spawn_app_with(|c| c.delivery_retry_schedule = schedule).await).await
+}
+
 async fn set_url(app: &TestApp, runner: Uuid, url: &str) {
     app.services
         .set_runner_url(runner, Some(url), &CorrelationId::generate())
@@ -258,17 +264,12 @@ async fn a_command_reaches_its_runner_signed_and_the_runner_reports_it_to_succes
 #[tokio::test]
 async fn failures_are_retried_on_the_schedule_with_the_same_webhook_id_until_a_2xx() {
     let receiver = Receiver::start(&[Answer::Status(500), Answer::Status(307)]).await;
-    let app = spawn_app_with(|c| {
-        c.delivery_retry_schedule =
-            control_plane::domain::RetrySchedule::parse("0s,200ms,200ms,5m").unwrap();
-    })
-    .await;
     let Fixture {
         app,
         tenant,
         pool,
         runner,
-    } = fixture_on(app).await;
+    } = with_schedule("0s,200ms,200ms,5m").await;
     set_url(&app, runner.runner_id, &receiver.url).await;
     let (_, delivery) = submit(&app, &tenant, pool).await;
 
@@ -309,17 +310,12 @@ async fn failures_are_retried_on_the_schedule_with_the_same_webhook_id_until_a_2
 
 #[tokio::test]
 async fn a_dead_runner_exhausts_the_schedule_and_its_command_fails_once_with_an_event() {
-    let app = spawn_app_with(|c| {
-        c.delivery_retry_schedule =
-            control_plane::domain::RetrySchedule::parse("0s,100ms,100ms").unwrap();
-    })
-    .await;
     let Fixture {
         app,
         tenant,
         pool,
         runner,
-    } = fixture_on(app).await;
+    } = with_schedule("0s,100ms,100ms").await;
     set_url(&app, runner.runner_id, &dead_url().await).await;
     let (command, delivery) = submit(&app, &tenant, pool).await;
 
@@ -353,26 +349,21 @@ async fn a_dead_runner_exhausts_the_schedule_and_its_command_fails_once_with_an_
     .unwrap();
     assert_eq!(events, 1);
     assert_eq!(actor_kind.as_deref(), Some("system"));
+    assert_eq!(failed.command_id, command);
     // A late report meets the state machine.
     let response = report(&app, &runner, delivery, json!({"status": "received"})).await;
     assert_eq!(response.status(), 409);
-    let _ = command;
 }
 
 #[tokio::test]
 async fn a_failing_runner_is_skipped_for_a_healthy_one_of_its_pool() {
     let receiver = Receiver::start(&[]).await;
-    let app = spawn_app_with(|c| {
-        c.delivery_retry_schedule =
-            control_plane::domain::RetrySchedule::parse("0s,50ms,50ms,50ms,50ms").unwrap();
-    })
-    .await;
     let Fixture {
         app,
         tenant,
         pool,
         runner,
-    } = fixture_on(app).await;
+    } = with_schedule("0s,50ms,50ms,50ms,50ms").await;
     set_url(&app, runner.runner_id, &dead_url().await).await;
     let healthy = app
         .services
@@ -473,7 +464,6 @@ async fn a_delivery_waits_for_a_runner_with_a_url_and_goes_when_one_appears() {
     set_url(&app, runner.runner_id, &receiver.url).await;
     let received = receiver.wait_for(1).await;
     assert_eq!(received[0].id, delivery.to_string());
-    let _ = create_pool;
 }
 
 /// A replica killed while its attempt is in flight: the attempt is left unfinished, the lease

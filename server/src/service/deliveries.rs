@@ -123,18 +123,7 @@ impl Services {
         cid: &CorrelationId,
     ) -> Result<Runner, ServiceError> {
         let url = url.map(|u| self.delivery_url(u)).transpose()?;
-        let not_found = || ServiceError::not_found("no such runner");
-        let runner = self
-            .store
-            .get_runner(runner_id)
-            .await?
-            .ok_or_else(not_found)?;
-        let pool = self
-            .store
-            .get_pool(runner.pool_id)
-            .await?
-            .ok_or_else(|| ServiceError::not_found("no such pool"))?;
-        let workspace = self.workspace(pool.workspace_id).await?;
+        let (runner, pool, workspace) = self.runner_with_owners(runner_id).await?;
         let event = admin_event(
             workspace.organisation_id,
             Some(pool.workspace_id),
@@ -150,7 +139,7 @@ impl Services {
             .set_runner_url(runner_id, url.as_deref(), Self::now(), &event)
             .await?
         {
-            return Err(not_found());
+            return Err(ServiceError::not_found("no such runner"));
         }
         Ok(Runner {
             delivery_url: url,

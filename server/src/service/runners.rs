@@ -328,17 +328,7 @@ impl Services {
         key_id: Uuid,
         cid: &CorrelationId,
     ) -> Result<(), ServiceError> {
-        let runner = self
-            .store
-            .get_runner(runner_id)
-            .await?
-            .ok_or_else(|| ServiceError::not_found("no such runner"))?;
-        let pool = self
-            .store
-            .get_pool(runner.pool_id)
-            .await?
-            .ok_or_else(|| ServiceError::not_found("no such pool"))?;
-        let workspace = self.workspace(pool.workspace_id).await?;
+        let (_, pool, workspace) = self.runner_with_owners(runner_id).await?;
         let event = admin_event(
             workspace.organisation_id,
             Some(pool.workspace_id),
@@ -359,6 +349,25 @@ impl Services {
                 "the runner has no live key of that id",
             ))
         }
+    }
+
+    /// A runner with its pool (deleted or not) and the pool's workspace.
+    pub(super) async fn runner_with_owners(
+        &self,
+        runner_id: Uuid,
+    ) -> Result<(Runner, RunnerPool, crate::storage::Workspace), ServiceError> {
+        let runner = self
+            .store
+            .get_runner(runner_id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("no such runner"))?;
+        let pool = self
+            .store
+            .get_pool(runner.pool_id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("no such pool"))?;
+        let workspace = self.workspace(pool.workspace_id).await?;
+        Ok((runner, pool, workspace))
     }
 
     pub(super) async fn workspace(
