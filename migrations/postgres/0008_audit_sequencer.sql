@@ -13,5 +13,6 @@ ALTER TABLE audit_events ADD CONSTRAINT audit_events_seq_needs_workspace
 CREATE SEQUENCE audit_events_appended;
 ALTER TABLE audit_events ADD COLUMN appended bigint;
 ALTER TABLE audit_events ALTER COLUMN appended SET DEFAULT nextval('audit_events_appended');
+ALTER SEQUENCE audit_events_appended OWNED BY audit_events.appended;
 CREATE INDEX audit_events_unsequenced ON audit_events (appended)
     WHERE seq IS NULL AND workspace_id IS NOT NULL;
