@@ -99,6 +99,45 @@ async fn a_retry_the_fast_state_forgot_replays_the_outcome_committed_with_the_ch
     assert_eq!(count(&app, "SELECT count(*) FROM runner_commands").await, 1);
 }
 
+/// A committed outcome answers only its own principal: after the fast state forgot the key, a
+/// caller of another organisation sending the same key and body to the same path gets the
+/// refusal any stranger gets, not the replay, and nothing runs.
+#[tokio::test]
+async fn a_foreign_caller_reusing_a_forgotten_key_gets_no_replay() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let stranger = app.bootstrap().await;
+    let pool = create_pool(&app, tenant.workspace_id, "outcomes").await;
+    let body = json!({"poolId": pool, "command": "deploy", "args": ["v1"]});
+    let key = format!("outcome-{}", Uuid::new_v4().simple());
+    let first = submit_keyed(&app, &tenant, &body, &key).await;
+    assert_eq!(first.status(), 200);
+
+    let app = forget_fast_state(app).await;
+    let foreign = app
+        .post_json(
+            &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+            &stranger.token,
+            &body,
+        )
+        .header("idempotency-key", &key)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        foreign.headers().get("idempotency-replayed").is_none(),
+        "no replay for another principal"
+    );
+    let status = foreign.status().as_u16();
+    assert!(matches!(status, 403 | 404), "{status}");
+    let text = foreign.text().await.unwrap();
+    assert!(
+        !text.contains(&pool.to_string()),
+        "nothing of the outcome leaks: {text}"
+    );
+    assert_eq!(count(&app, "SELECT count(*) FROM runner_commands").await, 1);
+}
+
 #[tokio::test]
 async fn a_second_outcome_under_a_live_key_is_refused_by_the_records_store() {
     let app = spawn_app().await;
