@@ -102,6 +102,18 @@ impl Db {
         Ok(usize::try_from(n).unwrap_or_default())
     }
 
+    /// Lease statements that started a pool's attempts: a lease stamps every attempt it takes
+    /// with one `started_at`, so distinct values count leases (ties could only undercount).
+    async fn leases(&self, pool: Uuid) -> anyhow::Result<usize> {
+        self.count(
+            "SELECT COUNT(DISTINCT a.started_at) FROM webhook_attempts a
+             JOIN webhook_deliveries d ON d.id = a.delivery_id
+             JOIN runner_commands c ON c.id = d.command_id WHERE c.pool_id = $1",
+            pool,
+        )
+        .await
+    }
+
     /// From each command's `created_at` to its `updated_at`, for a pool's commands but the
     /// `skip` created first (the warm-up, all ended before the others were submitted).
     async fn command_spans(&self, pool: Uuid, skip: usize) -> anyhow::Result<Vec<Duration>> {
@@ -154,6 +166,15 @@ async fn remove_store(place: Place) {
             }
         }
     }
+}
+
+/// Marks a phase's start on stderr with the wall clock, to line up samples taken outside
+/// (`pg_stat_activity`) with what was running.
+fn phase(name: &str) {
+    eprintln!(
+        "phase {name} at {}",
+        chrono::Utc::now().format("%H:%M:%S%.3f")
+    );
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -486,10 +507,12 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
     let warm_ids: Vec<String> = warm.into_iter().map(|(id, _)| id).collect();
     all_arrived(&arrivals, &warm_ids, limit).await?;
     arrivals.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    phase("dispatch");
     let submitted = bench.submit_all(pool, args.n, args.concurrency).await?;
     let submitted_by = Instant::now();
     let ids: Vec<String> = submitted.iter().map(|(id, _)| id.clone()).collect();
     all_arrived(&arrivals, &ids, limit).await?;
+    phase("dispatch done");
     let (mut latencies, first, last) = {
         let seen = arrivals.lock().unwrap_or_else(|e| e.into_inner());
         let latencies: Vec<Duration> = submitted
@@ -514,6 +537,7 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         latency: Some((percentile(&latencies, 0.5), percentile(&latencies, 0.99))),
     });
 
+    let dispatch_pool = pool;
     // Backlog drain: N deliveries waiting for a runner, then the runner gets its URL.
     let (pool, runners) = bench.pool("backlog", None, args.runners).await?;
     arrivals.lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -529,6 +553,7 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    phase("backlog drain");
     let woken = Instant::now();
     for runner in &runners {
         services
@@ -536,6 +561,7 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
             .await?;
     }
     all_arrived(&arrivals, &ids, limit).await?;
+    phase("backlog drain done");
     let last = {
         let seen = arrivals.lock().unwrap_or_else(|e| e.into_inner());
         ids.iter().map(|id| seen[id]).max().context("none")?
@@ -546,6 +572,18 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         per_second: args.n as f64 / (last - woken).as_secs_f64(),
         latency: None,
     });
+
+    // Why the rates are what they are: how many deliveries each lease took, on average.
+    for (name, pool, sent) in [
+        ("dispatch", dispatch_pool, args.n + args.concurrency * 4),
+        ("backlog drain", pool, args.n),
+    ] {
+        let leases = db.leases(pool).await?;
+        eprintln!(
+            "{name}: {sent} attempts in {leases} leases ({:.1} a lease)",
+            sent as f64 / leases.max(1) as f64
+        );
+    }
 
     // End to end: the example runner verifies, answers 202 and reports three times.
     let (pool, registered) = bench.pool("e2e", None, 1).await?;
@@ -577,6 +615,7 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    phase("end to end");
     let submitted = bench.submit_all(pool, args.n, args.concurrency).await?;
     let submitted_by = Instant::now();
     let first = submitted.iter().map(|(_, at)| *at).min().context("none")?;
@@ -592,6 +631,7 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let all_done = Instant::now();
+    phase("end to end done");
     let mut spans = db.command_spans(pool, warm).await?;
     spans.sort();
     rows.push(Row {
