@@ -290,15 +290,15 @@ impl DeliveryStore for Store {
                 }
             }
         };
-        // The runner's health follows what it answered, whatever became of the delivery.
-        let failures = if r.error.is_none() {
-            "0"
+        // The runner's health follows what it answered, whatever became of the delivery. A
+        // healthy runner's row is left alone: rewriting it on every success queued each
+        // finish on that row behind the others (and behind the lease's `last_chosen_at`).
+        let change = if r.error.is_none() {
+            "consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0"
         } else {
-            "consecutive_failures + 1"
+            "consecutive_failures = consecutive_failures + 1 WHERE id = $1"
         };
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "UPDATE runners SET consecutive_failures = {failures} WHERE id = $1"
-        )))
+        sqlx::query(sqlx::AssertSqlSafe(format!("UPDATE runners SET {change}")))
         .bind(r.runner_id)
         .execute(&mut *tx)
         .await
