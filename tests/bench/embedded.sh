@@ -8,7 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 SECS=${1:-10}
 CONNS=64
 PG=${BENCH_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432}
-BIN=target/release
+BIN=${CARGO_TARGET_DIR:-target}/release
 HERE=tests/bench
 OUT=$(mktemp -d)
 PORT=18085

@@ -7,7 +7,7 @@ SECS=${SECS:-15}
 CONNS=64
 PG=${BENCH_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432}
 DB=cp_bench
-BIN=target/release
+BIN=${CARGO_TARGET_DIR:-target}/release
 # The cpctl that sets the database up: an A/B against an older build passes that build's, so
 # the schema starts at the oldest build's migrations and each newer server adds its own.
 CPCTL=${BENCH_CPCTL:-$BIN/cpctl}

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PG=${BENCH_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432}
 DB=cp_bench_ops
-BIN=target/release
+BIN=${CARGO_TARGET_DIR:-target}/release
 PORT=18080
 SUBSCRIBERS=${SUBSCRIBERS:-1000}
 cargo build --release -p control-plane --bin control-plane --example ops_load
