@@ -5,6 +5,8 @@
 # lock: tests/bench/pgbench-two-inserts.sql).
 #
 #   tests/bench/sequencing.sh [seconds]   (default 15; needs wrk, pgbench, Postgres)
+#   WAITS=waits.txt tests/bench/sequencing.sh   also samples pg_stat_activity (pg-waits.sh)
+#                                               during the one-workspace issuance
 #
 # The floor runs first, with no server up (a server's sequencer would number its events), and
 # its rows are deleted before the server starts. Prints a Markdown table for BENCHMARKS.md.
@@ -18,7 +20,8 @@ for i in $(seq 1 15); do WSS+=("$($CPCTL workspaces create --org "$ORG" "ws$i")"
 : > "$OUT/tokens16.txt"; : > "$OUT/workspaces16.txt"
 while IFS=, read -r n user _; do
   target=${WSS[$((n % 16))]}
-  $CPCTL tokens issue --user "$user" --name bench16 --scope tokens:issue --workspace "$target" -o json \
+  $CPCTL tokens issue --user "$user" --name bench16 --scope tokens:issue --scope activity:read \
+    --workspace "$target" -o json \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])' >> "$OUT/tokens16.txt"
   echo "$target" >> "$OUT/workspaces16.txt"
 done < "$OUT/users.csv"
@@ -33,6 +36,7 @@ start_server 18080 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=
 echo "warm-up..." >&2
 wrk -t2 -c$CONNS -d3s -s $HERE/issue.lua http://127.0.0.1:18080 >/dev/null
 echo "issuance into one workspace..." >&2
+[ -n "${WAITS:-}" ] && { $HERE/pg-waits.sh "$SECS" "$DB" > "$WAITS" & }
 wrk_run -s $HERE/issue.lua http://127.0.0.1:18080 > "$OUT/issue1.txt"
 echo "issuance into 16 workspaces..." >&2
 BENCH_TOKENS=$OUT/tokens16.txt BENCH_WORKSPACES=$OUT/workspaces16.txt \
