@@ -299,10 +299,10 @@ impl DeliveryStore for Store {
             "consecutive_failures = consecutive_failures + 1 WHERE id = $1"
         };
         sqlx::query(sqlx::AssertSqlSafe(format!("UPDATE runners SET {change}")))
-        .bind(r.runner_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
+            .bind(r.runner_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
         self.commit(tx, &workspaces).await?;
         Ok(if applied {
             AttemptRecorded::Applied
