@@ -122,6 +122,31 @@ async fn doubles(database_url: &str, prefix: &str) -> Res<(i64, i64)> {
     }
 }
 
+/// The audit log after the drill: (workspace events with no sequence, workspaces whose
+/// sequence has a gap or a repeat, commands without exactly one `runner_command.submitted`
+/// event). A kill between a commit and its numbering leaves events waiting until a server
+/// numbers them (within a second of starting), so this is read with the server up.
+async fn audit_faults(database_url: &str) -> Res<(i64, i64, i64)> {
+    let query = "SELECT
+           (SELECT COUNT(*) FROM audit_events WHERE workspace_id IS NOT NULL AND seq IS NULL),
+           (SELECT COUNT(*) FROM (SELECT workspace_id FROM audit_events
+               WHERE workspace_id IS NOT NULL AND seq IS NOT NULL GROUP BY workspace_id
+               HAVING MAX(seq) <> COUNT(*) OR COUNT(DISTINCT seq) <> COUNT(*)) g),
+           (SELECT COUNT(*) FROM runner_commands c WHERE (SELECT COUNT(*) FROM audit_events e
+               WHERE e.event_type = 'runner_command.submitted' AND e.target_id = c.id) <> 1)";
+    if database_url.starts_with("sqlite:") {
+        let pool = sqlx::SqlitePool::connect(database_url).await?;
+        let row = sqlx::query_as(query).fetch_one(&pool).await?;
+        pool.close().await;
+        Ok(row)
+    } else {
+        let pool = sqlx::PgPool::connect(database_url).await?;
+        let row = sqlx::query_as(query).fetch_one(&pool).await?;
+        pool.close().await;
+        Ok(row)
+    }
+}
+
 #[tokio::main]
 async fn main() -> Res<()> {
     let database_url = std::env::var("DATABASE_URL")?;
@@ -257,9 +282,15 @@ async fn main() -> Res<()> {
         total_doubles += doubled;
         total_keys += keys;
     }
+    // Let the running server's audit feed number anything a kill left waiting (it polls
+    // every second), then read the log with it still up.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (unnumbered, gapped, unevented) = audit_faults(&database_url).await?;
     server.kill();
     println!(
-        "total: {rounds} kills, {total_keys} keys, {total_doubles} double executions ({:.0} s)",
+        "total: {rounds} kills, {total_keys} keys, {total_doubles} double executions ({:.0} s); \
+         audit log: {unnumbered} unnumbered events, {gapped} workspaces with a gap or repeat, \
+         {unevented} commands without exactly one submitted event",
         started.elapsed().as_secs_f64()
     );
     Ok(())
