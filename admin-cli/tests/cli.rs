@@ -700,6 +700,99 @@ async fn runners_workflows_and_plugins_are_managed_from_the_cli() {
     db.drop_db().await;
 }
 
+/// Where a runner receives commands is set from the CLI under the egress rule, and a
+/// delivery's attempts are read back with `deliveries show`.
+#[tokio::test]
+async fn runner_delivery_urls_and_delivery_attempts_from_the_cli() {
+    needs_postgres!();
+    let db = Db::new().await;
+    let boot = bootstrap(&db);
+    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
+    let pool = json_of(&db.cpctl(&[
+        "pools",
+        "create",
+        "--workspace",
+        &ws,
+        "builders",
+        "-o",
+        "json",
+    ]));
+    let pool_id = pool["id"].as_str().unwrap().to_owned();
+
+    // Plain http goes only to the allowed hosts (loopback by default), credentials never.
+    for refused in [
+        "http://runner.example/hooks",
+        "https://user:secret@runner.example/hooks",
+    ] {
+        let out = db.cpctl(&["runners", "register", "--pool", &pool_id, "--url", refused]);
+        assert!(!out.status.success(), "{refused}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("url"), "{err}");
+        assert!(!err.contains("secret"), "{err}");
+    }
+    let runner = json_of(&db.cpctl(&[
+        "runners",
+        "register",
+        "--pool",
+        &pool_id,
+        "--url",
+        "http://127.0.0.1:9/hooks",
+        "-o",
+        "json",
+    ]));
+    let runner_id = runner["runnerId"].as_str().unwrap().to_owned();
+    let updated = json_of(&db.cpctl(&[
+        "runners",
+        "update",
+        "--runner",
+        &runner_id,
+        "--url",
+        "https://runner.example/hooks",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(updated["deliveryUrl"], "https://runner.example/hooks");
+    let cleared = db.cpctl(&["runners", "update", "--runner", &runner_id, "--clear-url"]);
+    assert_eq!(stdout(&cleared).trim(), "(no delivery URL)");
+
+    // A delivery with two recorded attempts (written directly: no server runs here).
+    let delivery = uuid::Uuid::new_v4();
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO runner_commands (id, workspace_id, pool_id, command, args, timeout_seconds,
+             status, submitted_by, created_at, updated_at, deadline_at)
+         VALUES ('{command}', '{ws}', '{pool_id}', 'deploy', '[]', 60, 'queued',
+             '{user}', now(), now(), now() + interval '1 minute');
+         INSERT INTO webhook_deliveries (id, command_id, status, created_at, updated_at, attempts)
+         VALUES ('{delivery}', '{command}', 'pending', now(), now(), 2);
+         INSERT INTO webhook_attempts (delivery_id, number, runner_id, url, started_at,
+             finished_at, status_code, latency_ms, error)
+         VALUES ('{delivery}', 1, '{runner_id}', 'http://127.0.0.1:9/hooks', now(), now(), 500,
+                 12, 'HTTP 500'),
+                ('{delivery}', 2, '{runner_id}', 'http://127.0.0.1:9/hooks', now(), now(), 202,
+                 7, NULL)",
+        command = uuid::Uuid::new_v4(),
+        user = boot["userId"].as_str().unwrap(),
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let shown = json_of(&db.cpctl(&["deliveries", "show", &delivery.to_string(), "-o", "json"]));
+    assert_eq!(shown["status"], "pending");
+    assert_eq!(shown["attempts"][0]["statusCode"], 500);
+    assert_eq!(shown["attempts"][0]["error"], "HTTP 500");
+    assert_eq!(shown["attempts"][1]["statusCode"], 202);
+    assert_eq!(shown["attempts"][1]["latencyMs"], 7);
+    let table = stdout(&db.cpctl(&["deliveries", "show", &delivery.to_string()]));
+    assert!(
+        table.contains("HTTP 500") && table.contains("7 ms"),
+        "{table}"
+    );
+    let unknown = db.cpctl(&["deliveries", "show", &uuid::Uuid::new_v4().to_string()]);
+    assert!(!unknown.status.success());
+    db.drop_db().await;
+}
+
 #[tokio::test]
 async fn reviews_restore_publishes_a_hidden_review_and_dismisses_its_reports() {
     needs_postgres!();
