@@ -190,6 +190,7 @@ impl Services {
                 );
                 let to = DeliveryStatus::Failed;
                 AttemptNext::GiveUp {
+                    command_id: attempt.command_id,
                     command_from: attempt.command_status,
                     delivery_from: DeliveryStatus::Pending,
                     detail,

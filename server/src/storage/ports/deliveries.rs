@@ -75,6 +75,8 @@ pub enum AttemptNext {
     /// It failed and it was the last: the delivery and its command fail, with the event, if
     /// both are still in the states read.
     GiveUp {
+        command_id: Uuid,
+        /// The command's state when leased (open): it fails only if it is still that.
         command_from: CommandStatus,
         delivery_from: DeliveryStatus,
         detail: String,

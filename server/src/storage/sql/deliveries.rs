@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::super::{Connection, FOR_SHARE, LEASE_LOCK, Store, insert_event, map_err};
 use crate::domain::{CommandStatus, DeliveryStatus};
-use crate::storage::rows::{open_statuses, parse_state};
+use crate::storage::rows::parse_state;
 use crate::storage::{
     AttemptNext, AttemptRecord, AttemptRecorded, AttemptResult, DeliveryReport, DeliveryStore,
     FAILING_RUNNER_THRESHOLD, Leased, LeasedAttempt, StoreError,
@@ -124,15 +124,18 @@ impl DeliveryStore for Store {
             *turn += 1;
             chosen.push(runner_id);
             let number = row.attempts + 1;
-            sqlx::query(
-                "UPDATE webhook_attempts SET error = $2
-                 WHERE delivery_id = $1 AND finished_at IS NULL AND error IS NULL",
-            )
-            .bind(row.id)
-            .bind(ABANDONED)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
+            // Only a delivery attempted before can have an attempt left unfinished.
+            if row.attempts > 0 {
+                sqlx::query(
+                    "UPDATE webhook_attempts SET error = $2
+                     WHERE delivery_id = $1 AND finished_at IS NULL AND error IS NULL",
+                )
+                .bind(row.id)
+                .bind(ABANDONED)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            }
             sqlx::query(
                 "INSERT INTO webhook_attempts (delivery_id, number, runner_id, url, started_at)
                  VALUES ($1, $2, $3, $4, $5)",
@@ -237,6 +240,7 @@ impl DeliveryStore for Store {
                     > 0
             }
             AttemptNext::GiveUp {
+                command_id,
                 command_from,
                 delivery_from,
                 detail,
@@ -262,13 +266,11 @@ impl DeliveryStore for Store {
                 .map_err(map_err)?
                 .rows_affected();
                 let command = if delivery > 0 {
-                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                    sqlx::query(
                         "UPDATE runner_commands SET status = $3, updated_at = $4
-                         WHERE id = (SELECT command_id FROM webhook_deliveries WHERE id = $1)
-                           AND status = $2 AND status IN {}",
-                        open_statuses()
-                    )))
-                    .bind(r.delivery_id)
+                         WHERE id = $1 AND status = $2",
+                    )
+                    .bind(command_id)
                     .bind(command_from.as_str())
                     .bind(CommandStatus::Failed.as_str())
                     .bind(r.finished_at)
