@@ -62,7 +62,6 @@ async fn list_events_page(
     before: Option<i64>,
     limit: u32,
 ) -> Result<Vec<EventRow>, StoreError> {
-    let mut lease = store.lane.lease().await?;
     let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {EVENT_COLUMNS} FROM audit_events
          WHERE workspace_id = $1 AND seq IS NOT NULL AND ($2::bigint IS NULL OR seq < $2)
@@ -70,8 +69,6 @@ async fn list_events_page(
     )))
     .bind(workspace_id)
     .bind(before)
-    .bind(i64::from(limit))
-    .fetch_all(lease.conn()?);
-    let outcome = tokio::time::timeout(store.lane.deadline(), query).await;
-    lease.settle(outcome)
+    .bind(i64::from(limit));
+    store.read_all(query).await
 }

@@ -207,7 +207,33 @@ fn in_uuid_list(param: &str) -> String {
     format!("= ANY({param})")
 }
 
+/// A statement of the request path's reads, before it runs.
+type ReadQuery<'q, O> = sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments>;
+
 impl PostgresStore {
+    /// Runs one of the request path's reads through the read lane (`lane.rs`): no pool ping,
+    /// and a client-side deadline.
+    async fn read_all<O>(&self, query: ReadQuery<'_, O>) -> Result<Vec<O>, StoreError>
+    where
+        O: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    {
+        let mut lease = self.lane.lease().await?;
+        let outcome =
+            tokio::time::timeout(self.lane.deadline(), query.fetch_all(lease.conn()?)).await;
+        lease.settle(outcome)
+    }
+
+    /// [`Self::read_all`] of at most one row.
+    async fn read_optional<O>(&self, query: ReadQuery<'_, O>) -> Result<Option<O>, StoreError>
+    where
+        O: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    {
+        let mut lease = self.lane.lease().await?;
+        let outcome =
+            tokio::time::timeout(self.lane.deadline(), query.fetch_optional(lease.conn()?)).await;
+        lease.settle(outcome)
+    }
+
     async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
         held::flush().await?;
         self.pool.begin().await.map_err(map_err)

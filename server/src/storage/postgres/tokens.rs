@@ -53,12 +53,9 @@ async fn find_credential_row(
     store: &PostgresStore,
     public_id: &str,
 ) -> Result<Option<CredentialRow>, StoreError> {
-    let mut lease = store.lane.lease().await?;
     let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {TOKEN_COLUMNS}, t.secret_hash FROM tokens t WHERE t.public_id = $1"
     )))
-    .bind(public_id)
-    .fetch_optional(lease.conn()?);
-    let outcome = tokio::time::timeout(store.lane.deadline(), query).await;
-    lease.settle(outcome)
+    .bind(public_id);
+    store.read_optional(query).await
 }

@@ -202,7 +202,7 @@ impl DirectoryStore for Store {
     ) -> Result<TargetLookup, StoreError> {
         // One row per thing found: (0, organisation), (1, workspace, its organisation),
         // (2, environment, its workspace).
-        let rows: Vec<(i64, Uuid, Uuid)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT CAST(0 AS BIGINT) AS k, id, id AS parent FROM organisations WHERE id = $1
              UNION ALL
              SELECT 1, id, organisation_id FROM workspaces WHERE id {}
@@ -214,10 +214,9 @@ impl DirectoryStore for Store {
         )))
         .bind(organisation_id)
         .bind(list_param(workspace_ids)?)
-        .bind(list_param(environment_ids)?)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
+        .bind(list_param(environment_ids)?);
+        // Every issuance resolves its targets first: a request-path read.
+        let rows: Vec<(i64, Uuid, Uuid)> = self.read_all(query).await?;
         let mut lookup = TargetLookup::default();
         for (kind, id, parent) in rows {
             match kind {

@@ -74,6 +74,9 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
+/// A statement of the request path's reads, before it runs.
+type ReadQuery<'q, O> = sqlx::query::QueryAs<'q, sqlx::Sqlite, O, sqlx::sqlite::SqliteArguments>;
+
 impl SqliteStore {
     /// Opens (creating when missing) the database file and its parent directory.
     pub async fn open(path: &Path, max_connections: u32) -> Result<Self, StoreError> {
@@ -114,6 +117,22 @@ impl SqliteStore {
 
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    /// Runs one of the request path's reads (Postgres sends these through its read lane).
+    async fn read_all<O>(&self, query: ReadQuery<'_, O>) -> Result<Vec<O>, StoreError>
+    where
+        O: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>,
+    {
+        query.fetch_all(&self.pool).await.map_err(map_err)
+    }
+
+    /// [`Self::read_all`] of at most one row.
+    async fn read_optional<O>(&self, query: ReadQuery<'_, O>) -> Result<Option<O>, StoreError>
+    where
+        O: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>,
+    {
+        query.fetch_optional(&self.pool).await.map_err(map_err)
     }
 
     /// Begins a write transaction holding the write lock from the start, so what it reads

@@ -60,11 +60,9 @@ async fn find_credential_row(
     store: &SqliteStore,
     public_id: &str,
 ) -> Result<Option<CredentialRow>, StoreError> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {TOKEN_COLUMNS}, t.secret_hash FROM tokens t WHERE t.public_id = $1"
     )))
-    .bind(public_id)
-    .fetch_optional(&store.pool)
-    .await
-    .map_err(map_err)
+    .bind(public_id);
+    store.read_optional(query).await
 }
