@@ -84,41 +84,42 @@ impl TokenStore for Store {
     ) -> Result<(), InsertTokenError> {
         let t = &token.record;
         let mut tx = self.begin().await?;
-        if let Some(issuer) = t.issued_by_token_id {
-            // Postgres: FOR SHARE on the issuer conflicts with revocation's FOR UPDATE, so one
-            // waits for the other (SQLite: the write lock orders them).
-            let (live,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT count(*) FROM token_workspaces tw
-                 WHERE tw.token_id = (SELECT id FROM tokens WHERE id = $1 AND revoked_at IS NULL {FOR_SHARE})
-                   AND tw.revoked_at IS NULL AND tw.workspace_id {}",
-                in_uuid_list("$2")
-            )))
-            .bind(issuer)
-            .bind(list_param(&t.workspace_ids)?)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            rules::issuer_kept_access(live, t.workspace_ids.len())?;
-        }
-        // Postgres: the owner's row lock serialises issuance per user, so the counts below still
-        // hold at the insert (SQLite: the write lock, held since BEGIN, does).
+        // Locks first, both in one statement. Postgres: FOR SHARE on the issuer conflicts with
+        // revocation's FOR UPDATE, so one waits for the other; the owner's FOR UPDATE serialises
+        // issuance per user, so the counts below still hold at the insert. SQLite: the write
+        // lock, held since BEGIN, does both. Without an issuer (cpctl) `$1` is NULL.
         sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT 1 FROM users WHERE id = $1 {FOR_UPDATE}"
+            "WITH issuer AS (SELECT id FROM tokens WHERE id = $1 AND revoked_at IS NULL {FOR_SHARE}),
+                  owner AS (SELECT id FROM users WHERE id = $2 {FOR_UPDATE})
+             SELECT (SELECT count(*) FROM issuer), (SELECT count(*) FROM owner)"
         )))
+        .bind(t.issued_by_token_id)
         .bind(t.user_id)
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
-        let (same_name, active): (i64, i64) = sqlx::query_as(
-            "SELECT count(*) FILTER (WHERE name = $2), count(*) FROM tokens
-             WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > $3",
-        )
-        .bind(t.user_id)
-        .bind(&t.name)
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(map_err)?;
+        // A later statement, so a later snapshot (Postgres, read committed): it sees what a
+        // revocation the locks waited for committed.
+        let (issuer_grants, same_name, active): (i64, i64, i64) =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT (SELECT count(*) FROM token_workspaces tw
+                         WHERE tw.token_id = (SELECT id FROM tokens WHERE id = $4 AND revoked_at IS NULL)
+                           AND tw.revoked_at IS NULL AND tw.workspace_id {}),
+                        count(*) FILTER (WHERE name = $2), count(*)
+                 FROM tokens WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > $3",
+                in_uuid_list("$5")
+            )))
+            .bind(t.user_id)
+            .bind(&t.name)
+            .bind(now)
+            .bind(t.issued_by_token_id)
+            .bind(list_param(&t.workspace_ids)?)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        if t.issued_by_token_id.is_some() {
+            rules::issuer_kept_access(issuer_grants, t.workspace_ids.len())?;
+        }
         rules::owner_may_hold_another(same_name, active, max_active)?;
         insert_token_rows(&mut tx, token).await?;
         insert_events(&mut tx, events).await?;
