@@ -223,15 +223,12 @@ impl PostgresStore {
         lease.settle(outcome)
     }
 
-    /// [`Self::read_all`] of at most one row.
+    /// [`Self::read_all`] of a statement that returns at most one row.
     async fn read_optional<O>(&self, query: ReadQuery<'_, O>) -> Result<Option<O>, StoreError>
     where
         O: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
     {
-        let mut lease = self.lane.lease().await?;
-        let outcome =
-            tokio::time::timeout(self.lane.deadline(), query.fetch_optional(lease.conn()?)).await;
-        lease.settle(outcome)
+        Ok(self.read_all(query).await?.into_iter().next())
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {

@@ -127,12 +127,12 @@ impl SqliteStore {
         query.fetch_all(&self.pool).await.map_err(map_err)
     }
 
-    /// [`Self::read_all`] of at most one row.
+    /// [`Self::read_all`] of a statement that returns at most one row.
     async fn read_optional<O>(&self, query: ReadQuery<'_, O>) -> Result<Option<O>, StoreError>
     where
         O: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>,
     {
-        query.fetch_optional(&self.pool).await.map_err(map_err)
+        Ok(self.read_all(query).await?.into_iter().next())
     }
 
     /// Begins a write transaction holding the write lock from the start, so what it reads
