@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Where one-workspace issuance spends its CPU, next to the floor of sequencing.sh: each
+# process kind's CPU (from /proc, over the middle of the run) and, when Postgres preloads
+# pg_stat_statements, the statements by execution time.
+#
+#   tests/bench/cpu-split.sh [seconds]        (default 10; needs wrk, pgbench, Postgres)
+#   PERF=perf.data tests/bench/cpu-split.sh   also records the server with `perf record`
+#
+# pg_stat_statements needs `shared_preload_libraries = 'pg_stat_statements'` and a restart;
+# without it the statement table is skipped.
+SECS=${1:-10}
+source "$(dirname "$0")/lib.sh"
+HZ=$(getconf CLK_TCK)
+
+# CPU ticks of each process of the kinds measured: "pid kind ticks", sorted by pid.
+ticks() {
+  for p in /proc/[0-9]*; do
+    c=$(cat "$p/comm" 2>/dev/null) || continue
+    case "$c" in
+      postgres|control-plane|wrk|pgbench) echo "${p#/proc/} $c $(cut -d' ' -f14,15 "$p/stat" 2>/dev/null)" ;;
+    esac
+  done | awk 'NF == 4 {print $1, $2, $3 + $4}' | sort -k1,1
+}
+# sample NAME: cores used by each kind between 2 s into the run and 2 s before its end,
+# counting the processes alive at both ends (a backend that exits in between is left out).
+sample() {
+  local window=$((SECS - 4)) a b
+  sleep 2; a=$(ticks); sleep "$window"; b=$(ticks)
+  join -o 1.2,1.3,2.3 <(echo "$a") <(echo "$b") \
+    | awk -v hz="$HZ" -v s="$window" '{t[$1] += $3 - $2} END {for (k in t) printf "%s %.2f cores\n", k, t[k] / hz / s}' \
+    | sort > "$OUT/cpu-$1.txt"
+}
+STATEMENTS=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_stat_statements'" \
+  -c "SHOW shared_preload_libraries" | tail -1 | grep -c pg_stat_statements || true)
+
+sample floor & SAMPLER=$!
+pg_run pg_two -D org="$ORG" -D ws="$WS" -f "$PWD/$HERE/pgbench-two-inserts.sql"; wait $SAMPLER
+echo "== floor: pgbench, two inserts"; grep -o "tps = [0-9.]*" "$OUT/pg_two.txt"; cat "$OUT/cpu-floor.txt"
+psql "$DATABASE_URL" -qc "DELETE FROM audit_events WHERE seq IS NULL AND workspace_id IS NOT NULL" \
+  -c "DELETE FROM tokens WHERE name LIKE 'pgbench-%'"
+
+start_server 18080 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off \
+  CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off CP_MAX_ACTIVE_TOKENS_PER_USER=1000000
+wrk -t2 -c$CONNS -d3s -s $HERE/issue.lua http://127.0.0.1:18080 >/dev/null
+if [ "$STATEMENTS" = 1 ]; then
+  psql "$DATABASE_URL" -qc "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null
+fi
+if [ -n "${PERF:-}" ]; then
+  perf record -F 499 -g -e cpu-clock -p "${PIDS[-1]}" -o "$PERF" -- sleep "$SECS" >/dev/null 2>&1 &
+  PIDS+=($!)
+fi
+sample issue & SAMPLER=$!
+wrk_run -s $HERE/issue.lua http://127.0.0.1:18080 > "$OUT/issue1.txt"; wait $SAMPLER
+echo "== POST personal-access-tokens, one workspace"
+grep -E "Requests/sec|non-2xx" "$OUT/issue1.txt"; cat "$OUT/cpu-issue.txt"
+if [ "$STATEMENTS" = 1 ]; then
+  psql "$DATABASE_URL" -c "SELECT calls, round(total_exec_time::numeric) AS total_ms,
+      round((total_exec_time / calls)::numeric, 3) AS ms_per_call,
+      left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS statement
+    FROM pg_stat_statements WHERE calls > 10 ORDER BY total_exec_time DESC LIMIT 15"
+fi
