@@ -70,6 +70,8 @@ pub struct PostgresStore {
     lane: Arc<ReadLane>,
     /// Numbers audit events after their writer's commit (see `sequencer`).
     sequencer: Arc<Sequencer>,
+    /// Gathers concurrent issuances into shared transactions (see `tokens`).
+    issuances: Arc<tokens::Issuances>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -110,6 +112,7 @@ impl PostgresStore {
             pool,
             lane: Arc::new(lane),
             sequencer: Arc::new(Sequencer::default()),
+            issuances: Arc::default(),
         })
     }
 

@@ -13,7 +13,7 @@ use super::super::{
     FOR_SHARE, FOR_UPDATE, Store, StringList, UuidList, decode_list, in_uuid_list, list_param,
     map_err,
 };
-use super::{TOKEN_COLUMNS, find_credential_row, insert_token_rows};
+use super::{TOKEN_COLUMNS, batch_insert_token, find_credential_row, insert_token_rows};
 use crate::domain::NewAuditEvent;
 use crate::storage::rows::with_data;
 use crate::storage::rules;
@@ -82,50 +82,12 @@ impl TokenStore for Store {
         max_active: u32,
         now: DateTime<Utc>,
     ) -> Result<(), InsertTokenError> {
-        let t = &token.record;
-        let mut tx = self.begin().await?;
-        // Locks first, both in one statement. Postgres: FOR SHARE on the issuer conflicts with
-        // revocation's FOR UPDATE, so one waits for the other; the owner's FOR UPDATE serialises
-        // issuance per user, so the counts below still hold at the insert. SQLite: the write
-        // lock, held since BEGIN, does both. Without an issuer (cpctl) `$1` is NULL.
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "WITH issuer AS (SELECT id FROM tokens WHERE id = $1 AND revoked_at IS NULL {FOR_SHARE}),
-                  owner AS (SELECT id FROM users WHERE id = $2 {FOR_UPDATE})
-             SELECT (SELECT count(*) FROM issuer), (SELECT count(*) FROM owner)"
-        )))
-        .bind(t.issued_by_token_id)
-        .bind(t.user_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        // A later statement, so a later snapshot (Postgres, read committed): it sees what a
-        // revocation the locks waited for committed.
-        let (issuer_grants, same_name, active): (i64, i64, i64) =
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT (SELECT count(*) FROM token_workspaces tw
-                         WHERE tw.token_id = (SELECT id FROM tokens WHERE id = $4 AND revoked_at IS NULL)
-                           AND tw.revoked_at IS NULL AND tw.workspace_id {}),
-                        count(*) FILTER (WHERE name = $2), count(*)
-                 FROM tokens WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > $3",
-                in_uuid_list("$5")
-            )))
-            .bind(t.user_id)
-            .bind(&t.name)
-            .bind(now)
-            .bind(t.issued_by_token_id)
-            .bind(list_param(&t.workspace_ids)?)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        if t.issued_by_token_id.is_some() {
-            rules::issuer_kept_access(issuer_grants, t.workspace_ids.len())?;
+        // Postgres gathers concurrent issuances into one transaction (`postgres/tokens.rs`);
+        // it answers None for a keyed request and for a batch that has to be retried alone.
+        if let Some(batched) = batch_insert_token(self, token, events, max_active, now).await {
+            return batched;
         }
-        rules::owner_may_hold_another(same_name, active, max_active)?;
-        insert_token_rows(&mut tx, token).await?;
-        insert_events(&mut tx, events).await?;
-        let workspaces: Vec<Option<Uuid>> = events.iter().map(|e| e.workspace_id).collect();
-        self.commit(tx, &workspaces).await?;
-        Ok(())
+        insert_token_alone(self, token, events, max_active, now).await
     }
 
     async fn find_credential(
@@ -261,4 +223,60 @@ impl TokenStore for Store {
         .map_err(map_err)?;
         rows.into_iter().map(TryInto::try_into).collect()
     }
+}
+
+/// One issuance in a transaction of its own: SQLite's only way, and Postgres's for a keyed
+/// request (its transaction is held for the outcome) or a batch that failed as a whole.
+pub(super) async fn insert_token_alone(
+    store: &Store,
+    token: &NewToken,
+    events: &[NewAuditEvent],
+    max_active: u32,
+    now: DateTime<Utc>,
+) -> Result<(), InsertTokenError> {
+    let t = &token.record;
+    let mut tx = store.begin().await?;
+    // Locks first, both in one statement. Postgres: FOR SHARE on the issuer conflicts with
+    // revocation's FOR UPDATE, so one waits for the other; the owner's FOR UPDATE serialises
+    // issuance per user, so the counts below still hold at the insert. SQLite: the write
+    // lock, held since BEGIN, does both. Without an issuer (cpctl) `$1` is NULL.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH issuer AS (SELECT id FROM tokens WHERE id = $1 AND revoked_at IS NULL {FOR_SHARE}),
+              owner AS (SELECT id FROM users WHERE id = $2 {FOR_UPDATE})
+         SELECT (SELECT count(*) FROM issuer), (SELECT count(*) FROM owner)"
+    )))
+    .bind(t.issued_by_token_id)
+    .bind(t.user_id)
+    .execute(&mut *tx)
+    .await
+    .map_err(map_err)?;
+    // A later statement, so a later snapshot (Postgres, read committed): it sees what a
+    // revocation the locks waited for committed.
+    let (issuer_grants, same_name, active): (i64, i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(
+        format!(
+            "SELECT (SELECT count(*) FROM token_workspaces tw
+                     WHERE tw.token_id = (SELECT id FROM tokens WHERE id = $4 AND revoked_at IS NULL)
+                       AND tw.revoked_at IS NULL AND tw.workspace_id {}),
+                    count(*) FILTER (WHERE name = $2), count(*)
+             FROM tokens WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > $3",
+            in_uuid_list("$5")
+        ),
+    ))
+    .bind(t.user_id)
+    .bind(&t.name)
+    .bind(now)
+    .bind(t.issued_by_token_id)
+    .bind(list_param(&t.workspace_ids)?)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(map_err)?;
+    if t.issued_by_token_id.is_some() {
+        rules::issuer_kept_access(issuer_grants, t.workspace_ids.len())?;
+    }
+    rules::owner_may_hold_another(same_name, active, max_active)?;
+    insert_token_rows(&mut tx, token).await?;
+    insert_events(&mut tx, events).await?;
+    let workspaces: Vec<Option<Uuid>> = events.iter().map(|e| e.workspace_id).collect();
+    store.commit(tx, &workspaces).await?;
+    Ok(())
 }

@@ -1,11 +1,13 @@
 //! Personal access tokens and their grants: the SQLite statements; the rest, with the issuance
 //! rules, is shared (`storage/sql/tokens.rs`).
 
+use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 
 use self::shared::CredentialRow;
 use super::{SqliteStore, map_err, to_json};
-use crate::storage::{NewToken, StoreError};
+use crate::domain::NewAuditEvent;
+use crate::storage::{InsertTokenError, NewToken, StoreError};
 
 // Compiled once per SQL backend (see the layout in `storage/mod.rs`).
 #[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
@@ -65,4 +67,15 @@ async fn find_credential_row(
     )))
     .bind(public_id);
     store.read_optional(query).await
+}
+
+/// SQLite has one writer and no round trips to save: every issuance goes alone.
+async fn batch_insert_token(
+    _store: &SqliteStore,
+    _token: &NewToken,
+    _events: &[NewAuditEvent],
+    _max_active: u32,
+    _now: DateTime<Utc>,
+) -> Option<Result<(), InsertTokenError>> {
+    None
 }
