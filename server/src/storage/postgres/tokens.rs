@@ -87,7 +87,7 @@ async fn find_credential_row(
 }
 
 /// Batches running at once: enough to overlap one batch's commit with the next's statements.
-const BATCHES_IN_FLIGHT: usize = 4;
+const BATCHES_IN_FLIGHT: usize = 2;
 /// Issuances in one batch at most.
 const MAX_BATCH: usize = 64;
 /// Issuances waiting for a batch at most; a full queue makes the caller wait.
