@@ -5,7 +5,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    TestDb, assert_api_error, issuance_body, spawn_app, spawn_app_with, sql_all, sql_exec, sql_one,
+    Tenant, TestDb, assert_api_error, issuance_body, spawn_app, spawn_app_with, sql_all, sql_exec,
+    sql_one,
 };
 
 const CREDENTIAL_FIELDS: [&str; 10] = [
@@ -457,6 +458,34 @@ async fn a_failed_issuance_writes_nothing() {
     assert_eq!(row_counts(&mut db).await, (before.0 + 1, before.1 + 1));
 }
 
+/// A token for the tenant's user on its workspace, for the store-level tests below, valid
+/// for a day from `now`.
+fn tenant_token(
+    tenant: &Tenant,
+    public_id: String,
+    name: &str,
+    issuer: Option<Uuid>,
+    now: DateTime<Utc>,
+) -> NewToken {
+    NewToken {
+        record: TokenRecord {
+            id: Uuid::new_v4(),
+            public_id,
+            user_id: tenant.user_id,
+            organisation_id: tenant.organisation_id,
+            name: name.to_owned(),
+            scopes: vec!["activity:read".into()],
+            workspace_ids: vec![tenant.workspace_id],
+            environment_ids: vec![],
+            created_at: now,
+            expires_at: now + chrono::Duration::days(1),
+            revoked_at: None,
+            issued_by_token_id: issuer,
+        },
+        secret_hash: vec![0; 32],
+    }
+}
+
 /// The issuer's grants are checked again inside the insert's transaction, so a revocation racing
 /// an issuance cannot be escaped: on every backend the store refuses an issuer whose grant on a
 /// requested workspace is gone, writes nothing, and accepts the same issuance once it is back.
@@ -475,23 +504,13 @@ async fn the_store_refuses_an_issuer_that_lost_a_requested_workspace() {
     sql_exec!(&mut db, revoke, Some(Utc::now()), issuer.id).unwrap();
 
     let now = Utc::now();
-    let token = NewToken {
-        record: TokenRecord {
-            id: Uuid::new_v4(),
-            public_id: format!("race{}", Uuid::new_v4().simple()),
-            user_id: tenant.user_id,
-            organisation_id: tenant.organisation_id,
-            name: "issued-while-revoked".into(),
-            scopes: vec![],
-            workspace_ids: vec![tenant.workspace_id],
-            environment_ids: vec![],
-            created_at: now,
-            expires_at: now + chrono::Duration::days(1),
-            revoked_at: None,
-            issued_by_token_id: Some(issuer.id),
-        },
-        secret_hash: vec![0; 32],
-    };
+    let token = tenant_token(
+        &tenant,
+        format!("race{}", Uuid::new_v4().simple()),
+        "issued-while-revoked",
+        Some(issuer.id),
+        now,
+    );
     let refused = store.insert_token(&token, &[], 100, now).await;
     assert!(
         matches!(refused, Err(InsertTokenError::IssuerLostAccess)),
@@ -524,22 +543,14 @@ async fn concurrent_issuances_share_names_and_the_cap_as_if_one_after_another() 
     // 24 issuances under 12 names, each name twice; half issued by the bootstrap token (the
     // issuer check runs), half by cpctl. The cap leaves room for 8 more.
     let tokens: Vec<NewToken> = (0..24)
-        .map(|n| NewToken {
-            record: TokenRecord {
-                id: Uuid::new_v4(),
-                public_id: format!("conc{}", Uuid::new_v4().simple()),
-                user_id: tenant.user_id,
-                organisation_id: tenant.organisation_id,
-                name: format!("concurrent-{}", n % 12),
-                scopes: vec!["activity:read".into()],
-                workspace_ids: vec![tenant.workspace_id],
-                environment_ids: vec![],
-                created_at: now,
-                expires_at: now + chrono::Duration::days(1),
-                revoked_at: None,
-                issued_by_token_id: (n % 2 == 0).then_some(issuer.id),
-            },
-            secret_hash: vec![n as u8; 32],
+        .map(|n| {
+            tenant_token(
+                &tenant,
+                format!("conc{}", Uuid::new_v4().simple()),
+                &format!("concurrent-{}", n % 12),
+                (n % 2 == 0).then_some(issuer.id),
+                now,
+            )
         })
         .collect();
     let events: Vec<Vec<NewAuditEvent>> = tokens
@@ -616,23 +627,8 @@ async fn a_colliding_issuance_fails_alone_when_sent_together_with_others() {
     let tenant = app.bootstrap().await;
     let store = app.services.store();
     let now = Utc::now();
-    let token = |public_id: &str, name: &str| NewToken {
-        record: TokenRecord {
-            id: Uuid::new_v4(),
-            public_id: public_id.to_owned(),
-            user_id: tenant.user_id,
-            organisation_id: tenant.organisation_id,
-            name: name.to_owned(),
-            scopes: vec![],
-            workspace_ids: vec![tenant.workspace_id],
-            environment_ids: vec![],
-            created_at: now,
-            expires_at: now + chrono::Duration::days(1),
-            revoked_at: None,
-            issued_by_token_id: None,
-        },
-        secret_hash: vec![7; 32],
-    };
+    let token =
+        |public_id: &str, name: &str| tenant_token(&tenant, public_id.to_owned(), name, None, now);
     let collide = format!("coll{}", Uuid::new_v4().simple());
     let tokens = [
         token(&collide, "collides-a"),
