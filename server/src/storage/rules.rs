@@ -6,11 +6,27 @@
 use chrono::{DateTime, Utc};
 
 use crate::domain::{NewAuditEvent, ReviewStatus};
-use crate::storage::{InsertTokenError, ModerationBasis};
+use crate::storage::{InsertTokenError, ModerationBasis, TokenRecord};
+
+/// May `token` be issued, given what its transaction counted under its locks: the live grants
+/// its issuer (when it has one) holds on the requested workspaces, and the owner's active
+/// tokens with its name (`same_name`) and in all (`active`). The issuer's loss comes first.
+pub(crate) fn may_issue(
+    token: &TokenRecord,
+    issuer_grants: i64,
+    same_name: i64,
+    active: i64,
+    max_active: u32,
+) -> Result<(), InsertTokenError> {
+    if token.issued_by_token_id.is_some() {
+        issuer_kept_access(issuer_grants, token.workspace_ids.len())?;
+    }
+    owner_may_hold_another(same_name, active, max_active)
+}
 
 /// The issuing token must still hold a live grant on every workspace the new token names:
 /// `live` is how many of the `requested` workspaces it still holds.
-pub(crate) fn issuer_kept_access(live: i64, requested: usize) -> Result<(), InsertTokenError> {
+fn issuer_kept_access(live: i64, requested: usize) -> Result<(), InsertTokenError> {
     if live != requested as i64 {
         return Err(InsertTokenError::IssuerLostAccess);
     }
@@ -19,7 +35,7 @@ pub(crate) fn issuer_kept_access(live: i64, requested: usize) -> Result<(), Inse
 
 /// The owner may hold one more active token unless one of them has the same name
 /// (`same_name` > 0) or they already hold `max_active` (`active`).
-pub(crate) fn owner_may_hold_another(
+fn owner_may_hold_another(
     same_name: i64,
     active: i64,
     max_active: u32,

@@ -256,12 +256,15 @@ async fn issue_batch(
         .zip(&counted)
         .map(|(job, c)| {
             let r = &job.token.record;
-            if r.issued_by_token_id.is_some() {
-                rules::issuer_kept_access(c.issuer_grants, r.workspace_ids.len())?;
-            }
             let (earlier, names) = accepted.entry(r.user_id).or_default();
             let same_name = c.same_name + i64::from(names.contains(r.name.as_str()));
-            rules::owner_may_hold_another(same_name, c.active + *earlier, job.max_active)?;
+            rules::may_issue(
+                r,
+                c.issuer_grants,
+                same_name,
+                c.active + *earlier,
+                job.max_active,
+            )?;
             *earlier += 1;
             names.insert(r.name.as_str());
             Ok(())

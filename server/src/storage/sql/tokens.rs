@@ -270,10 +270,7 @@ pub(super) async fn insert_token_alone(
     .fetch_one(&mut *tx)
     .await
     .map_err(map_err)?;
-    if t.issued_by_token_id.is_some() {
-        rules::issuer_kept_access(issuer_grants, t.workspace_ids.len())?;
-    }
-    rules::owner_may_hold_another(same_name, active, max_active)?;
+    rules::may_issue(t, issuer_grants, same_name, active, max_active)?;
     insert_token_rows(&mut tx, token).await?;
     insert_events(&mut tx, events).await?;
     let workspaces: Vec<Option<Uuid>> = events.iter().map(|e| e.workspace_id).collect();
