@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{NewAuditEvent, ReviewStatus};
+use crate::domain::ReviewStatus;
 use crate::storage::{InsertTokenError, ModerationBasis, TokenRecord};
 
 /// May `token` be issued, given what its transaction counted under its locks: the live grants
@@ -76,15 +76,6 @@ pub(crate) fn moderation_is_current(
     basis: &ModerationBasis,
 ) -> bool {
     reports == basis.reports as i64 && updated_at == basis.updated_at
-}
-
-/// Events in the order their workspaces' rows are locked: concurrent writers of several
-/// workspaces then lock them in one order and cannot deadlock. Events of one workspace keep
-/// their order.
-pub(crate) fn in_lock_order(events: &[NewAuditEvent]) -> Vec<&NewAuditEvent> {
-    let mut ordered: Vec<&NewAuditEvent> = events.iter().collect();
-    ordered.sort_by_key(|e| e.workspace_id);
-    ordered
 }
 
 #[cfg(test)]

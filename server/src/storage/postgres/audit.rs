@@ -15,8 +15,6 @@ use crate::storage::StoreError;
 #[path = "../sql/audit.rs"]
 mod shared;
 
-pub(super) use self::shared::insert_events;
-
 /// Channel on which new audit events are announced, as `<workspace id> <sequence>`.
 pub const AUDIT_CHANNEL: &str = "cp_audit";
 
@@ -43,6 +41,60 @@ pub(super) async fn insert_event(
     .bind(&event.correlation_id)
     .bind(event.occurred_at)
     .bind(&event.data)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Writes events in their order, as [`insert_event`] does, in one statement whatever their
+/// number.
+pub(super) async fn insert_events<'e>(
+    conn: &mut PgConnection,
+    events: impl IntoIterator<Item = &'e NewAuditEvent>,
+) -> Result<(), StoreError> {
+    let events: Vec<&NewAuditEvent> = events.into_iter().collect();
+    match events[..] {
+        [] => return Ok(()),
+        [event] => return insert_event(conn, event).await,
+        _ => {}
+    }
+    let each = || events.iter();
+    sqlx::query(
+        "INSERT INTO audit_events (id, organisation_id, workspace_id, event_type, actor_kind,
+             actor_id, target_kind, target_id, correlation_id, occurred_at, data)
+         SELECT e.id, e.organisation_id, e.workspace_id, e.event_type, e.actor_kind, e.actor_id,
+             e.target_kind, e.target_id, e.correlation_id, e.occurred_at, e.data::jsonb
+         FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::uuid[],
+                     $7::text[], $8::uuid[], $9::text[], $10::timestamptz[], $11::text[])
+              WITH ORDINALITY
+              AS e(id, organisation_id, workspace_id, event_type, actor_kind, actor_id,
+                   target_kind, target_id, correlation_id, occurred_at, data, n)
+         ORDER BY e.n",
+    )
+    .bind(each().map(|_| Uuid::new_v4()).collect::<Vec<Uuid>>())
+    .bind(each().map(|e| e.organisation_id).collect::<Vec<Uuid>>())
+    .bind(
+        each()
+            .map(|e| e.workspace_id)
+            .collect::<Vec<Option<Uuid>>>(),
+    )
+    .bind(each().map(|e| e.event_type).collect::<Vec<&str>>())
+    .bind(each().map(|e| e.actor.kind.as_str()).collect::<Vec<&str>>())
+    .bind(each().map(|e| e.actor.id).collect::<Vec<Option<Uuid>>>())
+    .bind(each().map(|e| e.target_kind).collect::<Vec<&str>>())
+    .bind(each().map(|e| e.target_id).collect::<Vec<Uuid>>())
+    .bind(
+        each()
+            .map(|e| e.correlation_id.as_str())
+            .collect::<Vec<&str>>(),
+    )
+    .bind(
+        each()
+            .map(|e| e.occurred_at)
+            .collect::<Vec<chrono::DateTime<chrono::Utc>>>(),
+    )
+    .bind(each().map(|e| e.data.to_string()).collect::<Vec<String>>())
     .execute(&mut *conn)
     .await
     .map_err(map_err)?;

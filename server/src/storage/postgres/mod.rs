@@ -7,6 +7,7 @@
 //! `lane` keeps the request path's read connections (credential lookup, activity pages).
 
 mod audit;
+mod batch;
 mod changes;
 pub(super) mod copy;
 mod deliveries;
@@ -70,8 +71,8 @@ pub struct PostgresStore {
     lane: Arc<ReadLane>,
     /// Numbers audit events after their writer's commit (see `sequencer`).
     sequencer: Arc<Sequencer>,
-    /// Gathers concurrent issuances into shared transactions (see `tokens`).
-    issuances: Arc<tokens::Issuances>,
+    /// Gathers concurrent issuances into shared transactions (see `batch`).
+    issuances: Arc<batch::Batcher<tokens::Issuances>>,
 }
 
 impl std::fmt::Debug for PostgresStore {

@@ -1,34 +1,22 @@
 //! Personal access tokens and their grants: the Postgres statements, and the batching of
 //! issuances; the rest, with the issuance rules, is shared (`storage/sql/tokens.rs`).
 //!
-//! # Issuances in batches
-//!
-//! An issuance alone is six round trips in its transaction (BEGIN, locks, counts, token,
-//! event, COMMIT), and under load their per-statement cost, not the data written, is most of
-//! what Postgres and the server spend (BENCHMARKS.md, issue 17). So issuances of requests
-//! without an `Idempotency-Key` are queued to one task per store, which gathers those waiting
-//! into one transaction of four statements whatever their number: lock every issuer
-//! (FOR SHARE) and owner (FOR UPDATE) in id order, count every issuer's grants and owner's
-//! tokens, insert the accepted tokens, grants and events, commit. The rules are
-//! `storage::rules`, applied per issuance in queue order, each seeing the ones accepted
-//! before it in the batch, so the outcome is the one the issuances would have had one after
-//! another. A batch that fails as a whole (a deadlock, a lost connection) rolls back, and each
-//! of its issuances runs again alone, so one issuance's failure stays its own. A keyed request
-//! runs alone too: its transaction is held open for its outcome (`storage/held.rs`).
-//! Up to [`BATCHES_IN_FLIGHT`] batches run at once; while they do, new issuances queue, which
-//! is what makes batches grow with the load.
+//! Issuances of requests without an `Idempotency-Key` run in batches (`batch.rs`): a batch
+//! is five statements whatever its size: lock every issuer (FOR SHARE) and owner (FOR UPDATE)
+//! in id order, count every issuer's grants and owner's tokens, insert the accepted tokens
+//! with their grants, insert their events, commit. [`rules::may_issue`] decides each
+//! issuance in queue order, counting the ones accepted before it in the batch.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, OnceLock};
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
-use tokio::sync::{Semaphore, mpsc, oneshot};
 use uuid::Uuid;
 
 use self::shared::CredentialRow;
-use super::sequencer::Sequencer;
-use super::{PostgresStore, held, map_err, settle_after_commit};
+use super::audit::insert_events;
+use super::batch::{self, Ran};
+use super::{PostgresStore, map_err};
 use crate::domain::NewAuditEvent;
 use crate::storage::rules;
 use crate::storage::{InsertTokenError, NewToken, StoreError};
@@ -86,29 +74,17 @@ async fn find_credential_row(
     store.read_optional(query).await
 }
 
-/// Batches running at once: enough to overlap one batch's commit with the next's statements.
-const BATCHES_IN_FLIGHT: usize = 2;
-/// Issuances in one batch at most.
-const MAX_BATCH: usize = 64;
-/// Issuances waiting for a batch at most; a full queue makes the caller wait.
-const QUEUE: usize = 1024;
+/// Issuances, in batches.
+pub(super) struct Issuances;
 
-/// The queue to the batching task, started with the first issuance.
-#[derive(Default)]
-pub(super) struct Issuances {
-    queue: OnceLock<mpsc::Sender<Job>>,
-}
-
-struct Job {
+pub(super) struct Job {
     token: NewToken,
     events: Vec<NewAuditEvent>,
     max_active: u32,
     now: DateTime<Utc>,
-    /// `None`: the batch failed as a whole; the caller runs the issuance alone.
-    answer: oneshot::Sender<Option<Result<(), InsertTokenError>>>,
 }
 
-/// Runs an issuance in a batch; `None` when it must run alone (see the module doc).
+/// Runs an issuance in a batch; `None` when it must run alone (see `batch.rs`).
 async fn batch_insert_token(
     store: &PostgresStore,
     token: &NewToken,
@@ -116,70 +92,31 @@ async fn batch_insert_token(
     max_active: u32,
     now: DateTime<Utc>,
 ) -> Option<Result<(), InsertTokenError>> {
-    if held::holding() {
-        return None;
-    }
-    let queue = store.issuances.queue.get_or_init(|| {
-        let (queue, waiting) = mpsc::channel(QUEUE);
-        // The task holds the pool and the sequencer, not the store: it ends when the store's
-        // last clone drops the queue.
-        tokio::spawn(run_batches(
-            store.pool.clone(),
-            store.sequencer.clone(),
-            waiting,
-        ));
-        queue
-    });
-    let (answer, answered) = oneshot::channel();
     let job = Job {
         token: token.clone(),
         events: events.to_vec(),
         max_active,
         now,
-        answer,
     };
-    queue.send(job).await.ok()?;
-    // A dropped answer means the batch task stopped mid-batch (its runtime is shutting down):
-    // whether the batch committed is unknown, so the caller is not told to run it again.
-    answered.await.unwrap_or_else(|_| {
-        Some(Err(InsertTokenError::Store(StoreError::Unavailable(
-            "the issuance batch stopped before it answered".into(),
-        ))))
-    })
+    let verdict = store
+        .issuances
+        .submit(&store.pool, &store.sequencer, job)
+        .await?;
+    Some(verdict.unwrap_or_else(|e| Err(InsertTokenError::Store(e))))
 }
 
-async fn run_batches(pool: PgPool, sequencer: Arc<Sequencer>, mut waiting: mpsc::Receiver<Job>) {
-    let slots = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
-    while let Some(first) = waiting.recv().await {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        // Whatever queued while every slot was busy joins this batch.
-        let mut jobs = vec![first];
-        while jobs.len() < MAX_BATCH {
-            let Ok(job) = waiting.try_recv() else { break };
-            jobs.push(job);
-        }
-        let (pool, sequencer) = (pool.clone(), sequencer.clone());
-        tokio::spawn(async move {
-            let verdicts = match issue_batch(&pool, &jobs).await {
-                Ok(verdicts) => {
-                    if verdicts.iter().any(Result::is_ok) {
-                        settle_after_commit(Some((sequencer, pool))).await;
-                    }
-                    verdicts.into_iter().map(Some).collect()
-                }
-                Err(e) => {
-                    let issuances = jobs.len();
-                    tracing::info!(error = %e, issuances, "an issuance batch failed; each runs alone");
-                    vec![None; jobs.len()]
-                }
-            };
-            for (job, verdict) in jobs.into_iter().zip(verdicts) {
-                let _ = job.answer.send(verdict);
-            }
-            drop(slot);
-        });
+#[async_trait::async_trait]
+impl batch::Kind for Issuances {
+    type Job = Job;
+    type Verdict = Result<(), InsertTokenError>;
+    const WHAT: &'static str = "issuance";
+
+    fn key(job: &Job) -> Uuid {
+        job.token.record.user_id
+    }
+
+    async fn run(pool: &PgPool, jobs: &[Job]) -> Result<Ran<Self::Verdict>, StoreError> {
+        issue_batch(pool, jobs).await
     }
 }
 
@@ -195,7 +132,7 @@ struct Counted {
 async fn issue_batch(
     pool: &PgPool,
     jobs: &[Job],
-) -> Result<Vec<Result<(), InsertTokenError>>, StoreError> {
+) -> Result<Ran<Result<(), InsertTokenError>>, StoreError> {
     let records = || jobs.iter().map(|j| &j.token.record);
     let mut tx = pool.begin().await.map_err(map_err)?;
     // In id order, so batches and revocations (which lock tokens in id order) cannot deadlock.
@@ -278,16 +215,19 @@ async fn issue_batch(
         .collect();
     if !issued.is_empty() {
         insert_batch(&mut tx, &issued).await?;
+        insert_events(&mut tx, issued.iter().flat_map(|j| &j.events)).await?;
     }
     tx.commit().await.map_err(map_err)?;
-    Ok(verdicts)
+    Ok(Ran {
+        wrote_events: !issued.is_empty(),
+        verdicts: verdicts.into_iter().map(Some).collect(),
+    })
 }
 
-/// The tokens, their grants and their events, in one statement. Lists of varying length
-/// (scopes, environments) travel as JSON arrays, since Postgres arrays must be rectangular.
+/// The tokens and their grants, in one statement. Lists of varying length (scopes,
+/// environments) travel as JSON arrays, since Postgres arrays must be rectangular.
 async fn insert_batch(conn: &mut PgConnection, issued: &[&Job]) -> Result<(), StoreError> {
     let records = || issued.iter().map(|j| &j.token.record);
-    let events = || issued.iter().flat_map(|j| rules::in_lock_order(&j.events));
     let (grant_token, (grant_workspace, grant_position)): (Vec<Uuid>, (Vec<Uuid>, Vec<i32>)) =
         records()
             .flat_map(|r| {
@@ -310,46 +250,55 @@ async fn insert_batch(conn: &mut PgConnection, issued: &[&Job]) -> Result<(), St
                   AS x(id, public_id, user_id, organisation_id, name, secret_hash, scopes,
                        environment_ids, created_at, expires_at, issued_by)
              RETURNING id
-         ), g AS (
-             INSERT INTO token_workspaces (token_id, workspace_id, position)
-             SELECT g.token_id, g.workspace_id, g.position
-             FROM unnest($12::uuid[], $13::uuid[], $14::int4[]) AS g(token_id, workspace_id, position)
-             WHERE g.token_id IN (SELECT id FROM t)
          )
-         INSERT INTO audit_events (id, organisation_id, workspace_id, event_type, actor_kind,
-             actor_id, target_kind, target_id, correlation_id, occurred_at, data)
-         SELECT e.id, e.organisation_id, e.workspace_id, e.event_type, e.actor_kind, e.actor_id,
-             e.target_kind, e.target_id, e.correlation_id, e.occurred_at, e.data::jsonb
-         FROM unnest($15::uuid[], $16::uuid[], $17::uuid[], $18::text[], $19::text[], $20::uuid[],
-                     $21::text[], $22::uuid[], $23::text[], $24::timestamptz[], $25::text[])
-              AS e(id, organisation_id, workspace_id, event_type, actor_kind, actor_id,
-                   target_kind, target_id, correlation_id, occurred_at, data)",
+         INSERT INTO token_workspaces (token_id, workspace_id, position)
+         SELECT g.token_id, g.workspace_id, g.position
+         FROM unnest($12::uuid[], $13::uuid[], $14::int4[]) AS g(token_id, workspace_id, position)
+         WHERE g.token_id IN (SELECT id FROM t)",
     )
     .bind(records().map(|r| r.id).collect::<Vec<Uuid>>())
-    .bind(records().map(|r| r.public_id.clone()).collect::<Vec<String>>())
+    .bind(
+        records()
+            .map(|r| r.public_id.clone())
+            .collect::<Vec<String>>(),
+    )
     .bind(records().map(|r| r.user_id).collect::<Vec<Uuid>>())
     .bind(records().map(|r| r.organisation_id).collect::<Vec<Uuid>>())
     .bind(records().map(|r| r.name.clone()).collect::<Vec<String>>())
-    .bind(issued.iter().map(|j| j.token.secret_hash.clone()).collect::<Vec<Vec<u8>>>())
-    .bind(records().map(|r| json_text(&r.scopes)).collect::<Vec<String>>())
-    .bind(records().map(|r| json_text(&r.environment_ids)).collect::<Vec<String>>())
-    .bind(records().map(|r| r.created_at).collect::<Vec<DateTime<Utc>>>())
-    .bind(records().map(|r| r.expires_at).collect::<Vec<DateTime<Utc>>>())
-    .bind(records().map(|r| r.issued_by_token_id).collect::<Vec<Option<Uuid>>>())
+    .bind(
+        issued
+            .iter()
+            .map(|j| j.token.secret_hash.clone())
+            .collect::<Vec<Vec<u8>>>(),
+    )
+    .bind(
+        records()
+            .map(|r| json_text(&r.scopes))
+            .collect::<Vec<String>>(),
+    )
+    .bind(
+        records()
+            .map(|r| json_text(&r.environment_ids))
+            .collect::<Vec<String>>(),
+    )
+    .bind(
+        records()
+            .map(|r| r.created_at)
+            .collect::<Vec<DateTime<Utc>>>(),
+    )
+    .bind(
+        records()
+            .map(|r| r.expires_at)
+            .collect::<Vec<DateTime<Utc>>>(),
+    )
+    .bind(
+        records()
+            .map(|r| r.issued_by_token_id)
+            .collect::<Vec<Option<Uuid>>>(),
+    )
     .bind(grant_token)
     .bind(grant_workspace)
     .bind(grant_position)
-    .bind(events().map(|_| Uuid::new_v4()).collect::<Vec<Uuid>>())
-    .bind(events().map(|e| e.organisation_id).collect::<Vec<Uuid>>())
-    .bind(events().map(|e| e.workspace_id).collect::<Vec<Option<Uuid>>>())
-    .bind(events().map(|e| e.event_type).collect::<Vec<&str>>())
-    .bind(events().map(|e| e.actor.kind.as_str()).collect::<Vec<&str>>())
-    .bind(events().map(|e| e.actor.id).collect::<Vec<Option<Uuid>>>())
-    .bind(events().map(|e| e.target_kind).collect::<Vec<&str>>())
-    .bind(events().map(|e| e.target_id).collect::<Vec<Uuid>>())
-    .bind(events().map(|e| e.correlation_id.clone()).collect::<Vec<String>>())
-    .bind(events().map(|e| e.occurred_at).collect::<Vec<DateTime<Utc>>>())
-    .bind(events().map(|e| e.data.to_string()).collect::<Vec<String>>())
     .execute(conn)
     .await
     .map_err(map_err)?;

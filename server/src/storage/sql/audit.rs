@@ -1,27 +1,15 @@
-//! Reading the audit log, and writing several events (shared by both SQL adapters; see the
-//! layout in `storage/mod.rs`). Writing one event is the adapter's own `insert_event`.
+//! Reading the audit log (shared by both SQL adapters; see the layout in `storage/mod.rs`).
+//! Writing events is each adapter's own (`insert_event`, `insert_events`).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, Row as _};
 use uuid::Uuid;
 
-use super::super::{Connection, Row, Store, insert_event, map_err};
+use super::super::{Row, Store, map_err};
 use super::{list_events_page, settle_events};
-use crate::domain::{AuditEvent, NewAuditEvent};
-use crate::storage::rules;
+use crate::domain::AuditEvent;
 use crate::storage::{AuditStore, StoreError};
-
-/// Writes events in workspace order (see [`rules::in_lock_order`]).
-pub(in super::super) async fn insert_events(
-    conn: &mut Connection,
-    events: &[NewAuditEvent],
-) -> Result<(), StoreError> {
-    for event in rules::in_lock_order(events) {
-        insert_event(conn, event).await?;
-    }
-    Ok(())
-}
 
 /// The columns [`EventRow`] decodes, in its order. Data as text: readers pass event data
 /// through, so nothing parses it into a tree.

@@ -14,7 +14,16 @@ use crate::storage::StoreError;
 #[path = "../sql/audit.rs"]
 mod shared;
 
-pub(super) use self::shared::insert_events;
+/// Writes events in their order, each numbered as it is written.
+pub(super) async fn insert_events<'e>(
+    conn: &mut SqliteConnection,
+    events: impl IntoIterator<Item = &'e NewAuditEvent>,
+) -> Result<(), StoreError> {
+    for event in events {
+        insert_event(conn, event).await?;
+    }
+    Ok(())
+}
 
 /// Writes one audit event, giving a workspace event the next sequence of its workspace (the
 /// transaction holds the write lock, so sequences are gapless and unique).
