@@ -136,9 +136,11 @@ async fn issue_batch(
     let records = || jobs.iter().map(|j| &j.token.record);
     let mut tx = pool.begin().await.map_err(map_err)?;
     // In id order, so batches and revocations (which lock tokens in id order) cannot deadlock.
+    // Revoked issuers too: the counts below check revocation, and with `revoked_at IS NULL`
+    // here the planner, misled by a table growing faster than its statistics, intersected the
+    // primary key with a scan of every active token (3 ms a batch at 25,000 tokens).
     sqlx::query(
-        "WITH issuers AS (SELECT id FROM tokens WHERE id = ANY($1) AND revoked_at IS NULL
-                          ORDER BY id FOR SHARE),
+        "WITH issuers AS (SELECT id FROM tokens WHERE id = ANY($1) ORDER BY id FOR SHARE),
               owners AS (SELECT id FROM users WHERE id = ANY($2) ORDER BY id FOR UPDATE)
          SELECT (SELECT count(*) FROM issuers), (SELECT count(*) FROM owners)",
     )
