@@ -79,6 +79,87 @@ async fn a_delivery_moves_received_running_succeeded_and_its_command_follows() {
 }
 
 #[tokio::test]
+async fn concurrent_reports_each_move_their_delivery_once_with_one_event() {
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture().await;
+    let mut submitted = Vec::new();
+    for _ in 0..24 {
+        submitted.push(submit(&app, &tenant, pool).await);
+    }
+
+    // Sent together, so that (on Postgres) they share transactions.
+    let responses = futures_util::future::join_all(
+        submitted
+            .iter()
+            .map(|(_, delivery)| report(&app, &runner, delivery, json!({"status": "received"}))),
+    )
+    .await;
+    for (response, (_, delivery)) in responses.into_iter().zip(&submitted) {
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["delivery"]["id"], delivery.to_string());
+        assert_eq!(body["delivery"]["status"], "received");
+    }
+    for (command, delivery) in &submitted {
+        assert_eq!(delivery_status(&app, *delivery).await, "received");
+        assert_eq!(command_status_of(&app, *command).await, "dispatched");
+        let (events, numbered) = sql_one!(
+            &mut app.db().await,
+            (i64, i64),
+            "SELECT count(*), count(seq) FROM audit_events
+             WHERE event_type = 'webhook_delivery.status_reported' AND target_id = $1",
+            delivery
+        )
+        .unwrap();
+        assert_eq!((events, numbered), (1, 1), "{delivery}");
+    }
+}
+
+#[tokio::test]
+async fn the_same_report_sent_twice_at_once_applies_once() {
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = fixture().await;
+    let (command, delivery) = submit(&app, &tenant, pool).await;
+    let mut others = Vec::new();
+    for _ in 0..6 {
+        others.push(submit(&app, &tenant, pool).await.1);
+    }
+
+    // The twin reports travel with others, so (on Postgres) they can land in one batch.
+    let twins = futures_util::future::join_all(
+        (0..2).map(|_| report(&app, &runner, delivery, json!({"status": "received"}))),
+    );
+    let rest = futures_util::future::join_all(
+        others
+            .iter()
+            .map(|d| report(&app, &runner, d, json!({"status": "received"}))),
+    );
+    let (twins, rest) = tokio::join!(twins, rest);
+    let mut statuses: Vec<u16> = twins.iter().map(|r| r.status().as_u16()).collect();
+    statuses.sort();
+    assert_eq!(statuses, [200, 409]);
+    assert!(rest.iter().all(|r| r.status() == 200));
+    assert_eq!(command_status_of(&app, command).await, "dispatched");
+    let (events,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM audit_events
+         WHERE event_type = 'webhook_delivery.status_reported' AND target_id = $1",
+        delivery
+    )
+    .unwrap();
+    assert_eq!(events, 1);
+}
+
+#[tokio::test]
 async fn transitions_the_state_machine_forbids_are_409() {
     let Fixture {
         app,

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::ReviewStatus;
+use crate::domain::{CommandStatus, DeliveryStatus, ReviewStatus};
 use crate::storage::{InsertTokenError, ModerationBasis, TokenRecord};
 
 /// May `token` be issued, given what its transaction counted under its locks: the live grants
@@ -47,6 +47,17 @@ fn owner_may_hold_another(
         return Err(InsertTokenError::LimitReached);
     }
     Ok(())
+}
+
+/// A runner's report applies only from the state the service read (`read`), still the
+/// delivery's (`now`, read under its lock), and only while its command is open: a cancelled or
+/// timed-out command takes no more reports.
+pub(crate) fn report_applies(
+    read: DeliveryStatus,
+    now: DeliveryStatus,
+    command: CommandStatus,
+) -> bool {
+    read == now && command.is_open()
 }
 
 /// A pool with open commands is deleted only when forced (which cancels them).
@@ -137,6 +148,21 @@ mod tests {
             at + chrono::Duration::microseconds(1),
             &basis
         ));
+    }
+
+    #[test]
+    fn a_report_applies_from_the_state_read_and_to_an_open_command_only() {
+        use DeliveryStatus::{Pending, Received};
+        assert!(report_applies(Pending, Pending, CommandStatus::Queued));
+        // Another report moved the delivery since the service read it.
+        assert!(!report_applies(
+            Pending,
+            Received,
+            CommandStatus::Dispatched
+        ));
+        // The command was cancelled (or timed out) meanwhile.
+        assert!(!report_applies(Pending, Pending, CommandStatus::Cancelled));
+        assert!(!report_applies(Received, Received, CommandStatus::Failed));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! A write alone is a transaction of five or six round trips (BEGIN, its statements, COMMIT),
 //! and under load their per-statement cost, not the data written, is most of what Postgres and
 //! the server spend (BENCHMARKS.md, issue 17). A kind of write that can be applied set-based
-//! (issuances in `tokens.rs`) queues its writes here: one
+//! (issuances in `tokens.rs`, delivery reports in `runners.rs`) queues its writes here: one
 //! task per kind and store gathers those waiting into one transaction of a few statements,
 //! whatever their number. Each kind reads what its rules need for every write under row locks
 //! taken in id order, applies the rules (`storage::rules`) in queue order, each write seeing
@@ -12,13 +12,13 @@
 //!
 //! A batch that fails as a whole (a deadlock, a lost connection) rolls back and each of its
 //! writes runs again alone, so one write's failure stays its own; a kind may also send a write
-//! alone when a batch cannot decide it. A request with an
+//! alone when a batch cannot decide it (two reports of one delivery). A request with an
 //! `Idempotency-Key` always runs alone: its transaction is held open for its outcome
 //! (`storage/held.rs`).
 //!
-//! Each kind has [`LANES`] lanes, and a write goes to the lane of its key (an issuance's
-//! owner). A lane runs one batch at a time; while it does, new writes queue, which is what
-//! makes batches grow with the load and stay at one write when there is none.
+//! Each kind has [`LANES`] lanes, and a write goes to the lane of its key (an issuance's owner,
+//! a report's delivery). A lane runs one batch at a time; while it does, new writes queue,
+//! which is what makes batches grow with the load and stay at one write when there is none.
 //! Two lanes overlap one batch's commit with the other's statements, and since writes of one
 //! key always share a lane, the batches running at once never wait for each other's row locks:
 //! with two batches drawn from one queue, one waited out the other's owner locks in most

@@ -71,8 +71,9 @@ pub struct PostgresStore {
     lane: Arc<ReadLane>,
     /// Numbers audit events after their writer's commit (see `sequencer`).
     sequencer: Arc<Sequencer>,
-    /// Gathers concurrent issuances into shared transactions (see `batch`).
+    /// Gather concurrent writes of a kind into shared transactions (see `batch`).
     issuances: Arc<batch::Batcher<tokens::Issuances>>,
+    reports: Arc<batch::Batcher<runners::Reports>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -114,6 +115,7 @@ impl PostgresStore {
             lane: Arc::new(lane),
             sequencer: Arc::new(Sequencer::default()),
             issuances: Arc::default(),
+            reports: Arc::default(),
         })
     }
 

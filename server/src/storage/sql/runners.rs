@@ -11,6 +11,7 @@ use super::super::{
     Connection, FOR_SHARE, FOR_UPDATE, Store, in_uuid_list, insert_event, json_param, list_param,
     map_err,
 };
+use super::batch_transition_delivery;
 use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent};
 use crate::storage::rows::{
     DeliveryRow, POOL_COLUMNS, PoolRow, open_statuses, parse_state, with_data,
@@ -195,17 +196,20 @@ impl RunnerStore for Store {
             workspace_id: Uuid,
             organisation_id: Uuid,
         }
-        let row: Option<Row> = sqlx::query_as(
-            "SELECT k.id, k.runner_id, k.public_key, k.created_at, k.revoked_at, r.pool_id,
-                    p.workspace_id, w.organisation_id
-             FROM runner_keys k JOIN runners r ON r.id = k.runner_id
-             JOIN runner_pools p ON p.id = r.pool_id JOIN workspaces w ON w.id = p.workspace_id
-             WHERE k.id = $1",
-        )
-        .bind(key_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(map_err)?;
+        // Every signed request's first read: through the request path's reads.
+        let row: Option<Row> = self
+            .read_optional(
+                sqlx::query_as(
+                    "SELECT k.id, k.runner_id, k.public_key, k.created_at, k.revoked_at, r.pool_id,
+                            p.workspace_id, w.organisation_id
+                     FROM runner_keys k JOIN runners r ON r.id = k.runner_id
+                     JOIN runner_pools p ON p.id = r.pool_id
+                     JOIN workspaces w ON w.id = p.workspace_id
+                     WHERE k.id = $1",
+                )
+                .bind(key_id),
+            )
+            .await?;
         Ok(row.map(|r| RunnerKeyLookup {
             key: RunnerKey {
                 id: r.id,
@@ -367,17 +371,19 @@ impl RunnerStore for Store {
             workspace_id: Uuid,
             organisation_id: Uuid,
         }
-        let row: Option<Row> = sqlx::query_as(
-            "SELECT d.id, d.command_id, d.status, d.detail, d.exit_code, d.created_at, d.updated_at,
-                    c.status AS command_status, c.pool_id, c.workspace_id, w.organisation_id
-             FROM webhook_deliveries d JOIN runner_commands c ON c.id = d.command_id
-             JOIN workspaces w ON w.id = c.workspace_id
-             WHERE d.id = $1",
-        )
-        .bind(delivery_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(map_err)?;
+        let row: Option<Row> = self
+            .read_optional(
+                sqlx::query_as(
+                    "SELECT d.id, d.command_id, d.status, d.detail, d.exit_code, d.created_at,
+                            d.updated_at, c.status AS command_status, c.pool_id, c.workspace_id,
+                            w.organisation_id
+                     FROM webhook_deliveries d JOIN runner_commands c ON c.id = d.command_id
+                     JOIN workspaces w ON w.id = c.workspace_id
+                     WHERE d.id = $1",
+                )
+                .bind(delivery_id),
+            )
+            .await?;
         row.map(|r| {
             Ok(DeliveryContext {
                 delivery: r.delivery.try_into()?,
@@ -394,42 +400,51 @@ impl RunnerStore for Store {
         &self,
         t: &DeliveryTransition,
     ) -> Result<Option<WebhookDelivery>, StoreError> {
+        if let Some(batched) = batch_transition_delivery(self, t).await {
+            return batched?.map(TryInto::try_into).transpose();
+        }
         let mut tx = self.begin().await?;
-        // Applies only from the state the service read: a concurrent move is a conflict.
-        let row: Option<DeliveryRow> = sqlx::query_as(
-            "UPDATE webhook_deliveries SET status = $3, detail = COALESCE($4, detail),
-                 exit_code = COALESCE($5, exit_code), updated_at = $6, next_attempt_at = NULL
-             WHERE id = $1 AND status = $2
+        // The delivery and its command under their locks (the delivery first, as the timeout
+        // sweep takes them), so the rule sees the state the writes below apply to.
+        let state: Option<(String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT d.status, c.status FROM webhook_deliveries d
+             JOIN runner_commands c ON c.id = d.command_id WHERE d.id = $1 {FOR_UPDATE}"
+        )))
+        .bind(t.delivery_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let Some((delivery, command)) = state else {
+            return Ok(None);
+        };
+        if !rules::report_applies(
+            t.from,
+            parse_state(&delivery, DeliveryStatus::parse)?,
+            parse_state(&command, CommandStatus::parse)?,
+        ) {
+            return Ok(None);
+        }
+        let row: DeliveryRow = sqlx::query_as(
+            "UPDATE webhook_deliveries SET status = $2, detail = COALESCE($3, detail),
+                 exit_code = COALESCE($4, exit_code), updated_at = $5, next_attempt_at = NULL
+             WHERE id = $1
              RETURNING id, command_id, status, detail, exit_code, created_at, updated_at",
         )
         .bind(t.delivery_id)
-        .bind(t.from.as_str())
         .bind(t.to.as_str())
         .bind(&t.detail)
         .bind(t.exit_code)
         .bind(t.at)
-        .fetch_optional(&mut *tx)
+        .fetch_one(&mut *tx)
         .await
         .map_err(map_err)?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        // A cancelled (or otherwise finished) command takes no more reports.
-        let moved = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "UPDATE runner_commands SET status = $2, updated_at = $3
-             WHERE id = $1 AND status IN {}",
-            open_statuses()
-        )))
-        .bind(row.command_id)
-        .bind(t.to.command_status().as_str())
-        .bind(t.at)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?
-        .rows_affected();
-        if moved == 0 {
-            return Ok(None);
-        }
+        sqlx::query("UPDATE runner_commands SET status = $2, updated_at = $3 WHERE id = $1")
+            .bind(row.command_id)
+            .bind(t.to.command_status().as_str())
+            .bind(t.at)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
         insert_event(&mut tx, &t.event).await?;
         self.commit(tx, &[t.event.workspace_id]).await?;
         row.try_into().map(Some)
