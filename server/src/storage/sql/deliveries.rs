@@ -40,9 +40,13 @@ struct DueRow {
 #[async_trait]
 impl DeliveryStore for Store {
     async fn any_due(&self, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        // Ordered, so the plan is the due index's first entry whatever the statistics say:
+        // unordered, a table grown faster than its statistics got a sequential scan (9 ms a
+        // poll at 50,000 deliveries, most of Postgres's time under runner reports).
         let row: Option<(i32,)> = sqlx::query_as(
             "SELECT 1 FROM webhook_deliveries
-             WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= $1 LIMIT 1",
+             WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= $1
+             ORDER BY next_attempt_at LIMIT 1",
         )
         .bind(now)
         .fetch_optional(&self.pool)
