@@ -5,11 +5,14 @@
 #
 #   tests/bench/cpu-split.sh [seconds]        (default 10; needs wrk, pgbench, Postgres)
 #   PERF=perf.data tests/bench/cpu-split.sh   also records the server with `perf record`
+#   LOAD=reports tests/bench/cpu-split.sh     signed runner reports (ops_load) instead
 #
 # pg_stat_statements needs `shared_preload_libraries = 'pg_stat_statements'` and a restart;
 # without it the statement table is skipped.
 SECS=${1:-10}
+LOAD=${LOAD:-issuance}
 source "$(dirname "$0")/lib.sh"
+[ "$LOAD" = issuance ] || [ -x $BIN/examples/ops_load ] || cargo build --release -p control-plane --example ops_load
 HZ=$(getconf CLK_TCK)
 
 # CPU ticks of each process of the kinds measured: "pid kind ticks", sorted by pid.
@@ -17,7 +20,7 @@ ticks() {
   for p in /proc/[0-9]*; do
     c=$(cat "$p/comm" 2>/dev/null) || continue
     case "$c" in
-      postgres|control-plane|wrk|pgbench) echo "${p#/proc/} $c $(cut -d' ' -f14,15 "$p/stat" 2>/dev/null)" ;;
+      postgres|control-plane|wrk|pgbench|ops_load) echo "${p#/proc/} $c $(cut -d' ' -f14,15 "$p/stat" 2>/dev/null)" ;;
     esac
   done | awk 'NF == 4 {print $1, $2, $3 + $4}' | sort -k1,1
 }
@@ -49,10 +52,21 @@ if [ -n "${PERF:-}" ]; then
   perf record -F 499 -g -e cpu-clock -p "${PIDS[-1]}" -o "$PERF" -- sleep "$SECS" >/dev/null 2>&1 &
   PIDS+=($!)
 fi
-sample issue & SAMPLER=$!
-wrk_run -s $HERE/issue.lua http://127.0.0.1:18080 > "$OUT/issue1.txt"; wait $SAMPLER
-echo "== POST personal-access-tokens, one workspace"
-grep -E "Requests/sec|non-2xx" "$OUT/issue1.txt"; cat "$OUT/cpu-issue.txt"
+if [ "$LOAD" = issuance ]; then
+  sample issue & SAMPLER=$!
+  wrk_run -s $HERE/issue.lua http://127.0.0.1:18080 > "$OUT/issue1.txt"; wait $SAMPLER
+  echo "== POST personal-access-tokens, one workspace"
+  grep -E "Requests/sec|non-2xx" "$OUT/issue1.txt"; cat "$OUT/cpu-issue.txt"
+else
+  # ops_load creates its deliveries first (about a second): the sampler starts after that.
+  SERVER=http://127.0.0.1:18080 $BIN/examples/ops_load signed $CONNS "$SECS" > "$OUT/reports.txt" &
+  LOADER=$!
+  until grep -q creating "$OUT/reports.txt" 2>/dev/null; do sleep 0.1; done; sleep 1
+  sample reports & SAMPLER=$!
+  wait $LOADER; wait $SAMPLER
+  echo "== signed runner reports, one workspace"
+  grep "signed reports:" "$OUT/reports.txt"; cat "$OUT/cpu-reports.txt"
+fi
 if [ "$STATEMENTS" = 1 ]; then
   psql "$DATABASE_URL" -c "SELECT calls, round(total_exec_time::numeric) AS total_ms,
       round((total_exec_time / calls)::numeric, 3) AS ms_per_call,
