@@ -737,7 +737,6 @@ macro_rules! sql_exec {
 }
 pub(crate) use sql_exec;
 
-/// A valid issuance body for `tenant`, to be varied by each test.
 /// A runner pool made through the service layer, as `cpctl pools create` does.
 pub async fn create_pool(app: &TestApp, workspace: Uuid, name: &str) -> Uuid {
     app.services
@@ -747,6 +746,19 @@ pub async fn create_pool(app: &TestApp, workspace: Uuid, name: &str) -> Uuid {
         .id
 }
 
+/// The audit events of `event_type` about `target`: how many, and how many are numbered.
+pub async fn events_about(app: &TestApp, event_type: &str, target: Uuid) -> (i64, i64) {
+    sql_one!(
+        &mut app.db().await,
+        (i64, i64),
+        "SELECT count(*), count(seq) FROM audit_events WHERE event_type = $1 AND target_id = $2",
+        event_type,
+        target
+    )
+    .unwrap()
+}
+
+/// A valid issuance body for `tenant`, to be varied by each test.
 pub fn issuance_body(tenant: &Tenant) -> Value {
     serde_json::json!({
         "name": format!("token-{}", Uuid::new_v4().simple()),

@@ -11,11 +11,12 @@ use uuid::Uuid;
 
 use crate::helpers::{
     ServerProcess, Tenant, TestApp, assert_api_error, create_pool, delete_redis_keys, error_shape,
-    needs, spawn_app, spawn_app_with, sql_one,
+    events_about, needs, spawn_app, spawn_app_with, sql_one,
 };
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
+const REPORTED: &str = "webhook_delivery.status_reported";
 
 #[tokio::test]
 async fn a_delivery_moves_received_running_succeeded_and_its_command_follows() {
@@ -107,15 +108,11 @@ async fn concurrent_reports_each_move_their_delivery_once_with_one_event() {
     for (command, delivery) in &submitted {
         assert_eq!(delivery_status(&app, *delivery).await, "received");
         assert_eq!(command_status_of(&app, *command).await, "dispatched");
-        let (events, numbered) = sql_one!(
-            &mut app.db().await,
-            (i64, i64),
-            "SELECT count(*), count(seq) FROM audit_events
-             WHERE event_type = 'webhook_delivery.status_reported' AND target_id = $1",
-            delivery
-        )
-        .unwrap();
-        assert_eq!((events, numbered), (1, 1), "{delivery}");
+        assert_eq!(
+            events_about(&app, REPORTED, *delivery).await,
+            (1, 1),
+            "one numbered event for {delivery}"
+        );
     }
 }
 
@@ -148,15 +145,7 @@ async fn the_same_report_sent_twice_at_once_applies_once() {
     assert_eq!(statuses, [200, 409]);
     assert!(rest.iter().all(|r| r.status() == 200));
     assert_eq!(command_status_of(&app, command).await, "dispatched");
-    let (events,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
-        "SELECT count(*) FROM audit_events
-         WHERE event_type = 'webhook_delivery.status_reported' AND target_id = $1",
-        delivery
-    )
-    .unwrap();
-    assert_eq!(events, 1);
+    assert_eq!(events_about(&app, REPORTED, delivery).await.0, 1);
 }
 
 #[tokio::test]

@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    ServerProcess, Tenant, TestApp, assert_api_error, create_pool, needs, spawn_app_with, sql_all,
-    sql_one,
+    ServerProcess, Tenant, TestApp, assert_api_error, create_pool, events_about, needs,
+    spawn_app_with, sql_all, sql_one,
 };
 use crate::signatures::{Fixture, fixture_on, report};
 
@@ -217,15 +217,9 @@ async fn timed_out_event(app: &TestApp, tenant: &Tenant, command: Uuid) -> Value
 }
 
 async fn timed_out_events(app: &TestApp, command: Uuid) -> i64 {
-    let (n,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
-        "SELECT count(*) FROM audit_events
-         WHERE event_type = 'runner_command.timed_out' AND target_id = $1",
-        command
-    )
-    .unwrap();
-    n
+    events_about(app, "runner_command.timed_out", command)
+        .await
+        .0
 }
 
 async fn command_status(app: &TestApp, command: Uuid) -> String {
