@@ -26,12 +26,12 @@
 
 use std::sync::{Arc, OnceLock};
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::sequencer::Sequencer;
-use super::{held, settle_after_commit};
+use super::{held, map_err, settle_after_commit};
 use crate::storage::StoreError;
 
 /// Lanes of one kind, each running one batch at a time.
@@ -52,9 +52,13 @@ pub(super) trait Kind: Send + Sync + 'static {
     /// The key whose writes share a lane: the one whose row the batch locks for update.
     fn key(job: &Self::Job) -> Uuid;
 
-    /// One transaction for `jobs`: one verdict for each, in order (`None`: it runs alone), and
-    /// whether it committed any event; `Err` when it rolled back.
-    async fn run(pool: &PgPool, jobs: &[Self::Job]) -> Result<Ran<Self::Verdict>, StoreError>;
+    /// Applies `jobs` in the batch's transaction (the batcher begins and commits it): one
+    /// verdict for each, in order (`None`: it runs alone), and whether it wrote any event.
+    /// `Err` rolls the whole batch back.
+    async fn run(
+        tx: &mut PgConnection,
+        jobs: &[Self::Job],
+    ) -> Result<Ran<Self::Verdict>, StoreError>;
 }
 
 pub(super) struct Ran<V> {
@@ -117,6 +121,14 @@ impl<K: Kind> Batcher<K> {
     }
 }
 
+/// One transaction for the batch: all of it commits, or none.
+async fn run_batch<K: Kind>(pool: &PgPool, jobs: &[K::Job]) -> Result<Ran<K::Verdict>, StoreError> {
+    let mut tx = pool.begin().await.map_err(map_err)?;
+    let ran = K::run(&mut tx, jobs).await?;
+    tx.commit().await.map_err(map_err)?;
+    Ok(ran)
+}
+
 async fn run_lane<K: Kind>(
     pool: PgPool,
     sequencer: Arc<Sequencer>,
@@ -131,7 +143,7 @@ async fn run_lane<K: Kind>(
         }
         let (jobs, answers): (Vec<K::Job>, Vec<_>) =
             queued.into_iter().map(|q| (q.job, q.answer)).unzip();
-        let (verdicts, wrote_events) = match K::run(&pool, &jobs).await {
+        let (verdicts, wrote_events) = match run_batch::<K>(&pool, &jobs).await {
             Ok(ran) => (ran.verdicts, ran.wrote_events),
             Err(e) => {
                 let writes = jobs.len();

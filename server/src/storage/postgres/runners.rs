@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::audit::insert_events;
@@ -47,19 +47,18 @@ impl batch::Kind for Reports {
     }
 
     async fn run(
-        pool: &PgPool,
+        tx: &mut PgConnection,
         jobs: &[DeliveryTransition],
     ) -> Result<Ran<Self::Verdict>, StoreError> {
-        report_batch(pool, jobs).await
+        report_batch(tx, jobs).await
     }
 }
 
-/// One transaction for all `jobs`: the verdict of each, in order; `Err` when it rolled back.
+/// All `jobs` in the batch's transaction: the verdict of each, in order.
 async fn report_batch(
-    pool: &PgPool,
+    tx: &mut PgConnection,
     jobs: &[DeliveryTransition],
 ) -> Result<Ran<Option<DeliveryRow>>, StoreError> {
-    let mut tx = pool.begin().await.map_err(map_err)?;
     // In delivery id order, each delivery before its command (as a report alone and the
     // timeout sweep take them), so batches cannot deadlock with each other.
     let states: Vec<(Uuid, String, String)> = sqlx::query_as(
@@ -104,10 +103,9 @@ async fn report_batch(
         .collect();
     let mut moved: HashMap<Uuid, DeliveryRow> = HashMap::new();
     if !accepted.is_empty() {
-        moved = apply_reports(&mut tx, &accepted).await?;
-        insert_events(&mut tx, accepted.iter().map(|t| &t.event)).await?;
+        moved = apply_reports(&mut *tx, &accepted).await?;
+        insert_events(&mut *tx, accepted.iter().map(|t| &t.event)).await?;
     }
-    tx.commit().await.map_err(map_err)?;
     let verdicts = jobs
         .iter()
         .zip(decided)
@@ -122,7 +120,7 @@ async fn report_batch(
 /// Moves the accepted deliveries and their commands, in one statement: the deliveries as
 /// they now are, by id.
 async fn apply_reports(
-    conn: &mut sqlx::PgConnection,
+    conn: &mut PgConnection,
     accepted: &[&DeliveryTransition],
 ) -> Result<HashMap<Uuid, DeliveryRow>, StoreError> {
     let rows: Vec<DeliveryRow> = sqlx::query_as(

@@ -10,7 +10,7 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use self::shared::CredentialRow;
@@ -115,8 +115,8 @@ impl batch::Kind for Issuances {
         job.token.record.user_id
     }
 
-    async fn run(pool: &PgPool, jobs: &[Job]) -> Result<Ran<Self::Verdict>, StoreError> {
-        issue_batch(pool, jobs).await
+    async fn run(tx: &mut PgConnection, jobs: &[Job]) -> Result<Ran<Self::Verdict>, StoreError> {
+        issue_batch(tx, jobs).await
     }
 }
 
@@ -128,13 +128,12 @@ struct Counted {
     active: i64,
 }
 
-/// One transaction for all `jobs`: the verdict of each, in order; `Err` when it rolled back.
+/// All `jobs` in the batch's transaction: the verdict of each, in order.
 async fn issue_batch(
-    pool: &PgPool,
+    tx: &mut PgConnection,
     jobs: &[Job],
 ) -> Result<Ran<Result<(), InsertTokenError>>, StoreError> {
     let records = || jobs.iter().map(|j| &j.token.record);
-    let mut tx = pool.begin().await.map_err(map_err)?;
     // In id order, so batches and revocations (which lock tokens in id order) cannot deadlock.
     // Revoked issuers too: the counts below check revocation, and with `revoked_at IS NULL`
     // here the planner, misled by a table growing faster than its statistics, intersected the
@@ -216,10 +215,9 @@ async fn issue_batch(
         .map(|(job, _)| job)
         .collect();
     if !issued.is_empty() {
-        insert_batch(&mut tx, &issued).await?;
-        insert_events(&mut tx, issued.iter().flat_map(|j| &j.events)).await?;
+        insert_batch(&mut *tx, &issued).await?;
+        insert_events(&mut *tx, issued.iter().flat_map(|j| &j.events)).await?;
     }
-    tx.commit().await.map_err(map_err)?;
     Ok(Ran {
         wrote_events: !issued.is_empty(),
         verdicts: verdicts.into_iter().map(Some).collect(),
