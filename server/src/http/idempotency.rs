@@ -428,6 +428,13 @@ impl IdempotencyGuard {
             }
         };
         let (response, plain) = encode(response).await;
+        if fault_forget_outcomes() {
+            if let Some(change) = commits.take() {
+                let _ = change.commit(None, now_ms()).await;
+            }
+            self.release(&held).await;
+            return Ok(response);
+        }
         let sealed = self.cipher.seal(&plain, held.place.as_bytes());
         let record = OutcomeRecord {
             place: held.place.clone(),
@@ -511,6 +518,19 @@ fn fault_after_commit() {
     if std::env::var_os("CP_FAULT_ABORT_AFTER_OUTCOME_COMMIT").is_some() {
         std::process::abort();
     }
+}
+
+/// A drill's fault switch, never in release builds: with `CP_FAULT_FORGET_OUTCOMES` set, a keyed
+/// request's change commits without its outcome and its claim is released, so a retry runs the
+/// change again. The crash drill must fail against such a server (RELIABILITY.md).
+#[cfg(debug_assertions)]
+fn fault_forget_outcomes() -> bool {
+    std::env::var_os("CP_FAULT_FORGET_OUTCOMES").is_some()
+}
+
+#[cfg(not(debug_assertions))]
+const fn fault_forget_outcomes() -> bool {
+    false
 }
 
 /// Wraps the API: gives a mutating request that carries a key its [`Ticket`], and finishes the
