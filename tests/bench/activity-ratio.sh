@@ -3,8 +3,12 @@
 # runs on shared virtual cores) shows as a spread instead of hiding in a single ratio.
 #
 #   tests/bench/activity-ratio.sh [rounds] [seconds]     (defaults 5 and 10)
+#
+# A round with an answer outside 2xx, a socket error or a failed transaction, or in which the
+# server beats its floor, stops the script with a non-zero exit (lib.sh's `figures`).
 SECS=${2:-10}
 ROUNDS=${1:-5}
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 start_server 18080 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off
@@ -13,9 +17,9 @@ PUBLIC_ID=$(cut -d_ -f2 <<<"$TOKEN0")
 for r in $(seq 1 "$ROUNDS"); do
   wrk_run -s $HERE/activity.lua http://127.0.0.1:18080 > "$OUT/activity.txt"
   pg_run pg_activity -D public_id="$PUBLIC_ID" -D ws="$WS" -f "$PWD/$HERE/pgbench-activity.sql"
+  figures check "GET activity (round $r):activity:wrk" "pgbench: activity SQL (floor, round $r):pg_activity:pg"
   rm -f "$OUT"/pg_activity.[0-9]*
-  a=$(awk '/Requests\/sec/ {print $2}' "$OUT/activity.txt")
-  p=$(awk '/^tps =/ {print $3}' "$OUT/pg_activity.txt")
-  echo "$r $a $p" | awk '{printf "round %d: GET activity %.0f req/s, floor %.0f tps, ratio %.2f\n", $1, $2, $3, $2/$3}'
+  r_=$(ratio activity pg_activity)
+  awk -v r="$r" -v ratio="$r_" '{ v[$1] = $2 } END { printf "round %d: GET activity %.0f req/s, floor %.0f tps, ratio %s\n", r, v["activity"], v["pg_activity"], ratio }' "$OUT/rates.txt"
 done | tee "$OUT/rounds.txt"
 awk '{print $NF}' "$OUT/rounds.txt" | sort -n | awk '{v[NR]=$1} END {printf "median ratio: %.2f (min %.2f, max %.2f)\n", v[int((NR+1)/2)], v[1], v[NR]}'

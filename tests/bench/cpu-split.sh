@@ -8,11 +8,13 @@
 #   LOAD=reports tests/bench/cpu-split.sh     signed runner reports (ops_load) instead
 #
 # pg_stat_statements needs `shared_preload_libraries = 'pg_stat_statements'` and a restart;
-# without it the statement table is skipped.
+# without it the statement table is skipped. A run with an answer outside 2xx, a socket error
+# or a failed transaction or report stops the script with a non-zero exit (lib.sh's `figures`).
 SECS=${1:-10}
 LOAD=${LOAD:-issuance}
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-[ "$LOAD" = issuance ] || [ -x $BIN/examples/ops_load ] || cargo build --release -p control-plane --example ops_load
+[ "$LOAD" = issuance ] || ensure_built examples/ops_load
 HZ=$(getconf CLK_TCK)
 
 # CPU ticks of each process of the kinds measured: "pid kind ticks", sorted by pid.
@@ -38,9 +40,9 @@ STATEMENTS=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM pg_available_extens
 
 sample floor & SAMPLER=$!
 pg_run pg_two -D org="$ORG" -D ws="$WS" -f "$PWD/$HERE/pgbench-two-inserts.sql"; wait $SAMPLER
+figures check "pgbench: two inserts (floor):pg_two:pg"
 echo "== floor: pgbench, two inserts"; grep -o "tps = [0-9.]*" "$OUT/pg_two.txt"; cat "$OUT/cpu-floor.txt"
-psql "$DATABASE_URL" -qc "DELETE FROM audit_events WHERE seq IS NULL AND workspace_id IS NOT NULL" \
-  -c "DELETE FROM tokens WHERE name LIKE 'pgbench-%'"
+delete_floor_rows
 
 start_server 18080 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off \
   CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off CP_MAX_ACTIVE_TOKENS_PER_USER=1000000
@@ -55,8 +57,9 @@ fi
 if [ "$LOAD" = issuance ]; then
   sample issue & SAMPLER=$!
   wrk_run -s $HERE/issue.lua http://127.0.0.1:18080 > "$OUT/issue1.txt"; wait $SAMPLER
+  figures check "POST personal-access-tokens, one workspace:issue1:wrk"
   echo "== POST personal-access-tokens, one workspace"
-  grep -E "Requests/sec|non-2xx" "$OUT/issue1.txt"; cat "$OUT/cpu-issue.txt"
+  grep -E "Requests/sec|answers outside 2xx" "$OUT/issue1.txt"; cat "$OUT/cpu-issue.txt"
 else
   # ops_load creates its deliveries first (about a second): the sampler starts after that.
   SERVER=http://127.0.0.1:18080 $BIN/examples/ops_load signed $CONNS "$SECS" > "$OUT/reports.txt" &
@@ -64,6 +67,7 @@ else
   until grep -q creating "$OUT/reports.txt" 2>/dev/null; do sleep 0.1; done; sleep 1
   sample reports & SAMPLER=$!
   wait $LOADER; wait $SAMPLER
+  figures check "signed runner reports, one workspace:reports:ops"
   echo "== signed runner reports, one workspace"
   grep "signed reports:" "$OUT/reports.txt"; cat "$OUT/cpu-reports.txt"
 fi

@@ -3,6 +3,8 @@
 -- BENCH_WORKSPACES (below), and
 -- BENCH_IDEMPOTENCY: unset (no key), "fresh" (a new key per request) or "replay" (one key, one
 -- body, one token: every request after the first is a replay).
+-- Answers outside 2xx are counted by count.lua, loaded from this script's folder.
+dofile(debug.getinfo(1, "S").source:match("^@(.-)[^/]*$") .. "count.lua")
 local tokens = {}
 for line in io.lines(os.getenv("BENCH_TOKENS")) do tokens[#tokens + 1] = line end
 local org, ws = os.getenv("BENCH_ORG"), os.getenv("BENCH_WS")
@@ -18,6 +20,7 @@ thread_id = 0 -- set per thread by setup(); must stay global
 local threads = 0
 
 function setup(thread)
+  count_setup(thread)
   threads = threads + 1
   thread:set("thread_id", threads)
 end
@@ -53,9 +56,3 @@ function request()
   return wrk.format("POST", "/v1/personal-access-tokens", headers, body)
 end
 
-
-
-function done(summary, latency, requests)
-  local errors = summary.errors.status
-  io.write(string.format("non-2xx responses: %d\n", errors))
-end

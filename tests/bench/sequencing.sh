@@ -9,10 +9,13 @@
 #                                               during the one-workspace issuance
 #
 # The floor runs first, with no server up (a server's sequencer would number its events), and
-# its rows are deleted before the server starts. Prints a Markdown table for BENCHMARKS.md.
+# its rows are deleted before the server starts. Prints a Markdown table for BENCHMARKS.md, or
+# nothing and exits non-zero if a run had an answer outside 2xx, a socket error, a failed
+# transaction or report, or beat the floor (lib.sh's `figures`).
 SECS=${1:-15}
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-[ -x $BIN/examples/ops_load ] || cargo build --release -p control-plane --example ops_load
+ensure_built examples/ops_load
 
 echo "setting up 16 workspaces and 128 tokens spread over them..." >&2
 WSS=("$WS")
@@ -28,8 +31,7 @@ done < "$OUT/users.csv"
 
 echo "pgbench: two inserts, unserialised (floor)..." >&2
 pg_run pg_two -D org="$ORG" -D ws="$WS" -f "$PWD/$HERE/pgbench-two-inserts.sql"
-psql "$DATABASE_URL" -qc "DELETE FROM audit_events WHERE seq IS NULL AND workspace_id IS NOT NULL" \
-  -c "DELETE FROM tokens WHERE name LIKE 'pgbench-%'"
+delete_floor_rows
 
 start_server 18080 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off \
   CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off CP_MAX_ACTIVE_TOKENS_PER_USER=1000000
@@ -43,20 +45,22 @@ BENCH_TOKENS=$OUT/tokens16.txt BENCH_WORKSPACES=$OUT/workspaces16.txt \
   wrk_run -s $HERE/issue.lua http://127.0.0.1:18080 > "$OUT/issue16.txt"
 echo "signed runner reports into one workspace..." >&2
 SERVER=http://127.0.0.1:18080 $BIN/examples/ops_load signed $CONNS "$SECS" > "$OUT/reports.txt"
-REPORTS=$(awk '/signed reports:/ {print $(NF-1)}' "$OUT/reports.txt")
 
 # Gaps or unnumbered events would break the log's promise: count them.
 CHECK=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FILTER (WHERE seq IS NULL AND workspace_id IS NOT NULL),
   (SELECT count(*) FROM (SELECT workspace_id, max(seq) - count(*) AS gap FROM audit_events
     WHERE workspace_id IS NOT NULL GROUP BY workspace_id) g WHERE gap <> 0) FROM audit_events")
 
-summarise "pgbench: two inserts, unserialised (floor):pg_two:pg" \
-  "POST personal-access-tokens, one workspace:issue1:wrk" \
+ROWS=("pgbench: two inserts, unserialised (floor):pg_two:pg"
+  "POST personal-access-tokens, one workspace:issue1:wrk"
   "POST personal-access-tokens, 16 workspaces:issue16:wrk"
-FLOOR=$(awk '$1 == "pg_two" {print $2}' "$OUT/rates.txt")
-echo "| signed runner reports, one workspace (ops_load, $CONNS connections) | ${REPORTS} | | | |"
+  "signed runner reports, one workspace (ops_load, $CONNS connections):reports:ops")
+# Every run checked and every ratio to the floor taken before anything is printed.
+figures check "${ROWS[@]}"
+ONE=$(ratio issue1 pg_two); SIXTEEN=$(ratio issue16 pg_two); REPORTS=$(ratio reports pg_two)
+summarise "${ROWS[@]}"
 echo
-echo "issuance into one workspace / floor: $(ratio issue1 pg_two)"
-echo "issuance into 16 workspaces / floor: $(ratio issue16 pg_two)"
-awk -v r="$REPORTS" -v f="$FLOOR" 'BEGIN { printf "runner reports into one workspace / floor: %.2f\n", r / f }'
+echo "issuance into one workspace / floor: $ONE"
+echo "issuance into 16 workspaces / floor: $SIXTEEN"
+echo "runner reports into one workspace / floor: $REPORTS"
 echo "unnumbered events, workspaces with a gap: ${CHECK/|/, }"
