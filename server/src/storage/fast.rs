@@ -293,69 +293,127 @@ mod tests {
 }
 
 /// What every adapter of [`IdempotencyStore`] and [`NonceStore`] promises, run by each
-/// adapter's tests against its own store.
+/// adapter's tests against its own store through [`contract_tests!`]. Each promise takes a key
+/// namespace, so adapters whose store outlives the test (Redis) keep runs apart.
 #[cfg(test)]
 pub mod contract {
     use super::*;
 
-    pub async fn claims_are_exclusive_and_records_replace_them(state: &impl IdempotencyStore) {
+    /// One `#[tokio::test]` per promise for an adapter. `$open` is an async expression giving
+    /// `Some((guard, namespace, store))`, or `None` when the store is not there (a skip; the
+    /// opener decides whether that fails the run). The guard lives until the test ends.
+    macro_rules! contract_tests {
+        ($open:expr) => {
+            #[tokio::test]
+            async fn claims_are_exclusive_and_records_replace_them() {
+                if let Some((_guard, ns, state)) = $open.await {
+                    $crate::storage::fast::contract::claims_are_exclusive_and_records_replace_them(
+                        &state, &ns,
+                    )
+                    .await;
+                }
+            }
+
+            #[tokio::test]
+            async fn a_lapsed_lease_is_free_and_its_owner_can_no_longer_complete_or_release() {
+                if let Some((_guard, ns, state)) = $open.await {
+                    $crate::storage::fast::contract::a_lapsed_lease_is_free_and_its_owner_can_no_longer_complete_or_release(
+                        &state, &ns,
+                    )
+                    .await;
+                }
+            }
+
+            #[tokio::test]
+            async fn quota_counts_add_up_within_their_window_and_start_again_after_it() {
+                if let Some((_guard, ns, state)) = $open.await {
+                    $crate::storage::fast::contract::quota_counts_add_up_within_their_window_and_start_again_after_it(
+                        &state, &ns,
+                    )
+                    .await;
+                }
+            }
+
+            #[tokio::test]
+            async fn a_nonce_is_spent_once_until_it_expires() {
+                if let Some((_guard, ns, state)) = $open.await {
+                    $crate::storage::fast::contract::a_nonce_is_spent_once_until_it_expires(
+                        &state, &ns,
+                    )
+                    .await;
+                }
+            }
+        };
+    }
+    pub(crate) use contract_tests;
+
+    pub async fn claims_are_exclusive_and_records_replace_them(
+        state: &impl IdempotencyStore,
+        ns: &str,
+    ) {
+        let key = |name: &str| format!("{ns}{name}");
         let lease = Duration::from_secs(5);
-        let Claim::Acquired { owner } = state.claim("k", "fp", lease).await.unwrap() else {
+        let Claim::Acquired { owner } = state.claim(&key("k"), "fp", lease).await.unwrap() else {
             panic!("free key")
         };
         assert_eq!(
-            state.claim("k", "fp", lease).await.unwrap(),
+            state.claim(&key("k"), "fp", lease).await.unwrap(),
             Claim::InFlight {
                 fingerprint: "fp".into()
             }
         );
         state
-            .complete("k", "someone-else", "fp", b"x", lease)
+            .complete(&key("k"), "someone-else", "fp", b"x", lease)
             .await
             .unwrap();
-        state.release("k", "someone-else", "fp").await.unwrap();
+        state
+            .release(&key("k"), "someone-else", "fp")
+            .await
+            .unwrap();
         assert!(matches!(
-            state.claim("k", "fp", lease).await.unwrap(),
+            state.claim(&key("k"), "fp", lease).await.unwrap(),
             Claim::InFlight { .. }
         ));
         state
-            .complete("k", &owner, "fp", b"record", lease)
+            .complete(&key("k"), &owner, "fp", b"record", lease)
             .await
             .unwrap();
         assert_eq!(
-            state.claim("k", "other", lease).await.unwrap(),
+            state.claim(&key("k"), "other", lease).await.unwrap(),
             Claim::Done {
                 fingerprint: "fp".into(),
                 record: b"record".to_vec()
             }
         );
         // A record is not a claim: its owner's release leaves it; a discard removes it.
-        state.release("k", &owner, "fp").await.unwrap();
+        state.release(&key("k"), &owner, "fp").await.unwrap();
         assert!(matches!(
-            state.claim("k", "fp", lease).await.unwrap(),
+            state.claim(&key("k"), "fp", lease).await.unwrap(),
             Claim::Done { .. }
         ));
-        state.discard("k").await.unwrap();
+        state.discard(&key("k")).await.unwrap();
         assert!(matches!(
-            state.claim("k", "fp", lease).await.unwrap(),
+            state.claim(&key("k"), "fp", lease).await.unwrap(),
             Claim::Acquired { .. }
         ));
         // A released claim frees the key for a retry.
-        let Claim::Acquired { owner } = state.claim("r", "fp", lease).await.unwrap() else {
+        let Claim::Acquired { owner } = state.claim(&key("r"), "fp", lease).await.unwrap() else {
             panic!("free key")
         };
-        state.release("r", &owner, "fp").await.unwrap();
+        state.release(&key("r"), &owner, "fp").await.unwrap();
         assert!(matches!(
-            state.claim("r", "fp", lease).await.unwrap(),
+            state.claim(&key("r"), "fp", lease).await.unwrap(),
             Claim::Acquired { .. }
         ));
     }
 
     pub async fn a_lapsed_lease_is_free_and_its_owner_can_no_longer_complete_or_release(
         state: &impl IdempotencyStore,
+        ns: &str,
     ) {
+        let key = |name: &str| format!("{ns}{name}");
         let Claim::Acquired { owner: first } = state
-            .claim("k", "fp", Duration::from_millis(1))
+            .claim(&key("k"), "fp", Duration::from_millis(1))
             .await
             .unwrap()
         else {
@@ -363,25 +421,26 @@ pub mod contract {
         };
         tokio::time::sleep(Duration::from_millis(5)).await;
         let lease = Duration::from_secs(5);
-        let Claim::Acquired { owner: second } = state.claim("k", "fp", lease).await.unwrap() else {
+        let Claim::Acquired { owner: second } = state.claim(&key("k"), "fp", lease).await.unwrap()
+        else {
             panic!("a lapsed lease frees the key")
         };
         assert_ne!(first, second);
         state
-            .complete("k", &first, "fp", b"late", lease)
+            .complete(&key("k"), &first, "fp", b"late", lease)
             .await
             .unwrap();
-        state.release("k", &first, "fp").await.unwrap();
+        state.release(&key("k"), &first, "fp").await.unwrap();
         assert!(matches!(
-            state.claim("k", "fp", lease).await.unwrap(),
+            state.claim(&key("k"), "fp", lease).await.unwrap(),
             Claim::InFlight { .. }
         ));
         state
-            .complete("k", &second, "fp", b"record", lease)
+            .complete(&key("k"), &second, "fp", b"record", lease)
             .await
             .unwrap();
         assert_eq!(
-            state.claim("k", "fp", lease).await.unwrap(),
+            state.claim(&key("k"), "fp", lease).await.unwrap(),
             Claim::Done {
                 fingerprint: "fp".into(),
                 record: b"record".to_vec()
@@ -391,29 +450,39 @@ pub mod contract {
 
     pub async fn quota_counts_add_up_within_their_window_and_start_again_after_it(
         state: &impl IdempotencyStore,
+        ns: &str,
     ) {
+        let key = |name: &str| format!("{ns}{name}");
         // Wide enough that a slow store counts twice within it.
         let window = Duration::from_millis(500);
-        assert_eq!(state.stored_bytes("q").await.unwrap(), (0, Duration::ZERO));
-        state.count_stored("q", 100, window).await.unwrap();
-        state.count_stored("q", 50, window).await.unwrap();
-        let (bytes, left) = state.stored_bytes("q").await.unwrap();
+        assert_eq!(
+            state.stored_bytes(&key("q")).await.unwrap(),
+            (0, Duration::ZERO)
+        );
+        state.count_stored(&key("q"), 100, window).await.unwrap();
+        state.count_stored(&key("q"), 50, window).await.unwrap();
+        let (bytes, left) = state.stored_bytes(&key("q")).await.unwrap();
         assert_eq!(bytes, 150);
         assert!(left > Duration::ZERO && left <= window);
         tokio::time::sleep(window + Duration::from_millis(50)).await;
-        assert_eq!(state.stored_bytes("q").await.unwrap().0, 0);
-        state.count_stored("q", 7, window).await.unwrap();
-        assert_eq!(state.stored_bytes("q").await.unwrap().0, 7, "a new window");
+        assert_eq!(state.stored_bytes(&key("q")).await.unwrap().0, 0);
+        state.count_stored(&key("q"), 7, window).await.unwrap();
+        assert_eq!(
+            state.stored_bytes(&key("q")).await.unwrap().0,
+            7,
+            "a new window"
+        );
     }
 
-    pub async fn a_nonce_is_spent_once_until_it_expires(state: &impl NonceStore) {
+    pub async fn a_nonce_is_spent_once_until_it_expires(state: &impl NonceStore, ns: &str) {
+        let key = |name: &str| format!("{ns}{name}");
         let ttl = Duration::from_millis(500);
-        assert!(state.remember("n", ttl).await.unwrap());
-        assert!(!state.remember("n", ttl).await.unwrap(), "a replay");
-        assert!(state.remember("other", ttl).await.unwrap());
+        assert!(state.remember(&key("n"), ttl).await.unwrap());
+        assert!(!state.remember(&key("n"), ttl).await.unwrap(), "a replay");
+        assert!(state.remember(&key("other"), ttl).await.unwrap());
         tokio::time::sleep(ttl + Duration::from_millis(50)).await;
         assert!(
-            state.remember("n", ttl).await.unwrap(),
+            state.remember(&key("n"), ttl).await.unwrap(),
             "forgotten after its TTL"
         );
     }

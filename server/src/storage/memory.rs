@@ -269,31 +269,7 @@ mod tests {
 
     use crate::storage::fast::contract;
 
-    #[tokio::test]
-    async fn claims_are_exclusive_and_records_replace_them() {
-        contract::claims_are_exclusive_and_records_replace_them(&MemoryFastState::default()).await;
-    }
-
-    #[tokio::test]
-    async fn a_lapsed_lease_is_free_and_its_owner_can_no_longer_complete_or_release() {
-        contract::a_lapsed_lease_is_free_and_its_owner_can_no_longer_complete_or_release(
-            &MemoryFastState::default(),
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn quota_counts_add_up_within_their_window_and_start_again_after_it() {
-        contract::quota_counts_add_up_within_their_window_and_start_again_after_it(
-            &MemoryFastState::default(),
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn a_nonce_is_spent_once_until_it_expires() {
-        contract::a_nonce_is_spent_once_until_it_expires(&MemoryFastState::default()).await;
-    }
+    contract::contract_tests!(async { Some(((), String::new(), MemoryFastState::default())) });
 
     #[tokio::test]
     async fn expired_entries_are_free_and_swept() {

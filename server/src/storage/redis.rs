@@ -338,3 +338,30 @@ impl RateLimiter for RedisFastState {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::fast::contract;
+
+    /// The test Redis (`TEST_REDIS_URL`, default loopback), or `None` with a skip line when it
+    /// does not answer; under `CP_TEST_REQUIRE_SERVICES=1` (CI) a missing Redis fails the test.
+    /// Each test gets a key namespace of its own; every key it writes carries a TTL.
+    async fn open() -> Option<((), String, RedisFastState)> {
+        let url =
+            std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let state = RedisFastState::new(&url, Duration::from_secs(2)).expect("valid URL");
+        if let Err(e) = state.ping().await {
+            assert!(
+                std::env::var("CP_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "Redis at {url} does not answer ({e}), and CP_TEST_REQUIRE_SERVICES=1 forbids skipping"
+            );
+            eprintln!("Redis at {url} does not answer; skipped");
+            return None;
+        }
+        let ns = format!("cp-unit-{}:", uuid::Uuid::new_v4().simple());
+        Some(((), ns, state))
+    }
+
+    contract::contract_tests!(open());
+}

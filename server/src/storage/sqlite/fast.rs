@@ -319,30 +319,10 @@ mod tests {
         (Scratch(dir), state)
     }
 
-    #[tokio::test]
-    async fn claims_are_exclusive_and_records_replace_them() {
-        let (_dir, state) = scratch().await;
-        contract::claims_are_exclusive_and_records_replace_them(&state).await;
-    }
-
-    #[tokio::test]
-    async fn a_lapsed_lease_is_free_and_its_owner_can_no_longer_complete_or_release() {
-        let (_dir, state) = scratch().await;
-        contract::a_lapsed_lease_is_free_and_its_owner_can_no_longer_complete_or_release(&state)
-            .await;
-    }
-
-    #[tokio::test]
-    async fn quota_counts_add_up_within_their_window_and_start_again_after_it() {
-        let (_dir, state) = scratch().await;
-        contract::quota_counts_add_up_within_their_window_and_start_again_after_it(&state).await;
-    }
-
-    #[tokio::test]
-    async fn a_nonce_is_spent_once_until_it_expires() {
-        let (_dir, state) = scratch().await;
-        contract::a_nonce_is_spent_once_until_it_expires(&state).await;
-    }
+    contract::contract_tests!(async {
+        let (dir, state) = scratch().await;
+        Some((dir, String::new(), state))
+    });
 
     #[tokio::test]
     async fn records_quotas_and_nonces_outlive_the_pool_that_wrote_them() {
