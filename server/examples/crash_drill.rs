@@ -52,7 +52,8 @@ impl Server {
     }
 
     async fn ready(&self, client: &reqwest::Client) -> Res<()> {
-        for _ in 0..200 {
+        // A minute: a debug build (the fault-switch run) compiles its policies slowly.
+        for _ in 0..1200 {
             if let Ok(r) = client.get(format!("{}/readyz", self.base)).send().await
                 && r.status().is_success()
             {
