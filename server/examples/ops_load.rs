@@ -6,6 +6,11 @@
 //! once for SECS; prints reports per second and the CPU cost of one verification.
 //!
 //! Env: DATABASE_URL (the server's), CP_TOKEN_HASH_KEY (the server's), SERVER (base URL).
+//! With OPS_LOAD_ANSWERED=FILE, `signed` also writes to FILE the id of every delivery whose
+//! report was answered 2xx (one a line) and prints how the other reports ended (for
+//! `tests/drills/batch-crash.sh`, which checks each of those deliveries is reported), writes to
+//! FILE.cut-off when each report cut off in flight was sent (Unix milliseconds, one a line), and
+//! prints a line when the set-up is done and the reports begin.
 //! `tests/bench/operations.sh` runs both.
 
 use std::sync::Arc;
@@ -191,16 +196,22 @@ async fn signed(server: &str, conns: usize, secs: u64) -> Res<()> {
         Arc::new(Mutex::new(ids.into_iter().map(|(id,)| id).collect()));
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(secs);
+    if std::env::var_os("OPS_LOAD_ANSWERED").is_some() {
+        // The drill starts its other load and its timer at this line.
+        println!("sending reports for {secs} s");
+    }
     let ok = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let failed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let endings = Arc::new(Endings::default());
     let mut workers = Vec::new();
     let started = Instant::now();
     for _ in 0..conns {
-        let (client, deliveries, ok, failed) = (
+        let (client, deliveries, ok, failed, endings) = (
             client.clone(),
             deliveries.clone(),
             ok.clone(),
             failed.clone(),
+            endings.clone(),
         );
         let server = server.to_owned();
         let (runner_id, key_id) = (runner.runner.id, runner.key_id);
@@ -229,7 +240,10 @@ async fn signed(server: &str, conns: usize, secs: u64) -> Res<()> {
                 for (name, value) in headers.pairs() {
                     request = request.header(name, value);
                 }
-                match request.send().await {
+                let at = chrono::Utc::now().timestamp_millis();
+                let sent = request.send().await;
+                endings.record(delivery, at, &sent);
+                match sent {
                     Ok(r) if r.status().is_success() => {
                         ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                     }
@@ -248,6 +262,9 @@ async fn signed(server: &str, conns: usize, secs: u64) -> Res<()> {
         failed.load(std::sync::atomic::Ordering::Relaxed),
         ok as f64 / elapsed
     );
+    if let Ok(file) = std::env::var("OPS_LOAD_ANSWERED") {
+        endings.write(&file)?;
+    }
     // What the signature alone costs: header-to-verdict work, in process.
     let (secret, public) = control_plane::domain::generate_keypair();
     let key = ed25519_dalek::VerifyingKey::from_bytes(&public)?;
@@ -303,6 +320,65 @@ async fn signed(server: &str, conns: usize, secs: u64) -> Res<()> {
         begin.elapsed() / n as u32
     );
     Ok(())
+}
+
+/// How each report ended; written out only when OPS_LOAD_ANSWERED names a file.
+#[derive(Default)]
+struct Endings {
+    answered: std::sync::Mutex<Vec<uuid::Uuid>>,
+    /// Answered, but not 2xx.
+    refused: std::sync::atomic::AtomicU64,
+    /// When each report was sent that went on an open connection which closed before the
+    /// answer came (in flight at a kill), in Unix milliseconds.
+    cut_off: std::sync::Mutex<Vec<i64>>,
+    /// No connection (the server was down).
+    unreachable: std::sync::atomic::AtomicU64,
+}
+
+impl Endings {
+    fn record(&self, delivery: uuid::Uuid, at: i64, sent: &reqwest::Result<reqwest::Response>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        match sent {
+            Ok(r) if r.status().is_success() => self
+                .answered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(delivery),
+            Ok(_) => {
+                self.refused.fetch_add(1, Relaxed);
+            }
+            Err(e) if e.is_connect() => {
+                self.unreachable.fetch_add(1, Relaxed);
+            }
+            Err(_) => self
+                .cut_off
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(at),
+        }
+    }
+
+    fn write(&self, file: &str) -> Res<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        let mut text = String::with_capacity(answered.len() * 37);
+        for id in answered.iter() {
+            text.push_str(&id.to_string());
+            text.push('\n');
+        }
+        std::fs::write(file, text)?;
+        let cut_off = self.cut_off.lock().unwrap_or_else(|e| e.into_inner());
+        let times: String = cut_off.iter().map(|at| format!("{at}\n")).collect();
+        std::fs::write(format!("{file}.cut-off"), times)?;
+        println!(
+            "reports answered 2xx: {} (ids in {file}); answered otherwise: {}; cut off in flight: {}; no connection: {}",
+            answered.len(),
+            self.refused.load(Relaxed),
+            cut_off.len(),
+            self.unreachable.load(Relaxed)
+        );
+        Ok(())
+    }
 }
 
 fn sha2_digest(body: &[u8]) -> [u8; 32] {
