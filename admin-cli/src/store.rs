@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use control_plane::config::records_location;
 use control_plane::startup::lock_embedded_store;
-use control_plane::storage::{RecordsLocation, copy_records};
+use control_plane::storage::{RecordsLocation, copy_records, embedded_files};
 
 use crate::cli::OutputFormat;
 use crate::output::{self, Render};
@@ -66,7 +66,7 @@ pub async fn run(out: OutputFormat, command: StoreCommand) -> anyhow::Result<()>
     for (flag, location) in [("--from", &from), ("--to", &to)] {
         if let RecordsLocation::Sqlite(path) = location {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
+                embedded_files::create_private_dir(dir)
                     .with_context(|| format!("cannot create {}", dir.display()))?;
             }
             _locks.push(

@@ -867,12 +867,23 @@ fn an_embedded_store_copies_into_another_file() {
         &src,
         &["plugins", "create", "--org", &org, "linter"],
     ));
-    let copy = dir.url("copy.db");
+    let copy = dir.url("moved/copy.db");
 
     let out = ok(store_copy(&src, &copy));
     let copied: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(copied["workspacesVerified"], 1, "{copied}");
     assert_eq!(listings(&copy, &ws, &plugin), listings(&src, &ws, &plugin));
+    // The copy holds the same secrets: a folder and files of its owner's alone.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let moved = dir.0.join("moved");
+        assert_eq!(mode(&moved), 0o700);
+        for entry in std::fs::read_dir(&moved).unwrap() {
+            let path = entry.unwrap().path();
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+        }
+    }
 
     let again = store_copy(&src, &copy);
     assert!(!again.status.success());

@@ -39,11 +39,7 @@ pub struct Application {
 pub fn lock_embedded_store(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
     let mut lock_path = path.as_os_str().to_owned();
     lock_path.push(".server-lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
+    let file = crate::storage::embedded_files::open_private_file(std::path::Path::new(&lock_path))
         .with_context(|| {
             format!(
                 "could not open {}",
@@ -411,7 +407,7 @@ impl Application {
         let lock = match config.records() {
             RecordsLocation::Sqlite(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir)
+                    crate::storage::embedded_files::create_private_dir(dir)
                         .with_context(|| format!("could not create {}", dir.display()))?;
                 }
                 Some(lock_embedded_store(&path)?)

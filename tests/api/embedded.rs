@@ -80,6 +80,55 @@ async fn embedded_dev_bootstraps_a_tenant_once() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The mode bits of a file or folder.
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// The store holds secrets: after `--dev` its folder is `0700` and every file the server wrote
+/// `0600`; a restart over a file others can read is refused with the command that fixes it.
+#[tokio::test]
+async fn embedded_the_store_is_the_owners_alone_and_a_loosened_file_is_refused() {
+    let dir = temp_dir();
+    let data = dir.join("data");
+    let mut config = test_config(&format!("sqlite://{}", data.join("cp.db").display()));
+    config.redis_url = None;
+    config.dev = true;
+    let app = Application::build(&config).await.expect("starts");
+    assert_eq!(mode_of(&data), 0o700, "the data folder");
+    let files: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(
+        files.len() >= 3,
+        "the database, its WAL and the lock: {files:?}"
+    );
+    for file in &files {
+        assert_eq!(mode_of(file), 0o600, "{}", file.display());
+    }
+    drop(app);
+
+    use std::os::unix::fs::PermissionsExt;
+    let db = data.join("cp.db");
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let refused = Application::build(&config).await;
+    let error = format!("{:#}", refused.err().expect("a loosened store is refused"));
+    assert!(error.contains("cp.db has mode 644"), "{error}");
+    assert!(
+        error.contains(&format!("chmod go-rwx {}*", db.display())),
+        "{error}"
+    );
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(Application::build(&config).await.is_ok(), "fixed as told");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// `--dev` prints, on stdout and never in a log line, first steps that work as printed: the
 /// `curl` of the workspace's activity, the `/docs` address on the real port, and the `cpctl`
 /// line for a token that only reads activity.

@@ -65,6 +65,7 @@ pub use memory::MemoryFastState;
 pub use open::{OpenError, OpenSettings, Opened, RecordsLocation, open};
 pub use ports::*;
 pub use postgres::{AUDIT_CHANNEL, POLICY_CHANNEL, PostgresStore};
+pub use sqlite::files as embedded_files;
 pub use sqlite::{SqliteFastState, SqliteStore};
 
 #[derive(Debug, Clone, thiserror::Error)]

@@ -18,6 +18,7 @@ pub(super) mod copy;
 mod deliveries;
 mod directory;
 mod fast;
+pub mod files;
 mod marketplace;
 mod outcomes;
 mod policies;
@@ -78,15 +79,10 @@ impl std::fmt::Debug for SqliteStore {
 type ReadQuery<'q, O> = sqlx::query::QueryAs<'q, sqlx::Sqlite, O, sqlx::sqlite::SqliteArguments>;
 
 impl SqliteStore {
-    /// Opens (creating when missing) the database file and its parent directory.
+    /// Opens (creating when missing, owner-only) the database file and its parent directory;
+    /// refuses a file others can read ([`files`]).
     pub async fn open(path: &Path, max_connections: u32) -> Result<Self, StoreError> {
-        if let Some(parent) = path.parent()
-            && !parent.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                StoreError::Internal(format!("cannot create {}: {e}", parent.display()))
-            })?;
-        }
+        files::prepare(path)?;
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
