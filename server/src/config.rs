@@ -4,6 +4,20 @@ use clap::{Parser, ValueEnum};
 
 use crate::storage::Rate;
 
+/// A connection cap, or `None` for `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapOption(pub Option<usize>);
+
+fn parse_cap(raw: &str) -> Result<CapOption, String> {
+    if raw.eq_ignore_ascii_case("off") {
+        return Ok(CapOption(None));
+    }
+    match raw.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(CapOption(Some(n))),
+        _ => Err(format!("expected a positive number or `off`, got `{raw}`")),
+    }
+}
+
 /// A rate, or `None` for `off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateOption(pub Option<Rate>);
@@ -93,6 +107,29 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_AUDIT_STREAMS_PER_WORKSPACE", default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub audit_streams_per_workspace: u32,
+
+    /// Client connections this process keeps open at once; past it a new connection is closed
+    /// at once. Default: the open-file limit less 256 (for the stores, streams and logs).
+    #[arg(long, env = "CP_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: Option<u64>,
+
+    /// Client connections one IP address keeps open at once (`off`: no cap). Behind a load
+    /// balancer every connection comes from its address: raise this, or turn it off there.
+    #[arg(long, env = "CP_MAX_CONNECTIONS_PER_ADDRESS", default_value = "256",
+          value_parser = parse_cap)]
+    pub max_connections_per_address: CapOption,
+
+    /// Milliseconds a request header may take from its first byte (from the accept, for a
+    /// connection's first request); a late header closes the connection.
+    #[arg(long, env = "CP_HEADER_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout_ms: u64,
+
+    /// Seconds a connection may stay without a byte read or written before it is closed. Keep
+    /// it above the audit stream heartbeat (15 s).
+    #[arg(long, env = "CP_IDLE_TIMEOUT_SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_secs: u64,
 
     /// Audit streams this process holds open at once; the next is a 503.
     #[arg(long, env = "CP_AUDIT_STREAMS_PER_PROCESS", default_value_t = 1024,

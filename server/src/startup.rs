@@ -9,6 +9,7 @@ use poem::listener::{Acceptor, Listener, TcpAcceptor, TcpListener};
 
 use crate::config::{RecordsLocation, ServerConfig};
 use crate::domain::EgressPolicy;
+use crate::http::connections::{ConnectionLimits, LimitedAcceptor};
 use crate::http::{HttpSettings, RateSettings, build_app};
 use crate::policy::{
     Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
@@ -25,6 +26,9 @@ use crate::storage::{
 
 pub struct Application {
     acceptor: TcpAcceptor,
+    /// Bounds on the API listener's connections ([`connections`](crate::http::connections)).
+    limits: ConnectionLimits,
+    idle_timeout: Duration,
     endpoint: poem::endpoint::BoxEndpoint<'static>,
     /// `--ops-listen`: the operator's routes on a listener of their own.
     ops: Option<(TcpAcceptor, poem::endpoint::BoxEndpoint<'static>)>,
@@ -486,6 +490,8 @@ impl Application {
         };
         Ok(Self {
             acceptor,
+            limits: connection_limits(config),
+            idle_timeout: Duration::from_secs(config.idle_timeout_secs),
             endpoint: endpoints.api,
             ops,
             services,
@@ -516,11 +522,13 @@ impl Application {
                 let _ = rx.recv().await;
             }
         };
-        let api = Server::new_with_acceptor(self.acceptor).run_with_graceful_shutdown(
-            self.endpoint,
-            stopped(&stop),
-            Some(Duration::from_secs(10)),
-        );
+        let api = Server::new_with_acceptor(LimitedAcceptor::new(self.acceptor, self.limits))
+            .idle_timeout(self.idle_timeout)
+            .run_with_graceful_shutdown(
+                self.endpoint,
+                stopped(&stop),
+                Some(Duration::from_secs(10)),
+            );
         let ops = serve_ops(self.ops, stopped(&stop));
         let signal = async {
             shutdown_signal().await;
@@ -532,11 +540,43 @@ impl Application {
 
     /// Serves until the returned future is dropped; for tests.
     pub async fn run(self) -> std::io::Result<()> {
-        let api = Server::new_with_acceptor(self.acceptor).run(self.endpoint);
+        let api = Server::new_with_acceptor(LimitedAcceptor::new(self.acceptor, self.limits))
+            .idle_timeout(self.idle_timeout)
+            .run(self.endpoint);
         let ops = serve_ops(self.ops, std::future::pending());
         let (api, ops) = tokio::join!(api, ops);
         api.and(ops)
     }
+}
+
+/// The configured connection bounds; the process cap defaults to the open-file limit less 256.
+fn connection_limits(config: &ServerConfig) -> ConnectionLimits {
+    let total = config
+        .max_connections
+        .map(|n| n as usize)
+        .unwrap_or_else(|| open_file_limit().saturating_sub(256).max(64));
+    ConnectionLimits {
+        total,
+        per_address: config.max_connections_per_address.0,
+        header_deadline: Duration::from_millis(config.header_timeout_ms),
+    }
+}
+
+/// The soft open-file limit, from `/proc/self/limits` (1,024, the usual default, where that
+/// cannot be read).
+fn open_file_limit() -> usize {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|limits| {
+            limits
+                .lines()
+                .find(|l| l.starts_with("Max open files"))?
+                .split_whitespace()
+                .nth(3)?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(1024)
 }
 
 async fn bind(address: &str) -> anyhow::Result<TcpAcceptor> {

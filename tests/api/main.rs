@@ -5,6 +5,7 @@
 
 mod activity;
 mod audit_stream;
+mod connections;
 mod correlation;
 mod deliveries;
 mod dependencies;

@@ -2,6 +2,7 @@
 
 mod api;
 mod auth;
+pub mod connections;
 mod context;
 mod docs;
 pub mod error;
