@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Idempotency and rate limits (issue 3): each request kind against a server with them on
-# (Redis at 127.0.0.1:6379) and one with them off, in one run, plus the pgbench floor of the
-# issuance SQL and the Redis round trips per request (from INFO commandstats).
+# (Redis at 127.0.0.1:6379) and one with them off, in one run, plus the pgbench floor of an
+# issuance (tests/bench/pgbench-issue-floor.sql, run last with no server up) and the Redis
+# round trips per request (from INFO commandstats).
 #
 #   tests/bench/fast-state.sh [seconds]     (default 15)
+#
+# Prints nothing and exits non-zero if a run had an answer outside 2xx, a socket error or a
+# failed transaction, or if issuance beat its floor (lib.sh's `figures`).
 SECS=${1:-15}
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 REDIS=${BENCH_REDIS_URL:-redis://127.0.0.1:6379}
 HIGH=100000000/m   # limits that are checked on every request but never reached
@@ -41,20 +46,33 @@ c3=$(calls)
 echo "issuance without key, limits off (A)..." >&2
 issue_run $OFF > "$OUT/issue_off2.txt"
 echo "replays of one key..." >&2
+# The key's first request completes alone first: replays of a key whose request is still
+# running are answered 409 (idempotency_in_progress), which would disqualify the run.
+BENCH_IDEMPOTENCY=replay wrk -t1 -c1 -d1s -s $HERE/issue.lua $ON > /dev/null
 c4=$(calls); BENCH_IDEMPOTENCY=replay wrk_run -s $HERE/issue.lua $ON > "$OUT/replay.txt"; c5=$(calls)
-echo "pgbench issuance SQL..." >&2
-pg_run pg_issue -D org="$ORG" -D ws="$WS" -f "$PWD/$HERE/pgbench-issue.sql"
+curl -s $ON/metrics | grep "^http_requests_total" > "$OUT/metrics.txt"
+# The floor runs with no server up: a server's sequencer would number its events.
+stop_servers
+echo "pgbench issuance floor SQL (no server up)..." >&2
+pg_run pg_issue -D ws="$WS" -f "$PWD/$HERE/pgbench-issue-floor.sql"
+delete_floor_rows
+redis-cli -u "$REDIS" --scan --pattern 'bench:*' | xargs -r -n 500 redis-cli -u "$REDIS" DEL > /dev/null
 
-summarise "GET activity, no limits:get_off:wrk" "GET activity, limits:get_on:wrk" \
-  "issuance, no key, no limits (A1):issue_off1:wrk" "issuance, fresh key, limits (B1):issue_on1:wrk" \
-  "issuance, fresh key, limits (B2):issue_on2:wrk" "issuance, no key, no limits (A2):issue_off2:wrk" \
-  "replay of one key, limits:replay:wrk" "pgbench: issuance SQL (floor):pg_issue:pg"
+ROWS=("GET activity, no limits:get_off:wrk" "GET activity, limits:get_on:wrk"
+  "issuance, no key, no limits (A1):issue_off1:wrk" "issuance, fresh key, limits (B1):issue_on1:wrk"
+  "issuance, fresh key, limits (B2):issue_on2:wrk" "issuance, no key, no limits (A2):issue_off2:wrk"
+  "replay of one key, limits:replay:wrk" "pgbench: issuance floor SQL (floor):pg_issue:pg")
+# Every run checked and every ratio to the floor taken before anything is printed: a refusal
+# leaves no table behind.
+figures check "${ROWS[@]}"
+KEYED_FLOOR=$(ratio issue_on1+issue_on2 pg_issue+pg_issue)
+UNKEYED_FLOOR=$(ratio issue_off1+issue_off2 pg_issue+pg_issue)
+summarise "${ROWS[@]}"
 echo
 keyed=$(( $(requests issue_on1) + $(requests issue_on2) ))
 echo "Redis commands per request: GET with limits $(per_request get_on "$c0" "$c1"), keyed issuance $(awk -v c=$(( c3 - c2 )) -v r=$keyed 'BEGIN { printf "%.2f", c / r }'), replay $(per_request replay "$c4" "$c5")"
-sum_ratio() { awk -v a1="$1" -v a2="$2" -v b1="$3" -v b2="$4" '{ r[$1] = $2 } END { printf "%.2f\n", (r[a1] + r[a2]) / (r[b1] + r[b2]) }' "$OUT/rates.txt"; }
-echo "issuance with key / without (B1+B2)/(A1+A2): $(sum_ratio issue_on1 issue_on2 issue_off1 issue_off2)"
-echo "issuance with key / its pgbench floor: $(sum_ratio issue_on1 issue_on2 pg_issue pg_issue)"
-echo "GET with limits / without: $(ratio get_on get_off)"
-curl -s $ON/metrics | grep "^http_requests_total" | sed "s/^/    /"
-redis-cli -u "$REDIS" --scan --pattern 'bench:*' | xargs -r -n 500 redis-cli -u "$REDIS" DEL > /dev/null
+say_ratio "issuance with key / without (B1+B2)/(A1+A2)" issue_on1+issue_on2 issue_off1+issue_off2
+echo "issuance with key / its pgbench floor (B1+B2)/(2 floor): $KEYED_FLOOR"
+echo "issuance without key / its pgbench floor (A1+A2)/(2 floor): $UNKEYED_FLOOR"
+say_ratio "GET with limits / without" get_on get_off
+sed "s/^/    /" "$OUT/metrics.txt"
