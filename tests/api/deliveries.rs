@@ -11,7 +11,7 @@ use control_plane::domain::{CorrelationId, DispatchPayload, verify_webhook};
 use poem::listener::{Acceptor, Listener, TcpListener};
 use poem::web::Data;
 use poem::{EndpointExt, Response, Route, handler, http::StatusCode};
-use serde_json::json;
+use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{ServerProcess, TestApp, needs, spawn_app_with, sql_one};
@@ -349,10 +349,55 @@ async fn a_dead_runner_exhausts_the_schedule_and_its_command_fails_once_with_an_
     .unwrap();
     assert_eq!(events, 1);
     assert_eq!(actor_kind.as_deref(), Some("system"));
+    // Readers of the event learn the kind of failure, never its detail.
+    let data = failure_event(&app, delivery).await;
+    assert_eq!(data["lastErrorCategory"], "connect", "{data}");
+    assert!(data.get("lastError").is_none(), "{data}");
     assert_eq!(failed.command_id, command);
     // A late report meets the state machine.
     let response = report(&app, &runner, delivery, json!({"status": "received"})).await;
     assert_eq!(response.status(), 409);
+}
+
+/// The data of a delivery's `webhook_delivery.failed` event.
+async fn failure_event(app: &TestApp, delivery: Uuid) -> Value {
+    let (data,): (String,) = sql_one!(
+        &mut app.db().await,
+        (String,),
+        "SELECT CAST(data AS TEXT) FROM audit_events
+         WHERE event_type = 'webhook_delivery.failed' AND target_id = $1",
+        delivery
+    )
+    .unwrap();
+    serde_json::from_str(&data).unwrap()
+}
+
+/// A runner URL where something other than TLS answers (here a plain HTTP receiver; in the
+/// report that found it, Postgres): the attempts record the TLS error, the event only `tls`,
+/// so `activity:read` cannot fingerprint what listens there.
+#[tokio::test]
+async fn a_delivery_failure_event_names_its_category_and_leaves_the_detail_to_the_attempts() {
+    let receiver = Receiver::start(&[]).await;
+    let Fixture {
+        app,
+        tenant,
+        pool,
+        runner,
+    } = with_schedule("0s,50ms").await;
+    let https = receiver.url.replacen("http://", "https://", 1);
+    set_url(&app, runner.runner_id, &https).await;
+    let (_, delivery) = submit(&app, &tenant, pool).await;
+    let failed = report_until(&app, delivery, |r| r.status.as_str() == "failed").await;
+    for attempt in &failed.attempts {
+        let error = attempt.error.as_deref().unwrap();
+        assert!(error.starts_with("TLS failed"), "{error}");
+    }
+    let detail = failed.detail.as_deref().unwrap();
+    assert!(detail.contains("the last: tls"), "{detail}");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let data = failure_event(&app, delivery).await;
+    assert_eq!(data["lastErrorCategory"], "tls", "{data}");
+    assert!(!data.to_string().contains("TLS failed"), "{data}");
 }
 
 #[tokio::test]

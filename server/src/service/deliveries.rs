@@ -65,14 +65,49 @@ const MAX_RESPONSE_BYTES: usize = 4096;
 /// Deliveries leased per statement.
 const LEASE_BATCH: u32 = 32;
 
+/// What kind of failure ended an attempt. Events, which anyone with `activity:read` reads,
+/// carry only this: the detail (a TLS alert or a protocol error) can fingerprint whatever
+/// listens at a runner's URL, an internal service included, so it stays in the attempt's
+/// record, shown by `cpctl deliveries show`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureCategory {
+    /// The connect or the whole attempt ran past its timeout.
+    Timeout,
+    /// No connection: refused, unreachable, or a name that does not resolve.
+    Connect,
+    /// Connected, but the TLS handshake failed (or something other than TLS answered).
+    Tls,
+    /// The runner answered with a status other than 2xx.
+    Status,
+    /// Not sent: the URL is invalid or the egress rule refuses it.
+    Refused,
+    /// Connected, but the exchange failed otherwise (a reset, a malformed answer).
+    Request,
+}
+
+impl FailureCategory {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Connect => "connect",
+            Self::Tls => "tls",
+            Self::Status => "status",
+            Self::Refused => "refused",
+            Self::Request => "request",
+        }
+    }
+}
+
 /// How an attempt ended, as the sender saw it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptAnswer {
     pub status_code: Option<u16>,
     /// From the request's start to the response's headers (or the failure).
     pub latency: Duration,
-    /// Why it failed; `None` exactly when the status is 2xx.
+    /// Why it failed, in detail; `None` exactly when the status is 2xx.
     pub error: Option<String>,
+    /// Why it failed, coarsely; `None` exactly when the status is 2xx.
+    pub category: Option<FailureCategory>,
 }
 
 impl AttemptAnswer {
@@ -85,15 +120,17 @@ impl AttemptAnswer {
         Self {
             status_code: Some(status),
             latency,
+            category: error.as_ref().map(|_| FailureCategory::Status),
             error,
         }
     }
 
-    pub fn failed(error: String, latency: Duration) -> Self {
+    pub fn failed(category: FailureCategory, error: String, latency: Duration) -> Self {
         Self {
             status_code: None,
             latency,
             error: Some(error),
+            category: Some(category),
         }
     }
 }
@@ -180,12 +217,13 @@ impl Services {
         let now = Self::now();
         let schedule = &self.settings.deliveries.schedule;
         let next_number = usize::try_from(attempt.number).unwrap_or(usize::MAX) + 1;
-        let next = match (&answer.error, schedule.wait_before(next_number)) {
+        let next = match (answer.category, schedule.wait_before(next_number)) {
             (None, _) => AttemptNext::Delivered,
             (Some(_), Some(wait)) => AttemptNext::RetryAt(now + chrono_of(wait)),
-            (Some(error), None) => {
+            (Some(category), None) => {
+                let category = category.as_str();
                 let detail = format!(
-                    "delivery failed after {} attempts; the last: {error}",
+                    "delivery failed after {} attempts; the last: {category} (details: cpctl deliveries show)",
                     attempt.number
                 );
                 let to = DeliveryStatus::Failed;
@@ -208,7 +246,7 @@ impl Services {
                             "poolId": attempt.pool_id,
                             "runnerId": attempt.runner_id,
                             "attempts": attempt.number,
-                            "lastError": error,
+                            "lastErrorCategory": category,
                             "from": DeliveryStatus::Pending.as_str(),
                             "to": to.as_str(),
                             "commandFrom": attempt.command_status.as_str(),
@@ -366,13 +404,21 @@ impl Dispatcher {
     /// more than a few KiB of the answer.
     async fn send(&self, attempt: &LeasedAttempt) -> AttemptAnswer {
         let started = Instant::now();
-        let refused = |e: String| AttemptAnswer::failed(e, started.elapsed());
+        let refused = |category, e: String| AttemptAnswer::failed(category, e, started.elapsed());
         let url = match DeliveryUrl::parse(&attempt.url) {
             Ok(url) => url,
-            Err(e) => return refused(format!("the runner's delivery URL {e}")),
+            Err(e) => {
+                return refused(
+                    FailureCategory::Refused,
+                    format!("the runner's delivery URL {e}"),
+                );
+            }
         };
         if let Err(e) = self.services.settings.deliveries.egress.permits(&url) {
-            return refused(format!("egress refused: the delivery URL {e}"));
+            return refused(
+                FailureCategory::Refused,
+                format!("egress refused: the delivery URL {e}"),
+            );
         }
         let body = serde_json::to_string(&dispatch_body(attempt)).unwrap_or_default();
         let msg_id = attempt.delivery_id.to_string();
@@ -393,7 +439,10 @@ impl Dispatcher {
             .await;
         let mut response = match response {
             Ok(r) => r,
-            Err(e) => return refused(describe(&e, &self.services.settings.deliveries)),
+            Err(e) => {
+                let (category, detail) = describe(&e, &self.services.settings.deliveries);
+                return refused(category, detail);
+            }
         };
         let latency = started.elapsed();
         let mut read = 0;
@@ -407,29 +456,39 @@ impl Dispatcher {
     }
 }
 
-/// What went wrong, without the URL (its path or query may carry the runner's secret).
-fn describe(e: &reqwest::Error, settings: &DeliverySettings) -> String {
+/// What went wrong, coarsely and in detail, without the URL (its path or query may carry the
+/// runner's secret).
+fn describe(e: &reqwest::Error, settings: &DeliverySettings) -> (FailureCategory, String) {
     if e.is_timeout() {
-        return format!(
+        let detail = format!(
             "timed out (connect {} ms, total {} ms)",
             settings.connect_timeout.as_millis(),
             settings.total_timeout.as_millis()
         );
+        return (FailureCategory::Timeout, detail);
     }
-    let kind = if e.is_connect() {
-        "could not connect"
-    } else {
-        "request failed"
-    };
     let mut detail = String::new();
+    let mut tls = false;
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         detail = s.to_string();
+        // rustls names itself in its errors' types; its messages speak of certificates,
+        // handshakes and message types ("received corrupt message of type InvalidContentType").
+        let text = format!("{s} {s:?}").to_ascii_lowercase();
+        tls |= ["tls", "certificate", "handshake", "corrupt message"]
+            .iter()
+            .any(|w| text.contains(w));
         source = s.source();
     }
-    if detail.is_empty() {
+    let (category, kind) = match (tls, e.is_connect()) {
+        (true, _) => (FailureCategory::Tls, "TLS failed"),
+        (false, true) => (FailureCategory::Connect, "could not connect"),
+        (false, false) => (FailureCategory::Request, "request failed"),
+    };
+    let detail = if detail.is_empty() {
         kind.to_owned()
     } else {
         format!("{kind}: {detail}")
-    }
+    };
+    (category, detail)
 }
