@@ -8,8 +8,8 @@
 //! CP_POLICY_DEADLINE_MS (the server's policy deadline, default 50) and DRILL_POLICY_MARGIN_MS
 //! (what a request with the sleeping policy active may take beyond it, default 50).
 //!
-//! The criteria are printed first; the drill exits 1 naming each one that broke (the third,
-//! no panic in the server log, is the script's to check).
+//! The criteria are printed first; the drill exits 1 with a `FAILED criterion N` line for each
+//! one that broke (the third, no panic in the server log, is the script's to check).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -208,7 +208,7 @@ impl Drill {
         self.broken
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(format!("criterion {n} broken ({name}): {why}"));
+            .push(format!("FAILED criterion {n} ({name}): {why}"));
     }
 
     async fn metrics(&self) -> String {
@@ -844,7 +844,7 @@ async fn main() -> Res<()> {
         println!("criteria 1, 2, 4 and 5 met (3 is the script's to check)");
         Ok(())
     } else {
-        println!("DRILL FAILED");
+        println!("abuse drill: FAILED; the lines above name each broken criterion");
         std::process::exit(1);
     }
 }

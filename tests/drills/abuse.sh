@@ -53,12 +53,12 @@ timeout $(( SECS * 10 + 60 ))s "$BIN/examples/abuse_drill" || rc=$?
 panics=$(grep -Eci 'panicked|"panic' "$LOG" || true)
 echo "panics in the server log: $panics"
 if [ "$panics" -ne 0 ]; then
-  echo "criterion 3 broken (no panic): $panics panics in the server log:"
+  echo "FAILED criterion 3 (no panic): $panics panics in the server log:"
   grep -Ei 'panicked|"panic' "$LOG" | head -5
   rc=1
 fi
 if [ "$rc" -ne 0 ]; then
-  echo "DRILL FAILED (exit $rc)"
+  echo "abuse drill: FAILED (exit $rc); the lines above name each broken criterion"
   exit 1
 fi
 echo "all criteria met"
