@@ -131,6 +131,12 @@ pub struct ServerConfig {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_secs: u64,
 
+    /// Audit streams one organisation holds open at once on this replica, over all of its
+    /// tokens and workspaces; the next is a 429.
+    #[arg(long, env = "CP_AUDIT_STREAMS_PER_ORGANISATION", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub audit_streams_per_organisation: u32,
+
     /// Audit streams this process holds open at once; the next is a 503.
     #[arg(long, env = "CP_AUDIT_STREAMS_PER_PROCESS", default_value_t = 1024,
           value_parser = clap::value_parser!(u32).range(1..))]

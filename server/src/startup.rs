@@ -249,6 +249,7 @@ async fn build_services(
         audit_streams: StreamLimits {
             per_token: config.audit_streams_per_token,
             per_workspace: config.audit_streams_per_workspace,
+            per_organisation: config.audit_streams_per_organisation,
             per_process: config.audit_streams_per_process,
             max_age: Duration::from_secs(config.audit_stream_max_age_secs),
             replay_page: config.audit_stream_replay_page,

@@ -790,6 +790,28 @@ async fn a_workspace_past_its_stream_cap_gets_a_429_until_one_of_its_streams_clo
 }
 
 #[tokio::test]
+async fn an_organisation_past_its_stream_cap_gets_a_429_and_another_organisation_is_served() {
+    let app = spawn_app_with(|c| capped(c, |c| c.audit_streams_per_organisation = 2)).await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let other = app.create_workspace(tenant.organisation_id, "other").await;
+    let (token, _) = reader(&app, &tenant, &[ws, other]).await;
+    let first = Sse::open(&app, &tenant.token, ws, "", None).await;
+    let _second = Sse::open(&app, &token, other, "", None).await;
+    // Whichever of its tokens asks, on whichever of its workspaces.
+    for (asking, on) in [(&token, other), (&tenant.token, ws)] {
+        assert_refused(&app, asking, on, (429, "rate_limited"), ("organisation", 2)).await;
+    }
+    // Another organisation on the same server is not affected.
+    let stranger = app.bootstrap().await;
+    let mut theirs = Sse::open(&app, &stranger.token, stranger.workspace_id, "", None).await;
+    theirs.expect_preamble().await;
+
+    drop(first);
+    let _third = open_once_freed(&app, &token, ws).await;
+}
+
+#[tokio::test]
 async fn a_process_past_its_stream_cap_answers_503_until_one_of_its_streams_closes() {
     let app = spawn_app_with(|c| capped(c, |c| c.audit_streams_per_process = 2)).await;
     let tenant = app.bootstrap().await;

@@ -277,11 +277,13 @@ impl From<ServiceError> for ApiFailure {
                 let scope = cap.scope.as_str();
                 let failure = match cap.scope {
                     // The caller's own streams: the limiter's code and headers.
-                    StreamScope::Token | StreamScope::Workspace => Self::new(
-                        StatusCode::TOO_MANY_REQUESTS,
-                        "rate_limited",
-                        format!("too many open audit streams for this {scope}; retry later"),
-                    ),
+                    StreamScope::Token | StreamScope::Workspace | StreamScope::Organisation => {
+                        Self::new(
+                            StatusCode::TOO_MANY_REQUESTS,
+                            "rate_limited",
+                            format!("too many open audit streams for this {scope}; retry later"),
+                        )
+                    }
                     // The server is full, whoever asks.
                     StreamScope::Process => Self::new(
                         StatusCode::SERVICE_UNAVAILABLE,

@@ -326,7 +326,7 @@ impl Services {
         // After authorization, so a caller without access is told so rather than to wait.
         let permit = self
             .stream_permits
-            .acquire(principal.token_id, workspace_id)
+            .acquire(principal.token_id, workspace_id, principal.organisation_id)
             .map_err(ServiceError::StreamCapReached)?;
         let limits = *self.stream_permits.limits();
         // Subscribe first, then read the log: an event committed in between is in one or both,

@@ -3,9 +3,11 @@
 //! Each open stream holds a [`StreamPermit`], taken when it is authorized and released when it
 //! is dropped: when the stream ends, or when the response body is dropped because the client
 //! went away. The server notices that only when a write fails (the HTTP server does not watch
-//! an idle client's socket), so at the latest two heartbeats after a silent disconnect. A permit counts against three caps at once, checked and taken under one lock:
-//! the token's and the workspace's (a refusal is a 429 `rate_limited`) and this process's (a
-//! 503 `unavailable`: the server is full, not the caller greedy).
+//! an idle client's socket), so at the latest two heartbeats after a silent disconnect. A permit counts against four caps at once, checked and taken under one lock:
+//! the token's, the workspace's and the organisation's (a refusal is a 429 `rate_limited`) and
+//! this process's (a 503 `unavailable`: the server is full, not the caller greedy). The
+//! organisation's cap (a quarter of the process's by default) keeps one tenant's many tokens and
+//! workspaces from taking every slot of the process.
 //!
 //! The counts live in this process. With several replicas each one counts its own streams, so a
 //! token may hold up to its cap on every replica. A lease in Redis would make the caps global,
@@ -28,6 +30,7 @@ pub const STREAM_RETRY_AFTER: Duration = Duration::from_secs(5);
 pub struct StreamLimits {
     pub per_token: u32,
     pub per_workspace: u32,
+    pub per_organisation: u32,
     pub per_process: u32,
     /// A stream ends cleanly this long after it opened; the client resumes with
     /// `Last-Event-ID`.
@@ -41,6 +44,7 @@ impl Default for StreamLimits {
         Self {
             per_token: 8,
             per_workspace: 64,
+            per_organisation: 256,
             per_process: 1024,
             max_age: Duration::from_secs(3600),
             replay_page: 500,
@@ -53,6 +57,7 @@ impl Default for StreamLimits {
 pub enum StreamScope {
     Token,
     Workspace,
+    Organisation,
     Process,
 }
 
@@ -61,6 +66,7 @@ impl StreamScope {
         match self {
             StreamScope::Token => "token",
             StreamScope::Workspace => "workspace",
+            StreamScope::Organisation => "organisation",
             StreamScope::Process => "process",
         }
     }
@@ -78,6 +84,7 @@ struct Open {
     total: u32,
     tokens: HashMap<Uuid, u32>,
     workspaces: HashMap<Uuid, u32>,
+    organisations: HashMap<Uuid, u32>,
 }
 
 /// The open streams of this process.
@@ -104,12 +111,13 @@ impl StreamPermits {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A permit for one more stream of `token` on `workspace`, or the first full cap: the
-    /// token's, then the workspace's, then the process's.
+    /// A permit for one more stream of `token` on `workspace` of `organisation`, or the first
+    /// full cap: the token's, the workspace's, the organisation's, then the process's.
     pub fn acquire(
         self: &Arc<Self>,
         token: Uuid,
         workspace: Uuid,
+        organisation: Uuid,
     ) -> Result<StreamPermit, StreamCapReached> {
         let mut open = self.lock();
         let refuse = |scope, limit| Err(StreamCapReached { scope, limit });
@@ -119,16 +127,23 @@ impl StreamPermits {
         if open.workspaces.get(&workspace).copied().unwrap_or(0) >= self.limits.per_workspace {
             return refuse(StreamScope::Workspace, self.limits.per_workspace);
         }
+        if open.organisations.get(&organisation).copied().unwrap_or(0)
+            >= self.limits.per_organisation
+        {
+            return refuse(StreamScope::Organisation, self.limits.per_organisation);
+        }
         if open.total >= self.limits.per_process {
             return refuse(StreamScope::Process, self.limits.per_process);
         }
         open.total += 1;
         *open.tokens.entry(token).or_default() += 1;
         *open.workspaces.entry(workspace).or_default() += 1;
+        *open.organisations.entry(organisation).or_default() += 1;
         Ok(StreamPermit {
             permits: self.clone(),
             token,
             workspace,
+            organisation,
         })
     }
 
@@ -137,11 +152,12 @@ impl StreamPermits {
         self.lock().total
     }
 
-    fn release(&self, token: Uuid, workspace: Uuid) {
+    fn release(&self, permit: &StreamPermit) {
         let mut open = self.lock();
         open.total = open.total.saturating_sub(1);
-        decrement(&mut open.tokens, token);
-        decrement(&mut open.workspaces, workspace);
+        decrement(&mut open.tokens, permit.token);
+        decrement(&mut open.workspaces, permit.workspace);
+        decrement(&mut open.organisations, permit.organisation);
     }
 }
 
@@ -161,17 +177,21 @@ pub struct StreamPermit {
     permits: Arc<StreamPermits>,
     token: Uuid,
     workspace: Uuid,
+    organisation: Uuid,
 }
 
 impl Drop for StreamPermit {
     fn drop(&mut self) {
-        self.permits.release(self.token, self.workspace);
+        self.permits.release(self);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One organisation for the tests of the other caps (its own cap is far above theirs).
+    const ORG: Uuid = Uuid::nil();
 
     fn permits(per_token: u32, per_workspace: u32, per_process: u32) -> Arc<StreamPermits> {
         StreamPermits::new(StreamLimits {
@@ -183,24 +203,46 @@ mod tests {
     }
 
     #[test]
+    fn an_organisation_holds_at_most_its_cap_whatever_its_tokens_and_workspaces() {
+        let p = StreamPermits::new(StreamLimits {
+            per_organisation: 2,
+            ..StreamLimits::default()
+        });
+        let (busy, quiet) = (Uuid::new_v4(), Uuid::new_v4());
+        let first = p.acquire(Uuid::new_v4(), Uuid::new_v4(), busy).unwrap();
+        let _second = p.acquire(Uuid::new_v4(), Uuid::new_v4(), busy).unwrap();
+        let full = p.acquire(Uuid::new_v4(), Uuid::new_v4(), busy).unwrap_err();
+        assert_eq!(
+            full,
+            StreamCapReached {
+                scope: StreamScope::Organisation,
+                limit: 2
+            }
+        );
+        let _other = p.acquire(Uuid::new_v4(), Uuid::new_v4(), quiet).unwrap();
+        drop(first);
+        let _again = p.acquire(Uuid::new_v4(), Uuid::new_v4(), busy).unwrap();
+    }
+
+    #[test]
     fn each_cap_refuses_the_next_stream_until_one_is_released() {
         let p = permits(2, 3, 4);
         let (t1, t2, t3) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
         let (w1, w2) = (Uuid::new_v4(), Uuid::new_v4());
 
-        let a = p.acquire(t1, w1).unwrap();
-        let _b = p.acquire(t1, w1).unwrap();
-        let token_full = p.acquire(t1, w2).unwrap_err();
+        let a = p.acquire(t1, w1, ORG).unwrap();
+        let _b = p.acquire(t1, w1, ORG).unwrap();
+        let token_full = p.acquire(t1, w2, ORG).unwrap_err();
         assert_eq!(token_full.scope, StreamScope::Token);
         assert_eq!(token_full.limit, 2);
 
-        let c = p.acquire(t2, w1).unwrap();
-        let workspace_full = p.acquire(t3, w1).unwrap_err();
+        let c = p.acquire(t2, w1, ORG).unwrap();
+        let workspace_full = p.acquire(t3, w1, ORG).unwrap_err();
         assert_eq!(workspace_full.scope, StreamScope::Workspace);
 
-        let _d = p.acquire(t2, w2).unwrap();
+        let _d = p.acquire(t2, w2, ORG).unwrap();
         assert_eq!(p.open(), 4);
-        let process_full = p.acquire(t3, w2).unwrap_err();
+        let process_full = p.acquire(t3, w2, ORG).unwrap_err();
         assert_eq!(
             process_full,
             StreamCapReached {
@@ -211,21 +253,22 @@ mod tests {
 
         drop(c);
         assert_eq!(p.open(), 3);
-        let _e = p.acquire(t3, w2).unwrap();
+        let _e = p.acquire(t3, w2, ORG).unwrap();
         drop(a);
-        let _f = p.acquire(t1, w2).unwrap();
+        let _f = p.acquire(t1, w2, ORG).unwrap();
     }
 
     #[test]
     fn released_permits_leave_no_entries_behind() {
         let p = permits(8, 64, 1024);
         let permits: Vec<_> = (0..10)
-            .map(|_| p.acquire(Uuid::new_v4(), Uuid::new_v4()).unwrap())
+            .map(|_| p.acquire(Uuid::new_v4(), Uuid::new_v4(), ORG).unwrap())
             .collect();
         assert_eq!(p.open(), 10);
         drop(permits);
         let open = p.lock();
         assert_eq!(open.total, 0);
         assert!(open.tokens.is_empty() && open.workspaces.is_empty());
+        assert!(open.organisations.is_empty());
     }
 }
