@@ -752,6 +752,18 @@ async fn runner_delivery_urls_and_delivery_attempts_from_the_cli() {
         "json",
     ]));
     assert_eq!(updated["deliveryUrl"], "https://runner.example/hooks");
+    // A link-local address (cloud metadata) is refused over https too, with the reason.
+    let metadata = db.cpctl(&[
+        "runners",
+        "update",
+        "--runner",
+        &runner_id,
+        "--url",
+        "https://169.254.169.254/latest/meta-data/",
+    ]);
+    assert!(!metadata.status.success());
+    let err = String::from_utf8_lossy(&metadata.stderr);
+    assert!(err.contains("link-local"), "{err}");
     let cleared = db.cpctl(&["runners", "update", "--runner", &runner_id, "--clear-url"]);
     assert_eq!(stdout(&cleared).trim(), "(no delivery URL)");
 

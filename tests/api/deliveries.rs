@@ -460,6 +460,8 @@ async fn delivery_urls_are_checked_against_the_egress_rule() {
         "https://user:secret@runner.example/hooks",
         "ftp://127.0.0.1/hooks",
         "not a url",
+        "https://169.254.169.254/latest/meta-data/iam/",
+        "https://metadata.google.internal/computeMetadata/v1/",
     ] {
         let err = app
             .services

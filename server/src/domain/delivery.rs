@@ -93,7 +93,12 @@ impl EgressPolicy {
     }
 
     pub fn permits(&self, url: &DeliveryUrl) -> Result<(), String> {
-        if url.is_https() || self.http_hosts.contains(&url.host()) {
+        let host = url.host();
+        let literal = host.parse::<std::net::IpAddr>().ok();
+        if literal.is_some_and(is_link_local) || METADATA_HOSTS.contains(&host.as_str()) {
+            return Err(LINK_LOCAL_REFUSED.into());
+        }
+        if url.is_https() || self.http_hosts.contains(&host) {
             Ok(())
         } else {
             Err(format!(
@@ -104,6 +109,26 @@ impl EgressPolicy {
                     self.http_hosts.join(", ")
                 }
             ))
+        }
+    }
+}
+
+/// Names that reach a cloud provider's instance metadata service, whatever they resolve to.
+const METADATA_HOSTS: [&str; 2] = ["metadata.google.internal", "metadata.goog"];
+
+/// Why a link-local or metadata address is refused, at registration and at send time.
+pub const LINK_LOCAL_REFUSED: &str = "must not reach a link-local or cloud metadata address \
+    (169.254.0.0/16, fe80::/10: instance metadata and credentials live there)";
+
+/// Whether `ip` is link-local: 169.254.0.0/16 (where clouds serve instance metadata and
+/// credentials, 169.254.169.254) or fe80::/10, also as an IPv4-mapped IPv6 address. Refused
+/// over any scheme: a runner URL must never make the control plane fetch its host's secrets.
+pub fn is_link_local(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_link_local(),
+        std::net::IpAddr::V6(v6) => {
+            v6.to_ipv4_mapped().is_some_and(|v4| v4.is_link_local())
+                || (v6.segments()[0] & 0xffc0) == 0xfe80
         }
     }
 }
@@ -189,6 +214,23 @@ fn parse_duration(raw: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn link_local_and_metadata_hosts_are_refused_over_any_scheme() {
+        let open = EgressPolicy::new("169.254.169.254,metadata.google.internal,fe80::1");
+        for raw in [
+            "https://169.254.169.254/latest/meta-data/",
+            "http://169.254.169.254/",
+            "https://[fe80::1]/hooks",
+            "https://[::ffff:169.254.169.254]/hooks",
+            "https://metadata.google.internal/computeMetadata/v1/",
+        ] {
+            let url = DeliveryUrl::parse(raw).unwrap();
+            assert_eq!(open.permits(&url), Err(LINK_LOCAL_REFUSED.into()), "{raw}");
+        }
+        let fine = DeliveryUrl::parse("https://169.255.0.1/hooks").unwrap();
+        assert!(open.permits(&fine).is_ok());
+    }
 
     #[test]
     fn urls_are_absolute_http_without_credentials() {

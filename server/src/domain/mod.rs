@@ -16,7 +16,7 @@ mod webhook;
 
 pub use audit::{Actor, ActorKind, AuditEvent, NewAuditEvent};
 pub use correlation_id::CorrelationId;
-pub use delivery::{DeliveryUrl, EgressPolicy, RetrySchedule};
+pub use delivery::{DeliveryUrl, EgressPolicy, LINK_LOCAL_REFUSED, RetrySchedule, is_link_local};
 pub use idempotency::{IdempotencyKey, RecordCipher, UndecryptableRecord};
 pub use ids::{
     MIN_TEXT_CHARS, NO_NUL_PATTERN, SEQUENCE_PATTERN, bounded_text, parse_sequence, parse_uuid,

@@ -309,6 +309,7 @@ impl Dispatcher {
             .connect_timeout(settings.connect_timeout)
             .timeout(settings.total_timeout)
             .user_agent(concat!("control-plane/", env!("CARGO_PKG_VERSION")))
+            .dns_resolver(Arc::new(NoLinkLocal))
             .build()
             .map_err(|e| {
                 ServiceError::Internal(format!("cannot build the delivery client: {e}"))
@@ -456,6 +457,32 @@ impl Dispatcher {
     }
 }
 
+/// Resolves runner host names as the system does, less link-local addresses: a name may be
+/// registered pointing anywhere and later resolve to 169.254.169.254, so the egress rule is
+/// checked again on every address the attempt could connect to. A name left with no address
+/// fails the attempt (`connect`), naming the rule.
+struct NoLinkLocal;
+
+impl reqwest::dns::Resolve for NoLinkLocal {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        Box::pin(async move {
+            let found = tokio::net::lookup_host((name.as_str(), 0)).await?;
+            let allowed = reachable(found);
+            if allowed.is_empty() {
+                return Err(crate::domain::LINK_LOCAL_REFUSED.into());
+            }
+            Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// The addresses an attempt may connect to: all but the link-local ones.
+fn reachable(addrs: impl Iterator<Item = std::net::SocketAddr>) -> Vec<std::net::SocketAddr> {
+    addrs
+        .filter(|a| !crate::domain::is_link_local(a.ip()))
+        .collect()
+}
+
 /// What went wrong, coarsely and in detail, without the URL (its path or query may carry the
 /// runner's secret).
 fn describe(e: &reqwest::Error, settings: &DeliverySettings) -> (FailureCategory, String) {
@@ -491,4 +518,25 @@ fn describe(e: &reqwest::Error, settings: &DeliverySettings) -> (FailureCategory
         format!("{kind}: {detail}")
     };
     (category, detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolved_link_local_addresses_are_never_connected_to() {
+        let found = [
+            "169.254.169.254:0",
+            "10.0.0.7:0",
+            "[fe80::1]:0",
+            "[2001:db8::1]:0",
+        ]
+        .map(|a| a.parse::<std::net::SocketAddr>().unwrap());
+        let kept: Vec<String> = reachable(found.into_iter())
+            .iter()
+            .map(|a| a.ip().to_string())
+            .collect();
+        assert_eq!(kept, ["10.0.0.7", "2001:db8::1"]);
+    }
 }
