@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# A cpctl whose printed tokens carry a wrong secret (the last character changed), to see a
+# script refuse its figures: every request made with those tokens is answered 401.
+#
+#   BENCH_CPCTL=tests/bench/wrong-secret-cpctl.sh tests/bench/run.sh 3    (exits 1, REFUSED: ...)
+#
+# Runs ${REAL_CPCTL:-${DRILL_BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}/cpctl}.
+set -euo pipefail
+"${REAL_CPCTL:-${DRILL_BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}/cpctl}" "$@" | python3 -c '
+import json, sys
+text = sys.stdin.read()
+try:
+    d = json.loads(text)
+except ValueError:
+    sys.stdout.write(text); sys.exit()
+def bad(t): return t[:-1] + ("A" if t[-1] != "A" else "B")
+if isinstance(d, dict) and "token" in d: d["token"] = bad(d["token"])
+if isinstance(d, dict) and "credential" in d: d["credential"]["token"] = bad(d["credential"]["token"])
+print(json.dumps(d))'
