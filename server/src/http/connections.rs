@@ -48,7 +48,7 @@ struct Live {
 
 /// The open-connection counts, shared by the acceptor and every permit it gave out.
 #[derive(Debug, Default, Clone)]
-pub struct Counts(Arc<Mutex<Live>>);
+struct Counts(Arc<Mutex<Live>>);
 
 impl Counts {
     fn lock(&self) -> std::sync::MutexGuard<'_, Live> {
@@ -76,7 +76,8 @@ impl Counts {
     }
 
     /// Open connections in the process.
-    pub fn open(&self) -> usize {
+    #[cfg(test)]
+    fn open(&self) -> usize {
         self.lock().total
     }
 }
@@ -117,14 +118,6 @@ impl<A> LimitedAcceptor<A> {
             limits,
             counts: Counts::default(),
         }
-    }
-
-    pub fn inner(&self) -> &A {
-        &self.inner
-    }
-
-    pub fn counts(&self) -> Counts {
-        self.counts.clone()
     }
 }
 

@@ -98,21 +98,26 @@ impl FailureCategory {
     }
 }
 
+/// Why an attempt failed: coarsely, for events, and in detail, for its record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptFailure {
+    pub category: FailureCategory,
+    pub detail: String,
+}
+
 /// How an attempt ended, as the sender saw it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptAnswer {
     pub status_code: Option<u16>,
     /// From the request's start to the response's headers (or the failure).
     pub latency: Duration,
-    /// Why it failed, in detail; `None` exactly when the status is 2xx.
-    pub error: Option<String>,
-    /// Why it failed, coarsely; `None` exactly when the status is 2xx.
-    pub category: Option<FailureCategory>,
+    /// `None` exactly when the status is 2xx.
+    pub failure: Option<AttemptFailure>,
 }
 
 impl AttemptAnswer {
     pub fn from_status(status: u16, latency: Duration) -> Self {
-        let error = match status {
+        let detail = match status {
             200..=299 => None,
             300..=399 => Some(format!("HTTP {status}: redirects are not followed")),
             _ => Some(format!("HTTP {status}")),
@@ -120,17 +125,18 @@ impl AttemptAnswer {
         Self {
             status_code: Some(status),
             latency,
-            category: error.as_ref().map(|_| FailureCategory::Status),
-            error,
+            failure: detail.map(|detail| AttemptFailure {
+                category: FailureCategory::Status,
+                detail,
+            }),
         }
     }
 
-    pub fn failed(category: FailureCategory, error: String, latency: Duration) -> Self {
+    pub fn failed(category: FailureCategory, detail: String, latency: Duration) -> Self {
         Self {
             status_code: None,
             latency,
-            error: Some(error),
-            category: Some(category),
+            failure: Some(AttemptFailure { category, detail }),
         }
     }
 }
@@ -217,7 +223,8 @@ impl Services {
         let now = Self::now();
         let schedule = &self.settings.deliveries.schedule;
         let next_number = usize::try_from(attempt.number).unwrap_or(usize::MAX) + 1;
-        let next = match (answer.category, schedule.wait_before(next_number)) {
+        let category = answer.failure.as_ref().map(|f| f.category);
+        let next = match (category, schedule.wait_before(next_number)) {
             (None, _) => AttemptNext::Delivered,
             (Some(_), Some(wait)) => AttemptNext::RetryAt(now + chrono_of(wait)),
             (Some(category), None) => {
@@ -264,7 +271,7 @@ impl Services {
             finished_at: now,
             status_code: answer.status_code.map(i32::from),
             latency_ms: i32::try_from(answer.latency.as_millis()).unwrap_or(i32::MAX),
-            error: answer.error,
+            error: answer.failure.map(|f| f.detail),
             next,
         };
         Ok(self.store.finish_attempt(&result).await?)
@@ -373,12 +380,12 @@ impl Dispatcher {
             let this = self.clone();
             tokio::spawn(async move {
                 let answer = this.send(&attempt).await;
-                if answer.error.is_some() {
+                if let Some(failure) = &answer.failure {
                     tracing::info!(
                         delivery_id = %attempt.delivery_id,
                         runner_id = %attempt.runner_id,
                         attempt = attempt.number,
-                        error = answer.error.as_deref().unwrap_or_default(),
+                        error = %failure.detail,
                         "webhook delivery attempt failed"
                     );
                 }
