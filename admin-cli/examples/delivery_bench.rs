@@ -373,7 +373,7 @@ fn floor_request() -> (String, String, Vec<u8>) {
     let body = serde_json::to_vec(&payload).unwrap_or_default();
     let id = payload.data.delivery_id.to_string();
     let signature = WebhookSigner::from_seeds(&[vec![7u8; 32]])
-        .map(|s| s.sign(&id, now.timestamp(), &body))
+        .map(|s| s.sign(&id, now.timestamp(), &body, &[]))
         .unwrap_or_default();
     (now.timestamp().to_string(), signature, body)
 }
@@ -594,6 +594,8 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         runner_id: registered.runner.id,
         key_id: registered.key_id,
         private_key: registered.private_key.context("a generated key")?,
+        webhook_secret: Some(registered.webhook_secret.clone()),
+        pinned_keys: vec![],
         dedup_capacity: args.n * 2 + 100,
     })
     .await?;

@@ -97,7 +97,7 @@ pub enum Command {
     Pools(crate::resources::PoolsCommand),
     /// Runners, their keys, and signing a report as a runner.
     #[command(subcommand)]
-    Runners(crate::resources::RunnersCommand),
+    Runners(crate::runners::RunnersCommand),
     /// Webhook deliveries of runner commands and their attempts.
     #[command(subcommand)]
     Deliveries(crate::resources::DeliveriesCommand),

@@ -45,15 +45,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         // Needs no records store: the component and the cases are files.
         return test_policy(cli.output, file, cases, kind).await;
     }
-    if let Command::Runners(command @ crate::resources::RunnersCommand::Sign { .. }) = &cli.command
+    if let Command::Runners(command @ crate::runners::RunnersCommand::Sign { .. }) = &cli.command
     {
         // Needs no records store: only the runner's key.
-        return crate::resources::sign(cli.output, command);
+        return crate::runners::sign(cli.output, command);
     }
-    if let Command::Runners(command @ crate::resources::RunnersCommand::Serve { .. }) = cli.command
+    if let Command::Runners(command @ crate::runners::RunnersCommand::Serve { .. }) = cli.command
     {
         // Needs no records store: the runner's key and the control plane's URL.
-        return crate::resources::serve(command).await;
+        return crate::runners::serve(command).await;
     }
     if let Command::Store(command) = cli.command {
         // Names its own stores; opening the services would write a hashing key into one.
@@ -160,7 +160,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Webhooks(WebhooksCommand::Keys) => webhook_keys(&services, out),
         Command::Pools(command) => crate::resources::pools(&services, out, &cid, command).await?,
         Command::Runners(command) => {
-            crate::resources::runners(&services, out, &cid, command).await?
+            crate::runners::runners(&services, out, &cid, command).await?
         }
         Command::Deliveries(command) => {
             crate::resources::deliveries(&services, out, command).await?

@@ -4,6 +4,7 @@ mod cli;
 mod commands;
 mod output;
 mod resources;
+mod runners;
 mod store;
 
 use std::process::ExitCode;
@@ -16,7 +17,7 @@ async fn main() -> ExitCode {
     // The example runner logs one line per delivery; every other command only warnings.
     let serving = matches!(
         cli.command,
-        cli::Command::Runners(resources::RunnersCommand::Serve { .. })
+        cli::Command::Runners(runners::RunnersCommand::Serve { .. })
     );
     control_plane::telemetry::init(
         control_plane::config::LogFormat::Pretty,

@@ -1,15 +1,12 @@
-//! `cpctl pools|runners|workflows|plugins|reviews`: the resources the v1 API acts on (runner pools,
-//! runners and their keys, workflows, plugins and their reviews).
+//! `cpctl pools|workflows|plugins|reviews|deliveries`: the resources the v1 API acts on (runner
+//! pools, workflows, plugins and their reviews, webhook deliveries); runners are in `runners.rs`.
 
-use anyhow::Context;
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use clap::Subcommand;
 use control_plane::domain::Timestamp;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use control_plane::domain::{CorrelationId, RevisionState, sign_request};
+use control_plane::domain::{CorrelationId, RevisionState};
 use control_plane::service::{Services, UserRef};
 use control_plane::storage::{
     AttemptRecord, DeliveryReport, Plugin, Review, RunnerPool, Workflow, WorkflowRevision,
@@ -28,93 +25,6 @@ pub enum PoolsCommand {
     List {
         #[arg(long)]
         workspace: Option<Uuid>,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum RunnersCommand {
-    /// Register a runner in a pool. Without --public-key, generates an Ed25519 pair and prints
-    /// the private key once (it is not stored).
-    Register {
-        #[arg(long)]
-        pool: Uuid,
-        #[arg(long, default_value = "runner")]
-        name: String,
-        /// Base64 of a 32-byte Ed25519 public key.
-        #[arg(long)]
-        public_key: Option<String>,
-        /// Where the runner receives commands: https, or plain http to a host listed in
-        /// CP_DELIVERY_HTTP_HOSTS (loopback by default). Without it the runner receives nothing.
-        #[arg(long)]
-        url: Option<String>,
-    },
-    /// Change where a runner receives commands (its failures so far are forgotten).
-    Update {
-        #[arg(long)]
-        runner: Uuid,
-        /// The new delivery URL.
-        #[arg(long, required_unless_present = "clear_url")]
-        url: Option<String>,
-        /// Stop delivering to this runner.
-        #[arg(long, conflicts_with = "url")]
-        clear_url: bool,
-    },
-    /// A runner's keys: add one for rotation, revoke an old one.
-    #[command(subcommand)]
-    Keys(KeysCommand),
-    /// Print the headers (or a curl command) of a signed delivery status report.
-    Sign {
-        #[arg(long)]
-        runner: Uuid,
-        #[arg(long)]
-        key: Uuid,
-        /// Base64 private key, as `runners register` printed it (or CP_RUNNER_PRIVATE_KEY).
-        #[arg(long, env = "CP_RUNNER_PRIVATE_KEY", hide_env_values = true)]
-        private_key: String,
-        #[arg(long)]
-        delivery: Uuid,
-        /// The exact JSON body to send, such as '{"status":"received"}'.
-        #[arg(long)]
-        body: String,
-        /// Base URL of the server, for the printed curl command.
-        #[arg(long, default_value = "http://127.0.0.1:8080")]
-        url: String,
-    },
-    /// Run an example runner: receive signed command dispatches (Standard Webhooks) on
-    /// `POST /`, verify them with the control plane's published keys, and report received,
-    /// running and succeeded, echoing the command line instead of running it.
-    Serve {
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:9000")]
-        listen: String,
-        /// Base URL of the control plane: its keys and the status route.
-        #[arg(long, default_value = "http://127.0.0.1:8080")]
-        control_plane: String,
-        /// The runner's id, as `runners register` printed it.
-        #[arg(long)]
-        runner: Uuid,
-        /// The id of the runner key that signs the reports.
-        #[arg(long)]
-        key: Uuid,
-        /// Base64 private key, as `runners register` printed it (or CP_RUNNER_PRIVATE_KEY).
-        #[arg(long, env = "CP_RUNNER_PRIVATE_KEY", hide_env_values = true)]
-        private_key: String,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum KeysCommand {
-    Add {
-        #[arg(long)]
-        runner: Uuid,
-        #[arg(long)]
-        public_key: Option<String>,
-    },
-    Revoke {
-        #[arg(long)]
-        runner: Uuid,
-        #[arg(long)]
-        key: Uuid,
     },
 }
 
@@ -190,35 +100,6 @@ pub enum ReviewsCommand {
     },
 }
 
-fn decode_key(raw: &str, what: &str) -> anyhow::Result<Vec<u8>> {
-    STANDARD
-        .decode(raw.trim())
-        .with_context(|| format!("{what} must be base64"))
-}
-
-fn print_key(out: OutputFormat, runner: Option<Uuid>, key_id: Uuid, private: Option<[u8; 32]>) {
-    let private = private.map(|k| STANDARD.encode(k));
-    match out {
-        OutputFormat::Json => {
-            let mut v = json!({ "keyId": key_id, "privateKey": private });
-            if let Some(runner) = runner {
-                v["runnerId"] = json!(runner);
-            }
-            println!("{v}");
-        }
-        OutputFormat::Table => {
-            if let Some(runner) = runner {
-                println!("runner:      {runner}");
-            }
-            println!("key:         {key_id}");
-            if let Some(private) = private {
-                println!("private key: {private}");
-                println!("(shown once; the server keeps only the public key)");
-            }
-        }
-    }
-}
-
 pub async fn pools(
     services: &Services,
     out: OutputFormat,
@@ -232,149 +113,6 @@ pub async fn pools(
         }
         PoolsCommand::List { workspace } => {
             output::list(out, &services.list_pools(workspace).await?)
-        }
-    }
-    Ok(())
-}
-
-pub async fn runners(
-    services: &Services,
-    out: OutputFormat,
-    cid: &CorrelationId,
-    command: RunnersCommand,
-) -> anyhow::Result<()> {
-    match command {
-        RunnersCommand::Register {
-            pool,
-            name,
-            public_key,
-            url,
-        } => {
-            let public = public_key
-                .map(|k| decode_key(&k, "--public-key"))
-                .transpose()?;
-            let done = services
-                .register_runner(pool, &name, public.as_deref(), url.as_deref(), cid)
-                .await?;
-            print_key(out, Some(done.runner.id), done.key_id, done.private_key);
-        }
-        RunnersCommand::Update { runner, url, .. } => {
-            let runner = services.set_runner_url(runner, url.as_deref(), cid).await?;
-            match out {
-                OutputFormat::Json => println!(
-                    "{}",
-                    json!({ "runnerId": runner.id, "deliveryUrl": runner.delivery_url })
-                ),
-                OutputFormat::Table => println!(
-                    "{}",
-                    runner
-                        .delivery_url
-                        .as_deref()
-                        .unwrap_or("(no delivery URL)")
-                ),
-            }
-        }
-        RunnersCommand::Keys(KeysCommand::Add { runner, public_key }) => {
-            let public = public_key
-                .map(|k| decode_key(&k, "--public-key"))
-                .transpose()?;
-            let (key_id, private) = services
-                .add_runner_key(runner, public.as_deref(), cid)
-                .await?;
-            print_key(out, None, key_id, private);
-        }
-        RunnersCommand::Keys(KeysCommand::Revoke { runner, key }) => {
-            services.revoke_runner_key(runner, key, cid).await?;
-            match out {
-                OutputFormat::Json => println!("{}", json!({ "revoked": true, "keyId": key })),
-                OutputFormat::Table => println!("revoked"),
-            }
-        }
-        RunnersCommand::Sign { .. } => sign(out, &command)?,
-        RunnersCommand::Serve { .. } => serve(command).await?,
-    }
-    Ok(())
-}
-
-fn private_key_of(raw: &str) -> anyhow::Result<[u8; 32]> {
-    decode_key(raw, "--private-key")?
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("--private-key must be 32 bytes"))
-}
-
-/// `cpctl runners serve`: needs no records store, only the runner's key and the server's URL.
-pub async fn serve(command: RunnersCommand) -> anyhow::Result<()> {
-    let RunnersCommand::Serve {
-        listen,
-        control_plane,
-        runner,
-        key,
-        private_key,
-    } = command
-    else {
-        return Ok(());
-    };
-    let config = cpctl::runner::RunnerConfig {
-        listen,
-        control_plane,
-        runner_id: runner,
-        key_id: key,
-        private_key: private_key_of(&private_key)?,
-        dedup_capacity: cpctl::runner::DEFAULT_DEDUP_CAPACITY,
-    };
-    let server = cpctl::runner::RunnerServer::bind(config).await?;
-    server.run_until_stopped().await?;
-    Ok(())
-}
-
-/// `cpctl runners sign`: needs no records store, only the key.
-pub fn sign(out: OutputFormat, command: &RunnersCommand) -> anyhow::Result<()> {
-    let RunnersCommand::Sign {
-        runner,
-        key,
-        private_key,
-        delivery,
-        body,
-        url,
-    } = command
-    else {
-        return Ok(());
-    };
-    let private = private_key_of(private_key)?;
-    let path = format!("/v1/runner/webhook-deliveries/{delivery}/status");
-    let nonce = Uuid::new_v4().simple().to_string();
-    let headers = sign_request(
-        &private,
-        *runner,
-        *key,
-        "POST",
-        &path,
-        body.as_bytes(),
-        chrono::Utc::now().timestamp(),
-        &nonce,
-    );
-    match out {
-        OutputFormat::Json => {
-            let map: serde_json::Map<String, Value> = headers
-                .pairs()
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), json!(v)))
-                .collect();
-            println!(
-                "{}",
-                json!({ "method": "POST", "path": path, "headers": map })
-            );
-        }
-        OutputFormat::Table => {
-            let mut line = format!(
-                "curl -sS -X POST '{}{path}' -H 'content-type: application/json'",
-                url.trim_end_matches('/')
-            );
-            for (name, value) in headers.pairs() {
-                line.push_str(&format!(" -H '{name}: {value}'"));
-            }
-            line.push_str(&format!(" --data-raw '{}'", body.replace('\'', "'\\''")));
-            println!("{line}");
         }
     }
     Ok(())

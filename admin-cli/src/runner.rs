@@ -1,8 +1,10 @@
 //! `cpctl runners serve`: an example runner. It receives the control plane's signed command
-//! dispatches (Standard Webhooks, `POST /`), verifies them with the keys the control plane
-//! publishes at `/.well-known/jwks.json`, answers 202 at once, and reports `received`,
-//! `running`, then `succeeded` through the signed status route. It runs nothing: it echoes the
-//! command line back as the report's `detail`.
+//! dispatches (Standard Webhooks, `POST /`), verifies them with its own webhook secret (`v1`),
+//! with pinned control-plane keys (`v1a`, `whpk_…`), or, given neither, with the keys the
+//! control plane publishes at `/.well-known/jwks.json`; it refuses a dispatch that names another
+//! runner, answers 202 at once, and reports `received`, `running`, then `succeeded` through the
+//! signed status route. It runs nothing: it echoes the command line back as the report's
+//! `detail`.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -17,9 +19,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use control_plane::domain::{
-    DISPATCH_EVENT_TYPE, DispatchData, DispatchPayload, WEBHOOK_ID_HEADER,
-    WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER, WEBHOOK_TOLERANCE_SECS, WebhookVerifyError,
-    parse_jwks, sign_request, verify_webhook,
+    DispatchData, DispatchPayload, ReceivedWebhook, RunnerSecret, WEBHOOK_ID_HEADER,
+    WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER, WEBHOOK_TOLERANCE_SECS, WebhookKeys,
+    WebhookVerifyError, parse_jwks, sign_request, verify_webhook,
 };
 
 /// Largest dispatch body accepted (a command with 64 arguments of 4 KiB fits).
@@ -46,7 +48,39 @@ pub struct RunnerConfig {
     pub key_id: Uuid,
     /// The runner's Ed25519 private key, signing its reports.
     pub private_key: [u8; 32],
+    /// The runner's own webhook secret (`whsec_…`): `v1` signatures verify with it.
+    pub webhook_secret: Option<RunnerSecret>,
+    /// Control-plane keys trusted for `v1a` signatures instead of the fetched key set.
+    pub pinned_keys: Vec<VerifyingKey>,
     pub dedup_capacity: usize,
+}
+
+impl RunnerConfig {
+    /// Plain http to the control plane only on loopback: the reports it sends are signed, but
+    /// the key set it fetches is not, and whoever answers it decides what verifies.
+    pub fn check_control_plane(&self) -> anyhow::Result<()> {
+        let url = reqwest::Url::parse(&self.control_plane)
+            .with_context(|| format!("--control-plane {:?} is not a URL", self.control_plane))?;
+        let host = url.host_str().unwrap_or_default();
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let loopback = host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        match url.scheme() {
+            "https" => Ok(()),
+            "http" if loopback => Ok(()),
+            "http" => anyhow::bail!(
+                "--control-plane must be https (plain http only to a loopback address)"
+            ),
+            other => anyhow::bail!("--control-plane has an unknown scheme {other:?}"),
+        }
+    }
+
+    /// The key set is fetched only when nothing else to verify with was configured.
+    fn fetches_keys(&self) -> bool {
+        self.webhook_secret.is_none() && self.pinned_keys.is_empty()
+    }
 }
 
 impl std::fmt::Debug for RunnerConfig {
@@ -57,6 +91,8 @@ impl std::fmt::Debug for RunnerConfig {
             .field("runner_id", &self.runner_id)
             .field("key_id", &self.key_id)
             .field("private_key", &"<redacted>")
+            .field("webhook_secret", &self.webhook_secret)
+            .field("pinned_keys", &self.pinned_keys.len())
             .finish()
     }
 }
@@ -100,9 +136,9 @@ struct State {
     seen: Mutex<Seen>,
 }
 
-/// The outcome of checking a request's signature.
+/// The outcome of checking a request.
 enum Verdict {
-    Verified,
+    Verified(Box<DispatchPayload>),
     Refused(WebhookVerifyError),
     /// No key set could be fetched: the control plane should try again later.
     NoKeys,
@@ -179,34 +215,40 @@ impl State {
         }
     }
 
-    async fn verify(&self, id: &str, timestamp: &str, signature: &str, body: &[u8]) -> Verdict {
-        let check = |keys: &[VerifyingKey]| {
+    async fn verify(&self, webhook: &ReceivedWebhook<'_>) -> Verdict {
+        let config = &self.config;
+        let check = |published: Vec<VerifyingKey>| {
+            let keys = WebhookKeys {
+                published,
+                secrets: config.webhook_secret.iter().cloned().collect(),
+            };
             let now = chrono::Utc::now().timestamp();
             verify_webhook(
-                id,
-                timestamp,
-                signature,
-                body,
-                keys,
+                webhook,
+                &keys,
+                config.runner_id,
                 now,
                 WEBHOOK_TOLERANCE_SECS,
             )
         };
+        let verdict = |checked: Result<DispatchPayload, WebhookVerifyError>| match checked {
+            Ok(payload) => Verdict::Verified(Box::new(payload)),
+            Err(e) => Verdict::Refused(e),
+        };
+        if !config.fetches_keys() {
+            return verdict(check(config.pinned_keys.clone()));
+        }
         let keys = self.current_keys().await;
         if keys.is_empty() {
             return Verdict::NoKeys;
         }
-        match check(&keys) {
-            Ok(()) => Verdict::Verified,
+        match check(keys.clone()) {
             // Perhaps signed only by a key published since the last fetch (a rotation).
             Err(WebhookVerifyError::NoMatch) => match self.fetch_keys(true).await {
-                Ok(fresh) if fresh != keys => match check(&fresh) {
-                    Ok(()) => Verdict::Verified,
-                    Err(e) => Verdict::Refused(e),
-                },
+                Ok(fresh) if fresh != keys => verdict(check(fresh)),
                 _ => Verdict::Refused(WebhookVerifyError::NoMatch),
             },
-            Err(e) => Verdict::Refused(e),
+            checked => verdict(checked),
         }
     }
 
@@ -236,11 +278,21 @@ impl State {
                 );
             }
         };
-        match self.verify(&id, &timestamp, &signature, &body).await {
-            Verdict::Verified => {}
+        let webhook = ReceivedWebhook {
+            id: &id,
+            timestamp: &timestamp,
+            signature: &signature,
+            body: &body,
+        };
+        let payload = match self.verify(&webhook).await {
+            Verdict::Verified(payload) => payload,
             Verdict::Refused(e) => {
                 tracing::warn!(webhook_id = %id, reason = %e, "refused a webhook");
-                return answer(StatusCode::UNAUTHORIZED, json!({ "error": e.to_string() }));
+                let status = match e {
+                    WebhookVerifyError::NotADispatch => StatusCode::BAD_REQUEST,
+                    _ => StatusCode::UNAUTHORIZED,
+                };
+                return answer(status, json!({ "error": e.to_string() }));
             }
             Verdict::NoKeys => {
                 return answer(
@@ -248,30 +300,8 @@ impl State {
                     json!({ "error": "the control plane's keys cannot be fetched" }),
                 );
             }
-        }
-        let payload: DispatchPayload = match serde_json::from_slice(&body) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(webhook_id = %id, "refused a webhook: the body is not a dispatch");
-                return answer(
-                    StatusCode::BAD_REQUEST,
-                    json!({ "error": format!("not a command dispatch: {e}") }),
-                );
-            }
         };
-        if payload.event_type != DISPATCH_EVENT_TYPE {
-            return answer(
-                StatusCode::BAD_REQUEST,
-                json!({ "error": format!("unknown type; expected {DISPATCH_EVENT_TYPE}") }),
-            );
-        }
         let data = payload.data;
-        if data.runner_id != self.config.runner_id {
-            return answer(
-                StatusCode::BAD_REQUEST,
-                json!({ "error": "the dispatch names another runner" }),
-            );
-        }
         // Recorded only once verified and parsed: a refused request leaves no trace.
         let new = self
             .seen
@@ -377,6 +407,7 @@ impl RunnerServer {
     /// Binds the address and tries a first fetch of the key set (a failure is retried on the
     /// first webhook).
     pub async fn bind(config: RunnerConfig) -> anyhow::Result<Self> {
+        config.check_control_plane()?;
         let acceptor = TcpListener::bind(config.listen.clone())
             .into_acceptor()
             .await
@@ -399,7 +430,9 @@ impl RunnerServer {
             }),
             fetching: tokio::sync::Mutex::new(None),
         });
-        if let Err(e) = state.fetch_keys(false).await {
+        if state.config.fetches_keys()
+            && let Err(e) = state.fetch_keys(false).await
+        {
             tracing::warn!(error = %format!("{e:#}"), "cannot fetch the webhook keys yet");
         }
         Ok(Self { acceptor, state })

@@ -4,6 +4,7 @@
 
 use std::process::{Command, Output};
 
+use control_plane::domain::RunnerSecret;
 use serde_json::Value;
 use sqlx::{Connection, Executor, PgConnection};
 
@@ -97,6 +98,10 @@ fn is_api_time(s: &str) -> bool {
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[tokio::test]
@@ -573,6 +578,40 @@ async fn runners_workflows_and_plugins_are_managed_from_the_cli() {
     let key_id = runner["keyId"].as_str().unwrap().to_owned();
     let private = runner["privateKey"].as_str().unwrap().to_owned();
     assert_eq!(private.len(), 44, "base64 of 32 bytes");
+    // Its own webhook secret, shown once.
+    let secret = runner["webhookSecret"].as_str().unwrap().to_owned();
+    RunnerSecret::parse(&secret).expect("a whsec_ secret");
+
+    // Rotating prints a new secret and when the old one stops signing.
+    let rotated = json_of(&db.cpctl(&[
+        "runners",
+        "update",
+        "--runner",
+        &runner_id,
+        "--rotate-secret",
+        "--overlap-hours",
+        "2",
+        "-o",
+        "json",
+    ]));
+    let new_secret = rotated["webhookSecret"].as_str().unwrap();
+    assert!(new_secret.starts_with("whsec_") && new_secret != secret);
+    assert!(rotated["previousSecretRetiresAt"].is_string(), "{rotated}");
+    let too_long = db.cpctl(&[
+        "runners",
+        "update",
+        "--runner",
+        &runner_id,
+        "--rotate-secret",
+        "--overlap-hours",
+        "721",
+    ]);
+    assert!(!too_long.status.success());
+    assert!(
+        stderr(&too_long).contains("720 hours"),
+        "{}",
+        stderr(&too_long)
+    );
 
     // With a public key (RFC 8032 test 1), nothing secret is printed.
     let given = json_of(&db.cpctl(&[

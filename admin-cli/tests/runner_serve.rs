@@ -1,7 +1,8 @@
 //! The example runner (`cpctl runners serve`), in process, against a real control plane in
-//! process: a correctly signed dispatch of a really submitted command is answered 202 and the
-//! command ends `succeeded` with the echoed line; the same `webhook-id` again is a 200 that
-//! runs nothing; a bad signature is a 401 and a signed non-dispatch a 400. On Postgres when it
+//! process: a dispatch of a really submitted command, signed with the runner's own secret, is
+//! answered 202 and the command ends `succeeded` with the echoed line; the same `webhook-id`
+//! again is a 200 that runs nothing; a bad signature, a `v1a`-only one (the runner trusts its
+//! secret) and a dispatch naming another runner are 401s, and a signed non-dispatch a 400. On Postgres when it
 //! answers (and `TEST_RECORDS` is not `sqlite`), otherwise on an SQLite file.
 
 use std::time::Duration;
@@ -10,8 +11,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use control_plane::config::ServerConfig;
 use control_plane::domain::{
-    CorrelationId, DISPATCH_EVENT_TYPE, DispatchData, DispatchPayload, ExpiresInDays, Timestamp,
-    WebhookSigner,
+    CorrelationId, DISPATCH_EVENT_TYPE, DispatchData, DispatchPayload, ExpiresInDays, RunnerSecret,
+    Timestamp, WebhookSigner,
 };
 use control_plane::service::BootstrapInput;
 use control_plane::startup::Application;
@@ -185,6 +186,8 @@ impl ControlPlane {
             runner_id: self.registered.runner.id,
             key_id: self.registered.key_id,
             private_key: self.registered.private_key.unwrap(),
+            webhook_secret: Some(self.registered.webhook_secret.clone()),
+            pinned_keys: vec![],
             dedup_capacity: 100,
         })
         .await
@@ -276,18 +279,37 @@ async fn the_example_runner_verifies_deduplicates_and_reports_success() {
 
     // Signed by another key: refused, and not remembered.
     let stranger = WebhookSigner::from_seeds(&[vec![9u8; 32]]).unwrap();
-    let forged = stranger.sign(&msg_id, ts, &body);
+    let forged = stranger.sign(&msg_id, ts, &body, &[RunnerSecret::generate()]);
     let (status, answer) = post_webhook(&client, &runner_url, &msg_id, ts, &forged, &body).await;
     assert_eq!(status, 401, "{answer}");
+    // Signed by the control plane, but only for the v1a path: this runner verifies with its
+    // own secret and fetches no key set.
+    let v1a_only = services.webhook_signer().sign(&msg_id, ts, &body, &[]);
+    let (status, _) = post_webhook(&client, &runner_url, &msg_id, ts, &v1a_only, &body).await;
+    assert_eq!(status, 401);
+    // Signed with this runner's secret, but naming another runner (a forwarded dispatch).
+    let secrets = [registered.webhook_secret.clone()];
+    let mut elsewhere = payload.clone();
+    elsewhere.data.runner_id = Uuid::new_v4();
+    let elsewhere = serde_json::to_vec(&elsewhere).unwrap();
+    let misaddressed = services
+        .webhook_signer()
+        .sign(&msg_id, ts, &elsewhere, &secrets);
+    let (status, answer) =
+        post_webhook(&client, &runner_url, &msg_id, ts, &misaddressed, &elsewhere).await;
+    assert_eq!(status, 401, "{answer}");
+    assert_eq!(answer["error"], "the dispatch is for another runner");
     // Signed, but tampered with on the way.
-    let signature = services.webhook_signer().sign(&msg_id, ts, &body);
+    let signature = services.webhook_signer().sign(&msg_id, ts, &body, &secrets);
     let mut tampered = body.clone();
     tampered.extend_from_slice(b" ");
     let (status, _) = post_webhook(&client, &runner_url, &msg_id, ts, &signature, &tampered).await;
     assert_eq!(status, 401);
     // Signed, but not a dispatch.
     let other = b"{\"type\":\"something.else\"}";
-    let other_sig = services.webhook_signer().sign("msg_other", ts, other);
+    let other_sig = services
+        .webhook_signer()
+        .sign("msg_other", ts, other, &secrets);
     let (status, _) = post_webhook(&client, &runner_url, "msg_other", ts, &other_sig, other).await;
     assert_eq!(status, 400);
 
@@ -382,6 +404,8 @@ async fn an_unknown_signature_refetches_the_keys_once() {
         runner_id,
         key_id: Uuid::new_v4(),
         private_key: [3u8; 32],
+        webhook_secret: None,
+        pinned_keys: vec![],
         dedup_capacity: 10,
     })
     .await
@@ -393,24 +417,71 @@ async fn an_unknown_signature_refetches_the_keys_once() {
     let ts = chrono::Utc::now().timestamp();
 
     let (id, body) = dispatch_for(runner_id);
-    let signature = old.sign(&id, ts, &body);
+    let signature = old.sign(&id, ts, &body, &[]);
     let (status, _) = post_webhook(&client, &url, &id, ts, &signature, &body).await;
     assert_eq!(status, 202);
     assert_eq!(fetches.load(Ordering::SeqCst), 1, "served from the cache");
 
     *published.lock().unwrap() = new.jwks().to_string();
     let (id, body) = dispatch_for(runner_id);
-    let signature = new.sign(&id, ts, &body);
+    let signature = new.sign(&id, ts, &body, &[]);
     let (status, answer) = post_webhook(&client, &url, &id, ts, &signature, &body).await;
     assert_eq!(status, 202, "{answer}");
     assert_eq!(fetches.load(Ordering::SeqCst), 2, "fetched again once");
 
     let (id, body) = dispatch_for(runner_id);
-    let signature = old.sign(&id, ts, &body);
+    let signature = old.sign(&id, ts, &body, &[]);
     let (status, _) = post_webhook(&client, &url, &id, ts, &signature, &body).await;
     assert_eq!(status, 401, "the dropped key no longer verifies");
     assert_eq!(fetches.load(Ordering::SeqCst), 2, "no second fetch so soon");
 
     runner_task.abort();
     fake.abort();
+}
+
+/// With a pinned control-plane key the runner verifies `v1a` signatures without ever fetching
+/// the key set; a plain-http control plane is refused unless it is on loopback.
+#[tokio::test]
+async fn a_pinned_key_needs_no_key_set_and_plain_http_is_loopback_only() {
+    let pinned = WebhookSigner::from_seeds(&[vec![5u8; 32]]).unwrap();
+    let config = |control_plane: &str, pinned_keys| RunnerConfig {
+        listen: "127.0.0.1:0".into(),
+        // Nothing listens there: a fetch would fail.
+        control_plane: control_plane.into(),
+        runner_id: Uuid::new_v4(),
+        key_id: Uuid::new_v4(),
+        private_key: [4u8; 32],
+        webhook_secret: None,
+        pinned_keys,
+        dedup_capacity: 10,
+    };
+    for refused in [
+        "http://10.0.0.8:8080",
+        "http://cp.example.com",
+        "ftp://127.0.0.1",
+    ] {
+        let err = RunnerServer::bind(config(refused, vec![]))
+            .await
+            .err()
+            .expect("refused");
+        assert!(format!("{err:#}").contains("--control-plane"), "{err:#}");
+    }
+    let key = pinned.public_keys()[0].key;
+    let config = config("http://127.0.0.1:9", vec![key]);
+    let runner_id = config.runner_id;
+    let runner = RunnerServer::bind(config).await.unwrap();
+    let url = format!("http://127.0.0.1:{}/", runner.port());
+    let runner_task = tokio::spawn(runner.run());
+    let client = reqwest::Client::new();
+    let ts = chrono::Utc::now().timestamp();
+    let (id, body) = dispatch_for(runner_id);
+    let signature = pinned.sign(&id, ts, &body, &[]);
+    let (status, answer) = post_webhook(&client, &url, &id, ts, &signature, &body).await;
+    assert_eq!(status, 202, "{answer}");
+    let stranger = WebhookSigner::from_seeds(&[vec![6u8; 32]]).unwrap();
+    let (id, body) = dispatch_for(runner_id);
+    let signature = stranger.sign(&id, ts, &body, &[]);
+    let (status, _) = post_webhook(&client, &url, &id, ts, &signature, &body).await;
+    assert_eq!(status, 401);
+    runner_task.abort();
 }

@@ -16,8 +16,8 @@ use crate::policy::{
 };
 use crate::service::{
     Authorizer, Bootstrap, DeliverySettings, Dispatcher, KeySource, NonceDeps, ServiceDeps,
-    ServiceSettings, Services, StreamLimits, load_record_cipher, load_token_hasher,
-    load_webhook_signer,
+    ServiceSettings, Services, StreamLimits, load_record_cipher, load_secrets_cipher,
+    load_token_hasher, load_webhook_signer,
 };
 use crate::storage::{
     DisagreementRecord, FastState, MemoryFastState, OpenSettings, Opened, OutcomeStore,
@@ -238,6 +238,9 @@ async fn build_services(
              set CP_WEBHOOK_SIGNING_KEYS in production"
         );
     }
+    let secrets = load_secrets_cipher(store.as_ref())
+        .await
+        .context("could not load the runner secret key")?;
     let settings = ServiceSettings {
         max_active_tokens_per_user: config.max_active_tokens_per_user,
         moderation_blocklist: config
@@ -320,6 +323,7 @@ async fn build_services(
         nonces,
         settings,
         webhook_signer: Arc::new(webhook_signer),
+        secrets,
     }));
     services
         .reload_policies()

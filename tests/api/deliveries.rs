@@ -7,7 +7,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use control_plane::domain::{CorrelationId, DispatchPayload, verify_webhook};
+use control_plane::domain::{
+    CorrelationId, DispatchPayload, ReceivedWebhook, WebhookKeys, verify_webhook,
+};
 use poem::listener::{Acceptor, Listener, TcpListener};
 use poem::web::Data;
 use poem::{EndpointExt, Response, Route, handler, http::StatusCode};
@@ -22,16 +24,27 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// One request the receiver got.
 #[derive(Debug, Clone)]
-struct Received {
-    id: String,
-    timestamp: String,
-    signature: String,
-    body: Vec<u8>,
+pub(crate) struct Received {
+    pub(crate) id: String,
+    pub(crate) timestamp: String,
+    pub(crate) signature: String,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Received {
+    pub(crate) fn as_webhook(&self) -> ReceivedWebhook<'_> {
+        ReceivedWebhook {
+            id: &self.id,
+            timestamp: &self.timestamp,
+            signature: &self.signature,
+            body: &self.body,
+        }
+    }
 }
 
 /// What the receiver answers, in order; then 204.
 #[derive(Clone, Copy)]
-enum Answer {
+pub(crate) enum Answer {
     Status(u16),
     /// Holds the request open this long, then 200.
     Hang(Duration),
@@ -44,8 +57,8 @@ struct Script {
 }
 
 /// A webhook receiver on a loopback port.
-struct Receiver {
-    url: String,
+pub(crate) struct Receiver {
+    pub(crate) url: String,
     script: Arc<Script>,
     _server: tokio::task::JoinHandle<()>,
 }
@@ -85,7 +98,7 @@ async fn receive(
 }
 
 impl Receiver {
-    async fn start(answers: &[Answer]) -> Self {
+    pub(crate) async fn start(answers: &[Answer]) -> Self {
         let script = Arc::new(Script::default());
         script
             .answers
@@ -117,7 +130,7 @@ impl Receiver {
         self.script.received.lock().unwrap().clone()
     }
 
-    async fn wait_for(&self, count: usize) -> Vec<Received> {
+    pub(crate) async fn wait_for(&self, count: usize) -> Vec<Received> {
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
             let received = self.received();
@@ -148,33 +161,30 @@ async fn with_schedule(schedule: &str) -> Fixture {
     fixture_on(spawn_app_with(|c| c.delivery_retry_schedule = schedule).await).await
 }
 
-async fn set_url(app: &TestApp, runner: Uuid, url: &str) {
+pub(crate) async fn set_url(app: &TestApp, runner: Uuid, url: &str) {
     app.services
         .set_runner_url(runner, Some(url), &CorrelationId::generate())
         .await
         .expect("set the runner's delivery URL");
 }
 
-/// The request verifies with the server's public keys, and its body is the dispatch.
+/// The request verifies with the server's public keys, and its body is the dispatch for the
+/// runner it names.
 async fn verified(app: &TestApp, request: &Received) -> DispatchPayload {
-    let keys: Vec<_> = app
-        .services
-        .webhook_signer()
-        .public_keys()
-        .into_iter()
-        .map(|k| k.key)
-        .collect();
-    verify_webhook(
-        &request.id,
-        &request.timestamp,
-        &request.signature,
-        &request.body,
-        &keys,
-        chrono::Utc::now().timestamp(),
-        300,
-    )
-    .expect("the delivery verifies with the published key");
-    serde_json::from_slice(&request.body).expect("a dispatch body")
+    let keys = WebhookKeys {
+        published: app
+            .services
+            .webhook_signer()
+            .public_keys()
+            .into_iter()
+            .map(|k| k.key)
+            .collect(),
+        secrets: vec![],
+    };
+    let named: DispatchPayload = serde_json::from_slice(&request.body).expect("a dispatch body");
+    let now = chrono::Utc::now().timestamp();
+    verify_webhook(&request.as_webhook(), &keys, named.data.runner_id, now, 300)
+        .expect("the delivery verifies with the published key")
 }
 
 async fn delivery_state(app: &TestApp, delivery: Uuid) -> (String, String) {

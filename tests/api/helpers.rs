@@ -29,6 +29,9 @@ pub enum Need {
     Redis,
     /// A `redis-server` binary on the PATH, for a test that starts and stops a Redis of its own.
     RedisServer,
+    /// A Python with the official Standard Webhooks and Svix libraries, named by
+    /// `CP_TEST_WEBHOOK_PYTHON` (`tests/webhooks/python.sh` prints one).
+    WebhookLibraries,
 }
 
 /// `needs!(Postgres, Redis);` at the top of a test: returns from it, with one line on the
@@ -97,8 +100,20 @@ fn lacks(need: Need) -> Option<String> {
             services::missing(why);
             Some(why.into())
         }
+        Need::WebhookLibraries => {
+            if std::env::var_os(WEBHOOK_PYTHON_VAR).is_some() {
+                return None;
+            }
+            let why = "CP_TEST_WEBHOOK_PYTHON, a Python with the receiver libraries \
+                       (export CP_TEST_WEBHOOK_PYTHON=$(tests/webhooks/python.sh))";
+            services::missing(why);
+            Some(why.into())
+        }
     }
 }
+
+/// Names the Python of [`Need::WebhookLibraries`].
+pub const WEBHOOK_PYTHON_VAR: &str = "CP_TEST_WEBHOOK_PYTHON";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Records {

@@ -8,6 +8,7 @@ mod audit_stream;
 mod connections;
 mod correlation;
 mod deliveries;
+mod dispatch_audience;
 mod dependencies;
 mod embedded;
 mod framework_errors;

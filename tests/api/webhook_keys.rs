@@ -4,7 +4,10 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use control_plane::domain::{WEBHOOK_TOLERANCE_SECS, WebhookSigner, parse_jwks, verify_webhook};
+use control_plane::domain::{
+    ReceivedWebhook, WEBHOOK_TOLERANCE_SECS, WebhookKeys, WebhookSigner, parse_jwks,
+    verify_signature,
+};
 use serde_json::Value;
 
 use crate::helpers::{captured_logs, spawn_app, spawn_app_with};
@@ -46,29 +49,21 @@ async fn the_published_key_verifies_what_the_server_signs() {
     let verifying = parse_jwks(&jwks).unwrap();
     let now = chrono::Utc::now().timestamp();
     let body = br#"{"type":"runner_command.dispatched"}"#;
-    let header = signer.sign("msg_jwks", now, body);
-    verify_webhook(
-        "msg_jwks",
-        &now.to_string(),
-        &header,
+    let header = signer.sign("msg_jwks", now, body, &[]);
+    let keys = WebhookKeys {
+        published: verifying,
+        secrets: vec![],
+    };
+    let ts = now.to_string();
+    let received = |body| ReceivedWebhook {
+        id: "msg_jwks",
+        timestamp: &ts,
+        signature: &header,
         body,
-        &verifying,
-        now,
-        WEBHOOK_TOLERANCE_SECS,
-    )
-    .expect("verifies with the published key");
-    assert!(
-        verify_webhook(
-            "msg_jwks",
-            &now.to_string(),
-            &header,
-            b"{}",
-            &verifying,
-            now,
-            WEBHOOK_TOLERANCE_SECS
-        )
-        .is_err()
-    );
+    };
+    verify_signature(&received(body), &keys, now, WEBHOOK_TOLERANCE_SECS)
+        .expect("verifies with the published key");
+    assert!(verify_signature(&received(b"{}"), &keys, now, WEBHOOK_TOLERANCE_SECS).is_err());
 }
 
 #[tokio::test]
@@ -88,17 +83,29 @@ async fn configured_keys_are_all_published_and_all_sign_during_a_rotation() {
     assert_eq!(jwks["keys"][1]["kid"], old_kid.as_str());
 
     let now = chrono::Utc::now().timestamp();
-    let header = app.services.webhook_signer().sign("msg_rot", now, b"x");
+    let header = app
+        .services
+        .webhook_signer()
+        .sign("msg_rot", now, b"x", &[]);
+    let ts = now.to_string();
+    let received = ReceivedWebhook {
+        id: "msg_rot",
+        timestamp: &ts,
+        signature: &header,
+        body: b"x",
+    };
     assert_eq!(header.split(' ').count(), 2, "{header}");
     // A runner that knows only one of the two keys verifies.
     for seed in [new, old] {
-        let keys: Vec<_> = only(seed)
-            .public_keys()
-            .into_iter()
-            .map(|k| k.key)
-            .collect();
-        verify_webhook("msg_rot", &now.to_string(), &header, b"x", &keys, now, 300)
-            .expect("either key verifies");
+        let keys = WebhookKeys {
+            published: only(seed)
+                .public_keys()
+                .into_iter()
+                .map(|k| k.key)
+                .collect(),
+            secrets: vec![],
+        };
+        verify_signature(&received, &keys, now, 300).expect("either key verifies");
     }
     let logs = captured_logs();
     for seed in [new, old] {

@@ -3,6 +3,7 @@
 mod audit;
 mod correlation_id;
 mod delivery;
+mod dispatch;
 mod idempotency;
 mod ids;
 mod principal;
@@ -13,10 +14,12 @@ mod timestamp;
 mod token;
 mod validation;
 mod webhook;
+mod webhook_secret;
 
 pub use audit::{Actor, ActorKind, AuditEvent, NewAuditEvent};
 pub use correlation_id::CorrelationId;
 pub use delivery::{DeliveryUrl, EgressPolicy, LINK_LOCAL_REFUSED, RetrySchedule, is_link_local};
+pub use dispatch::{DISPATCH_EVENT_TYPE, DispatchData, DispatchPayload, verify_webhook};
 pub use idempotency::{IdempotencyKey, RecordCipher, UndecryptableRecord};
 pub use ids::{
     MIN_TEXT_CHARS, NO_NUL_PATTERN, SEQUENCE_PATTERN, bounded_text, parse_sequence, parse_uuid,
@@ -36,7 +39,8 @@ pub use token::{
 };
 pub use validation::{FieldError, ValidationErrors};
 pub use webhook::{
-    DISPATCH_EVENT_TYPE, DispatchData, DispatchPayload, WEBHOOK_ID_HEADER,
-    WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER, WEBHOOK_TOLERANCE_SECS, WebhookPublicKey,
-    WebhookSigner, WebhookVerifyError, parse_jwks, verify_webhook,
+    ReceivedWebhook, WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER,
+    WEBHOOK_TOLERANCE_SECS, WebhookKeys, WebhookPublicKey, WebhookSigner, WebhookVerifyError,
+    parse_jwks, parse_whpk, verify_signature,
 };
+pub use webhook_secret::RunnerSecret;

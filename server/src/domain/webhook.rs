@@ -1,21 +1,20 @@
-//! Outgoing webhooks to runners, signed as Standard Webhooks (https://www.standardwebhooks.com)
-//! asymmetric signatures: `webhook-id`, `webhook-timestamp` and `webhook-signature`, whose
-//! space-separated `v1a,<base64>` entries are Ed25519 signatures of
-//! `{webhook-id}.{webhook-timestamp}.{body}` (the exact bytes). The control plane signs with
-//! its own keys (`--webhook-signing-keys`) and publishes their public halves as a JWKS; runners
-//! verify with [`verify_webhook`].
+//! Outgoing webhooks to runners, signed as Standard Webhooks (https://www.standardwebhooks.com):
+//! `webhook-id`, `webhook-timestamp` and `webhook-signature`, whose space-separated entries sign
+//! `{webhook-id}.{webhook-timestamp}.{body}` (the exact bytes). `v1,` entries are HMAC-SHA256
+//! with the receiving runner's own secret ([`RunnerSecret`]); `v1a,` entries are Ed25519 with the
+//! control plane's keys (`--webhook-signing-keys`), published as a JWKS. A signature says who
+//! sent a dispatch, not whom it is for: [`verify_webhook`] also checks that the dispatch names
+//! the runner verifying it, so a dispatch captured at one runner is refused at every other.
 
 use std::fmt;
 
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use uuid::Uuid;
 
-use super::Timestamp;
+use super::webhook_secret::{RunnerSecret, V1};
 
 pub const WEBHOOK_ID_HEADER: &str = "webhook-id";
 pub const WEBHOOK_TIMESTAMP_HEADER: &str = "webhook-timestamp";
@@ -72,6 +71,16 @@ impl WebhookPublicKey {
     }
 }
 
+/// A control-plane key from its `whpk_…` form, as a runner pins it.
+pub fn parse_whpk(text: &str) -> Result<VerifyingKey, String> {
+    text.trim()
+        .strip_prefix(PUBLIC_KEY_PREFIX)
+        .and_then(|b64| STANDARD.decode(b64).ok())
+        .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+        .and_then(|bytes| VerifyingKey::from_bytes(&bytes).ok())
+        .ok_or_else(|| "a control-plane key is whpk_ and base64 of a 32-byte Ed25519 key".into())
+}
+
 impl WebhookSigner {
     /// From raw 32-byte Ed25519 seeds, current first. The error never holds key material.
     pub fn from_seeds(seeds: &[Vec<u8>]) -> Result<Self, String> {
@@ -101,14 +110,22 @@ impl WebhookSigner {
         Ok(Self { keys })
     }
 
-    /// The `webhook-signature` value: one `v1a,` entry per key, current first.
-    pub fn sign(&self, msg_id: &str, timestamp: i64, body: &[u8]) -> String {
+    /// The `webhook-signature` value: one `v1,` entry per secret of the receiving runner (two
+    /// during a rotation's overlap), then one `v1a,` entry per key, current first.
+    pub fn sign(
+        &self,
+        msg_id: &str,
+        timestamp: i64,
+        body: &[u8],
+        runner_secrets: &[RunnerSecret],
+    ) -> String {
         let content = signed_content(msg_id, &timestamp.to_string(), body);
-        self.keys
+        let symmetric = runner_secrets.iter().map(|s| s.sign(&content));
+        let asymmetric = self
+            .keys
             .iter()
-            .map(|k| format!("{V1A}{}", STANDARD.encode(k.sign(&content).to_bytes())))
-            .collect::<Vec<_>>()
-            .join(" ")
+            .map(|k| format!("{V1A}{}", STANDARD.encode(k.sign(&content).to_bytes())));
+        symmetric.chain(asymmetric).collect::<Vec<_>>().join(" ")
     }
 
     /// A stable key id: the first 8 bytes of the SHA-256 of the public key, base64url.
@@ -199,26 +216,51 @@ pub enum WebhookVerifyError {
     InvalidTimestamp,
     #[error("webhook-timestamp is more than {0} s from this clock")]
     Stale(i64),
-    #[error("webhook-signature has no v1a entry")]
+    #[error("webhook-signature has no v1 or v1a entry")]
     NoSignature,
-    #[error("no v1a signature verifies with a known key")]
+    #[error("no signature verifies with a known key or secret")]
     NoMatch,
+    #[error("the body is not a command dispatch")]
+    NotADispatch,
+    #[error("the dispatch is for another runner")]
+    OtherRunner,
 }
 
-/// Verifies a webhook: the timestamp within `tolerance_secs` of `now` (Unix seconds), then any
-/// `v1a,` entry that verifies (strictly) with any of `keys` over the exact signed content.
-/// Entries of other versions are ignored, as the standard asks; malformed `v1a` entries are
-/// skipped, so one bad entry cannot hide a good one.
-pub fn verify_webhook(
-    msg_id: &str,
-    timestamp: &str,
-    signature_header: &str,
-    body: &[u8],
-    keys: &[VerifyingKey],
+/// A webhook as received: its three headers and the exact body.
+#[derive(Debug, Clone, Copy)]
+pub struct ReceivedWebhook<'a> {
+    pub id: &'a str,
+    pub timestamp: &'a str,
+    pub signature: &'a str,
+    pub body: &'a [u8],
+}
+
+/// What a receiver verifies with: the control plane's published keys (`v1a`), its own
+/// secrets (`v1`; two during a rotation's overlap), or both.
+#[derive(Debug, Clone, Default)]
+pub struct WebhookKeys {
+    pub published: Vec<VerifyingKey>,
+    pub secrets: Vec<RunnerSecret>,
+}
+
+/// Verifies a webhook's signature: the timestamp within `tolerance_secs` of `now` (Unix
+/// seconds), then any `v1,` entry that matches one of the secrets or any `v1a,` entry that
+/// verifies (strictly) with one of the published keys, over the exact signed content. Entries of
+/// other versions are ignored, as the standard asks; malformed entries are skipped, so one bad
+/// entry cannot hide a good one. It does not say whom the webhook is for: see [`verify_webhook`].
+pub fn verify_signature(
+    webhook: &ReceivedWebhook<'_>,
+    keys: &WebhookKeys,
     now: i64,
     tolerance_secs: i64,
 ) -> Result<(), WebhookVerifyError> {
-    if msg_id.is_empty() {
+    let ReceivedWebhook {
+        id,
+        timestamp,
+        signature,
+        body,
+    } = *webhook;
+    if id.is_empty() {
         return Err(WebhookVerifyError::MissingId);
     }
     let sent = timestamp
@@ -229,9 +271,10 @@ pub fn verify_webhook(
     if now.abs_diff(sent) > tolerance_secs.unsigned_abs() {
         return Err(WebhookVerifyError::Stale(tolerance_secs));
     }
-    let signatures: Vec<Signature> = signature_header
-        .split(' ')
-        .take(MAX_ENTRIES)
+    let entries: Vec<&str> = signature.split(' ').take(MAX_ENTRIES).collect();
+    let symmetric: Vec<&str> = entries.iter().filter_map(|e| e.strip_prefix(V1)).collect();
+    let asymmetric: Vec<Signature> = entries
+        .iter()
         .filter_map(|entry| entry.strip_prefix(V1A))
         // 64 bytes are 88 base64 characters: checked before decoding.
         .filter(|b64| b64.len() == 88)
@@ -239,50 +282,25 @@ pub fn verify_webhook(
         .filter_map(|bytes| <[u8; 64]>::try_from(bytes).ok())
         .map(|bytes| Signature::from_bytes(&bytes))
         .collect();
-    if signatures.is_empty() {
+    if symmetric.is_empty() && asymmetric.is_empty() {
         return Err(WebhookVerifyError::NoSignature);
     }
-    let content = signed_content(msg_id, timestamp, body);
-    let verified = signatures.iter().any(|signature| {
-        keys.iter()
-            .any(|key| key.verify_strict(&content, signature).is_ok())
-    });
-    if verified {
+    let content = signed_content(id, timestamp, body);
+    let by_secret = symmetric
+        .iter()
+        .any(|b64| keys.secrets.iter().any(|s| s.verifies(&content, b64)));
+    let by_key = || {
+        asymmetric.iter().any(|signature| {
+            keys.published
+                .iter()
+                .any(|key| key.verify_strict(&content, signature).is_ok())
+        })
+    };
+    if by_secret || by_key() {
         Ok(())
     } else {
         Err(WebhookVerifyError::NoMatch)
     }
-}
-
-/// The `type` of a command dispatch.
-pub const DISPATCH_EVENT_TYPE: &str = "runner_command.dispatched";
-
-/// The body of a command dispatch to a runner: what the dispatcher serialises and runners parse.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DispatchPayload {
-    /// [`DISPATCH_EVENT_TYPE`].
-    #[serde(rename = "type")]
-    pub event_type: String,
-    pub timestamp: Timestamp,
-    pub data: DispatchData,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DispatchData {
-    pub delivery_id: Uuid,
-    pub command_id: Uuid,
-    pub workspace_id: Uuid,
-    pub pool_id: Uuid,
-    pub runner_id: Uuid,
-    pub command: String,
-    pub args: Vec<String>,
-    pub environment_id: Option<Uuid>,
-    pub timeout_seconds: i32,
-    pub deadline_at: Timestamp,
-    /// 1 for the first delivery attempt; the `webhook-id` stays the same across attempts.
-    pub attempt: u32,
 }
 
 #[cfg(test)]
@@ -295,18 +313,41 @@ mod tests {
         WebhookSigner::from_seeds(&seeds.iter().map(|s| vec![*s; 32]).collect::<Vec<_>>()).unwrap()
     }
 
-    fn keys_of(signer: &WebhookSigner) -> Vec<VerifyingKey> {
-        signer.public_keys().into_iter().map(|k| k.key).collect()
+    fn keys_of(signer: &WebhookSigner) -> WebhookKeys {
+        published(signer.public_keys().into_iter().map(|k| k.key).collect())
     }
 
-    fn verify(header: &str, id: &str, ts: &str, body: &[u8], keys: &[VerifyingKey]) -> bool {
-        verify_webhook(id, ts, header, body, keys, NOW, WEBHOOK_TOLERANCE_SECS).is_ok()
+    fn published(keys: Vec<VerifyingKey>) -> WebhookKeys {
+        WebhookKeys {
+            published: keys,
+            secrets: vec![],
+        }
+    }
+
+    fn check(
+        id: &str,
+        ts: &str,
+        header: &str,
+        body: &[u8],
+        keys: &WebhookKeys,
+    ) -> Result<(), WebhookVerifyError> {
+        let webhook = ReceivedWebhook {
+            id,
+            timestamp: ts,
+            signature: header,
+            body,
+        };
+        verify_signature(&webhook, keys, NOW, WEBHOOK_TOLERANCE_SECS)
+    }
+
+    fn verify(header: &str, id: &str, ts: &str, body: &[u8], keys: &WebhookKeys) -> bool {
+        check(id, ts, header, body, keys).is_ok()
     }
 
     #[test]
     fn a_signature_verifies_with_the_published_key() {
         let signer = signer(&[1]);
-        let header = signer.sign("msg_1", NOW, b"{\"a\":1}");
+        let header = signer.sign("msg_1", NOW, b"{\"a\":1}", &[]);
         assert!(header.starts_with("v1a,"));
         assert_eq!(header.split(' ').count(), 1);
         assert!(verify(
@@ -317,13 +358,13 @@ mod tests {
             &keys_of(&signer)
         ));
         // Through the published key set, as runners read it.
-        let published = parse_jwks(&signer.jwks()).unwrap();
+        let from_jwks = parse_jwks(&signer.jwks()).unwrap();
         assert!(verify(
             &header,
             "msg_1",
             "1700000000",
             b"{\"a\":1}",
-            &published
+            &published(from_jwks)
         ));
     }
 
@@ -331,7 +372,7 @@ mod tests {
     fn during_rotation_both_keys_sign_and_either_verifies() {
         let (new, old) = (signer(&[2]), signer(&[1]));
         let both = signer(&[2, 1]);
-        let header = both.sign("msg_r", NOW, b"body");
+        let header = both.sign("msg_r", NOW, b"body", &[]);
         assert_eq!(header.split(' ').count(), 2);
         for keys in [keys_of(&old), keys_of(&new)] {
             assert!(verify(&header, "msg_r", "1700000000", b"body", &keys));
@@ -346,7 +387,7 @@ mod tests {
     fn tampering_refuses() {
         let signer = signer(&[3]);
         let keys = keys_of(&signer);
-        let header = signer.sign("msg_t", NOW, b"body");
+        let header = signer.sign("msg_t", NOW, b"body", &[]);
         assert!(!verify(&header, "msg_t", "1700000000", b"bodY", &keys));
         assert!(!verify(&header, "msg_u", "1700000000", b"body", &keys));
         assert!(!verify(&header, "msg_t", "1700000001", b"body", &keys));
@@ -368,23 +409,23 @@ mod tests {
         let signer = signer(&[5]);
         let keys = keys_of(&signer);
         let old = NOW - WEBHOOK_TOLERANCE_SECS - 1;
-        let header = signer.sign("m", old, b"");
+        let header = signer.sign("m", old, b"", &[]);
         assert_eq!(
-            verify_webhook("m", &old.to_string(), &header, b"", &keys, NOW, 300),
+            check("m", &old.to_string(), &header, b"", &keys),
             Err(WebhookVerifyError::Stale(300))
         );
         let future = NOW + WEBHOOK_TOLERANCE_SECS + 1;
-        let header = signer.sign("m", future, b"");
+        let header = signer.sign("m", future, b"", &[]);
         assert!(!verify(&header, "m", &future.to_string(), b"", &keys));
         for ts in ["", "-1", "+1700000000", "1.5", "x"] {
             assert_eq!(
-                verify_webhook("m", ts, &header, b"", &keys, NOW, 300),
+                check("m", ts, &header, b"", &keys),
                 Err(WebhookVerifyError::InvalidTimestamp),
                 "{ts}"
             );
         }
         assert_eq!(
-            verify_webhook("", "1700000000", &header, b"", &keys, NOW, 300),
+            check("", "1700000000", &header, b"", &keys),
             Err(WebhookVerifyError::MissingId)
         );
     }
@@ -393,23 +434,53 @@ mod tests {
     fn garbage_and_unknown_entries_are_skipped() {
         let signer = signer(&[6]);
         let keys = keys_of(&signer);
-        let good = signer.sign("g", NOW, b"x");
+        let good = signer.sign("g", NOW, b"x", &[]);
         let header = format!(
             "v1,abc v2a,{} v1a,!!!notbase64 v1a,AAAA {good} v1a,",
             &good[4..]
         );
         assert!(verify(&header, "g", "1700000000", b"x", &keys));
-        for bad in ["", "   ", "v1,abc", "v1a,", "v1a,AAAA", "garbage"] {
+        for bad in ["", "   ", "v1a,", "v1a,AAAA", "garbage", "v1b,abc"] {
             assert_eq!(
-                verify_webhook("g", "1700000000", bad, b"x", &keys, NOW, 300),
+                check("g", "1700000000", bad, b"x", &keys),
                 Err(WebhookVerifyError::NoSignature),
                 "{bad:?}"
             );
         }
-        // A well-formed entry that does not verify.
+        // Well-formed entries that do not verify.
         let zeros = format!("v1a,{}", STANDARD.encode([0u8; 64]));
+        for header in [zeros.as_str(), "v1,abc"] {
+            assert_eq!(
+                check("g", "1700000000", header, b"x", &keys),
+                Err(WebhookVerifyError::NoMatch)
+            );
+        }
+    }
+
+    #[test]
+    fn a_runner_secret_signs_v1_entries_beside_the_v1a_ones() {
+        let signer = signer(&[9]);
+        let (old, new) = (RunnerSecret::generate(), RunnerSecret::generate());
+        let header = signer.sign("s", NOW, b"x", &[new.clone(), old.clone()]);
+        let versions: Vec<&str> = header
+            .split(' ')
+            .map(|e| &e[..e.find(',').unwrap()])
+            .collect();
+        assert_eq!(versions, ["v1", "v1", "v1a"]);
+        for secret in [old, new] {
+            let keys = WebhookKeys {
+                published: vec![],
+                secrets: vec![secret],
+            };
+            assert!(verify(&header, "s", "1700000000", b"x", &keys));
+            assert!(!verify(&header, "s", "1700000000", b"y", &keys));
+        }
+        let stranger = WebhookKeys {
+            published: vec![],
+            secrets: vec![RunnerSecret::generate()],
+        };
         assert_eq!(
-            verify_webhook("g", "1700000000", &zeros, b"x", &keys, NOW, 300),
+            check("s", "1700000000", &header, b"x", &stranger),
             Err(WebhookVerifyError::NoMatch)
         );
     }
@@ -435,6 +506,9 @@ mod tests {
         assert_eq!(public.kid.len(), 11, "8 bytes in base64url");
         assert_eq!(public.kid, WebhookSigner::key_id(&public.key));
         assert!(public.whpk().starts_with("whpk_"));
+        assert_eq!(parse_whpk(&public.whpk()), Ok(public.key));
+        assert!(parse_whpk(&public.x()).is_err());
+        assert!(parse_whpk("whpk_AAAA").is_err());
         assert_eq!(
             STANDARD.decode(&public.whpk()[5..]).unwrap(),
             URL_SAFE_NO_PAD.decode(public.x()).unwrap()
@@ -446,28 +520,5 @@ mod tests {
         assert_eq!(jwk["use"], "sig");
         assert_eq!(jwk["kid"], public.kid);
         assert_eq!(jwk["x"], public.x());
-    }
-
-    #[test]
-    fn the_dispatch_payload_reads_the_documented_json() {
-        let raw = r#"{"type":"runner_command.dispatched","timestamp":"2026-01-02T03:04:05.000000Z",
-            "data":{"deliveryId":"00000000-0000-0000-0000-000000000001",
-            "commandId":"00000000-0000-0000-0000-000000000002",
-            "workspaceId":"00000000-0000-0000-0000-000000000003",
-            "poolId":"00000000-0000-0000-0000-000000000004",
-            "runnerId":"00000000-0000-0000-0000-000000000005",
-            "command":"echo","args":["a","b"],"environmentId":null,"timeoutSeconds":60,
-            "deadlineAt":"2026-01-02T03:05:05.000000Z","attempt":1}}"#;
-        let payload: DispatchPayload = serde_json::from_str(raw).unwrap();
-        assert_eq!(payload.event_type, DISPATCH_EVENT_TYPE);
-        assert_eq!(payload.data.args, ["a", "b"]);
-        assert_eq!(payload.data.environment_id, None);
-        let back = serde_json::to_value(&payload).unwrap();
-        assert_eq!(back["data"]["deadlineAt"], "2026-01-02T03:05:05.000000Z");
-        assert_eq!(back["data"]["environmentId"], serde_json::Value::Null);
-        assert_eq!(
-            back,
-            serde_json::from_str::<serde_json::Value>(raw).unwrap()
-        );
     }
 }

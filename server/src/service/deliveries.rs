@@ -428,13 +428,22 @@ impl Dispatcher {
                 format!("egress refused: the delivery URL {e}"),
             );
         }
+        let secrets = match self.services.signing_secrets(attempt.runner_id).await {
+            Ok(secrets) => secrets,
+            Err(e) => {
+                return refused(
+                    FailureCategory::Request,
+                    format!("the runner's webhook secret could not be read: {e}"),
+                );
+            }
+        };
         let body = serde_json::to_string(&dispatch_body(attempt)).unwrap_or_default();
         let msg_id = attempt.delivery_id.to_string();
         let timestamp = chrono::Utc::now().timestamp();
-        let signature = self
-            .services
-            .webhook_signer()
-            .sign(&msg_id, timestamp, body.as_bytes());
+        let signature =
+            self.services
+                .webhook_signer()
+                .sign(&msg_id, timestamp, body.as_bytes(), &secrets);
         let response = self
             .client
             .post(url.as_str())

@@ -158,3 +158,19 @@ pub async fn load_webhook_signer(
         },
     ))
 }
+
+const SECRETS_KEY_SETTING: &str = "runner_secret_key";
+
+/// The cipher that seals runners' webhook secrets: generated once and kept in the records
+/// store, like the other generated keys, so every replica and `cpctl` read the same secrets.
+pub async fn load_secrets_cipher(store: &dyn SettingsStore) -> Result<RecordCipher, ServiceError> {
+    let mut candidate = [0u8; 32];
+    rand::rng().fill_bytes(&mut candidate);
+    let (stored, _) = store
+        .setting_get_or_insert(SECRETS_KEY_SETTING, &STANDARD.encode(candidate))
+        .await?;
+    let key = STANDARD.decode(stored).map_err(|_| {
+        ServiceError::Internal("the stored runner secret key is not valid base64".into())
+    })?;
+    RecordCipher::new(&[key]).map_err(ServiceError::Internal)
+}

@@ -12,6 +12,7 @@ mod error;
 mod keys;
 mod policies;
 mod reviews;
+mod runner_secrets;
 mod runners;
 mod stream_permits;
 mod tokens;
@@ -21,7 +22,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{TokenHasher, WebhookSigner};
+use crate::domain::{RecordCipher, TokenHasher, WebhookSigner};
 use crate::policy::PolicyRuntime;
 use crate::storage::{AuditFeed, NonceStore, SharedRecordStore};
 
@@ -33,9 +34,12 @@ pub use authz::AllowAllAuthorizer;
 pub use authz::{Authorizer, AuthzRequest, Decision, DenyStatus, Operation};
 pub use deliveries::{AttemptAnswer, DeliverySettings, Dispatcher, dispatch_body};
 pub use error::ServiceError;
-pub use keys::{KeySource, load_record_cipher, load_token_hasher, load_webhook_signer};
+pub use keys::{
+    KeySource, load_record_cipher, load_secrets_cipher, load_token_hasher, load_webhook_signer,
+};
 pub use policies::{CompiledCache, parse_reference};
 pub use reviews::{ModeratedReview, ReportReviewInput, ReviewInput, decision_of};
+pub use runner_secrets::{MAX_SECRET_OVERLAP, RotatedSecret};
 pub use runners::{
     DeletePoolInput, DeliveryStatusInput, RegisteredRunner, RunnerPrincipal, SignedRequest,
     SubmitCommandInput, TIMEOUT_BATCH, TimeoutSweep, bounded_text, command_deadline,
@@ -95,6 +99,8 @@ pub struct ServiceDeps {
     pub settings: ServiceSettings,
     /// runners: signs the webhooks sent to runners; its public keys are published (JWKS).
     pub webhook_signer: Arc<WebhookSigner>,
+    /// runners: seals each runner's webhook secret in the records store.
+    pub secrets: RecordCipher,
 }
 
 /// The service layer's dependencies, built once at start-up and shared by every request.
@@ -119,6 +125,8 @@ pub struct Services {
     nonces: Option<NonceDeps>,
     // runners: outgoing webhooks, and the published keys.
     webhook_signer: Arc<WebhookSigner>,
+    // runners: seals runners' webhook secrets.
+    secrets: RecordCipher,
     // audit: bumped each time this process's policies are reloaded, so open streams ask the
     // new authorizer at once.
     policy_reloads: tokio::sync::watch::Sender<u64>,
@@ -134,6 +142,7 @@ impl Services {
             nonces,
             settings,
             webhook_signer,
+            secrets,
         } = deps;
         Self {
             feed: AuditFeed::new(store.clone()),
@@ -146,6 +155,7 @@ impl Services {
             compiled: CompiledCache::default(),
             nonces,
             webhook_signer,
+            secrets,
             policy_reloads: tokio::sync::watch::Sender::new(0),
         }
     }

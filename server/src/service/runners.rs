@@ -10,7 +10,8 @@ use super::admin::{admin_event, parse_name};
 use super::{Operation, ServiceError, Services};
 use crate::domain::{
     Actor, CLOCK_TOLERANCE_SECS, CommandStatus, CorrelationId, DeliveryStatus, FieldError,
-    NewAuditEvent, Principal, RunnerSignature, ValidationErrors, parse_uuid, signing_message,
+    NewAuditEvent, Principal, RunnerSecret, RunnerSignature, ValidationErrors, parse_uuid,
+    signing_message,
 };
 use crate::storage::{
     CommandTimeout, DeletePool, DeletePoolOutcome, DeliveryTransition, OverdueCommand, Runner,
@@ -140,6 +141,8 @@ pub struct RegisteredRunner {
     pub key_id: Uuid,
     /// Only when the server generated the pair: shown once, never stored.
     pub private_key: Option<[u8; 32]>,
+    /// The runner's own webhook secret (`whsec_…`): shown once, stored sealed.
+    pub webhook_secret: RunnerSecret,
 }
 
 /// Nonces are kept at least twice the clock tolerance, so a nonce cannot be replayed while its
@@ -273,11 +276,15 @@ impl Services {
                 "deliveryOrigin": url.as_ref().map(|u| u.origin()),
             }),
         );
-        self.store.create_runner(&runner, &key, &event).await?;
+        let (webhook_secret, sealed) = self.new_runner_secret(runner.id);
+        self.store
+            .create_runner(&runner, &key, &sealed, &event)
+            .await?;
         Ok(RegisteredRunner {
             runner,
             key_id: key.id,
             private_key: private,
+            webhook_secret,
         })
     }
 

@@ -270,6 +270,9 @@ pub(crate) const TABLES: &[Table] = &[
             ("delivery_url", Text),
             ("consecutive_failures", I32),
             ("last_chosen_at", Time),
+            ("webhook_secret", Bytes),
+            ("previous_webhook_secret", Bytes),
+            ("previous_retires_at", Time),
         ],
     ),
     Table::new(

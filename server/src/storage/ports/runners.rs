@@ -39,6 +39,14 @@ pub struct RunnerKey {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
+/// A runner's webhook secrets as stored, sealed by the service: the current one, and the one a
+/// rotation replaced with when it stops signing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SealedRunnerSecrets {
+    pub current: Option<Vec<u8>>,
+    pub previous: Option<(Vec<u8>, DateTime<Utc>)>,
+}
+
 /// A key with what signature verification needs to know about its runner.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunnerKeyLookup {
@@ -178,13 +186,29 @@ pub trait RunnerStore: Send + Sync {
     -> Result<(), StoreError>;
     async fn list_pools(&self, workspace_id: Option<Uuid>) -> Result<Vec<RunnerPool>, StoreError>;
     async fn get_pool(&self, pool_id: Uuid) -> Result<Option<RunnerPool>, StoreError>;
+    /// Inserts the runner with its first key and its sealed webhook secret.
     async fn create_runner(
         &self,
         runner: &Runner,
         key: &RunnerKey,
+        sealed_secret: &[u8],
         event: &NewAuditEvent,
     ) -> Result<(), StoreError>;
     async fn get_runner(&self, runner_id: Uuid) -> Result<Option<Runner>, StoreError>;
+    /// Makes `sealed` the runner's secret; the one it replaces keeps signing until
+    /// `previous_retires_at` (an earlier previous one stops at once). False when no such runner.
+    async fn rotate_runner_secret(
+        &self,
+        runner_id: Uuid,
+        sealed: &[u8],
+        previous_retires_at: DateTime<Utc>,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError>;
+    /// `None` when no such runner.
+    async fn runner_secrets(
+        &self,
+        runner_id: Uuid,
+    ) -> Result<Option<SealedRunnerSecrets>, StoreError>;
     async fn add_runner_key(
         &self,
         key: &RunnerKey,

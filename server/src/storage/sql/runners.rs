@@ -20,8 +20,10 @@ use crate::storage::rules;
 use crate::storage::{
     CommandTimeout, DeletePool, DeletePoolOutcome, DeliveryContext, DeliveryTransition,
     OverdueCommand, Runner, RunnerCommand, RunnerKey, RunnerKeyLookup, RunnerPool, RunnerStore,
-    StoreError, SubmitOutcome, WebhookDelivery,
+    SealedRunnerSecrets, StoreError, SubmitOutcome, WebhookDelivery,
 };
+
+type SecretsRow = (Option<Vec<u8>>, Option<Vec<u8>>, Option<DateTime<Utc>>);
 
 #[async_trait]
 impl RunnerStore for Store {
@@ -72,18 +74,20 @@ impl RunnerStore for Store {
         &self,
         runner: &Runner,
         key: &RunnerKey,
+        sealed_secret: &[u8],
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
         sqlx::query(
-            "INSERT INTO runners (id, pool_id, name, created_at, delivery_url)
-             VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO runners (id, pool_id, name, created_at, delivery_url, webhook_secret)
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(runner.id)
         .bind(runner.pool_id)
         .bind(&runner.name)
         .bind(runner.created_at)
         .bind(&runner.delivery_url)
+        .bind(sealed_secret)
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
@@ -143,6 +147,54 @@ impl RunnerStore for Store {
                 delivery_url,
             }),
         )
+    }
+
+    async fn rotate_runner_secret(
+        &self,
+        runner_id: Uuid,
+        sealed: &[u8],
+        previous_retires_at: DateTime<Utc>,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        // Right-hand sides read the row as it was: the current secret becomes the previous one.
+        let rotated = sqlx::query(
+            "UPDATE runners SET previous_webhook_secret = webhook_secret,
+                 previous_retires_at = $3, webhook_secret = $2
+             WHERE id = $1",
+        )
+        .bind(runner_id)
+        .bind(sealed)
+        .bind(previous_retires_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected()
+            == 1;
+        if !rotated {
+            return Ok(false);
+        }
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, &[event.workspace_id]).await?;
+        Ok(true)
+    }
+
+    async fn runner_secrets(
+        &self,
+        runner_id: Uuid,
+    ) -> Result<Option<SealedRunnerSecrets>, StoreError> {
+        let row: Option<SecretsRow> = sqlx::query_as(
+            "SELECT webhook_secret, previous_webhook_secret, previous_retires_at
+             FROM runners WHERE id = $1",
+        )
+        .bind(runner_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(|(current, previous, retires)| SealedRunnerSecrets {
+            current,
+            previous: previous.zip(retires),
+        }))
     }
 
     async fn add_runner_key(
