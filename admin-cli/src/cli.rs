@@ -38,6 +38,21 @@ pub struct Cli {
     )]
     pub webhook_signing_keys: Option<String>,
 
+    /// The server's key-encryption key (as its --key-encryption-key): it unwraps the keys kept
+    /// in the records store.
+    #[arg(
+        long,
+        global = true,
+        env = "CP_KEY_ENCRYPTION_KEY",
+        hide_env_values = true
+    )]
+    pub key_encryption_key: Option<String>,
+
+    /// The server's key-encryption key file (as its --key-encryption-key-file). Default:
+    /// control-plane.kek beside the SQLite file, or in DATA_DIR with Postgres.
+    #[arg(long, global = true, env = "CP_KEY_ENCRYPTION_KEY_FILE")]
+    pub key_encryption_key_file: Option<std::path::PathBuf>,
+
     /// Output format.
     #[arg(
         short = 'o',

@@ -24,6 +24,8 @@ fn config_of(cli: &Cli) -> ServerConfig {
     config.data_dir = cli.data_dir.clone();
     config.token_hash_key = cli.token_hash_key.clone();
     config.webhook_signing_keys = cli.webhook_signing_keys.clone();
+    config.key_encryption_key = cli.key_encryption_key.clone();
+    config.key_encryption_key_file = cli.key_encryption_key_file.clone();
     config.db_max_connections = 2;
     config
 }
@@ -45,13 +47,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         // Needs no records store: the component and the cases are files.
         return test_policy(cli.output, file, cases, kind).await;
     }
-    if let Command::Runners(command @ crate::runners::RunnersCommand::Sign { .. }) = &cli.command
-    {
+    if let Command::Runners(command @ crate::runners::RunnersCommand::Sign { .. }) = &cli.command {
         // Needs no records store: only the runner's key.
         return crate::runners::sign(cli.output, command);
     }
-    if let Command::Runners(command @ crate::runners::RunnersCommand::Serve { .. }) = cli.command
-    {
+    if let Command::Runners(command @ crate::runners::RunnersCommand::Serve { .. }) = cli.command {
         // Needs no records store: the runner's key and the control plane's URL.
         return crate::runners::serve(command).await;
     }
@@ -159,9 +159,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Policies(command) => policies(&services, out, command).await?,
         Command::Webhooks(WebhooksCommand::Keys) => webhook_keys(&services, out),
         Command::Pools(command) => crate::resources::pools(&services, out, &cid, command).await?,
-        Command::Runners(command) => {
-            crate::runners::runners(&services, out, &cid, command).await?
-        }
+        Command::Runners(command) => crate::runners::runners(&services, out, &cid, command).await?,
         Command::Deliveries(command) => {
             crate::resources::deliveries(&services, out, command).await?
         }

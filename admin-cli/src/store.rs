@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use control_plane::config::records_location;
+use control_plane::config::{default_key_file, records_location};
 use control_plane::startup::lock_embedded_store;
 use control_plane::storage::{RecordsLocation, copy_records, embedded_files};
 
@@ -76,6 +76,7 @@ pub async fn run(out: OutputFormat, command: StoreCommand) -> anyhow::Result<()>
         }
     }
     let report = copy_records(&from, &to).await?;
+    let needs = target_needs(&from, &to);
     let copied: Vec<Copied> = report
         .tables
         .iter()
@@ -89,6 +90,7 @@ pub async fn run(out: OutputFormat, command: StoreCommand) -> anyhow::Result<()>
                 "tables": copied.iter().map(Render::json).collect::<Vec<_>>(),
                 "rows": total,
                 "workspacesVerified": report.workspaces_verified,
+                "targetNeeds": needs,
             })
         ),
         OutputFormat::Table => {
@@ -99,7 +101,30 @@ pub async fn run(out: OutputFormat, command: StoreCommand) -> anyhow::Result<()>
                 copied.len(),
                 report.workspaces_verified
             );
+            println!("{needs}");
         }
     }
     Ok(())
+}
+
+/// What a server on the target needs to open the copied keys: they were copied as stored,
+/// wrapped with the source's key-encryption key.
+fn target_needs(from: &RecordsLocation, to: &RecordsLocation) -> String {
+    if std::env::var("CP_KEY_ENCRYPTION_KEY").is_ok_and(|k| !k.trim().is_empty()) {
+        return "the generated keys were copied wrapped: start the target's server with the same \
+                CP_KEY_ENCRYPTION_KEY"
+            .into();
+    }
+    let data_dir: std::path::PathBuf =
+        std::env::var_os("CP_DATA_DIR").map_or_else(|| "./data".into(), Into::into);
+    let source = std::env::var_os("CP_KEY_ENCRYPTION_KEY_FILE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| default_key_file(from, &data_dir));
+    format!(
+        "the generated keys were copied wrapped: the target's server needs the source's \
+         key-encryption key, {} (copy it, mode 0600, to {} or name it with \
+         CP_KEY_ENCRYPTION_KEY_FILE)",
+        source.display(),
+        default_key_file(to, &data_dir).display()
+    )
 }

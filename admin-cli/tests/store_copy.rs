@@ -134,10 +134,24 @@ impl Drop for TempDir {
     }
 }
 
+/// One key-encryption key file for every process of this test binary, as an operator names
+/// one (`CP_KEY_ENCRYPTION_KEY_FILE`) for both ends of a copy: the generated keys are copied
+/// wrapped with it.
+fn key_file() -> &'static std::path::Path {
+    static FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("cp-copy-kek-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("control-plane.kek")
+    })
+}
+
 fn cpctl(database_url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cpctl"))
         .args(args)
         .env("DATABASE_URL", database_url)
+        .env("CP_KEY_ENCRYPTION_KEY_FILE", key_file())
+        .env_remove("CP_KEY_ENCRYPTION_KEY")
         .env_remove("CP_TOKEN_HASH_KEY")
         .env_remove("CP_STORE_COPY_CRASH_AFTER_TABLES")
         .output()
@@ -182,6 +196,7 @@ struct Server {
 impl Server {
     async fn start(database_url: &str) -> Self {
         let mut config = ServerConfig::for_database(database_url);
+        config.key_encryption_key_file = Some(key_file().to_owned());
         // Generous, so no budget trips during the test.
         let rate = control_plane::config::RateOption(Some(
             control_plane::storage::Rate::parse("100000/m").unwrap(),
@@ -872,6 +887,9 @@ fn an_embedded_store_copies_into_another_file() {
     let out = ok(store_copy(&src, &copy));
     let copied: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(copied["workspacesVerified"], 1, "{copied}");
+    // It says which key-encryption key the target's server needs.
+    let needs = copied["targetNeeds"].as_str().unwrap();
+    assert!(needs.contains(&key_file().display().to_string()), "{needs}");
     assert_eq!(listings(&copy, &ws, &plugin), listings(&src, &ws, &plugin));
     // The copy holds the same secrets: a folder and files of its owner's alone.
     {

@@ -54,9 +54,22 @@ pub struct ServerConfig {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 
-    /// Where the embedded default keeps its SQLite file, when no DATABASE_URL is given.
+    /// Where the embedded default keeps its SQLite file, when no DATABASE_URL is given, and,
+    /// with Postgres, where the default key-encryption key file is.
     #[arg(long, env = "CP_DATA_DIR", default_value = "./data")]
     pub data_dir: std::path::PathBuf,
+
+    /// Base64 of 32 bytes wrapping every key the server generates before it is stored, so the
+    /// records store alone reveals none. Every replica and `cpctl` need the same one. Without
+    /// it, the key file (below) is used.
+    #[arg(long, env = "CP_KEY_ENCRYPTION_KEY", hide_env_values = true)]
+    pub key_encryption_key: Option<String>,
+
+    /// The file holding the key-encryption key (base64), created owner-only with a new key when
+    /// missing. Default: `control-plane.kek` beside the SQLite file, or in DATA_DIR with
+    /// Postgres.
+    #[arg(long, env = "CP_KEY_ENCRYPTION_KEY_FILE")]
+    pub key_encryption_key_file: Option<std::path::PathBuf>,
 
     /// On first start with an empty store, create an organisation `dev`, a workspace `default`
     /// and an admin `admin@localhost`, and print a token with every scope once.
@@ -339,9 +352,37 @@ impl ServerConfig {
         config.redis_url = None;
         config.idempotency_keys = None;
         config.webhook_signing_keys = None;
+        config.key_encryption_key = None;
+        config.key_encryption_key_file = None;
         config
     }
+
+    /// Where the key-encryption key file is, when no key is given directly.
+    pub fn key_file(&self) -> std::path::PathBuf {
+        match &self.key_encryption_key_file {
+            Some(path) => path.clone(),
+            None => default_key_file(&self.records(), &self.data_dir),
+        }
+    }
 }
+
+/// The key-encryption key file of a store when none is configured: beside the SQLite file, or
+/// in `data_dir` with Postgres.
+pub fn default_key_file(
+    location: &RecordsLocation,
+    data_dir: &std::path::Path,
+) -> std::path::PathBuf {
+    match location {
+        RecordsLocation::Sqlite(db) => db
+            .parent()
+            .map(|dir| dir.join(KEY_FILE_NAME))
+            .unwrap_or_else(|| KEY_FILE_NAME.into()),
+        RecordsLocation::Postgres(_) => data_dir.join(KEY_FILE_NAME),
+    }
+}
+
+/// The default key-encryption key file's name.
+pub const KEY_FILE_NAME: &str = "control-plane.kek";
 
 /// `sqlite://PATH` or `sqlite:PATH` is SQLite; any other URL is Postgres; none is the
 /// embedded default under `data_dir`.

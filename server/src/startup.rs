@@ -8,7 +8,7 @@ use poem::Server;
 use poem::listener::{Acceptor, Listener, TcpAcceptor, TcpListener};
 
 use crate::config::{RecordsLocation, ServerConfig};
-use crate::domain::EgressPolicy;
+use crate::domain::{EgressPolicy, KeyEncryptionKey};
 use crate::http::connections::{ConnectionLimits, LimitedAcceptor};
 use crate::http::{HttpSettings, RateSettings, build_app};
 use crate::policy::{
@@ -210,16 +210,47 @@ fn purge_outcomes_every(store: Arc<dyn OutcomeStore>, every: Duration) {
 /// Opens the records store, applies migrations and builds the service layer without fast
 /// state (signed runner reports need it): what `cpctl` needs.
 pub async fn open_services(config: &ServerConfig) -> anyhow::Result<Arc<Services>> {
+    let kek = key_encryption_key(config)?;
     let store = open_store(config).await?;
-    build_services(config, store, None).await
+    build_services(config, store, None, &kek).await
+}
+
+/// The key-encryption key: configured, or read from its owner-only file, which is created with
+/// a new key on first start (and said once: replicas and `cpctl` need the same key).
+pub fn key_encryption_key(config: &ServerConfig) -> anyhow::Result<KeyEncryptionKey> {
+    if let Some(text) = config
+        .key_encryption_key
+        .as_deref()
+        .filter(|k| !k.trim().is_empty())
+    {
+        return KeyEncryptionKey::from_base64(text).map_err(anyhow::Error::msg);
+    }
+    let path = config.key_file();
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        crate::storage::embedded_files::create_private_dir(dir)
+            .with_context(|| format!("could not create {}", dir.display()))?;
+    }
+    let (text, created) = crate::storage::embedded_files::read_or_create_key_file(&path, || {
+        KeyEncryptionKey::generate().1
+    })
+    .map_err(anyhow::Error::msg)?;
+    if created {
+        tracing::warn!(
+            path = %path.display(),
+            "generated a key-encryption key: every replica and cpctl need the same one \
+             (CP_KEY_ENCRYPTION_KEY or this file); keep it apart from the records store's backups"
+        );
+    }
+    KeyEncryptionKey::from_base64(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 async fn build_services(
     config: &ServerConfig,
     store: SharedRecordStore,
     nonces: Option<NonceDeps>,
+    kek: &KeyEncryptionKey,
 ) -> anyhow::Result<Arc<Services>> {
-    let (hasher, source) = load_token_hasher(store.as_ref(), config.token_hash_key.as_deref())
+    let (hasher, source) = load_token_hasher(store.as_ref(), kek, config.token_hash_key.as_deref())
         .await
         .context("could not load the token hashing key")?;
     if source == KeySource::Generated {
@@ -229,7 +260,7 @@ async fn build_services(
         );
     }
     let (webhook_signer, source) =
-        load_webhook_signer(store.as_ref(), config.webhook_signing_keys.as_deref())
+        load_webhook_signer(store.as_ref(), kek, config.webhook_signing_keys.as_deref())
             .await
             .context("could not load the webhook signing keys")?;
     if source == KeySource::Generated {
@@ -238,7 +269,7 @@ async fn build_services(
              set CP_WEBHOOK_SIGNING_KEYS in production"
         );
     }
-    let secrets = load_secrets_cipher(store.as_ref())
+    let secrets = load_secrets_cipher(store.as_ref(), kek)
         .await
         .context("could not load the runner secret key")?;
     let settings = ServiceSettings {
@@ -423,6 +454,7 @@ impl Application {
             }
             RecordsLocation::Postgres(_) => None,
         };
+        let kek = key_encryption_key(config)?;
         let opened = open_records(config).await?;
         let store = opened.records;
         let fast = fast_state(config, opened.durable_fast_state)?;
@@ -430,10 +462,11 @@ impl Application {
             store: fast.nonces.clone(),
             key_prefix: config.redis_prefix.clone(),
         };
-        let services = build_services(config, store, Some(nonces)).await?;
+        let services = build_services(config, store, Some(nonces), &kek).await?;
         let bootstrapped = first_start(config, &services).await?;
         let (cipher, source) = load_record_cipher(
             services.store().as_ref(),
+            &kek,
             config.idempotency_keys.as_deref(),
         )
         .await

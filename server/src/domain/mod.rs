@@ -6,6 +6,7 @@ mod delivery;
 mod dispatch;
 mod idempotency;
 mod ids;
+mod key_wrap;
 mod principal;
 mod scope;
 mod signature;
@@ -25,6 +26,7 @@ pub use ids::{
     MIN_TEXT_CHARS, NO_NUL_PATTERN, SEQUENCE_PATTERN, bounded_text, parse_sequence, parse_uuid,
     reject_nul,
 };
+pub use key_wrap::{ForeignWrap, KeyEncryptionKey};
 pub use principal::Principal;
 pub use scope::{Scope, Scopes, UnknownScope};
 pub use signature::{

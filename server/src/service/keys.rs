@@ -1,17 +1,66 @@
-//! The token hashing key: configured, or generated once and kept in the records store.
+//! The service's keys: configured, or generated once and kept in the records store wrapped with
+//! the key-encryption key ([`KeyEncryptionKey`]), which lives outside it. A key an earlier
+//! version kept in the clear is wrapped in place on the first start that reads it.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use rand::RngCore;
 
 use super::ServiceError;
-use crate::domain::{RecordCipher, TokenHasher, WebhookSigner};
+use crate::domain::{KeyEncryptionKey, RecordCipher, TokenHasher, WebhookSigner};
 use crate::storage::SettingsStore;
 
 const SETTING: &str = "token_hash_key";
 /// A fingerprint of the key in use: a key that differs from the one tokens were hashed with
 /// would silently turn every token into a 401, so it is refused instead.
 const CHECK_SETTING: &str = "token_hash_key_check";
+const RECORD_KEY_SETTING: &str = "idempotency_record_key";
+const WEBHOOK_KEY_SETTING: &str = "webhook_signing_key";
+const SECRETS_KEY_SETTING: &str = "runner_secret_key";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySource {
+    Configured,
+    Stored,
+    /// Generated on this start; the caller warns once.
+    Generated,
+}
+
+/// The 32-byte key kept under `name`, generated (and stored wrapped) when there is none.
+async fn stored_key(
+    store: &dyn SettingsStore,
+    kek: &KeyEncryptionKey,
+    name: &str,
+) -> Result<(Vec<u8>, KeySource), ServiceError> {
+    let candidate: [u8; 32] = rand::random();
+    let (stored, inserted) = store
+        .setting_get_or_insert(name, &kek.wrap(name, &candidate))
+        .await?;
+    match kek.unwrap(name, &stored) {
+        Ok(Some(key)) if inserted => Ok((key, KeySource::Generated)),
+        Ok(Some(key)) => Ok((key, KeySource::Stored)),
+        Ok(None) => {
+            let key = STANDARD.decode(stored.trim()).map_err(|_| {
+                ServiceError::Internal(format!("the stored {name} is not valid base64"))
+            })?;
+            // Another process may be wrapping it at the same moment: either write is the key.
+            if store
+                .setting_replace(name, &stored, &kek.wrap(name, &key))
+                .await?
+            {
+                tracing::warn!(
+                    setting = name,
+                    "wrapped a key an earlier version kept in the clear; backups taken before \
+                     now still hold it in the clear"
+                );
+            }
+            Ok((key, KeySource::Stored))
+        }
+        Err(_) => Err(ServiceError::Internal(format!(
+            "the {name} in the records store was wrapped with another key-encryption key; use \
+             the same CP_KEY_ENCRYPTION_KEY (or key file) as the process that created it"
+        ))),
+    }
+}
 
 async fn check_fingerprint(
     store: &dyn SettingsStore,
@@ -32,25 +81,35 @@ async fn check_fingerprint(
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeySource {
-    Configured,
-    Stored,
-    /// Generated on this start; the caller warns once.
-    Generated,
+/// Comma-separated base64 keys, as configured; an empty value (`KEY=` in a compose file)
+/// counts as none.
+fn configured_list(
+    configured: Option<&str>,
+    what: &str,
+) -> Result<Option<Vec<Vec<u8>>>, ServiceError> {
+    let Some(list) = configured.filter(|k| !k.trim().is_empty()) else {
+        return Ok(None);
+    };
+    list.split(',')
+        .filter(|k| !k.trim().is_empty())
+        .map(|k| {
+            STANDARD
+                .decode(k.trim())
+                .map_err(|_| ServiceError::Internal(format!("{what} is not valid base64")))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }
 
 /// Builds the hasher from the configured key (base64), or from the one kept in the store,
 /// generating and storing one when there is none.
 pub async fn load_token_hasher(
     store: &dyn SettingsStore,
+    kek: &KeyEncryptionKey,
     configured: Option<&str>,
 ) -> Result<(TokenHasher, KeySource), ServiceError> {
-    // An empty value (as `KEY=` in a compose file) counts as not configured.
-    if let Some(encoded) = configured.filter(|k| !k.trim().is_empty()) {
-        let key = STANDARD.decode(encoded.trim()).map_err(|_| {
-            ServiceError::Internal("the token hashing key is not valid base64".into())
-        })?;
+    if let Some(key) = configured_list(configured, "the token hashing key")? {
+        let key = key.into_iter().next().unwrap_or_default();
         let hasher = TokenHasher::new(key).map_err(ServiceError::Internal)?;
         check_fingerprint(store, &hasher, "configured").await?;
         return Ok((hasher, KeySource::Configured));
@@ -63,114 +122,50 @@ pub async fn load_token_hasher(
                 .into(),
         ));
     }
-    let mut candidate = [0u8; 32];
-    rand::rng().fill_bytes(&mut candidate);
-    let (stored, inserted) = store
-        .setting_get_or_insert(SETTING, &STANDARD.encode(candidate))
-        .await?;
-    let key = STANDARD.decode(stored).map_err(|_| {
-        ServiceError::Internal("the stored token hashing key is not valid base64".into())
-    })?;
+    let (key, source) = stored_key(store, kek, SETTING).await?;
     let hasher = TokenHasher::new(key).map_err(ServiceError::Internal)?;
-    Ok((
-        hasher,
-        if inserted {
-            KeySource::Generated
-        } else {
-            KeySource::Stored
-        },
-    ))
+    Ok((hasher, source))
 }
-
-const RECORD_KEY_SETTING: &str = "idempotency_record_key";
 
 /// The cipher of stored idempotent responses: from the configured keys (comma-separated
 /// base64, the first encrypts), or from one generated and kept in the records store.
 pub async fn load_record_cipher(
     store: &dyn SettingsStore,
+    kek: &KeyEncryptionKey,
     configured: Option<&str>,
 ) -> Result<(RecordCipher, KeySource), ServiceError> {
-    let decode = |encoded: &str| {
-        STANDARD.decode(encoded.trim()).map_err(|_| {
-            ServiceError::Internal("an idempotency encryption key is not valid base64".into())
-        })
-    };
-    if let Some(list) = configured.filter(|k| !k.trim().is_empty()) {
-        let keys = list
-            .split(',')
-            .filter(|k| !k.trim().is_empty())
-            .map(decode)
-            .collect::<Result<Vec<_>, _>>()?;
+    if let Some(keys) = configured_list(configured, "an idempotency encryption key")? {
         let cipher = RecordCipher::new(&keys).map_err(ServiceError::Internal)?;
         return Ok((cipher, KeySource::Configured));
     }
-    let mut candidate = [0u8; 32];
-    rand::rng().fill_bytes(&mut candidate);
-    let (stored, inserted) = store
-        .setting_get_or_insert(RECORD_KEY_SETTING, &STANDARD.encode(candidate))
-        .await?;
-    let cipher = RecordCipher::new(&[decode(&stored)?]).map_err(ServiceError::Internal)?;
-    Ok((
-        cipher,
-        if inserted {
-            KeySource::Generated
-        } else {
-            KeySource::Stored
-        },
-    ))
+    let (key, source) = stored_key(store, kek, RECORD_KEY_SETTING).await?;
+    let cipher = RecordCipher::new(&[key]).map_err(ServiceError::Internal)?;
+    Ok((cipher, source))
 }
-
-const WEBHOOK_KEY_SETTING: &str = "webhook_signing_key";
 
 /// The signer of webhooks sent to runners: from the configured seeds (comma-separated base64,
 /// the first is current, all sign), or from one generated and kept in the records store, so
 /// every replica and `cpctl` publish the same key.
 pub async fn load_webhook_signer(
     store: &dyn SettingsStore,
+    kek: &KeyEncryptionKey,
     configured: Option<&str>,
 ) -> Result<(WebhookSigner, KeySource), ServiceError> {
-    let decode = |encoded: &str| {
-        STANDARD
-            .decode(encoded.trim())
-            .map_err(|_| ServiceError::Internal("a webhook signing key is not valid base64".into()))
-    };
-    if let Some(list) = configured.filter(|k| !k.trim().is_empty()) {
-        let seeds = list
-            .split(',')
-            .filter(|k| !k.trim().is_empty())
-            .map(decode)
-            .collect::<Result<Vec<_>, _>>()?;
+    if let Some(seeds) = configured_list(configured, "a webhook signing key")? {
         let signer = WebhookSigner::from_seeds(&seeds).map_err(ServiceError::Internal)?;
         return Ok((signer, KeySource::Configured));
     }
-    let mut candidate = [0u8; 32];
-    rand::rng().fill_bytes(&mut candidate);
-    let (stored, inserted) = store
-        .setting_get_or_insert(WEBHOOK_KEY_SETTING, &STANDARD.encode(candidate))
-        .await?;
-    let signer = WebhookSigner::from_seeds(&[decode(&stored)?]).map_err(ServiceError::Internal)?;
-    Ok((
-        signer,
-        if inserted {
-            KeySource::Generated
-        } else {
-            KeySource::Stored
-        },
-    ))
+    let (seed, source) = stored_key(store, kek, WEBHOOK_KEY_SETTING).await?;
+    let signer = WebhookSigner::from_seeds(&[seed]).map_err(ServiceError::Internal)?;
+    Ok((signer, source))
 }
 
-const SECRETS_KEY_SETTING: &str = "runner_secret_key";
-
 /// The cipher that seals runners' webhook secrets: generated once and kept in the records
-/// store, like the other generated keys, so every replica and `cpctl` read the same secrets.
-pub async fn load_secrets_cipher(store: &dyn SettingsStore) -> Result<RecordCipher, ServiceError> {
-    let mut candidate = [0u8; 32];
-    rand::rng().fill_bytes(&mut candidate);
-    let (stored, _) = store
-        .setting_get_or_insert(SECRETS_KEY_SETTING, &STANDARD.encode(candidate))
-        .await?;
-    let key = STANDARD.decode(stored).map_err(|_| {
-        ServiceError::Internal("the stored runner secret key is not valid base64".into())
-    })?;
+/// store, so every replica and `cpctl` read the same secrets.
+pub async fn load_secrets_cipher(
+    store: &dyn SettingsStore,
+    kek: &KeyEncryptionKey,
+) -> Result<RecordCipher, ServiceError> {
+    let (key, _) = stored_key(store, kek, SECRETS_KEY_SETTING).await?;
     RecordCipher::new(&[key]).map_err(ServiceError::Internal)
 }

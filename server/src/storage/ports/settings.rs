@@ -16,4 +16,11 @@ pub trait SettingsStore: Send + Sync {
         key: &str,
         candidate: &str,
     ) -> Result<(String, bool), StoreError>;
+    /// Replaces the value only while it is still `expected`; false when it changed meanwhile.
+    async fn setting_replace(
+        &self,
+        key: &str,
+        expected: &str,
+        value: &str,
+    ) -> Result<bool, StoreError>;
 }

@@ -48,4 +48,24 @@ impl SettingsStore for Store {
         self.commit(tx, &[]).await?;
         Ok((value, inserted))
     }
+
+    async fn setting_replace(
+        &self,
+        key: &str,
+        expected: &str,
+        value: &str,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        let replaced = sqlx::query("UPDATE settings SET value = $3 WHERE key = $1 AND value = $2")
+            .bind(key)
+            .bind(expected)
+            .bind(value)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected()
+            == 1;
+        self.commit(tx, &[]).await?;
+        Ok(replaced)
+    }
 }

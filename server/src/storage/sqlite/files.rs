@@ -45,6 +45,57 @@ pub fn prepare(path: &Path) -> Result<(), StoreError> {
         .map_err(|e| StoreError::Internal(format!("cannot create {}: {e}", path.display())))
 }
 
+/// The text of an owner-only key file, created with `fresh()` when missing: (text, created).
+/// Creation is atomic (a complete file is linked into place), so processes starting together
+/// agree on one key. A file others may read is refused with the command that fixes it.
+pub fn read_or_create_key_file(
+    path: &Path,
+    fresh: impl FnOnce() -> String,
+) -> Result<(String, bool), String> {
+    use std::io::Write;
+    let shown = path.display();
+    let created = match std::fs::metadata(path) {
+        Ok(_) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut staged = path.as_os_str().to_owned();
+            staged.push(format!(".{}.{}", std::process::id(), rand::random::<u32>()));
+            let staged = std::path::PathBuf::from(staged);
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let written = options
+                .open(&staged)
+                .and_then(|mut f| f.write_all(fresh().as_bytes()).and_then(|()| f.sync_all()));
+            let linked = written.and_then(|()| std::fs::hard_link(&staged, path));
+            let _ = std::fs::remove_file(&staged);
+            match linked {
+                Ok(()) => true,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+                Err(e) => return Err(format!("cannot create {shown}: {e}")),
+            }
+        }
+        Err(e) => return Err(format!("cannot read {shown}: {e}")),
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .map_err(|e| format!("cannot read {shown}: {e}"))?
+            .permissions()
+            .mode()
+            & 0o777;
+        if mode & OTHERS != 0 {
+            return Err(format!(
+                "{shown} has mode {mode:03o}: a key file must be readable by its owner only; \
+                 fix it with: chmod go-rwx {shown}"
+            ));
+        }
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    Ok((text, created))
+}
+
 #[cfg(unix)]
 fn refuse_loose(path: &Path) -> Result<(), StoreError> {
     use std::os::unix::fs::PermissionsExt;
@@ -77,6 +128,30 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+
+    #[test]
+    fn a_key_file_is_created_owner_only_once_and_a_loose_one_is_refused() {
+        let dir = std::env::temp_dir().join(format!("cp-kek-{}", uuid::Uuid::new_v4().simple()));
+        create_private_dir(&dir).unwrap();
+        let path = dir.join("control-plane.kek");
+        let (text, created) = read_or_create_key_file(&path, || "first".into()).unwrap();
+        assert_eq!((text.as_str(), created), ("first", true));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let (text, created) = read_or_create_key_file(&path, || "second".into()).unwrap();
+        assert_eq!(
+            (text.as_str(), created),
+            ("first", false),
+            "kept, not replaced"
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = read_or_create_key_file(&path, || "third".into()).unwrap_err();
+        assert!(err.contains("chmod go-rwx"), "{err}");
+        assert!(!err.contains("first"), "the error holds no key: {err}");
+        let leftovers = std::fs::read_dir(&dir).unwrap().count();
+        assert_eq!(leftovers, 1, "no staged file left behind");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn mode(path: &Path) -> u32 {
         std::fs::metadata(path).unwrap().permissions().mode() & 0o777
