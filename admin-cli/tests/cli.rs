@@ -141,7 +141,7 @@ async fn bootstrap_prints_ids_and_a_credential_once_and_refuses_a_second_time() 
     );
     assert_eq!(credential["workspaceIds"][0], v["workspaceId"]);
     assert!(credential["token"].as_str().unwrap().starts_with("cpat_"));
-    // The API's one time format (README, "Times").
+    // The API's one time format (docs/decisions.md, "Times").
     for key in ["createdAt", "expiresAt"] {
         let at = credential[key].as_str().unwrap();
         assert!(is_api_time(at), "{key} = {at}");

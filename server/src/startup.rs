@@ -55,7 +55,7 @@ pub fn lock_embedded_store(path: &std::path::Path) -> anyhow::Result<std::fs::Fi
         Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
             "another control-plane server is already using {}: the embedded store serves one \
              process (rate limits live in it). To run several replicas, use \
-             Postgres and Redis (set DATABASE_URL and REDIS_URL; see the README)",
+             Postgres and Redis (set DATABASE_URL and REDIS_URL; see docs/operations.md)",
             path.display()
         ),
         Err(std::fs::TryLockError::Error(e)) => {

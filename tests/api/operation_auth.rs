@@ -210,7 +210,7 @@ async fn routes(app: &TestApp, tenant: &Tenant) -> Vec<Route> {
     ]
 }
 
-/// The order the README states: a malformed body is refused (400) before the policy is asked,
+/// The order docs/decisions.md states: a malformed body is refused (400) before the policy is asked,
 /// so a token without the scope learns nothing more than one with it.
 #[tokio::test]
 async fn a_malformed_body_is_400_before_a_missing_scope_is_403() {

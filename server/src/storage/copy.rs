@@ -394,7 +394,7 @@ pub(crate) const TABLES: &[Table] = &[
     ),
 ];
 
-/// Tables deliberately left behind, with why (the README's "Moving to Postgres and Redis").
+/// Tables deliberately left behind, with why (docs/operations.md, "Postgres and Redis").
 pub(crate) const NOT_COPIED: &[(&str, &str)] = &[
     (
         "_sqlx_migrations",

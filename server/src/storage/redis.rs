@@ -1,7 +1,7 @@
 //! The Redis adapter of the fast-state ports. Every operation is one Lua script: one round
 //! trip, atomic, and on Redis's own clock. Each script touches one key, or (the rate limit)
 //! keys of one hash tag, so `REDIS_URL` may name a cluster node as long as keys are routed
-//! (see README).
+//! (see docs/operations.md).
 
 use std::time::Duration;
 
