@@ -3,7 +3,7 @@
 //! `{webhook-id}.{webhook-timestamp}.{body}` (the exact bytes). `v1,` entries are HMAC-SHA256
 //! with the receiving runner's own secret ([`RunnerSecret`]); `v1a,` entries are Ed25519 with the
 //! control plane's keys (`--webhook-signing-keys`), published as a JWKS. A signature says who
-//! sent a dispatch, not whom it is for: [`verify_webhook`] also checks that the dispatch names
+//! sent a dispatch, not whom it is for: [`verify_webhook`](super::verify_webhook) also checks that the dispatch names
 //! the runner verifying it, so a dispatch captured at one runner is refused at every other.
 
 use std::fmt;
@@ -247,7 +247,8 @@ pub struct WebhookKeys {
 /// seconds), then any `v1,` entry that matches one of the secrets or any `v1a,` entry that
 /// verifies (strictly) with one of the published keys, over the exact signed content. Entries of
 /// other versions are ignored, as the standard asks; malformed entries are skipped, so one bad
-/// entry cannot hide a good one. It does not say whom the webhook is for: see [`verify_webhook`].
+/// entry cannot hide a good one. It does not say whom the webhook is for: see
+/// [`verify_webhook`](super::verify_webhook).
 pub fn verify_signature(
     webhook: &ReceivedWebhook<'_>,
     keys: &WebhookKeys,

@@ -1,6 +1,6 @@
 //! Outgoing webhook deliveries: a submitted command is sent to one runner of its pool, signed
-//! with the control plane's key (Standard Webhooks), retried on a schedule, and failed when
-//! the schedule runs out.
+//! as Standard Webhooks with that runner's own secret and the control plane's key, retried on a
+//! schedule, and failed when the schedule runs out.
 //!
 //! The rules live here: which URLs a runner may register and the control plane may send to
 //! ([`EgressPolicy`]), what an answer means (a 2xx is an acknowledgement and moves nothing;

@@ -5,8 +5,8 @@
 //!
 //! # Layout
 //! - `ports/`: one file per records port (`directory`, `tokens`, `audit`, `settings`,
-//!   `policies`, `runners`, `workflows`, `marketplace`), its trait and the records it carries;
-//!   [`RecordStore`] lists them.
+//!   `policies`, `runners`, `deliveries`, `workflows`, `marketplace`, `outcomes`), its trait and
+//!   the records it carries; [`RecordStore`] lists them.
 //! - `sql/`: the implementations of those ports that both SQL backends share, one file per port.
 //!   Each is compiled twice, as a child module of the port file of the same name in `postgres/`
 //!   and in `sqlite/` (`#[path = "../sql/<port>.rs"] mod shared;`): one text serves both
