@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The crash drill (server/examples/crash_drill.rs): keyed POST runner-commands in flight, the
+# The crash drill (tests/drills/crash_drill.rs): keyed POST runner-commands in flight, the
 # server SIGKILLed once per round, restarted, every key retried with its body until answered,
 # then the commands and the audit log checked against the drill's criteria (it prints them
 # first). Runs on Postgres + Redis and on the embedded default (SQLite, no Redis). Loopback

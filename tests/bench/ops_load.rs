@@ -1,4 +1,5 @@
-//! Load for issue #5's benchmarks, against a running server on the same records store.
+//! Load for the runner-report and audit fan-out benchmarks, against a running server on the
+//! same records store.
 //!
 //! `ops_load fanout N EVENTS`: N audit-stream subscribers, then EVENTS events published one
 //! every 20 ms; prints publish-to-receive percentiles over every (subscriber, event) pair.
