@@ -168,10 +168,9 @@ pub(crate) async fn set_url(app: &TestApp, runner: Uuid, url: &str) {
         .expect("set the runner's delivery URL");
 }
 
-/// The request verifies with the server's public keys, and its body is the dispatch for the
-/// runner it names.
-async fn verified(app: &TestApp, request: &Received) -> DispatchPayload {
-    let keys = WebhookKeys {
+/// The server's published keys, as a runner on the `v1a` path verifies with them.
+pub(crate) fn published_keys(app: &TestApp) -> WebhookKeys {
+    WebhookKeys {
         published: app
             .services
             .webhook_signer()
@@ -180,7 +179,13 @@ async fn verified(app: &TestApp, request: &Received) -> DispatchPayload {
             .map(|k| k.key)
             .collect(),
         secrets: vec![],
-    };
+    }
+}
+
+/// The request verifies with the server's public keys, and its body is the dispatch for the
+/// runner it names.
+async fn verified(app: &TestApp, request: &Received) -> DispatchPayload {
+    let keys = published_keys(app);
     let named: DispatchPayload = serde_json::from_slice(&request.body).expect("a dispatch body");
     let now = chrono::Utc::now().timestamp();
     verify_webhook(&request.as_webhook(), &keys, named.data.runner_id, now, 300)

@@ -117,16 +117,7 @@ async fn a_dispatch_verifies_with_its_runners_secret_and_at_no_other_runner() {
     );
     assert_eq!(libraries_accept(&request, &other.secret), (false, false));
     // The v1a path verifies the signature, then refuses a dispatch naming another runner.
-    let published = WebhookKeys {
-        published: app
-            .services
-            .webhook_signer()
-            .public_keys()
-            .into_iter()
-            .map(|k| k.key)
-            .collect(),
-        secrets: vec![],
-    };
+    let published = published_keys(&app);
     assert_eq!(check(&request, &published, runner.id), Ok(runner.id));
     assert_eq!(
         check(&request, &published, other.id),
