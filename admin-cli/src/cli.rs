@@ -38,6 +38,11 @@ pub struct Cli {
     )]
     pub webhook_signing_keys: Option<String>,
 
+    /// Hosts runner delivery URLs may reach over plain http (as the server's
+    /// --delivery-http-hosts; unset: https only, or loopback with CP_DEV).
+    #[arg(long, global = true, env = "CP_DELIVERY_HTTP_HOSTS")]
+    pub delivery_http_hosts: Option<String>,
+
     /// Output format.
     #[arg(
         short = 'o',

@@ -24,6 +24,7 @@ fn config_of(cli: &Cli) -> ServerConfig {
     config.data_dir = cli.data_dir.clone();
     config.token_hash_key = cli.token_hash_key.clone();
     config.webhook_signing_keys = cli.webhook_signing_keys.clone();
+    config.delivery_http_hosts = cli.delivery_http_hosts.clone();
     config.db_max_connections = 2;
     config
 }

@@ -65,7 +65,9 @@ impl Db {
         command
             .args(args)
             .env("DATABASE_URL", &self.url)
-            .env_remove("CP_TOKEN_HASH_KEY");
+            .env_remove("CP_TOKEN_HASH_KEY")
+            .env_remove("CP_DELIVERY_HTTP_HOSTS")
+            .env_remove("CP_DEV");
         if let Some(key) = key {
             command.env("CP_TOKEN_HASH_KEY", key);
         }
@@ -719,9 +721,11 @@ async fn runner_delivery_urls_and_delivery_attempts_from_the_cli() {
     ]));
     let pool_id = pool["id"].as_str().unwrap().to_owned();
 
-    // Plain http goes only to the allowed hosts (loopback by default), credentials never.
+    // Plain http goes only to the hosts listed (none by default, loopback included),
+    // credentials never; the refusal says why.
     for refused in [
         "http://runner.example/hooks",
+        "http://127.0.0.1:9/hooks",
         "https://user:secret@runner.example/hooks",
     ] {
         let out = db.cpctl(&["runners", "register", "--pool", &pool_id, "--url", refused]);
@@ -729,7 +733,11 @@ async fn runner_delivery_urls_and_delivery_attempts_from_the_cli() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("url"), "{err}");
         assert!(!err.contains("secret"), "{err}");
+        if refused.starts_with("http:") {
+            assert!(err.contains("must be https"), "{err}");
+        }
     }
+    // Named explicitly, loopback is allowed.
     let runner = json_of(&db.cpctl(&[
         "runners",
         "register",
@@ -737,6 +745,8 @@ async fn runner_delivery_urls_and_delivery_attempts_from_the_cli() {
         &pool_id,
         "--url",
         "http://127.0.0.1:9/hooks",
+        "--delivery-http-hosts",
+        "127.0.0.1",
         "-o",
         "json",
     ]));
