@@ -10,6 +10,7 @@ mod authz;
 mod deliveries;
 mod error;
 mod keys;
+mod permissions;
 mod policies;
 mod reviews;
 mod runners;
@@ -34,6 +35,7 @@ pub use authz::{Authorizer, AuthzRequest, Decision, DenyStatus, Operation};
 pub use deliveries::{AttemptAnswer, DeliverySettings, Dispatcher, dispatch_body};
 pub use error::ServiceError;
 pub use keys::{KeySource, load_record_cipher, load_token_hasher, load_webhook_signer};
+pub use permissions::Permission;
 pub use policies::{CompiledCache, parse_reference};
 pub use reviews::{ModeratedReview, ReportReviewInput, ReviewInput, decision_of};
 pub use runners::{

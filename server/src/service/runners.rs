@@ -7,7 +7,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::admin::{admin_event, parse_name};
-use super::{Operation, ServiceError, Services};
+use super::{Permission, ServiceError, Services};
 use crate::domain::{
     Actor, CLOCK_TOLERANCE_SECS, CommandStatus, CorrelationId, DeliveryStatus, FieldError,
     NewAuditEvent, Principal, RunnerSignature, ValidationErrors, parse_uuid, signing_message,
@@ -403,13 +403,8 @@ impl Services {
         input: DeletePoolInput,
         cid: &CorrelationId,
     ) -> Result<(RunnerPool, u64), ServiceError> {
-        self.authorize(
-            principal,
-            Operation::DeleteRunnerPool,
-            Some(workspace),
-            vec![("poolId", pool.to_owned())],
-        )
-        .await?;
+        self.authorize_permission(principal, &Permission::DeleteRunnerPool { workspace, pool })
+            .await?;
         let workspace_id =
             parse_uuid(workspace).ok_or_else(|| ServiceError::forbidden("no access"))?;
         let pool_id =
@@ -460,17 +455,11 @@ impl Services {
         input: SubmitCommandInput,
         cid: &CorrelationId,
     ) -> Result<(RunnerCommand, WebhookDelivery), ServiceError> {
-        let mut resources = vec![("poolId", input.pool_id.to_string())];
-        if let Some(env) = input.environment_id {
-            resources.push(("environmentId", env.to_string()));
-        }
-        self.authorize(
-            principal,
-            Operation::SubmitRunnerCommand,
-            Some(workspace),
-            resources,
-        )
-        .await?;
+        let permission = Permission::SubmitRunnerCommand {
+            workspace,
+            input: &input,
+        };
+        self.authorize_permission(principal, &permission).await?;
         let workspace_id =
             parse_uuid(workspace).ok_or_else(|| ServiceError::forbidden("no access"))?;
         if let Some(env) = input.environment_id {

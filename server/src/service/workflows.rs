@@ -5,7 +5,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::admin::{UserRef, admin_event, parse_name};
-use super::{Operation, ServiceError, Services};
+use super::{Permission, ServiceError, Services};
 use crate::domain::{
     Actor, CorrelationId, FieldError, NewAuditEvent, Principal, RevisionState, ValidationErrors,
     bounded_text, parse_uuid,
@@ -101,16 +101,12 @@ impl Services {
         comment: Option<String>,
         cid: &CorrelationId,
     ) -> Result<WorkflowRevision, ServiceError> {
-        self.authorize(
-            principal,
-            Operation::RequestWorkflowApproval,
-            Some(workspace),
-            vec![
-                ("workflowId", workflow.to_owned()),
-                ("revisionId", revision.to_owned()),
-            ],
-        )
-        .await?;
+        let permission = Permission::RequestWorkflowApproval {
+            workspace,
+            workflow,
+            revision,
+        };
+        self.authorize_permission(principal, &permission).await?;
         let workspace_id =
             parse_uuid(workspace).ok_or_else(|| ServiceError::forbidden("no access"))?;
         let not_found = || ServiceError::not_found("no such workflow revision in this workspace");
