@@ -14,7 +14,7 @@ mod token;
 mod validation;
 mod webhook;
 
-pub use audit::{Actor, ActorKind, AuditEvent, NewAuditEvent};
+pub use audit::{Actor, ActorKind, AuditEvent, NewAuditEvent, text_digest};
 pub use correlation_id::CorrelationId;
 pub use delivery::{DeliveryUrl, EgressPolicy, LINK_LOCAL_REFUSED, RetrySchedule, is_link_local};
 pub use idempotency::{IdempotencyKey, RecordCipher, UndecryptableRecord};

@@ -11,6 +11,7 @@ use super::{Permission, ServiceError, Services};
 use crate::domain::{
     Actor, CLOCK_TOLERANCE_SECS, CommandStatus, CorrelationId, DeliveryStatus, FieldError,
     NewAuditEvent, Principal, RunnerSignature, ValidationErrors, parse_uuid, signing_message,
+    text_digest,
 };
 use crate::storage::{
     CommandTimeout, DeletePool, DeletePoolOutcome, DeliveryTransition, OverdueCommand, Runner,
@@ -512,7 +513,10 @@ impl Services {
             created_at: now,
             updated_at: now,
         };
-        // The arguments may carry anything; the audit log keeps their count, not their values.
+        // The command line and its arguments may carry anything (a password): the audit log
+        // keeps the line's length and digest and the arguments' count, never their text. The
+        // runner gets the text in its dispatch; the command's record keeps it.
+        let (command_bytes, command_sha256) = text_digest(&command.command);
         let event = user_event(
             principal,
             workspace_id,
@@ -522,7 +526,8 @@ impl Services {
             cid,
             json!({
                 "poolId": command.pool_id,
-                "command": command.command,
+                "commandBytes": command_bytes,
+                "commandSha256": command_sha256,
                 "argCount": command.args.len(),
                 "environmentId": command.environment_id,
                 "timeoutSeconds": command.timeout_seconds,
