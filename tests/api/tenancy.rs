@@ -1,4 +1,5 @@
-//! Issue 26's tenant defences: a keyed replay re-checks authorization.
+//! Issue 26's tenant defences: a keyed replay re-checks authorization; environment-limited
+//! tokens read only their environments' events, and no event carries a command's text.
 
 use control_plane::domain::{CorrelationId, RevocationReason, Scope};
 use serde_json::{Value, json};
@@ -105,4 +106,137 @@ async fn a_keyed_replay_is_refused_when_the_policy_now_denies_it() {
     let replay = submit().await.unwrap();
     assert!(replay.headers().get("idempotency-replayed").is_none());
     assert_eq!(replay.status(), 403);
+}
+
+/// Submits a command and returns its id.
+async fn submit(app: &TestApp, token: &str, workspace: Uuid, body: &Value) -> String {
+    let path = format!("/v1/workspaces/{workspace}/runner-commands");
+    let response = app.post_json(&path, token, body).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    body["command"]["id"].as_str().unwrap().to_owned()
+}
+
+/// Every activity item `token` reads, following the cursor with pages of `limit`.
+async fn all_activity(app: &TestApp, token: &str, workspace: Uuid, limit: u32) -> Vec<Value> {
+    let mut items = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let path = format!("/v1/workspaces/{workspace}/activity?limit={limit}&cursor={cursor}");
+        let response = app.get(&path, token).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let page: Value = response.json().await.unwrap();
+        items.extend(page["items"].as_array().unwrap().iter().cloned());
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = next.to_owned(),
+            None => return items,
+        }
+    }
+}
+
+fn targets(items: &[Value]) -> Vec<String> {
+    items
+        .iter()
+        .map(|i| i["target"]["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_staging_token_reads_no_production_event_and_no_event_holds_a_command_line() {
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let pool = create_pool(&app, ws, "deployers").await;
+    let staging = app.create_environment(ws, "staging").await;
+    let production = app.create_environment(ws, "production").await;
+    let line = "deploy --db-password=hunter2";
+    let production_command = submit(
+        &app,
+        &tenant.token,
+        ws,
+        &json!({"poolId": pool, "command": line, "args": ["--token=s3cr3t-arg"],
+                "environmentId": production}),
+    )
+    .await;
+    let staging_command = submit(
+        &app,
+        &tenant.token,
+        ws,
+        &json!({"poolId": pool, "command": "deploy", "environmentId": staging}),
+    )
+    .await;
+    let unplaced_command = submit(
+        &app,
+        &tenant.token,
+        ws,
+        &json!({"poolId": pool, "command": "deploy"}),
+    )
+    .await;
+    let reader = app
+        .admin_token(
+            &tenant,
+            &[Scope::ActivityRead, Scope::AuditRead],
+            &[ws],
+            &[staging],
+        )
+        .await;
+
+    // The unlimited token reads all three submissions; no event holds the line or an argument.
+    let everything = all_activity(&app, &tenant.token, ws, 100).await;
+    let seen = targets(&everything);
+    for command in [&production_command, &staging_command, &unplaced_command] {
+        assert!(seen.contains(command), "{command} in {everything:?}");
+    }
+    let text = serde_json::to_string(&everything).unwrap();
+    assert!(
+        !text.contains("hunter2") && !text.contains("s3cr3t"),
+        "{text}"
+    );
+    let submitted = everything
+        .iter()
+        .find(|i| i["target"]["id"] == production_command.as_str())
+        .unwrap();
+    let (bytes, digest) = control_plane::domain::text_digest(line);
+    assert_eq!(submitted["data"]["commandBytes"], bytes);
+    assert_eq!(submitted["data"]["commandSha256"], digest);
+
+    // The staging token: its command and the workspace's own events, page after page, and
+    // neither the production command nor the one sent to no environment.
+    for limit in [1, 100] {
+        let items = all_activity(&app, &reader, ws, limit).await;
+        let seen = targets(&items);
+        assert!(seen.contains(&staging_command), "{items:?}");
+        assert!(!seen.contains(&production_command), "{items:?}");
+        assert!(!seen.contains(&unplaced_command), "{items:?}");
+        assert!(items.iter().any(|i| i["type"] == "runner_pool.created"));
+    }
+
+    // The stream skips them too, in the replay and live.
+    let mut stream = crate::audit_stream::Sse::open(
+        &app,
+        &reader,
+        ws,
+        "?after=0&types=runner_command.submitted",
+        None,
+    )
+    .await;
+    stream.expect_preamble().await;
+    let event = stream.next_event().await;
+    assert_eq!(event.data["target"]["id"], staging_command.as_str());
+    submit(
+        &app,
+        &tenant.token,
+        ws,
+        &json!({"poolId": pool, "command": "deploy", "environmentId": production}),
+    )
+    .await;
+    let live = submit(
+        &app,
+        &tenant.token,
+        ws,
+        &json!({"poolId": pool, "command": "deploy", "environmentId": staging}),
+    )
+    .await;
+    let event = stream.next_event().await;
+    assert_eq!(event.data["target"]["id"], live.as_str());
 }
