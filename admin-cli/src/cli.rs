@@ -134,8 +134,26 @@ pub enum WebhooksCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum OrgsCommand {
-    Create { name: String },
+    Create {
+        name: String,
+    },
     List,
+    /// Whether the user who requested a workflow revision's approval may approve it too
+    /// (`refuse` by default; audited as `organisation.self_approval_set`).
+    SelfApproval {
+        #[arg(long)]
+        org: Uuid,
+        #[arg(value_enum)]
+        rule: SelfApprovalRule,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SelfApprovalRule {
+    /// The requester may approve their own revision.
+    Allow,
+    /// Another administrator must approve it.
+    Refuse,
 }
 
 #[derive(Debug, Subcommand)]

@@ -115,6 +115,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Orgs(OrgsCommand::List) => {
             output::list(out, &services.list_organisations().await?)
         }
+        Command::Orgs(OrgsCommand::SelfApproval { org, rule }) => {
+            let allowed = rule == crate::cli::SelfApprovalRule::Allow;
+            services.set_self_approval(org, allowed, &cid).await?;
+            match out {
+                OutputFormat::Json => {
+                    println!(
+                        "{}",
+                        json!({ "organisationId": org, "selfApproval": allowed })
+                    )
+                }
+                OutputFormat::Table => println!(
+                    "self-approval {} in organisation {org}",
+                    if allowed { "allowed" } else { "refused" }
+                ),
+            }
+        }
         Command::Workspaces(WorkspacesCommand::Create { org, name }) => {
             let ws = services.create_workspace(org, &name, &cid).await?;
             output::created(out, &ws, ws.id);

@@ -1120,8 +1120,10 @@ async fn revisions_are_approved_or_rejected_once_by_an_administrator() {
     // A draft has not been sent for approval: nothing to decide.
     let err = failure(&decide("approve", &r1, "ops@acme.test"));
     assert!(err.contains("invalid_transition"), "{err}");
-    pending(&db, &r1, &admin).await;
-    pending(&db, &r2, &admin).await;
+    // Requested by the member: the administrator decides someone else's request.
+    let member_id = member["id"].as_str().unwrap().to_owned();
+    pending(&db, &r1, &member_id).await;
+    pending(&db, &r2, &member_id).await;
 
     // Approved by an administrator named by email.
     let approved = json_of(&decide("approve", &r1, "ops@acme.test"));
@@ -1206,8 +1208,39 @@ async fn revisions_are_approved_or_rejected_once_by_an_administrator() {
         assert_eq!(kind, "user");
         assert_eq!(*id, Some(admin_id));
         assert_eq!(data["from"], "pending_approval");
+        // The actor was named to cpctl, not authenticated: the event says so.
+        assert_eq!(data["via"], "cpctl");
+        assert_eq!(data["selfApproval"], false);
     }
     assert_eq!(events[1].4["reason"], "not now");
+
+    // Its own requester may not approve a revision, until the organisation allows it.
+    let r3 = revision(&db);
+    pending(&db, &r3, &admin).await;
+    let err = failure(&decide("approve", &r3, &admin));
+    assert!(err.contains("requested this revision"), "{err}");
+    let allowed = json_of(&db.cpctl(&[
+        "orgs",
+        "self-approval",
+        "--org",
+        &org,
+        "allow",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(allowed["selfApproval"], true);
+    let approved = json_of(&decide("approve", &r3, &admin));
+    assert_eq!(approved["state"], "approved", "{approved}");
+    let (data,): (Value,) = sqlx::query_as(
+        "SELECT data FROM audit_events WHERE event_type = 'workflow_revision.approved'
+         AND target_id = $1",
+    )
+    .bind(r3.parse::<uuid::Uuid>().unwrap())
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(data["selfApproval"], true, "{data}");
+    assert_eq!(data["via"], "cpctl");
     drop(conn);
     db.drop_db().await;
 }

@@ -240,3 +240,92 @@ async fn a_staging_token_reads_no_production_event_and_no_event_holds_a_command_
     let event = stream.next_event().await;
     assert_eq!(event.data["target"]["id"], live.as_str());
 }
+
+#[tokio::test]
+async fn a_requester_approves_its_own_revision_only_where_its_organisation_allows_it() {
+    use control_plane::domain::RevisionState;
+    use control_plane::service::{ServiceError, UserRef};
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let ws = tenant.workspace_id;
+    let requester = UserRef::parse(&tenant.user_id.to_string()).unwrap();
+    let decide = |revision: Uuid, to: RevisionState| {
+        let services = app.services.clone();
+        let requester = requester.clone();
+        async move {
+            services
+                .decide_revision(revision, to, &requester, "mine", &CorrelationId::generate())
+                .await
+        }
+    };
+    let mut pending = Vec::new();
+    for name in ["refused", "withdrawn", "allowed"] {
+        let (workflow, revision) = crate::workflows::draft(&app, ws, name).await;
+        let response = crate::workflows::request_approval(
+            &app,
+            &tenant.token,
+            ws,
+            workflow,
+            revision,
+            &json!({}),
+        )
+        .await;
+        assert_eq!(response.status(), 200);
+        pending.push(revision);
+    }
+
+    // Refused by default, changing nothing; withdrawing one's own request is allowed.
+    let refused = decide(pending[0], RevisionState::Approved).await;
+    assert!(
+        matches!(refused, Err(ServiceError::Forbidden { .. })),
+        "{refused:?}"
+    );
+    let rejected = decide(pending[1], RevisionState::Rejected).await.unwrap();
+    assert_eq!(rejected.state, RevisionState::Rejected);
+
+    // The organisation allows it: the approval goes through, and its event says how.
+    app.services
+        .set_self_approval(tenant.organisation_id, true, &CorrelationId::generate())
+        .await
+        .unwrap();
+    let approved = decide(pending[2], RevisionState::Approved).await.unwrap();
+    assert_eq!(approved.state, RevisionState::Approved);
+    let page: Value = app
+        .get(
+            &format!("/v1/workspaces/{ws}/activity?limit=100"),
+            &tenant.token,
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let event = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "workflow_revision.approved")
+        .unwrap()
+        .clone();
+    assert_eq!(event["target"]["id"], pending[2].to_string());
+    assert_eq!(event["data"]["via"], "cpctl");
+    assert_eq!(event["data"]["selfApproval"], true);
+    assert_eq!(event["data"]["requestedBy"], tenant.user_id.to_string());
+
+    // Refused again once the organisation withdraws the allowance.
+    app.services
+        .set_self_approval(tenant.organisation_id, false, &CorrelationId::generate())
+        .await
+        .unwrap();
+    let (workflow, revision) = crate::workflows::draft(&app, ws, "again").await;
+    let response =
+        crate::workflows::request_approval(&app, &tenant.token, ws, workflow, revision, &json!({}))
+            .await;
+    assert_eq!(response.status(), 200);
+    let refused = decide(revision, RevisionState::Approved).await;
+    assert!(
+        matches!(refused, Err(ServiceError::Forbidden { .. })),
+        "{refused:?}"
+    );
+}
