@@ -98,9 +98,13 @@ async fn a_keyed_replay_is_refused_when_the_policy_now_denies_it() {
     // The activation reaches the server through its change feed: wait until a fresh request
     // is refused.
     let activity = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let refused = || async {
+        let response = app.get(&activity, &tenant.token).send().await.unwrap();
+        response.status() == 403
+    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while app.get(&activity, &tenant.token).send().await.unwrap().status() != 403 {
-        assert!(std::time::Instant::now() < deadline, "the policy never applied");
+    while !refused().await {
+        assert!(std::time::Instant::now() < deadline, "never applied");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let replay = submit().await.unwrap();
