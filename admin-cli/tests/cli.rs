@@ -762,6 +762,18 @@ async fn runner_delivery_urls_and_delivery_attempts_from_the_cli() {
         "json",
     ]));
     assert_eq!(updated["deliveryUrl"], "https://runner.example/hooks");
+    // Moving it back to plain http needs the host named again; the refusal says why.
+    let plain = db.cpctl(&[
+        "runners",
+        "update",
+        "--runner",
+        &runner_id,
+        "--url",
+        "http://127.0.0.1:9/hooks",
+    ]);
+    assert!(!plain.status.success());
+    let err = String::from_utf8_lossy(&plain.stderr);
+    assert!(err.contains("must be https"), "{err}");
     // A link-local address (cloud metadata) is refused over https too, with the reason.
     let metadata = db.cpctl(&[
         "runners",
