@@ -53,6 +53,11 @@ pub struct Cli {
     #[arg(long, global = true, env = "CP_KEY_ENCRYPTION_KEY_FILE")]
     pub key_encryption_key_file: Option<std::path::PathBuf>,
 
+    /// Hosts runner delivery URLs may reach over plain http (as the server's
+    /// --delivery-http-hosts; unset: https only, or loopback with CP_DEV).
+    #[arg(long, global = true, env = "CP_DELIVERY_HTTP_HOSTS")]
+    pub delivery_http_hosts: Option<String>,
+
     /// Output format.
     #[arg(
         short = 'o',
@@ -144,8 +149,26 @@ pub enum WebhooksCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum OrgsCommand {
-    Create { name: String },
+    Create {
+        name: String,
+    },
     List,
+    /// Whether the user who requested a workflow revision's approval may approve it too
+    /// (`refuse` by default; audited as `organisation.self_approval_set`).
+    SelfApproval {
+        #[arg(long)]
+        org: Uuid,
+        #[arg(value_enum)]
+        rule: SelfApprovalRule,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SelfApprovalRule {
+    /// The requester may approve their own revision.
+    Allow,
+    /// Another administrator must approve it.
+    Refuse,
 }
 
 #[derive(Debug, Subcommand)]

@@ -26,6 +26,7 @@ fn config_of(cli: &Cli) -> ServerConfig {
     config.webhook_signing_keys = cli.webhook_signing_keys.clone();
     config.key_encryption_key = cli.key_encryption_key.clone();
     config.key_encryption_key_file = cli.key_encryption_key_file.clone();
+    config.delivery_http_hosts = cli.delivery_http_hosts.clone();
     config.db_max_connections = 2;
     config
 }
@@ -113,6 +114,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Orgs(OrgsCommand::List) => {
             output::list(out, &services.list_organisations().await?)
+        }
+        Command::Orgs(OrgsCommand::SelfApproval { org, rule }) => {
+            let allowed = rule == crate::cli::SelfApprovalRule::Allow;
+            services.set_self_approval(org, allowed, &cid).await?;
+            match out {
+                OutputFormat::Json => {
+                    println!(
+                        "{}",
+                        json!({ "organisationId": org, "selfApproval": allowed })
+                    )
+                }
+                OutputFormat::Table => println!(
+                    "self-approval {} in organisation {org}",
+                    if allowed { "allowed" } else { "refused" }
+                ),
+            }
         }
         Command::Workspaces(WorkspacesCommand::Create { org, name }) => {
             let ws = services.create_workspace(org, &name, &cid).await?;

@@ -67,7 +67,9 @@ pub struct DecideArgs {
     #[arg(long)]
     pub reason: String,
     /// Who decides: a user id, or the email of a user of the revision's organisation, who must
-    /// be one of its administrators.
+    /// be one of its administrators, and to approve, not the user who requested the approval
+    /// (unless `cpctl orgs self-approval allow`). Named, not authenticated: the event records
+    /// `"via": "cpctl"`.
     #[arg(long, env = "CP_ACTOR")]
     pub actor: String,
 }

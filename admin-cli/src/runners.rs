@@ -29,7 +29,8 @@ pub enum RunnersCommand {
         #[arg(long)]
         public_key: Option<String>,
         /// Where the runner receives commands: https, or plain http to a host listed in
-        /// CP_DELIVERY_HTTP_HOSTS (loopback by default). Without it the runner receives nothing.
+        /// --delivery-http-hosts / CP_DELIVERY_HTTP_HOSTS (none by default; loopback with
+        /// CP_DEV). Without it the runner receives nothing.
         #[arg(long)]
         url: Option<String>,
     },

@@ -66,7 +66,9 @@ impl Db {
         command
             .args(args)
             .env("DATABASE_URL", &self.url)
-            .env_remove("CP_TOKEN_HASH_KEY");
+            .env_remove("CP_TOKEN_HASH_KEY")
+            .env_remove("CP_DELIVERY_HTTP_HOSTS")
+            .env_remove("CP_DEV");
         if let Some(key) = key {
             command.env("CP_TOKEN_HASH_KEY", key);
         }
@@ -758,9 +760,11 @@ async fn runner_delivery_urls_and_delivery_attempts_from_the_cli() {
     ]));
     let pool_id = pool["id"].as_str().unwrap().to_owned();
 
-    // Plain http goes only to the allowed hosts (loopback by default), credentials never.
+    // Plain http goes only to the hosts listed (none by default, loopback included),
+    // credentials never; the refusal says why.
     for refused in [
         "http://runner.example/hooks",
+        "http://127.0.0.1:9/hooks",
         "https://user:secret@runner.example/hooks",
     ] {
         let out = db.cpctl(&["runners", "register", "--pool", &pool_id, "--url", refused]);
@@ -768,7 +772,11 @@ async fn runner_delivery_urls_and_delivery_attempts_from_the_cli() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("url"), "{err}");
         assert!(!err.contains("secret"), "{err}");
+        if refused.starts_with("http:") {
+            assert!(err.contains("must be https"), "{err}");
+        }
     }
+    // Named explicitly, loopback is allowed.
     let runner = json_of(&db.cpctl(&[
         "runners",
         "register",
@@ -776,6 +784,8 @@ async fn runner_delivery_urls_and_delivery_attempts_from_the_cli() {
         &pool_id,
         "--url",
         "http://127.0.0.1:9/hooks",
+        "--delivery-http-hosts",
+        "127.0.0.1",
         "-o",
         "json",
     ]));
@@ -791,6 +801,18 @@ async fn runner_delivery_urls_and_delivery_attempts_from_the_cli() {
         "json",
     ]));
     assert_eq!(updated["deliveryUrl"], "https://runner.example/hooks");
+    // Moving it back to plain http needs the host named again; the refusal says why.
+    let plain = db.cpctl(&[
+        "runners",
+        "update",
+        "--runner",
+        &runner_id,
+        "--url",
+        "http://127.0.0.1:9/hooks",
+    ]);
+    assert!(!plain.status.success());
+    let err = String::from_utf8_lossy(&plain.stderr);
+    assert!(err.contains("must be https"), "{err}");
     // A link-local address (cloud metadata) is refused over https too, with the reason.
     let metadata = db.cpctl(&[
         "runners",
@@ -1149,8 +1171,10 @@ async fn revisions_are_approved_or_rejected_once_by_an_administrator() {
     // A draft has not been sent for approval: nothing to decide.
     let err = failure(&decide("approve", &r1, "ops@acme.test"));
     assert!(err.contains("invalid_transition"), "{err}");
-    pending(&db, &r1, &admin).await;
-    pending(&db, &r2, &admin).await;
+    // Requested by the member: the administrator decides someone else's request.
+    let member_id = member["id"].as_str().unwrap().to_owned();
+    pending(&db, &r1, &member_id).await;
+    pending(&db, &r2, &member_id).await;
 
     // Approved by an administrator named by email.
     let approved = json_of(&decide("approve", &r1, "ops@acme.test"));
@@ -1235,8 +1259,39 @@ async fn revisions_are_approved_or_rejected_once_by_an_administrator() {
         assert_eq!(kind, "user");
         assert_eq!(*id, Some(admin_id));
         assert_eq!(data["from"], "pending_approval");
+        // The actor was named to cpctl, not authenticated: the event says so.
+        assert_eq!(data["via"], "cpctl");
+        assert_eq!(data["selfApproval"], false);
     }
     assert_eq!(events[1].4["reason"], "not now");
+
+    // Its own requester may not approve a revision, until the organisation allows it.
+    let r3 = revision(&db);
+    pending(&db, &r3, &admin).await;
+    let err = failure(&decide("approve", &r3, &admin));
+    assert!(err.contains("requested this revision"), "{err}");
+    let allowed = json_of(&db.cpctl(&[
+        "orgs",
+        "self-approval",
+        "--org",
+        &org,
+        "allow",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(allowed["selfApproval"], true);
+    let approved = json_of(&decide("approve", &r3, &admin));
+    assert_eq!(approved["state"], "approved", "{approved}");
+    let (data,): (Value,) = sqlx::query_as(
+        "SELECT data FROM audit_events WHERE event_type = 'workflow_revision.approved'
+         AND target_id = $1",
+    )
+    .bind(r3.parse::<uuid::Uuid>().unwrap())
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(data["selfApproval"], true, "{data}");
+    assert_eq!(data["via"], "cpctl");
     drop(conn);
     db.drop_db().await;
 }

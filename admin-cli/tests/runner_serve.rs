@@ -112,6 +112,8 @@ impl ControlPlane {
     async fn start(test: &str) -> Self {
         let (database_url, place) = records(test).await;
         let mut config = ServerConfig::for_database(&database_url);
+        // The test runners listen on loopback over plain http.
+        config.delivery_http_hosts = Some(control_plane::domain::EgressPolicy::LOOPBACK.into());
         let generous = control_plane::config::RateOption(Some(
             control_plane::storage::Rate::parse("100000/m").unwrap(),
         ));

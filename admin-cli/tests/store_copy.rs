@@ -197,6 +197,7 @@ impl Server {
     async fn start(database_url: &str) -> Self {
         let mut config = ServerConfig::for_database(database_url);
         config.key_encryption_key_file = Some(key_file().to_owned());
+        config.delivery_http_hosts = Some(control_plane::domain::EgressPolicy::LOOPBACK.into());
         // Generous, so no budget trips during the test.
         let rate = control_plane::config::RateOption(Some(
             control_plane::storage::Rate::parse("100000/m").unwrap(),

@@ -190,9 +190,10 @@ pub struct ServerConfig {
     pub command_timeout_sweep_secs: u64,
 
     /// Hosts (comma-separated names or addresses) that runner delivery URLs may reach over plain
-    /// http; every other delivery URL must be https. Empty: https only.
-    #[arg(long, env = "CP_DELIVERY_HTTP_HOSTS", default_value = crate::domain::EgressPolicy::LOOPBACK)]
-    pub delivery_http_hosts: String,
+    /// http; every other delivery URL must be https. Empty: https only. Unset: loopback
+    /// (`localhost,127.0.0.1,::1`) with `--dev`, https only without.
+    #[arg(long, env = "CP_DELIVERY_HTTP_HOSTS")]
+    pub delivery_http_hosts: Option<String>,
 
     /// When a webhook delivery is attempted: `0s` (at submission), then the wait after each
     /// failure, each drawn within ±20 % (jitter). Units ms, s, m, h.
@@ -339,6 +340,12 @@ pub struct ServerConfig {
 pub use crate::storage::RecordsLocation;
 
 impl ServerConfig {
+    /// Where deliveries may go: the explicit host list when there is one, else loopback over
+    /// plain http with `--dev` and https only without.
+    pub fn delivery_egress(&self) -> crate::domain::EgressPolicy {
+        crate::domain::EgressPolicy::configured(self.delivery_http_hosts.as_deref(), self.dev)
+    }
+
     pub fn records(&self) -> RecordsLocation {
         records_location(self.database_url.as_deref(), &self.data_dir)
     }

@@ -8,7 +8,7 @@ use poem::Server;
 use poem::listener::{Acceptor, Listener, TcpAcceptor, TcpListener};
 
 use crate::config::{RecordsLocation, ServerConfig};
-use crate::domain::{EgressPolicy, KeyEncryptionKey};
+use crate::domain::KeyEncryptionKey;
 use crate::http::connections::{ConnectionLimits, LimitedAcceptor};
 use crate::http::{HttpSettings, RateSettings, build_app};
 use crate::policy::{
@@ -289,7 +289,7 @@ async fn build_services(
             replay_page: config.audit_stream_replay_page,
         },
         deliveries: DeliverySettings {
-            egress: EgressPolicy::new(&config.delivery_http_hosts),
+            egress: config.delivery_egress(),
             schedule: config.delivery_retry_schedule.clone(),
             connect_timeout: Duration::from_millis(config.delivery_connect_timeout_ms),
             total_timeout: Duration::from_millis(config.delivery_timeout_ms),

@@ -259,6 +259,9 @@ pub fn test_config(database_url: &str) -> ServerConfig {
         test_redis_url()
     };
     config.redis_prefix = format!("cpt:{}:", Uuid::new_v4().simple());
+    // Test runners listen on loopback over plain http: named explicitly, as production would
+    // have to (the default, without --dev, is https only).
+    config.delivery_http_hosts = Some(control_plane::domain::EgressPolicy::LOOPBACK.into());
     // Generous, so the limiter runs on every request without tripping unrelated tests.
     config.rate_limit = control_plane::config::RateOption(Some(
         control_plane::storage::Rate::parse("100000/m").unwrap(),
@@ -470,6 +473,10 @@ impl ServerProcess {
     ) -> Self {
         use std::io::BufRead;
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_control-plane"));
+        match &config.delivery_http_hosts {
+            Some(hosts) => command.env("CP_DELIVERY_HTTP_HOSTS", hosts),
+            None => command.env_remove("CP_DELIVERY_HTTP_HOSTS"),
+        };
         command.envs(env.iter().copied());
         command
             .args(["--listen", "127.0.0.1:0", "--log-format", "json"])

@@ -33,6 +33,7 @@ mod secrets;
 #[path = "../support/services.rs"]
 mod services;
 mod signatures;
+mod tenancy;
 mod time_format;
 mod timeouts;
 mod webhook_keys;

@@ -474,7 +474,13 @@ async fn deletion_and_submission_are_audited_without_argument_values() {
     assert_eq!(submission["target"]["kind"], "runner_command");
     assert_eq!(submission["target"]["id"], command_id);
     assert_eq!(submission["data"]["poolId"], pool.to_string());
-    assert_eq!(submission["data"]["command"], "login");
+    // The command line's length and SHA-256, never its text (docs/decisions.md).
+    assert!(submission["data"].get("command").is_none(), "{submission}");
+    assert_eq!(submission["data"]["commandBytes"], 5);
+    assert_eq!(
+        submission["data"]["commandSha256"],
+        control_plane::domain::text_digest("login").1
+    );
     assert_eq!(submission["data"]["argCount"], 1);
     assert_eq!(submission["data"]["deliveryId"], delivery_id);
     assert!(

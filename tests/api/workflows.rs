@@ -310,7 +310,18 @@ async fn an_administrators_decision_is_seen_by_the_api() {
         assert_eq!(response.status(), 200);
         revisions.push((workflow, revision));
     }
-    let admin = UserRef::parse(&tenant.user_id.to_string()).unwrap();
+    // Another administrator decides: the requester may not approve its own request.
+    let reviewer = app
+        .services
+        .create_user_as(
+            tenant.organisation_id,
+            "reviewer@example.com",
+            true,
+            &CorrelationId::generate(),
+        )
+        .await
+        .unwrap();
+    let admin = UserRef::parse(&reviewer.id.to_string()).unwrap();
     for ((_, revision), to) in revisions
         .iter()
         .zip([RevisionState::Approved, RevisionState::Rejected])
@@ -327,7 +338,7 @@ async fn an_administrators_decision_is_seen_by_the_api() {
             .await
             .expect("decided");
         assert_eq!(decided.state, to);
-        assert_eq!(decided.decided_by, Some(tenant.user_id));
+        assert_eq!(decided.decided_by, Some(reviewer.id));
         // A second decision, either way, is the state machine's conflict.
         for again in [RevisionState::Approved, RevisionState::Rejected] {
             let refused = app
@@ -390,9 +401,10 @@ async fn an_administrators_decision_is_seen_by_the_api() {
         let event = events[0];
         assert_eq!(event["target"]["id"], revision.to_string());
         assert_eq!(event["actor"]["kind"], "user");
-        assert_eq!(event["actor"]["id"], tenant.user_id.to_string());
+        assert_eq!(event["actor"]["id"], reviewer.id.to_string());
         assert_eq!(event["data"]["from"], "pending_approval");
         assert_eq!(event["data"]["reason"], "reviewed");
+        assert_eq!(event["data"]["via"], "cpctl");
     }
 }
 

@@ -432,6 +432,8 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
     let mut config = ServerConfig::for_database(database_url);
+    // The bench's runners listen on loopback over plain http.
+    config.delivery_http_hosts = Some(control_plane::domain::EgressPolicy::LOOPBACK.into());
     let redis = std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty());
     config.redis_url = redis.clone();
     config.redis_prefix = format!("delivery-bench-{}:", Uuid::new_v4().simple());

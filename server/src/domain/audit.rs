@@ -61,6 +61,16 @@ impl Actor {
     }
 }
 
+/// What an event says of a text it must not carry (a command line may hold a password): its
+/// length in UTF-8 bytes and its SHA-256 in lowercase hex. Whoever holds the text can check it
+/// is the one recorded; a reader of the log learns neither the text nor its words.
+pub fn text_digest(text: &str) -> (usize, String) {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(text.as_bytes());
+    let hex = digest.iter().map(|b| format!("{b:02x}")).collect();
+    (text.len(), hex)
+}
+
 /// An audit event to be written in the same transaction as the change it records.
 /// `data` never holds a secret.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,4 +103,17 @@ pub struct AuditEvent {
     pub occurred_at: DateTime<Utc>,
     /// The event's data as stored: JSON text, passed through to readers without re-parsing.
     pub data: Box<serde_json::value::RawValue>,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_text_digest_is_its_length_and_sha256() {
+        let (length, digest) = super::text_digest("abc");
+        assert_eq!(length, 3);
+        assert_eq!(
+            digest,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 }

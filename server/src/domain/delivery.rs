@@ -66,8 +66,8 @@ impl fmt::Display for DeliveryUrl {
 }
 
 /// Where deliveries may go: any `https` URL, and plain `http` only to the hosts an operator
-/// lists (by default loopback, for development and tests on one machine, where the traffic never
-/// leaves the host).
+/// lists (none by default; loopback under `--dev`, for development on one machine, where the
+/// traffic never leaves the host).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressPolicy {
     http_hosts: Vec<String>,
@@ -92,6 +92,16 @@ impl EgressPolicy {
         }
     }
 
+    /// The rule a configuration names: its explicit list when it has one (empty: https only),
+    /// else loopback in development (`--dev`) and https only otherwise.
+    pub fn configured(hosts: Option<&str>, dev: bool) -> Self {
+        match hosts {
+            Some(hosts) => Self::new(hosts),
+            None if dev => Self::new(Self::LOOPBACK),
+            None => Self::default(),
+        }
+    }
+
     pub fn permits(&self, url: &DeliveryUrl) -> Result<(), String> {
         let host = url.host();
         let literal = host.parse::<std::net::IpAddr>().ok();
@@ -104,7 +114,8 @@ impl EgressPolicy {
             Err(format!(
                 "must be https: plain http goes only to the hosts in CP_DELIVERY_HTTP_HOSTS ({})",
                 if self.http_hosts.is_empty() {
-                    "none".to_owned()
+                    "none: https only unless the list names hosts, or loopback under --dev"
+                        .to_owned()
                 } else {
                     self.http_hosts.join(", ")
                 }
@@ -133,9 +144,10 @@ pub fn is_link_local(ip: std::net::IpAddr) -> bool {
     }
 }
 
+/// https only.
 impl Default for EgressPolicy {
     fn default() -> Self {
-        Self::new(Self::LOOPBACK)
+        Self::new("")
     }
 }
 
@@ -249,7 +261,7 @@ mod tests {
 
     #[test]
     fn plain_http_goes_only_to_listed_hosts() {
-        let loopback = EgressPolicy::default();
+        let loopback = EgressPolicy::new(EgressPolicy::LOOPBACK);
         let url = |u| DeliveryUrl::parse(u).unwrap();
         assert!(loopback.permits(&url("http://127.0.0.1:9/x")).is_ok());
         assert!(loopback.permits(&url("http://[::1]:9/x")).is_ok());
@@ -258,6 +270,27 @@ mod tests {
         assert!(loopback.permits(&url("https://runner.example/x")).is_ok());
         let none = EgressPolicy::new("");
         assert!(none.permits(&url("http://127.0.0.1:9/x")).is_err());
+    }
+
+    #[test]
+    fn plain_http_needs_dev_or_an_explicit_list() {
+        let url = |u| DeliveryUrl::parse(u).unwrap();
+        let local = url("http://127.0.0.1:9/x");
+        assert!(EgressPolicy::default().permits(&local).is_err());
+        assert!(
+            EgressPolicy::configured(None, false)
+                .permits(&local)
+                .is_err()
+        );
+        assert!(EgressPolicy::configured(None, true).permits(&local).is_ok());
+        assert!(
+            EgressPolicy::configured(Some(""), true)
+                .permits(&local)
+                .is_err()
+        );
+        let listed = EgressPolicy::configured(Some("runner.internal"), false);
+        assert!(listed.permits(&url("http://runner.internal/x")).is_ok());
+        assert!(listed.permits(&local).is_err());
     }
 
     #[test]

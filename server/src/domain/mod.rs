@@ -17,7 +17,7 @@ mod validation;
 mod webhook;
 mod webhook_secret;
 
-pub use audit::{Actor, ActorKind, AuditEvent, NewAuditEvent};
+pub use audit::{Actor, ActorKind, AuditEvent, NewAuditEvent, text_digest};
 pub use correlation_id::CorrelationId;
 pub use delivery::{DeliveryUrl, EgressPolicy, LINK_LOCAL_REFUSED, RetrySchedule, is_link_local};
 pub use dispatch::{DISPATCH_EVENT_TYPE, DispatchData, DispatchPayload, verify_webhook};

@@ -18,6 +18,16 @@
 //!   is refused with a 400 or 401; and a runner is known only once its signature over the
 //!   body is verified.
 //!
+//! # A replay is an answer like any other
+//!
+//! A stored response (a child token's secret, say) is given only to a caller that may still
+//! perform the operation. The key's record belongs to one token, and that token is
+//! authenticated on every request; before a replay, the operation's authorization is asked
+//! again through the service ([`Services::may_replay`]: the active policy, and an issuer's
+//! current limits), from the input's [`Permitted`] description of the request. Refused, the
+//! caller gets what a fresh request would get (a 403 or 404) and the record stays. A runner's
+//! signed report needs nothing more: its signature was verified against its live keys first.
+//!
 //! Nothing of the record's place or fingerprint is written by a handler: the operation id comes
 //! from the route poem matched, looked up in [`Operations`] (read once from the API's OpenAPI
 //! metadata); method and path are the request's as sent; the principal is the input's
@@ -103,6 +113,7 @@ use super::auth::{AuthOutcome, token_subject};
 use super::error::ApiFailure;
 use super::payload::JsonBody;
 use crate::domain::{IdempotencyKey, RecordCipher};
+use crate::service::{Operation, Permission, Services};
 use crate::storage::held::HeldCommits;
 use crate::storage::{
     Claim, FastStateError, IdempotencyStore, OutcomeRecord, OutcomeStore, StoreError,
@@ -642,6 +653,7 @@ impl Ticket {
         principal: Option<String>,
         quota_owner: Option<String>,
         body_digest: [u8; 32],
+        permission: Option<Permission<'_>>,
     ) -> Result<(), poem::Error> {
         let operation = req
             .data::<PathPattern>()
@@ -665,12 +677,56 @@ impl Ticket {
                 Ok(())
             }
             Claimed::Replay(response) => {
+                if let Some(permission) = permission {
+                    may_replay(req, &permission).await?;
+                }
                 *self.stage() = Stage::Replayed(response);
                 // Stops the handler; [`Idempotency`] answers with the replay instead.
                 Err(ApiFailure::internal().into())
             }
         }
     }
+}
+
+/// Asks the service whether the bearer-authenticated caller may still perform what
+/// `permission` names; refused, the answer a fresh request would get.
+async fn may_replay(req: &Request, permission: &Permission<'_>) -> Result<(), poem::Error> {
+    let services = req.data::<Arc<Services>>();
+    let principal = match req.data::<AuthOutcome>() {
+        Some(AuthOutcome::Authenticated(principal)) => Some(principal),
+        _ => None,
+    };
+    let (Some(services), Some(principal)) = (services, principal) else {
+        tracing::error!("a keyed replay has no services or no authenticated caller");
+        return Err(ApiFailure::internal().into());
+    };
+    services
+        .may_replay(principal, permission)
+        .await
+        .map_err(|e| {
+            tracing::info!("idempotent replay refused: the caller may no longer perform it");
+            ApiFailure::from(e).into()
+        })
+}
+
+/// What a bearer-authenticated operation's parsed body asks to do, with the ids of its path
+/// (`path_id`): asked again before a keyed repeat is answered.
+pub trait Permitted {
+    fn permission<'a>(&'a self, req: &'a Request) -> Permission<'a>;
+}
+
+/// The path variable `name` of `operation`'s route, as the route matched it (the value
+/// `Path<String>` reads); empty when the route has none of that name. poem-openapi registers a
+/// route's variables by position (`:param0`, `:param1`, as the route table's test shows), so
+/// the name is looked up in the operation's template.
+pub fn path_id<'a>(req: &'a Request, operation: Operation, name: &str) -> &'a str {
+    let (_, template) = operation.http();
+    template
+        .split('/')
+        .filter(|segment| segment.starts_with('{'))
+        .position(|segment| segment.trim_matches(['{', '}']) == name)
+        .and_then(|index| req.raw_path_param(&format!("param{index}")))
+        .unwrap_or_default()
 }
 
 /// What an idempotent operation's input tells of its request.
@@ -681,10 +737,13 @@ pub trait IdempotentInput {
     fn quota_owner(&self, req: &Request) -> Option<String>;
     /// SHA-256 of the canonical body.
     fn body_digest(&self) -> [u8; 32];
+    /// What must still be permitted for a replay to be answered; `None`: nothing beyond the
+    /// authentication that already ran.
+    fn permission<'a>(&'a self, req: &'a Request) -> Option<Permission<'a>>;
 }
 
 /// A bearer-authenticated body: the route's security scheme has already accepted the token.
-impl<T> IdempotentInput for JsonBody<T> {
+impl<T: Permitted> IdempotentInput for JsonBody<T> {
     fn principal(&self, req: &Request) -> Option<String> {
         match req.data::<AuthOutcome>()? {
             AuthOutcome::Authenticated(principal) => Some(token_subject(principal)),
@@ -701,6 +760,10 @@ impl<T> IdempotentInput for JsonBody<T> {
 
     fn body_digest(&self) -> [u8; 32] {
         self.digest
+    }
+
+    fn permission<'a>(&'a self, req: &'a Request) -> Option<Permission<'a>> {
+        Some(self.value.permission(req))
     }
 }
 
@@ -755,8 +818,9 @@ where
         if let Some(ticket) = request.data::<Arc<Ticket>>() {
             let (principal, digest) = (input.principal(request), input.body_digest());
             let quota_owner = input.quota_owner(request);
+            let permission = input.permission(request);
             ticket
-                .claim(request, principal, quota_owner, digest)
+                .claim(request, principal, quota_owner, digest, permission)
                 .await?;
         }
         Ok(Self(input))

@@ -1,7 +1,52 @@
 //! A workspace's activity: its audit events, newest first, a page at a time.
+//!
+//! # What a token limited to some environments reads
+//! An event tied to an environment (its data names an `environmentId`: a command submitted
+//! to it) is read only by tokens that reach that environment: unlimited ones, and those limited
+//! to a list that holds it. Events of runner commands and their deliveries
+//! (`runner_command.*`, `webhook_delivery.*`) that name no environment belong to a command
+//! sent to none, or do not say which: they lie outside every limited token, as such a command
+//! does (a limited token cannot submit one) — the rule fails closed. Every other event is about
+//! the workspace itself (pools, runners, tokens, workflows, reviews) and stays readable by any
+//! token allowed to read the workspace's activity. The same rule filters the audit stream
+//! ([`visible_to`], `service/audit.rs`). See docs/decisions.md.
+
+use serde::Deserialize;
+use uuid::Uuid;
 
 use super::{Operation, ServiceError, Services};
 use crate::domain::{AuditEvent, FieldError, Principal, parse_sequence};
+
+/// A limited token's page is filled from at most this many reads of the log; past them the
+/// page is answered as it is (possibly short, even empty) with a cursor to go on from.
+const SCAN_READS: usize = 10;
+
+/// Whether `principal` may read `event` of a workspace it may read (module doc).
+pub(super) fn visible_to(principal: &Principal, event: &AuditEvent) -> bool {
+    if principal.environment_ids.is_empty() {
+        return true;
+    }
+    match environment_of(event) {
+        Some(environment) => principal.environment_ids.contains(&environment),
+        None => !is_command_event(&event.event_type),
+    }
+}
+
+fn is_command_event(event_type: &str) -> bool {
+    event_type.starts_with("runner_command.") || event_type.starts_with("webhook_delivery.")
+}
+
+/// The environment an event's data names, read without parsing the rest of it.
+fn environment_of(event: &AuditEvent) -> Option<Uuid> {
+    #[derive(Deserialize)]
+    struct Tied {
+        #[serde(rename = "environmentId")]
+        environment_id: Option<Uuid>,
+    }
+    serde_json::from_str::<Tied>(event.data.get())
+        .ok()
+        .and_then(|tied| tied.environment_id)
+}
 
 /// A validated page request: `limit` 1..=100 (default 50) and an opaque cursor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,18 +107,35 @@ impl Services {
             .await?;
         let workspace_id =
             uuid::Uuid::parse_str(workspace).map_err(|_| ServiceError::forbidden("no access"))?;
-        // One extra row tells whether another page exists without a count query.
-        let mut items = self
-            .store
-            .list_events(workspace_id, page.before, page.limit + 1)
-            .await?;
-        let more = items.len() > page.limit as usize;
-        items.truncate(page.limit as usize);
-        let next_cursor = if more {
-            items.last().and_then(|e| e.sequence).map(encode_cursor)
-        } else {
-            None
-        };
+        // One extra row tells whether another page exists without a count query. A token that
+        // reads every event is served by the first read; a limited one reads on while the
+        // events it may not see leave its page short, up to `SCAN_READS` reads.
+        let (limit, batch) = (page.limit as usize, page.limit + 1);
+        let mut items = Vec::with_capacity(batch as usize);
+        let mut before = page.before;
+        for _ in 0..SCAN_READS {
+            let events = self.store.list_events(workspace_id, before, batch).await?;
+            let exhausted = events.len() < batch as usize;
+            for event in events {
+                before = event.sequence;
+                if visible_to(principal, &event) {
+                    items.push(event);
+                }
+            }
+            if items.len() > limit {
+                items.truncate(limit);
+                let next_cursor = items.last().and_then(|e| e.sequence).map(encode_cursor);
+                return Ok(ActivityPage { items, next_cursor });
+            }
+            if exhausted {
+                return Ok(ActivityPage {
+                    items,
+                    next_cursor: None,
+                });
+            }
+        }
+        // Out of reads: go on below the last event looked at.
+        let next_cursor = before.map(encode_cursor);
         Ok(ActivityPage { items, next_cursor })
     }
 }

@@ -34,6 +34,11 @@
 //! Events committed between such a change and its check (at most [`RECHECK`]) may still be sent;
 //! only the first two causes are ordered exactly against the workspace's sequence.
 //!
+//! # What it carries
+//! The events a token may read (`service/activity.rs`: a token limited to some environments
+//! reads none tied to others), of the types asked for; skipped ones move the stream's place
+//! on all the same, so a resumed stream does not see them either.
+//!
 //! # A stream is bounded
 //! - **How many**: a stream holds a permit from `stream_permits` while it is open; the token's
 //!   cap and the workspace's refuse the next one with a 429, this process's with a 503.
@@ -245,7 +250,9 @@ impl Cursor {
                     return Ok(StreamItem::End(StreamEnd::MaxAge));
                 }
                 self.last = seq;
-                if self.types.is_empty() || self.types.iter().any(|t| *t == event.event_type) {
+                let wanted =
+                    self.types.is_empty() || self.types.iter().any(|t| *t == event.event_type);
+                if wanted && super::activity::visible_to(&self.access.principal, &event) {
                     return Ok(StreamItem::Event(event));
                 }
                 continue;

@@ -10,6 +10,7 @@ mod authz;
 mod deliveries;
 mod error;
 mod keys;
+mod permissions;
 mod policies;
 mod reviews;
 mod runner_secrets;
@@ -37,6 +38,7 @@ pub use error::ServiceError;
 pub use keys::{
     KeySource, load_record_cipher, load_secrets_cipher, load_token_hasher, load_webhook_signer,
 };
+pub use permissions::Permission;
 pub use policies::{CompiledCache, parse_reference};
 pub use reviews::{ModeratedReview, ReportReviewInput, ReviewInput, decision_of};
 pub use runner_secrets::{MAX_SECRET_OVERLAP, RotatedSecret};

@@ -5,7 +5,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::admin::{admin_event, parse_name};
-use super::{Operation, ServiceError, Services};
+use super::{Permission, ServiceError, Services};
 use crate::domain::{
     Actor, CorrelationId, FieldError, NewAuditEvent, Principal, ReportReason, ReviewStatus,
     ValidationErrors, parse_uuid,
@@ -175,13 +175,8 @@ impl Services {
         input: ReviewInput,
         cid: &CorrelationId,
     ) -> Result<ModeratedReview, ServiceError> {
-        self.authorize(
-            principal,
-            Operation::WriteReview,
-            None,
-            vec![("pluginId", plugin.to_owned())],
-        )
-        .await?;
+        self.authorize_permission(principal, &Permission::WriteReview { plugin })
+            .await?;
         let not_found = || ServiceError::not_found("no such plugin");
         let plugin_id = parse_uuid(plugin).ok_or_else(not_found)?;
         self.store
@@ -254,16 +249,8 @@ impl Services {
         input: ReportReviewInput,
         cid: &CorrelationId,
     ) -> Result<(Report, Review), ServiceError> {
-        self.authorize(
-            principal,
-            Operation::ReportReview,
-            None,
-            vec![
-                ("pluginId", plugin.to_owned()),
-                ("reviewId", review.to_owned()),
-            ],
-        )
-        .await?;
+        self.authorize_permission(principal, &Permission::ReportReview { plugin, review })
+            .await?;
         let not_found = || ServiceError::not_found("no such review of this plugin");
         let (plugin_id, review_id) = parse_uuid(plugin)
             .zip(parse_uuid(review))

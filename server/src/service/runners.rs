@@ -7,11 +7,11 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::admin::{admin_event, parse_name};
-use super::{Operation, ServiceError, Services};
+use super::{Permission, ServiceError, Services};
 use crate::domain::{
     Actor, CLOCK_TOLERANCE_SECS, CommandStatus, CorrelationId, DeliveryStatus, FieldError,
     NewAuditEvent, Principal, RunnerSecret, RunnerSignature, ValidationErrors, parse_uuid,
-    signing_message,
+    signing_message, text_digest,
 };
 use crate::storage::{
     CommandTimeout, DeletePool, DeletePoolOutcome, DeliveryTransition, OverdueCommand, Runner,
@@ -410,13 +410,8 @@ impl Services {
         input: DeletePoolInput,
         cid: &CorrelationId,
     ) -> Result<(RunnerPool, u64), ServiceError> {
-        self.authorize(
-            principal,
-            Operation::DeleteRunnerPool,
-            Some(workspace),
-            vec![("poolId", pool.to_owned())],
-        )
-        .await?;
+        self.authorize_permission(principal, &Permission::DeleteRunnerPool { workspace, pool })
+            .await?;
         let workspace_id =
             parse_uuid(workspace).ok_or_else(|| ServiceError::forbidden("no access"))?;
         let pool_id =
@@ -467,17 +462,11 @@ impl Services {
         input: SubmitCommandInput,
         cid: &CorrelationId,
     ) -> Result<(RunnerCommand, WebhookDelivery), ServiceError> {
-        let mut resources = vec![("poolId", input.pool_id.to_string())];
-        if let Some(env) = input.environment_id {
-            resources.push(("environmentId", env.to_string()));
-        }
-        self.authorize(
-            principal,
-            Operation::SubmitRunnerCommand,
-            Some(workspace),
-            resources,
-        )
-        .await?;
+        let permission = Permission::SubmitRunnerCommand {
+            workspace,
+            input: &input,
+        };
+        self.authorize_permission(principal, &permission).await?;
         let workspace_id =
             parse_uuid(workspace).ok_or_else(|| ServiceError::forbidden("no access"))?;
         if let Some(env) = input.environment_id {
@@ -530,7 +519,10 @@ impl Services {
             created_at: now,
             updated_at: now,
         };
-        // The arguments may carry anything; the audit log keeps their count, not their values.
+        // The command line and its arguments may carry anything (a password): the audit log
+        // keeps the line's length and digest and the arguments' count, never their text. The
+        // runner gets the text in its dispatch; the command's record keeps it.
+        let (command_bytes, command_sha256) = text_digest(&command.command);
         let event = user_event(
             principal,
             workspace_id,
@@ -540,7 +532,8 @@ impl Services {
             cid,
             json!({
                 "poolId": command.pool_id,
-                "command": command.command,
+                "commandBytes": command_bytes,
+                "commandSha256": command_sha256,
                 "argCount": command.args.len(),
                 "environmentId": command.environment_id,
                 "timeoutSeconds": command.timeout_seconds,

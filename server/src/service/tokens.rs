@@ -4,7 +4,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{AuthzRequest, Decision, DenyStatus, Operation, ServiceError, Services};
+use super::{AuthzRequest, Decision, DenyStatus, Operation, Permission, ServiceError, Services};
 use crate::domain::{
     Actor, CorrelationId, ExpiresInDays, FieldError, NewAuditEvent, Principal, RevocationReason,
     Scopes, Timestamp, TokenName, TokenSecret, ValidationErrors, parse_uuid,
@@ -50,6 +50,51 @@ impl IssueTokenInput {
             expires_in_days,
         })
     }
+}
+
+/// The issuer's own limits, which a new token stays within: its workspaces (which a revocation
+/// may have narrowed since), its scopes and its environments. 403 otherwise. Asked again
+/// before a keyed repeat is answered with the stored credential (`service/permissions.rs`).
+pub(super) fn within_issuer(
+    principal: &Principal,
+    input: &IssueTokenInput,
+) -> Result<(), ServiceError> {
+    let foreign: Vec<Uuid> = input
+        .workspace_ids
+        .iter()
+        .copied()
+        .filter(|w| !principal.has_workspace(*w))
+        .collect();
+    if !foreign.is_empty() {
+        return Err(ServiceError::Forbidden {
+            reason: "the caller's token has no access to some of these workspaces".into(),
+            details: Some(json!({ "field": "workspaceIds", "workspaceIds": foreign })),
+        });
+    }
+    let missing = input.scopes.missing_from(&principal.scopes);
+    if !missing.is_empty() {
+        let missing: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
+        return Err(ServiceError::Forbidden {
+            reason: "a token cannot grant scopes its issuer lacks".into(),
+            details: Some(json!({ "field": "scopes", "scopes": missing })),
+        });
+    }
+    if !principal.environment_ids.is_empty() {
+        // A caller limited to some environments may not issue an unlimited token.
+        let outside: Vec<Uuid> = input
+            .environment_ids
+            .iter()
+            .copied()
+            .filter(|e| !principal.environment_ids.contains(e))
+            .collect();
+        if input.environment_ids.is_empty() || !outside.is_empty() {
+            return Err(ServiceError::Forbidden {
+                reason: "the caller's token is limited to other environments".into(),
+                details: Some(json!({ "field": "environmentIds", "environmentIds": outside })),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn dedup(ids: Vec<Uuid>) -> Vec<Uuid> {
@@ -174,47 +219,13 @@ impl Services {
         input: IssueTokenInput,
         correlation_id: &CorrelationId,
     ) -> Result<IssuedCredential, ServiceError> {
-        self.authorize(principal, Operation::IssueToken, None, vec![])
+        self.authorize_permission(principal, &Permission::IssueToken(&input))
             .await?;
         // Another organisation and all it holds look exactly like ids that do not exist.
         let found = self
             .check_targets_exist(&input, Some(principal.organisation_id))
             .await?;
-        let foreign: Vec<Uuid> = input
-            .workspace_ids
-            .iter()
-            .copied()
-            .filter(|w| !principal.has_workspace(*w))
-            .collect();
-        if !foreign.is_empty() {
-            return Err(ServiceError::Forbidden {
-                reason: "the caller's token has no access to some of these workspaces".into(),
-                details: Some(json!({ "field": "workspaceIds", "workspaceIds": foreign })),
-            });
-        }
-        let missing = input.scopes.missing_from(&principal.scopes);
-        if !missing.is_empty() {
-            let missing: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
-            return Err(ServiceError::Forbidden {
-                reason: "a token cannot grant scopes its issuer lacks".into(),
-                details: Some(json!({ "field": "scopes", "scopes": missing })),
-            });
-        }
-        if !principal.environment_ids.is_empty() {
-            // A caller limited to some environments may not issue an unlimited token.
-            let outside: Vec<Uuid> = input
-                .environment_ids
-                .iter()
-                .copied()
-                .filter(|e| !principal.environment_ids.contains(e))
-                .collect();
-            if input.environment_ids.is_empty() || !outside.is_empty() {
-                return Err(ServiceError::Forbidden {
-                    reason: "the caller's token is limited to other environments".into(),
-                    details: Some(json!({ "field": "environmentIds", "environmentIds": outside })),
-                });
-            }
-        }
+        within_issuer(principal, &input)?;
         self.insert_token(
             principal.user_id,
             input,
@@ -424,13 +435,8 @@ impl Services {
         cascade: bool,
         correlation_id: &CorrelationId,
     ) -> Result<RevokeOutcome, ServiceError> {
-        self.authorize(
-            principal,
-            Operation::RevokeToken,
-            Some(workspace),
-            vec![("tokenId", token.to_owned())],
-        )
-        .await?;
+        self.authorize_permission(principal, &Permission::RevokeToken { workspace, token })
+            .await?;
         let workspace_id =
             parse_uuid(workspace).ok_or_else(|| ServiceError::forbidden("no access"))?;
         let token_id = parse_uuid(token).ok_or_else(no_grant)?;

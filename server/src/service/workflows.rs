@@ -5,7 +5,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::admin::{UserRef, admin_event, parse_name};
-use super::{Operation, ServiceError, Services};
+use super::{Permission, ServiceError, Services};
 use crate::domain::{
     Actor, CorrelationId, FieldError, NewAuditEvent, Principal, RevisionState, ValidationErrors,
     bounded_text, parse_uuid,
@@ -14,6 +14,15 @@ use crate::storage::{RevisionDecision, Workflow, WorkflowRevision};
 
 /// The longest `--reason` of an approval decision.
 pub const DECISION_REASON_MAX: usize = 1000;
+
+/// How a decision reaches the service: `cpctl`, which names its actor (`--actor`) without
+/// authenticating it. Every decision event says so.
+const DECIDED_VIA: &str = "cpctl";
+
+/// The setting under which an organisation allows a revision's requester to approve it.
+fn self_approval_key(organisation_id: Uuid) -> String {
+    format!("org:{organisation_id}:workflow_self_approval")
+}
 
 impl Services {
     pub async fn create_workflow(
@@ -101,16 +110,12 @@ impl Services {
         comment: Option<String>,
         cid: &CorrelationId,
     ) -> Result<WorkflowRevision, ServiceError> {
-        self.authorize(
-            principal,
-            Operation::RequestWorkflowApproval,
-            Some(workspace),
-            vec![
-                ("workflowId", workflow.to_owned()),
-                ("revisionId", revision.to_owned()),
-            ],
-        )
-        .await?;
+        let permission = Permission::RequestWorkflowApproval {
+            workspace,
+            workflow,
+            revision,
+        };
+        self.authorize_permission(principal, &permission).await?;
         let workspace_id =
             parse_uuid(workspace).ok_or_else(|| ServiceError::forbidden("no access"))?;
         let not_found = || ServiceError::not_found("no such workflow revision in this workspace");
@@ -161,9 +166,53 @@ impl Services {
             .ok_or_else(|| conflict("no longer a draft"))
     }
 
+    /// Whether the organisation lets a revision's requester approve it (off unless set).
+    async fn self_approval_allowed(&self, organisation_id: Uuid) -> Result<bool, ServiceError> {
+        let value = self
+            .store
+            .setting_get(&self_approval_key(organisation_id))
+            .await?;
+        Ok(value.as_deref() == Some("allowed"))
+    }
+
+    /// Allows (or again refuses) approvals by a revision's own requester in an organisation;
+    /// audited as `organisation.self_approval_set`.
+    pub async fn set_self_approval(
+        &self,
+        organisation_id: Uuid,
+        allowed: bool,
+        cid: &CorrelationId,
+    ) -> Result<(), ServiceError> {
+        if !self
+            .store
+            .list_organisations()
+            .await?
+            .iter()
+            .any(|o| o.id == organisation_id)
+        {
+            return Err(ServiceError::not_found("no such organisation"));
+        }
+        let event = admin_event(
+            organisation_id,
+            None,
+            "organisation.self_approval_set",
+            "organisation",
+            organisation_id,
+            cid,
+            json!({ "allowed": allowed, "via": DECIDED_VIA }),
+        );
+        let value = if allowed { "allowed" } else { "refused" };
+        Ok(self
+            .store
+            .setting_put(&self_approval_key(organisation_id), value, &event)
+            .await?)
+    }
+
     /// `pending_approval → approved | rejected` (`to`), decided by `actor`: a user of the
-    /// revision's organisation who is one of its administrators. Audited as
-    /// `workflow_revision.approved` or `.rejected`, with the user as the actor, in the decision's
+    /// revision's organisation who is one of its administrators, and for an approval not the
+    /// user who requested it (unless the organisation allows it: [`Self::set_self_approval`]).
+    /// Audited as `workflow_revision.approved` or `.rejected`, with the named user as the actor
+    /// and `"via": "cpctl"` (the actor is named, not authenticated), in the decision's
     /// transaction. A revision in any other state (a second decision included) is a conflict
     /// `invalid_transition`.
     pub async fn decide_revision(
@@ -207,6 +256,21 @@ impl Services {
         if !current.state.can_move_to(to) {
             return Err(conflict(current.state));
         }
+        // Rejecting one's own request withdraws it; approving it is the four-eyes rule's case.
+        let own = current.requested_by == Some(user.id);
+        if own
+            && to == RevisionState::Approved
+            && !self
+                .self_approval_allowed(workspace.organisation_id)
+                .await?
+        {
+            return Err(ServiceError::Forbidden {
+                reason: "the actor requested this revision's approval; another administrator \
+                         must approve it (or allow it: cpctl orgs self-approval allow)"
+                    .into(),
+                details: Some(json!({ "requestedBy": user.id })),
+            });
+        }
         let now = Self::now();
         let event = NewAuditEvent {
             organisation_id: workspace.organisation_id,
@@ -223,6 +287,9 @@ impl Services {
                 "from": current.state.as_str(),
                 "to": to.as_str(),
                 "reason": reason,
+                "via": DECIDED_VIA,
+                "requestedBy": current.requested_by,
+                "selfApproval": own && to == RevisionState::Approved,
             }),
         };
         let decision = RevisionDecision {

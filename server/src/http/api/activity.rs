@@ -163,7 +163,12 @@ pub struct ActivityApi;
 impl ActivityApi {
     /// List a workspace's activity
     ///
-    /// Requires `activity:read` on the workspace. Newest first, `limit` items per page.
+    /// Requires `activity:read` on the workspace. Newest first, at most `limit` items per page.
+    ///
+    /// A token limited to some environments reads no event tied to another environment (one
+    /// whose data names another `environmentId`), nor events of commands sent to no
+    /// environment; its page may then hold fewer than `limit` items, even none, while
+    /// `nextCursor` says more of the log remains.
     #[oai(
         path = "/workspaces/:workspaceId/activity",
         method = "get",

@@ -137,7 +137,8 @@ impl AuditApi {
     /// Requires `audit:read` on the workspace. Server-Sent Events: with `Last-Event-ID` (or
     /// `after`) the durable log is replayed from that sequence, then live events follow, from
     /// every replica, with no gap and no duplicate. Without either, only events from now on.
-    /// A comment line is sent every 15 seconds when idle.
+    /// A comment line is sent every 15 seconds when idle. A token limited to some environments
+    /// gets the events `GET activity` would list for it, no others.
     ///
     /// The stream lasts only as long as the token may read it, on every replica: it ends with a
     /// last comment saying why (`: access revoked`, `: token expired`, `: access denied`) within

@@ -14,9 +14,11 @@ use crate::domain::{CorrelationId, ReportReason, ReviewStatus, Timestamp, Valida
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
 use crate::http::fields::{Rating, Text, request_body};
-use crate::http::idempotency::Idempotent;
+use crate::http::idempotency::{Idempotent, Permitted, path_id};
 use crate::http::payload::{FromJson, JsonBody};
-use crate::service::{ModeratedReview, ReportReviewInput, ReviewInput, Services};
+use crate::service::{
+    ModeratedReview, Operation, Permission, ReportReviewInput, ReviewInput, Services,
+};
 
 request_body! {
     /// Request body of a review.
@@ -145,6 +147,23 @@ pub enum ReportReviewResponse {
 
 error_responses!(PutReviewErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
 error_responses!(ReportReviewErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
+
+impl Permitted for ReviewInput {
+    fn permission<'a>(&'a self, req: &'a poem::Request) -> Permission<'a> {
+        Permission::WriteReview {
+            plugin: path_id(req, Operation::WriteReview, "pluginId"),
+        }
+    }
+}
+
+impl Permitted for ReportReviewInput {
+    fn permission<'a>(&'a self, req: &'a poem::Request) -> Permission<'a> {
+        Permission::ReportReview {
+            plugin: path_id(req, Operation::ReportReview, "pluginId"),
+            review: path_id(req, Operation::ReportReview, "reviewId"),
+        }
+    }
+}
 
 pub struct ReviewsApi;
 

@@ -15,9 +15,11 @@ use crate::domain::{CommandStatus, CorrelationId, DeliveryStatus, Timestamp, Val
 use crate::http::auth::{BearerAuth, Signed};
 use crate::http::error::error_responses;
 use crate::http::fields::{CommandArg, List, ReportedStatus, Text, TimeoutSeconds, request_body};
-use crate::http::idempotency::Idempotent;
+use crate::http::idempotency::{Idempotent, Permitted, path_id};
 use crate::http::payload::{FromJson, JsonBody};
-use crate::service::{DeletePoolInput, DeliveryStatusInput, Services, SubmitCommandInput};
+use crate::service::{
+    DeletePoolInput, DeliveryStatusInput, Operation, Permission, Services, SubmitCommandInput,
+};
 use crate::storage::{RunnerCommand, RunnerPool, WebhookDelivery};
 
 request_body! {
@@ -199,6 +201,24 @@ pub enum DeliveryStatusResponse {
 error_responses!(DeletePoolErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
 error_responses!(SubmitCommandErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
 error_responses!(DeliveryStatusErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
+
+impl Permitted for DeletePoolInput {
+    fn permission<'a>(&'a self, req: &'a poem::Request) -> Permission<'a> {
+        Permission::DeleteRunnerPool {
+            workspace: path_id(req, Operation::DeleteRunnerPool, "workspaceId"),
+            pool: path_id(req, Operation::DeleteRunnerPool, "poolId"),
+        }
+    }
+}
+
+impl Permitted for SubmitCommandInput {
+    fn permission<'a>(&'a self, req: &'a poem::Request) -> Permission<'a> {
+        Permission::SubmitRunnerCommand {
+            workspace: path_id(req, Operation::SubmitRunnerCommand, "workspaceId"),
+            input: self,
+        }
+    }
+}
 
 pub struct RunnersApi;
 

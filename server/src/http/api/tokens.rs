@@ -16,9 +16,9 @@ use crate::domain::{
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
 use crate::http::fields::{List, request_body};
-use crate::http::idempotency::Idempotent;
+use crate::http::idempotency::{Idempotent, Permitted, path_id};
 use crate::http::payload::{FromJson, JsonBody};
-use crate::service::{IssueTokenInput, IssuedCredential, Services};
+use crate::service::{IssueTokenInput, IssuedCredential, Operation, Permission, Services};
 
 request_body! {
     /// Request body of token issuance. No other properties are allowed.
@@ -47,6 +47,12 @@ impl FromJson for IssueTokenInput {
             body.environment_ids.0,
             body.expires_in_days,
         )
+    }
+}
+
+impl Permitted for IssueTokenInput {
+    fn permission<'a>(&'a self, _req: &'a poem::Request) -> Permission<'a> {
+        Permission::IssueToken(self)
     }
 }
 
@@ -117,6 +123,15 @@ impl FromJson for RevokeRequest {
             reason: body.reason,
             cascade: body.cascade,
         })
+    }
+}
+
+impl Permitted for RevokeRequest {
+    fn permission<'a>(&'a self, req: &'a poem::Request) -> Permission<'a> {
+        Permission::RevokeToken {
+            workspace: path_id(req, Operation::RevokeToken, "workspaceId"),
+            token: path_id(req, Operation::RevokeToken, "tokenId"),
+        }
     }
 }
 

@@ -13,9 +13,9 @@ use crate::domain::{CorrelationId, RevisionState, Timestamp, ValidationErrors};
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
 use crate::http::fields::{Text, request_body};
-use crate::http::idempotency::Idempotent;
+use crate::http::idempotency::{Idempotent, Permitted, path_id};
 use crate::http::payload::{FromJson, JsonBody};
-use crate::service::Services;
+use crate::service::{Operation, Permission, Services};
 use crate::storage::WorkflowRevision;
 
 /// The optional comment of an approval request.
@@ -30,6 +30,16 @@ request_body! {
     pub struct RequestApprovalInput {
         /// A note for the approvers; kept with the revision and in the audit log.
         "comment" => comment: optional Text<{ ApprovalComment::MAX_CHARS }>,
+    }
+}
+
+impl Permitted for ApprovalComment {
+    fn permission<'a>(&'a self, req: &'a poem::Request) -> Permission<'a> {
+        Permission::RequestWorkflowApproval {
+            workspace: path_id(req, Operation::RequestWorkflowApproval, "workspaceId"),
+            workflow: path_id(req, Operation::RequestWorkflowApproval, "workflowId"),
+            revision: path_id(req, Operation::RequestWorkflowApproval, "revisionId"),
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 
+use crate::domain::NewAuditEvent;
 use crate::storage::StoreError;
 
 /// Server-wide settings, such as a generated key kept for the next start.
@@ -23,4 +24,12 @@ pub trait SettingsStore: Send + Sync {
         expected: &str,
         value: &str,
     ) -> Result<bool, StoreError>;
+    /// Sets `key` to `value` (inserting or replacing it), with the event that records the
+    /// change, in one transaction.
+    async fn setting_put(
+        &self,
+        key: &str,
+        value: &str,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError>;
 }

@@ -2,7 +2,8 @@
 
 use async_trait::async_trait;
 
-use super::super::{Store, map_err};
+use super::super::{Store, insert_event, map_err};
+use crate::domain::NewAuditEvent;
 use crate::storage::{SettingsStore, StoreError};
 
 #[async_trait]
@@ -67,5 +68,25 @@ impl SettingsStore for Store {
             == 1;
         self.commit(tx, &[]).await?;
         Ok(replaced)
+    }
+
+    async fn setting_put(
+        &self,
+        key: &str,
+        value: &str,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO settings (key, value) VALUES ($1, $2)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )
+        .bind(key)
+        .bind(value)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, &[event.workspace_id]).await
     }
 }

@@ -1,0 +1,124 @@
+//! What a caller asks to do, asked of the authorizer the same way when an operation runs and
+//! when a keyed repeat of it would be answered with the stored response.
+//!
+//! An idempotent replay (`http/idempotency.rs`) returns what the first run returned, a child
+//! token's secret included. It is an answer like any other: it is given only to a caller that
+//! may still perform the operation. So before a replay the authorizer is asked the operation's
+//! question again (scopes, workspace membership, whatever the active policy decides), and
+//! issuance re-checks that the requested token is still within the issuer's own limits
+//! ([`within_issuer`](super::tokens::within_issuer)): a grant revoked since is what narrows
+//! them. Anything refused is answered as a fresh request would be (403, 404), and the stored
+//! response is not sent; the record stays, so a caller allowed again gets it.
+//!
+//! Not asked again: rules that read the state the first run changed (the pool it deleted, the
+//! grant it revoked, the active token count it raised) — a repeat must not fail because its own
+//! first run succeeded — and the token's environment limits, which never change on a token. A
+//! runner's signed report needs nothing more: its signature is verified against the runner's
+//! live keys on every request, replays included, before the key is looked at.
+
+use super::{IssueTokenInput, Operation, ServiceError, Services, SubmitCommandInput};
+use crate::domain::Principal;
+
+/// One bearer-authenticated change as the caller asks it, with the ids from its path.
+#[derive(Debug, Clone, Copy)]
+pub enum Permission<'a> {
+    IssueToken(&'a IssueTokenInput),
+    RevokeToken {
+        workspace: &'a str,
+        token: &'a str,
+    },
+    DeleteRunnerPool {
+        workspace: &'a str,
+        pool: &'a str,
+    },
+    SubmitRunnerCommand {
+        workspace: &'a str,
+        input: &'a SubmitCommandInput,
+    },
+    RequestWorkflowApproval {
+        workspace: &'a str,
+        workflow: &'a str,
+        revision: &'a str,
+    },
+    WriteReview {
+        plugin: &'a str,
+    },
+    ReportReview {
+        plugin: &'a str,
+        review: &'a str,
+    },
+}
+
+impl Permission<'_> {
+    /// The authorizer's question: the operation, the workspace and the other resources named.
+    fn question(&self) -> (Operation, Option<&str>, Vec<(&'static str, String)>) {
+        let own = |s: &str| s.to_owned();
+        match *self {
+            Permission::IssueToken(_) => (Operation::IssueToken, None, vec![]),
+            Permission::RevokeToken { workspace, token } => (
+                Operation::RevokeToken,
+                Some(workspace),
+                vec![("tokenId", own(token))],
+            ),
+            Permission::DeleteRunnerPool { workspace, pool } => (
+                Operation::DeleteRunnerPool,
+                Some(workspace),
+                vec![("poolId", own(pool))],
+            ),
+            Permission::SubmitRunnerCommand { workspace, input } => {
+                let mut resources = vec![("poolId", input.pool_id.to_string())];
+                if let Some(env) = input.environment_id {
+                    resources.push(("environmentId", env.to_string()));
+                }
+                (Operation::SubmitRunnerCommand, Some(workspace), resources)
+            }
+            Permission::RequestWorkflowApproval {
+                workspace,
+                workflow,
+                revision,
+            } => (
+                Operation::RequestWorkflowApproval,
+                Some(workspace),
+                vec![("workflowId", own(workflow)), ("revisionId", own(revision))],
+            ),
+            Permission::WriteReview { plugin } => (
+                Operation::WriteReview,
+                None,
+                vec![("pluginId", own(plugin))],
+            ),
+            Permission::ReportReview { plugin, review } => (
+                Operation::ReportReview,
+                None,
+                vec![("pluginId", own(plugin)), ("reviewId", own(review))],
+            ),
+        }
+    }
+}
+
+impl Services {
+    /// Asks the active authorizer whether `principal` may do what `permission` names: every
+    /// operation's first check.
+    pub(super) async fn authorize_permission(
+        &self,
+        principal: &Principal,
+        permission: &Permission<'_>,
+    ) -> Result<(), ServiceError> {
+        let (operation, workspace, resources) = permission.question();
+        self.authorize(principal, operation, workspace, resources)
+            .await
+    }
+
+    /// Whether the stored response of a keyed request may be given to `principal` now: the
+    /// authorizer's answer, and for issuance the issuer's current limits (module doc).
+    pub async fn may_replay(
+        &self,
+        principal: &Principal,
+        permission: &Permission<'_>,
+    ) -> Result<(), ServiceError> {
+        self.authorize_permission(principal, permission).await?;
+        if let Permission::IssueToken(input) = permission {
+            super::tokens::within_issuer(principal, input)?;
+        }
+        Ok(())
+    }
+}
