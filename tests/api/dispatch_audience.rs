@@ -15,7 +15,7 @@ use control_plane::domain::{
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::deliveries::{Answer, Received, Receiver};
+use crate::deliveries::{Answer, Received, Receiver, published_keys};
 use crate::helpers::{
     TestApp, WEBHOOK_PYTHON_VAR, captured_logs, create_pool, needs, spawn_app_with, sql_one,
 };
