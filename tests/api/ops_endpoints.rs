@@ -302,3 +302,43 @@ async fn the_operator_routes_can_have_their_own_listener() {
         .unwrap();
     assert_eq!(doc.status(), 404);
 }
+
+/// A request refused before it reaches its route (a 429 from the token's budget, a 401) is
+/// counted under its operation, not `other`.
+#[tokio::test]
+async fn a_refusal_before_routing_is_counted_under_its_operation() {
+    use control_plane::config::RateOption;
+    use control_plane::storage::Rate;
+
+    let app =
+        spawn_app_with(|c| c.rate_limit = RateOption(Some(Rate::parse("1/m").unwrap()))).await;
+    let tenant = app.bootstrap().await;
+    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let statuses: Vec<u16> = two_statuses(&app, &path, &tenant.token).await;
+    assert_eq!(statuses, [200, 429], "the second spends an empty budget");
+    let anonymous = app.request(Method::GET, &path).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let text = app.metrics().await;
+    let requests = series(&text, "http_requests_total");
+    for status in ["429", "401"] {
+        assert!(
+            requests
+                .iter()
+                .any(|l| l.contains(r#"operation="listActivity""#)
+                    && l.contains(&format!(r#"status="{status}""#))),
+            "{status}: {requests:?}"
+        );
+    }
+    assert!(
+        !requests.iter().any(|l| l.contains(r#"operation="other""#)),
+        "{requests:?}"
+    );
+}
+
+async fn two_statuses(app: &crate::helpers::TestApp, path: &str, token: &str) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    for _ in 0..2 {
+        statuses.push(app.get(path, token).send().await.unwrap().status().as_u16());
+    }
+    statuses
+}

@@ -263,6 +263,12 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
 
         let status = response.status();
         let elapsed = started.elapsed();
+        // Refused before routing (a 429, a 401, a 413): named by its route all the same.
+        let operation = operation.or_else(|| {
+            self.allowed
+                .as_ref()
+                .and_then(|a| a.operation(&method, &path))
+        });
         let operation = operation.unwrap_or(if status == StatusCode::NOT_FOUND {
             "unmatched"
         } else {

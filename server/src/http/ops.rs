@@ -210,49 +210,85 @@ pub fn document_routes(
     }
 }
 
-/// The methods each route accepts, for the `Allow` header of a 405 (RFC 9110 §15.5.6).
-pub struct AllowedMethods(Vec<(Vec<String>, String)>);
+/// The routes: the methods each accepts, for the `Allow` header of a 405 (RFC 9110 §15.5.6),
+/// and the operation each method names, so a request refused before routing (a 429, a 401) is
+/// still counted under its operation.
+pub struct AllowedMethods(Vec<RouteMethods>);
+
+struct RouteMethods {
+    segments: Vec<String>,
+    allow: String,
+    operations: Vec<(Method, &'static str)>,
+}
 
 impl AllowedMethods {
     /// The document's operations, and the routes outside it (all `GET`).
     pub fn of(apis: &[MetaApi], plain_get: &[&str]) -> Self {
-        let mut routes: Vec<(Vec<String>, Vec<Method>)> = Vec::new();
+        // Each route's segments, and its methods with the operation each names.
+        type Methods = Vec<(Method, Option<&'static str>)>;
+        let mut routes: Vec<(Vec<String>, Methods)> = Vec::new();
         let documented = apis.iter().flat_map(|api| &api.paths).flat_map(|path| {
             path.operations
                 .iter()
-                .map(move |op| (path.path.as_str(), op.method.clone()))
+                .map(move |op| (path.path.as_str(), op.method.clone(), op.operation_id))
         });
-        let plain = plain_get.iter().map(|p| (*p, Method::GET));
-        for (path, method) in documented.chain(plain) {
+        let plain = plain_get.iter().map(|p| (*p, Method::GET, None));
+        for (path, method, id) in documented.chain(plain) {
             let segments = segments_of(path);
             match routes.iter_mut().find(|(s, _)| *s == segments) {
-                Some((_, methods)) => methods.push(method),
-                None => routes.push((segments, vec![method])),
+                Some((_, methods)) => methods.push((method, id)),
+                None => routes.push((segments, vec![(method, id)])),
             }
         }
         Self(
             routes
                 .into_iter()
-                .map(|(segments, methods)| (segments, allow_value(methods)))
+                .map(|(segments, methods)| RouteMethods {
+                    allow: allow_value(methods.iter().map(|(m, _)| m.clone()).collect()),
+                    operations: methods
+                        .into_iter()
+                        .filter_map(|(m, id)| id.map(|id| (m, id)))
+                        .collect(),
+                    segments,
+                })
                 .collect(),
         )
     }
 
-    /// The `Allow` value of the route `path` matches; the route with the most literal segments
-    /// wins, as in the router.
-    pub fn allow(&self, path: &str) -> Option<&str> {
+    /// The route `path` matches; the route with the most literal segments wins, as in the
+    /// router.
+    fn route(&self, path: &str) -> Option<&RouteMethods> {
         let given: Vec<&str> = path.trim_end_matches('/').split('/').collect();
         self.0
             .iter()
-            .filter(|(segments, _)| {
-                segments.len() == given.len()
-                    && segments
+            .filter(|route| {
+                route.segments.len() == given.len()
+                    && route
+                        .segments
                         .iter()
                         .zip(&given)
                         .all(|(s, g)| s == "{}" && !g.is_empty() || s == g)
             })
-            .max_by_key(|(segments, _)| segments.iter().filter(|s| *s != "{}").count())
-            .map(|(_, allow)| allow.as_str())
+            .max_by_key(|route| route.segments.iter().filter(|s| *s != "{}").count())
+    }
+
+    /// The `Allow` value of the route `path` matches.
+    pub fn allow(&self, path: &str) -> Option<&str> {
+        self.route(path).map(|route| route.allow.as_str())
+    }
+
+    /// The operation `method` names on the route `path` matches (`HEAD` as its `GET`).
+    pub fn operation(&self, method: &Method, path: &str) -> Option<&'static str> {
+        let method = if *method == Method::HEAD {
+            &Method::GET
+        } else {
+            method
+        };
+        self.route(path)?
+            .operations
+            .iter()
+            .find(|(m, _)| m == method)
+            .map(|(_, id)| *id)
     }
 }
 
@@ -294,11 +330,17 @@ mod tests {
     fn table() -> AllowedMethods {
         let mut routes = Vec::new();
         for (path, methods) in [
-            ("/v1/a/{id}", vec![Method::GET, Method::DELETE]),
-            ("/v1/a/special", vec![Method::POST]),
+            (
+                "/v1/a/{id}",
+                vec![(Method::GET, "getA"), (Method::DELETE, "deleteA")],
+            ),
+            ("/v1/a/special", vec![(Method::POST, "special")]),
         ] {
-            let segments = segments_of(path);
-            routes.push((segments, allow_value(methods)));
+            routes.push(RouteMethods {
+                segments: segments_of(path),
+                allow: allow_value(methods.iter().map(|(m, _)| m.clone()).collect()),
+                operations: methods,
+            });
         }
         AllowedMethods(routes)
     }
@@ -310,5 +352,22 @@ mod tests {
         assert_eq!(table.allow("/v1/a/special"), Some("POST"));
         assert_eq!(table.allow("/v1/a/"), None);
         assert_eq!(table.allow("/v1/b/x1"), None);
+    }
+
+    #[test]
+    fn a_path_names_its_operation_before_routing() {
+        let table = table();
+        assert_eq!(table.operation(&Method::GET, "/v1/a/x1"), Some("getA"));
+        assert_eq!(table.operation(&Method::HEAD, "/v1/a/x1"), Some("getA"));
+        assert_eq!(
+            table.operation(&Method::DELETE, "/v1/a/x1"),
+            Some("deleteA")
+        );
+        assert_eq!(
+            table.operation(&Method::POST, "/v1/a/special"),
+            Some("special")
+        );
+        assert_eq!(table.operation(&Method::POST, "/v1/a/x1"), None);
+        assert_eq!(table.operation(&Method::GET, "/v1/b"), None);
     }
 }
