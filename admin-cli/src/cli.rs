@@ -114,25 +114,25 @@ pub enum Command {
     Policies(PoliciesCommand),
     /// Runner pools of a workspace.
     #[command(subcommand)]
-    Pools(crate::resources::PoolsCommand),
+    Pools(crate::pools::PoolsCommand),
     /// Runners, their keys, and signing a report as a runner.
     #[command(subcommand)]
     Runners(crate::runners::RunnersCommand),
     /// Webhook deliveries of runner commands and their attempts.
     #[command(subcommand)]
-    Deliveries(crate::resources::DeliveriesCommand),
+    Deliveries(crate::deliveries::DeliveriesCommand),
     /// The control plane's webhook signing keys, as runners verify them.
     #[command(subcommand)]
     Webhooks(WebhooksCommand),
     /// Workflows and their revisions.
     #[command(subcommand)]
-    Workflows(crate::resources::WorkflowsCommand),
+    Workflows(crate::workflows::WorkflowsCommand),
     /// Marketplace plugins.
     #[command(subcommand)]
-    Plugins(crate::resources::PluginsCommand),
+    Plugins(crate::marketplace::PluginsCommand),
     /// Reviews of a plugin.
     #[command(subcommand)]
-    Reviews(crate::resources::ReviewsCommand),
+    Reviews(crate::marketplace::ReviewsCommand),
     /// Print a shell completion script.
     Completion {
         #[arg(value_enum)]

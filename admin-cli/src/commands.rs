@@ -175,19 +175,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Policies(command) => policies(&services, out, command).await?,
         Command::Webhooks(WebhooksCommand::Keys) => webhook_keys(&services, out),
-        Command::Pools(command) => crate::resources::pools(&services, out, &cid, command).await?,
+        Command::Pools(command) => crate::pools::pools(&services, out, &cid, command).await?,
         Command::Runners(command) => crate::runners::runners(&services, out, &cid, command).await?,
         Command::Deliveries(command) => {
-            crate::resources::deliveries(&services, out, command).await?
+            crate::deliveries::deliveries(&services, out, command).await?
         }
         Command::Workflows(command) => {
-            crate::resources::workflows(&services, out, &cid, command).await?
+            crate::workflows::workflows(&services, out, &cid, command).await?
         }
         Command::Plugins(command) => {
-            crate::resources::plugins(&services, out, &cid, command).await?
+            crate::marketplace::plugins(&services, out, &cid, command).await?
         }
         Command::Reviews(command) => {
-            crate::resources::reviews(&services, out, &cid, command).await?
+            crate::marketplace::reviews(&services, out, &cid, command).await?
         }
         Command::Tokens(TokensCommand::List { user, workspace }) => {
             let filter = TokenFilter {

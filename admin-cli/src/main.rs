@@ -2,10 +2,13 @@
 
 mod cli;
 mod commands;
+mod deliveries;
+mod marketplace;
 mod output;
-mod resources;
+mod pools;
 mod runners;
 mod store;
+mod workflows;
 
 use std::process::ExitCode;
 
