@@ -270,6 +270,8 @@ pub(crate) const TABLES: &[Table] = &[
             ("delivery_url", Text),
             ("consecutive_failures", I32),
             ("last_chosen_at", Time),
+            ("slow_streak", I32),
+            ("held_until", Time),
         ],
     ),
     Table::new(
