@@ -10,6 +10,7 @@ mod correlation;
 mod deliveries;
 mod dependencies;
 mod embedded;
+mod fair_delivery;
 mod framework_errors;
 mod hardening;
 mod helpers;
