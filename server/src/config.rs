@@ -218,6 +218,36 @@ pub struct ServerConfig {
           value_parser = clap::value_parser!(u32).range(0..=1024))]
     pub delivery_concurrency: u32,
 
+    /// Delivery attempts to one runner pool in flight at once in this process; a cap at or
+    /// above `--delivery-concurrency` is none.
+    #[arg(long, env = "CP_DELIVERY_PER_POOL", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub delivery_per_pool: u32,
+
+    /// Delivery attempts to one organisation's runners in flight at once in this process; a
+    /// cap at or above `--delivery-concurrency` is none.
+    #[arg(long, env = "CP_DELIVERY_PER_ORGANISATION", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub delivery_per_organisation: u32,
+
+    /// Milliseconds from which a delivery attempt counts as slow for the runner's breaker (one
+    /// that timed out always does).
+    #[arg(long, env = "CP_DELIVERY_SLOW_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..=300_000))]
+    pub delivery_slow_ms: u64,
+
+    /// Slow attempts in a row after which a runner's breaker holds it for the cool-down; `0`:
+    /// no breaker.
+    #[arg(long, env = "CP_DELIVERY_BREAKER_AFTER", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub delivery_breaker_after: u32,
+
+    /// Milliseconds a runner's breaker holds it; after them, one attempt at a time goes to it
+    /// until one is not slow.
+    #[arg(long, env = "CP_DELIVERY_BREAKER_COOLDOWN_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
+    pub delivery_breaker_cooldown_ms: u64,
+
     /// Milliseconds between looks for due deliveries when no change was announced (a
     /// submission on this replica, or on any replica with Postgres, is announced at once).
     #[arg(long, env = "CP_DELIVERY_POLL_MS", default_value_t = 1000,

@@ -15,8 +15,8 @@ use crate::policy::{
     Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
 };
 use crate::service::{
-    Authorizer, Bootstrap, DeliverySettings, Dispatcher, KeySource, NonceDeps, ServiceDeps,
-    ServiceSettings, Services, StreamLimits, load_record_cipher, load_secrets_cipher,
+    Authorizer, Bootstrap, BreakerSettings, DeliverySettings, Dispatcher, KeySource, NonceDeps,
+    ServiceDeps, ServiceSettings, Services, StreamLimits, load_record_cipher, load_secrets_cipher,
     load_token_hasher, load_webhook_signer,
 };
 use crate::storage::{
@@ -294,6 +294,13 @@ async fn build_services(
             connect_timeout: Duration::from_millis(config.delivery_connect_timeout_ms),
             total_timeout: Duration::from_millis(config.delivery_timeout_ms),
             concurrency: config.delivery_concurrency as usize,
+            per_pool: config.delivery_per_pool as usize,
+            per_organisation: config.delivery_per_organisation as usize,
+            breaker: BreakerSettings {
+                after: config.delivery_breaker_after,
+                cool_down: Duration::from_millis(config.delivery_breaker_cooldown_ms),
+                slow: Duration::from_millis(config.delivery_slow_ms),
+            },
             poll: Duration::from_millis(config.delivery_poll_ms),
         },
     };

@@ -11,6 +11,7 @@ mod deliveries;
 mod dependencies;
 mod dispatch_audience;
 mod embedded;
+mod fair_delivery;
 mod framework_errors;
 mod hardening;
 mod helpers;

@@ -11,7 +11,7 @@
 //! when its lease ends, and the next attempt carries the same `webhook-id` (the delivery's id),
 //! so a runner that deduplicates on it runs a command once.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -19,6 +19,7 @@ use tokio::sync::{Notify, Semaphore};
 use uuid::Uuid;
 
 use super::admin::admin_event;
+use super::fair_share::{BreakerSettings, InFlight};
 use super::{ServiceError, Services};
 use crate::domain::{
     Actor, CorrelationId, DISPATCH_EVENT_TYPE, DeliveryStatus, DeliveryUrl, DispatchData,
@@ -26,7 +27,8 @@ use crate::domain::{
     ValidationErrors, WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER,
 };
 use crate::storage::{
-    AttemptNext, AttemptRecorded, AttemptResult, DeliveryReport, Leased, LeasedAttempt, Runner,
+    AttemptNext, AttemptRecorded, AttemptResult, DeliveryReport, DueDelivery, DueQuery, Leased,
+    LeasedAttempt, Runner,
 };
 
 /// How deliveries are sent (server flags `--delivery-*`).
@@ -40,6 +42,10 @@ pub struct DeliverySettings {
     pub total_timeout: Duration,
     /// Attempts in flight at once in this process; 0: this process sends none.
     pub concurrency: usize,
+    /// Of them, to one pool and to one organisation's pools (see `fair_share.rs`).
+    pub per_pool: usize,
+    pub per_organisation: usize,
+    pub breaker: BreakerSettings,
     /// How often a replica looks for due deliveries when nothing announced one.
     pub poll: Duration,
 }
@@ -52,6 +58,9 @@ impl Default for DeliverySettings {
             connect_timeout: Duration::from_secs(3),
             total_timeout: Duration::from_secs(10),
             concurrency: 32,
+            per_pool: 8,
+            per_organisation: 16,
+            breaker: BreakerSettings::default(),
             poll: Duration::from_secs(1),
         }
     }
@@ -64,6 +73,8 @@ const LEASE_MARGIN: Duration = Duration::from_secs(5);
 const MAX_RESPONSE_BYTES: usize = 4096;
 /// Deliveries leased per statement.
 const LEASE_BATCH: u32 = 32;
+/// Due deliveries read per lease, per free slot: some of them may be over a cap.
+const READ_PER_SLOT: u32 = 2;
 
 /// What kind of failure ended an attempt. Events, which anyone with `activity:read` reads,
 /// carry only this: the detail (a TLS alert or a protocol error) can fingerprint whatever
@@ -198,16 +209,38 @@ impl Services {
             .ok_or_else(|| ServiceError::not_found("no such delivery"))
     }
 
-    /// Leases up to `limit` due deliveries to this process.
-    pub async fn lease_deliveries(&self, limit: u32) -> Result<Leased, ServiceError> {
+    /// Due deliveries to lease next, organisations and their pools taking turns, none of
+    /// `skip_pools` and `skip_organisations` (at their cap), up to `free` × 2.
+    pub async fn due_deliveries(
+        &self,
+        free: u32,
+        skip_pools: &[Uuid],
+        skip_organisations: &[Uuid],
+    ) -> Result<Vec<DueDelivery>, ServiceError> {
         let now = Self::now();
         if !self.store.any_due(now).await? {
-            return Ok(Leased::default());
+            return Ok(Vec::new());
         }
+        let cap = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let settings = &self.settings.deliveries;
+        let query = DueQuery {
+            now,
+            per_pool: cap(settings.per_pool),
+            per_organisation: cap(settings.per_organisation),
+            skip_pools,
+            skip_organisations,
+            limit: free.saturating_mul(READ_PER_SLOT),
+        };
+        Ok(self.store.due_deliveries(&query).await?)
+    }
+
+    /// Leases those of `deliveries` still due to this process.
+    pub async fn lease_deliveries(&self, deliveries: &[Uuid]) -> Result<Leased, ServiceError> {
+        let now = Self::now();
         let total = self.settings.deliveries.total_timeout + LEASE_MARGIN;
         let leased = self
             .store
-            .lease_attempts(now, limit, now + chrono_of(total))
+            .lease_attempts(now, deliveries, now + chrono_of(total))
             .await?;
         Ok(leased)
     }
@@ -221,6 +254,7 @@ impl Services {
         answer: AttemptAnswer,
     ) -> Result<AttemptRecorded, ServiceError> {
         let now = Self::now();
+        let breaker = self.settings.deliveries.breaker.step(&answer, now);
         let schedule = &self.settings.deliveries.schedule;
         let next_number = usize::try_from(attempt.number).unwrap_or(usize::MAX) + 1;
         let category = answer.failure.as_ref().map(|f| f.category);
@@ -272,6 +306,7 @@ impl Services {
             status_code: answer.status_code.map(i32::from),
             latency_ms: i32::try_from(answer.latency.as_millis()).unwrap_or(i32::MAX),
             error: answer.failure.map(|f| f.detail),
+            breaker,
             next,
         };
         Ok(self.store.finish_attempt(&result).await?)
@@ -299,12 +334,14 @@ pub fn dispatch_body(attempt: &LeasedAttempt) -> DispatchPayload {
     }
 }
 
-/// Sends leased attempts from this process: at most `concurrency` at once, each outside any
+/// Sends leased attempts from this process: at most `concurrency` at once, of them at most
+/// `per_pool` to one pool and `per_organisation` to one organisation, each outside any
 /// transaction.
 pub struct Dispatcher {
     services: Arc<Services>,
     client: reqwest::Client,
     slots: Arc<Semaphore>,
+    in_flight: Mutex<InFlight>,
     freed: Arc<Notify>,
 }
 
@@ -322,10 +359,12 @@ impl Dispatcher {
                 ServiceError::Internal(format!("cannot build the delivery client: {e}"))
             })?;
         let slots = Arc::new(Semaphore::new(settings.concurrency));
+        let in_flight = Mutex::new(InFlight::new(settings.per_pool, settings.per_organisation));
         Ok(Arc::new(Self {
             services,
             client,
             slots,
+            in_flight,
             freed: Arc::new(Notify::new()),
         }))
     }
@@ -362,14 +401,25 @@ impl Dispatcher {
         });
     }
 
-    /// Leases as many due deliveries as there are free slots and starts sending them; returns
-    /// how many due deliveries it handled (sent or set waiting for a runner).
+    /// Leases as many due deliveries as there are free slots and the caps leave room for, and
+    /// starts sending them; returns how many due deliveries it handled (sent or set waiting
+    /// for a runner).
     pub async fn dispatch_once(self: &Arc<Self>) -> Result<usize, ServiceError> {
         let free = self.slots.available_permits().min(LEASE_BATCH as usize);
         if free == 0 {
             return Ok(0);
         }
-        let leased = self.services.lease_deliveries(free as u32).await?;
+        let (skip_pools, skip_organisations) = self.in_flight().full();
+        let due = self
+            .services
+            .due_deliveries(free as u32, &skip_pools, &skip_organisations)
+            .await?;
+        // One leaser per process: nothing starts between this pick and the lease.
+        let picked = self.in_flight().pick(&due, free);
+        if picked.is_empty() {
+            return Ok(0);
+        }
+        let leased = self.services.lease_deliveries(&picked).await?;
         // Deliveries set waiting count too: a full batch means more may be due.
         let looked = leased.attempts.len() + leased.waiting as usize;
         for attempt in leased.attempts {
@@ -377,6 +427,8 @@ impl Dispatcher {
                 // Cannot happen (one leaser per process); the lease ends and another takes it.
                 break;
             };
+            self.in_flight()
+                .start(attempt.organisation_id, attempt.pool_id);
             let this = self.clone();
             tokio::spawn(async move {
                 let answer = this.send(&attempt).await;
@@ -401,11 +453,17 @@ impl Dispatcher {
                         "could not record a webhook delivery attempt; it will be sent again"
                     );
                 }
+                this.in_flight()
+                    .end(attempt.organisation_id, attempt.pool_id);
                 drop(slot);
                 this.freed.notify_one();
             });
         }
         Ok(looked)
+    }
+
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// One attempt: the egress rule, then a signed POST; never follows a redirect, never reads

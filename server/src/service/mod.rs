@@ -9,6 +9,7 @@ mod audit;
 mod authz;
 mod deliveries;
 mod error;
+mod fair_share;
 mod keys;
 mod permissions;
 mod policies;
@@ -34,6 +35,7 @@ pub use audit::{EVENT_TYPES_PATTERN, StreamEnd, StreamItem, StreamRequest};
 pub use authz::AllowAllAuthorizer;
 pub use authz::{Authorizer, AuthzRequest, Decision, DenyStatus, Operation};
 pub use deliveries::{AttemptAnswer, DeliverySettings, Dispatcher, dispatch_body};
+pub use fair_share::BreakerSettings;
 pub use error::ServiceError;
 pub use keys::{
     KeySource, load_record_cipher, load_secrets_cipher, load_token_hasher, load_webhook_signer,

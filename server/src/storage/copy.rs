@@ -273,6 +273,8 @@ pub(crate) const TABLES: &[Table] = &[
             ("webhook_secret", Bytes),
             ("previous_webhook_secret", Bytes),
             ("previous_retires_at", Time),
+            ("slow_streak", I32),
+            ("held_until", Time),
         ],
     ),
     Table::new(

@@ -14,7 +14,7 @@ use crate::domain::{CommandStatus, DeliveryStatus};
 use crate::storage::rows::parse_state;
 use crate::storage::{
     AttemptNext, AttemptRecord, AttemptRecorded, AttemptResult, DeliveryReport, DeliveryStore,
-    FAILING_RUNNER_THRESHOLD, Leased, LeasedAttempt, StoreError,
+    DueDelivery, DueQuery, FAILING_RUNNER_THRESHOLD, Leased, LeasedAttempt, StoreError,
 };
 
 /// Why an attempt has no answer: the replica sending it stopped before recording one.
@@ -55,16 +55,92 @@ impl DeliveryStore for Store {
         Ok(row.is_some())
     }
 
+    async fn due_deliveries(&self, q: &DueQuery<'_>) -> Result<Vec<DueDelivery>, StoreError> {
+        // Placeholders for the skipped ids, after the four fixed parameters.
+        let list = |from: usize, n: usize| {
+            (from..from + n)
+                .map(|i| format!("${i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut skip = String::new();
+        if !q.skip_pools.is_empty() {
+            skip += &format!(" AND c.pool_id NOT IN ({})", list(5, q.skip_pools.len()));
+        }
+        if !q.skip_organisations.is_empty() {
+            let from = 5 + q.skip_pools.len();
+            skip += &format!(
+                " AND w.organisation_id NOT IN ({})",
+                list(from, q.skip_organisations.len())
+            );
+        }
+        // Every due delivery is ranked (a flood's queue included) so that another
+        // organisation's first is never behind it; the held pools are the few whose only
+        // receiving runners are held by their breaker.
+        let sql = format!(
+            "WITH held AS (
+                 SELECT DISTINCT r.pool_id FROM runners r
+                 WHERE r.held_until > $1 AND r.delivery_url IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM runners o
+                                   WHERE o.pool_id = r.pool_id AND o.delivery_url IS NOT NULL
+                                     AND (o.held_until IS NULL OR o.held_until <= $1))
+             ),
+             by_pool AS (
+                 SELECT d.id, w.organisation_id, c.pool_id, d.next_attempt_at,
+                        row_number() OVER (PARTITION BY c.pool_id
+                                           ORDER BY d.next_attempt_at, d.id) AS pool_turn
+                 FROM webhook_deliveries d
+                 JOIN runner_commands c ON c.id = d.command_id
+                 JOIN workspaces w ON w.id = c.workspace_id
+                 WHERE d.next_attempt_at IS NOT NULL AND d.next_attempt_at <= $1
+                   AND c.pool_id NOT IN (SELECT pool_id FROM held){skip}
+             ),
+             by_organisation AS (
+                 SELECT id, organisation_id, pool_id, next_attempt_at,
+                        row_number() OVER (PARTITION BY organisation_id
+                                           ORDER BY pool_turn, next_attempt_at, id) AS turn
+                 FROM by_pool WHERE pool_turn <= $2
+             )
+             SELECT id, organisation_id, pool_id FROM by_organisation
+             WHERE turn <= $3 ORDER BY turn, next_attempt_at, id LIMIT $4"
+        );
+        let mut query = sqlx::query_as::<_, (Uuid, Uuid, Uuid)>(sqlx::AssertSqlSafe(sql))
+            .bind(q.now)
+            .bind(i64::from(q.per_pool))
+            .bind(i64::from(q.per_organisation))
+            .bind(i64::from(q.limit));
+        for id in q.skip_pools.iter().chain(q.skip_organisations) {
+            query = query.bind(*id);
+        }
+        let rows = query.fetch_all(&self.pool).await.map_err(map_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|(delivery_id, organisation_id, pool_id)| DueDelivery {
+                delivery_id,
+                organisation_id,
+                pool_id,
+            })
+            .collect())
+    }
+
     async fn lease_attempts(
         &self,
         now: DateTime<Utc>,
-        limit: u32,
+        deliveries: &[Uuid],
         lease_until: DateTime<Utc>,
     ) -> Result<Leased, StoreError> {
+        if deliveries.is_empty() {
+            return Ok(Leased::default());
+        }
+        let ids = (0..deliveries.len())
+            .map(|i| format!("${}", i + 2))
+            .collect::<Vec<_>>()
+            .join(", ");
         let mut tx = self.begin().await?;
-        // Rows another replica is leasing are skipped, not waited for (Postgres); on SQLite this
+        // Still due: another replica may have leased some since they were read. Rows another
+        // replica is leasing are skipped, not waited for (Postgres); on SQLite this
         // transaction holds the write lock.
-        let due: Vec<DueRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let mut query = sqlx::query_as::<_, DueRow>(sqlx::AssertSqlSafe(format!(
             "SELECT d.id, d.attempts, d.status, c.id AS command_id, c.status AS command_status,
                     c.workspace_id, w.organisation_id, c.pool_id, c.command,
                     CAST(c.args AS TEXT) AS args, c.environment_id, c.timeout_seconds,
@@ -73,16 +149,17 @@ impl DeliveryStore for Store {
              JOIN runner_commands c ON c.id = d.command_id
              JOIN workspaces w ON w.id = c.workspace_id
              WHERE d.next_attempt_at IS NOT NULL AND d.next_attempt_at <= $1
-             ORDER BY d.next_attempt_at LIMIT $2 {LEASE_LOCK}"
+               AND d.id IN ({ids})
+             ORDER BY d.next_attempt_at, d.id {LEASE_LOCK}"
         )))
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
+        .bind(now);
+        for id in deliveries {
+            query = query.bind(*id);
+        }
+        let due: Vec<DueRow> = query.fetch_all(&mut *tx).await.map_err(map_err)?;
         let mut leased = Leased::default();
-        let mut candidates: HashMap<Uuid, (Vec<(Uuid, String)>, usize)> = HashMap::new();
-        let mut chosen: Vec<Uuid> = Vec::new();
+        let mut candidates: HashMap<Uuid, (Receivers, usize)> = HashMap::new();
+        let mut chosen: Vec<(Uuid, bool)> = Vec::new();
         for row in due {
             let command_status = parse_state(&row.command_status, CommandStatus::parse)?;
             let status = parse_state(&row.status, DeliveryStatus::parse)?;
@@ -94,7 +171,7 @@ impl DeliveryStore for Store {
                     .map_err(map_err)?;
                 continue;
             }
-            let (runners, turn) = match candidates.entry(row.pool_id) {
+            let (receivers, turn) = match candidates.entry(row.pool_id) {
                 Entry::Occupied(found) => found.into_mut(),
                 Entry::Vacant(slot) => {
                     // Shares the pool with other leases; a runner gaining a URL or a key locks
@@ -107,26 +184,39 @@ impl DeliveryStore for Store {
                     .execute(&mut *tx)
                     .await
                     .map_err(map_err)?;
-                    slot.insert((pool_candidates(&mut tx, row.pool_id).await?, 0))
+                    slot.insert((pool_candidates(&mut tx, row.pool_id, now).await?, 0))
                 }
             };
-            if runners.is_empty() {
-                sqlx::query(
-                    "UPDATE webhook_deliveries SET next_attempt_at = NULL, waiting_for_runner = $2
-                     WHERE id = $1",
-                )
-                .bind(row.id)
-                .bind(true)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?;
-                leased.waiting += 1;
-                continue;
-            }
-            // Taking turns within this batch; across batches, by when each was last chosen.
-            let (runner_id, url) = runners[*turn % runners.len()].clone();
-            *turn += 1;
-            chosen.push(runner_id);
+            let (runner_id, url, probe) = match receivers {
+                Receivers::None => {
+                    sqlx::query(
+                        "UPDATE webhook_deliveries SET next_attempt_at = NULL,
+                             waiting_for_runner = $2
+                         WHERE id = $1",
+                    )
+                    .bind(row.id)
+                    .bind(true)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                    leased.waiting += 1;
+                    continue;
+                }
+                // Left due, unleased: it goes when the breaker lets its runner take one.
+                Receivers::Held => continue,
+                Receivers::Probe(runner_id, url) => {
+                    let probe = (*runner_id, std::mem::take(url), true);
+                    *receivers = Receivers::Held;
+                    probe
+                }
+                // Taking turns within this batch; across batches, by when each was last chosen.
+                Receivers::Runners(runners) => {
+                    let (runner_id, url) = runners[*turn % runners.len()].clone();
+                    *turn += 1;
+                    (runner_id, url, false)
+                }
+            };
+            chosen.push((runner_id, probe));
             let number = row.attempts + 1;
             // Only a delivery attempted before can have an attempt left unfinished.
             if row.attempts > 0 {
@@ -183,16 +273,23 @@ impl DeliveryStore for Store {
             });
         }
         // In one order, so two replicas' leases never wait on each other's runner rows in a
-        // cycle.
+        // cycle. A probe holds its runner until its lease ends, so no other lease sends it a
+        // second attempt meanwhile (two replicas reading the same ended cool-down at once may
+        // each send one).
         chosen.sort_unstable();
         chosen.dedup();
-        for runner_id in chosen {
-            sqlx::query("UPDATE runners SET last_chosen_at = $2 WHERE id = $1")
-                .bind(runner_id)
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?;
+        for (runner_id, probe) in chosen {
+            let update = if probe {
+                sqlx::query("UPDATE runners SET last_chosen_at = $2, held_until = $3 WHERE id = $1")
+                    .bind(runner_id)
+                    .bind(now)
+                    .bind(lease_until)
+            } else {
+                sqlx::query("UPDATE runners SET last_chosen_at = $2 WHERE id = $1")
+                    .bind(runner_id)
+                    .bind(now)
+            };
+            update.execute(&mut *tx).await.map_err(map_err)?;
         }
         self.commit(tx, &[]).await?;
         Ok(leased)
@@ -296,19 +393,41 @@ impl DeliveryStore for Store {
                 }
             }
         };
-        // The runner's health follows what it answered, whatever became of the delivery. A
-        // healthy runner's row is left alone: rewriting it on every success queued each
-        // finish on that row behind the others (and behind the lease's `last_chosen_at`).
-        let change = if r.error.is_none() {
-            "consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0"
-        } else {
-            "consecutive_failures = consecutive_failures + 1 WHERE id = $1"
-        };
-        sqlx::query(sqlx::AssertSqlSafe(format!("UPDATE runners SET {change}")))
+        // The runner's health and breaker follow what it answered, whatever became of the
+        // delivery. A healthy runner's row is left alone: rewriting it on every success queued
+        // each finish on that row behind the others (and behind the lease's `last_chosen_at`).
+        let update = if r.breaker.slow {
+            let failures = if r.error.is_none() {
+                "0"
+            } else {
+                "consecutive_failures + 1"
+            };
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE runners SET consecutive_failures = {failures},
+                     slow_streak = slow_streak + 1,
+                     held_until = CASE WHEN $2 > 0 AND slow_streak + 1 >= $2 THEN $3
+                                       ELSE held_until END
+                 WHERE id = $1"
+            )))
             .bind(r.runner_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
+            .bind(r.breaker.trip_after)
+            .bind(r.breaker.hold_until)
+        } else if r.error.is_none() {
+            sqlx::query(
+                "UPDATE runners SET consecutive_failures = 0, slow_streak = 0, held_until = NULL
+                 WHERE id = $1
+                   AND (consecutive_failures <> 0 OR slow_streak <> 0 OR held_until IS NOT NULL)",
+            )
+            .bind(r.runner_id)
+        } else {
+            sqlx::query(
+                "UPDATE runners SET consecutive_failures = consecutive_failures + 1,
+                     slow_streak = 0, held_until = NULL
+                 WHERE id = $1",
+            )
+            .bind(r.runner_id)
+        };
+        update.execute(&mut *tx).await.map_err(map_err)?;
         self.commit(tx, &workspaces).await?;
         Ok(if applied {
             AttemptRecorded::Applied
@@ -390,15 +509,31 @@ impl DeliveryStore for Store {
     }
 }
 
+/// Where a pool's deliveries may go in one lease.
+enum Receivers {
+    /// No runner with a delivery URL and a live key: deliveries wait for one.
+    None,
+    /// Every such runner is held by its breaker (or took this lease's one probe).
+    Held,
+    /// Only runners whose breaker's cool-down ended: the first takes one attempt.
+    Probe(Uuid, String),
+    /// Runners with a closed breaker, taking turns.
+    Runners(Vec<(Uuid, String)>),
+}
+
 /// The runners of a pool a delivery may go to: those with a delivery URL and a live key; of
-/// them, the ones failing less than [`FAILING_RUNNER_THRESHOLD`] times in a row when there are
-/// any (a failing runner is skipped while a healthy one exists); least recently chosen first.
+/// them, those whose breaker is closed, and of these the ones failing less than
+/// [`FAILING_RUNNER_THRESHOLD`] times in a row when there are any (a failing runner is skipped
+/// while a healthy one exists); least recently chosen first. With no closed breaker, the
+/// least recently chosen runner whose cool-down ended is probed.
 async fn pool_candidates(
     conn: &mut Connection,
     pool_id: Uuid,
-) -> Result<Vec<(Uuid, String)>, StoreError> {
-    let runners: Vec<(Uuid, String, i32)> = sqlx::query_as(
-        "SELECT r.id, r.delivery_url, r.consecutive_failures FROM runners r
+    now: DateTime<Utc>,
+) -> Result<Receivers, StoreError> {
+    type Row = (Uuid, String, i32, Option<DateTime<Utc>>);
+    let runners: Vec<Row> = sqlx::query_as(
+        "SELECT r.id, r.delivery_url, r.consecutive_failures, r.held_until FROM runners r
          WHERE r.pool_id = $1 AND r.delivery_url IS NOT NULL
            AND EXISTS (SELECT 1 FROM runner_keys k
                        WHERE k.runner_id = r.id AND k.revoked_at IS NULL)
@@ -408,12 +543,26 @@ async fn pool_candidates(
     .fetch_all(&mut *conn)
     .await
     .map_err(map_err)?;
-    let healthy = runners
-        .iter()
-        .any(|(_, _, failures)| *failures < FAILING_RUNNER_THRESHOLD);
-    Ok(runners
+    if runners.is_empty() {
+        return Ok(Receivers::None);
+    }
+    let (closed, rest): (Vec<Row>, Vec<Row>) = runners
         .into_iter()
-        .filter(|(_, _, failures)| !healthy || *failures < FAILING_RUNNER_THRESHOLD)
-        .map(|(id, url, _)| (id, url))
-        .collect())
+        .partition(|(_, _, _, held)| held.is_none());
+    if closed.is_empty() {
+        return Ok(rest
+            .into_iter()
+            .find(|(_, _, _, held)| held.is_some_and(|until| until <= now))
+            .map_or(Receivers::Held, |(id, url, _, _)| Receivers::Probe(id, url)));
+    }
+    let healthy = closed
+        .iter()
+        .any(|(_, _, failures, _)| *failures < FAILING_RUNNER_THRESHOLD);
+    Ok(Receivers::Runners(
+        closed
+            .into_iter()
+            .filter(|(_, _, failures, _)| !healthy || *failures < FAILING_RUNNER_THRESHOLD)
+            .map(|(id, url, _, _)| (id, url))
+            .collect(),
+    ))
 }

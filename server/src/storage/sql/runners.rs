@@ -109,9 +109,11 @@ impl RunnerStore for Store {
         let mut tx = self.begin().await?;
         // The pool before the runner, in the order a lease takes them.
         lock_pool_of(&mut tx, runner_id).await?;
-        // A new URL is a fresh start: the failures were the old address's.
+        // A new URL is a fresh start: the failures and the breaker were the old address's.
         let updated = sqlx::query(
-            "UPDATE runners SET delivery_url = $2, consecutive_failures = 0 WHERE id = $1",
+            "UPDATE runners SET delivery_url = $2, consecutive_failures = 0, slow_streak = 0,
+                 held_until = NULL
+             WHERE id = $1",
         )
         .bind(runner_id)
         .bind(url)
