@@ -35,8 +35,8 @@ pub use audit::{EVENT_TYPES_PATTERN, StreamEnd, StreamItem, StreamRequest};
 pub use authz::AllowAllAuthorizer;
 pub use authz::{Authorizer, AuthzRequest, Decision, DenyStatus, Operation};
 pub use deliveries::{AttemptAnswer, DeliverySettings, Dispatcher, dispatch_body};
-pub use fair_share::BreakerSettings;
 pub use error::ServiceError;
+pub use fair_share::BreakerSettings;
 pub use keys::{
     KeySource, load_record_cipher, load_secrets_cipher, load_token_hasher, load_webhook_signer,
 };
