@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #16's figures: webhook deliveries end to end, on Postgres + Redis and on the embedded
+# Figures of webhook deliveries end to end, on Postgres + Redis and on the embedded
 # store, each in one process on loopback (tests/bench/delivery_bench.rs): a minimal
 # receiver as the floor, submission-to-handler latency, a backlog drain, and the example runner
 # reporting every command to `succeeded`.

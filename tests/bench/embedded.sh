@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #6's figures: token issuance and GET activity on the embedded default (SQLite and
+# Figures of token issuance and GET activity on the embedded default (SQLite and
 # in-process state) beside Postgres + Redis, same run, same machine, same wrk scripts.
 #
 #   tests/bench/embedded.sh [seconds]   (default 10; needs wrk, release binaries)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotency and rate limits (issue 3): each request kind against a server with them on
+# Idempotency and rate limits: each request kind against a server with them on
 # (Redis at 127.0.0.1:6379) and one with them off, in one run, plus the pgbench floor of an
 # issuance (tests/bench/pgbench-issue-floor.sql, run last with no server up) and the Redis
 # round trips per request (from INFO commandstats).

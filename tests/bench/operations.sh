@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #5's figures: signed delivery status reports per second, and the audit stream's fan-out
+# Figures of signed delivery status reports per second, and the audit stream's fan-out
 # to 1000 subscribers (server RSS and publish-to-receive latency). Needs Postgres and Redis.
 #
 # The reports' figure is refused (no figure, exit non-zero) if ops_load counted a failed

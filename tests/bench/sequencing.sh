@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #17's figures: writes into one workspace and into 16, and signed runner reports into
+# Figures of writes into one workspace and into 16, and signed runner reports into
 # one workspace, each next to the unserialised floor measured in the same run (pgbench
 # committing the two inserts of an issuance, token and audit event, with no per-workspace
 # lock: tests/bench/pgbench-two-inserts.sql).

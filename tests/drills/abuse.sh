@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #13's abuse drill: a release server on loopback (Postgres + Redis) with its default
+# The abuse drill: a release server on loopback (Postgres + Redis) with its default
 # limits, then tests/drills/abuse_drill.rs runs each attack for DRILL_SECS (default 10; 2 or 3
 # for a short form) while a good client and a runner keep working. Stops by itself. The drill
 # prints its criteria first and exits non-zero naming each broken one; this script checks the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #17's crash drill for batched writes: unkeyed POST personal-access-tokens from 64
+# The crash drill for batched writes: unkeyed POST personal-access-tokens from 64
 # connections (wrk) and signed runner reports from 64 more (ops_load), Postgres gathering each
 # kind into shared transactions; the server SIGKILLed mid-load once per round and restarted,
 # then the records checked against what the clients were answered. A batch is one transaction,
