@@ -1,6 +1,6 @@
 use chrono::{DateTime, Utc};
 use control_plane::domain::Scope;
-use control_plane::storage::{InsertTokenError, NewToken, TokenFilter, TokenRecord};
+use control_plane::storage::{InsertTokenError, NewToken, TokenFilter, TokenRecord, WriteContext};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -511,7 +511,9 @@ async fn the_store_refuses_an_issuer_that_lost_a_requested_workspace() {
         Some(issuer.id),
         now,
     );
-    let refused = store.insert_token(&token, &[], 100, now).await;
+    let refused = store
+        .insert_token(&WriteContext::system(), &token, &[], 100, now)
+        .await;
     assert!(
         matches!(refused, Err(InsertTokenError::IssuerLostAccess)),
         "{refused:?}"
@@ -520,7 +522,10 @@ async fn the_store_refuses_an_issuer_that_lost_a_requested_workspace() {
     assert_eq!(sql_one!(&mut db, (i64,), count).unwrap().0, 0);
 
     sql_exec!(&mut db, revoke, None::<DateTime<Utc>>, issuer.id).unwrap();
-    store.insert_token(&token, &[], 100, now).await.unwrap();
+    store
+        .insert_token(&WriteContext::system(), &token, &[], 100, now)
+        .await
+        .unwrap();
     assert_eq!(sql_one!(&mut db, (i64,), count).unwrap().0, 1);
 }
 
@@ -569,11 +574,12 @@ async fn concurrent_issuances_share_names_and_the_cap_as_if_one_after_another() 
             }]
         })
         .collect();
+    let write = WriteContext::system();
     let outcomes = futures_util::future::join_all(
         tokens
             .iter()
             .zip(&events)
-            .map(|(t, e)| store.insert_token(t, e, 9, now)),
+            .map(|(t, e)| store.insert_token(&write, t, e, 9, now)),
     )
     .await;
 
@@ -635,9 +641,13 @@ async fn a_colliding_issuance_fails_alone_when_sent_together_with_others() {
         token(&collide, "collides-b"),
         token(&format!("free{}", Uuid::new_v4().simple()), "stands-alone"),
     ];
-    let outcomes =
-        futures_util::future::join_all(tokens.iter().map(|t| store.insert_token(t, &[], 100, now)))
-            .await;
+    let write = WriteContext::system();
+    let outcomes = futures_util::future::join_all(
+        tokens
+            .iter()
+            .map(|t| store.insert_token(&write, t, &[], 100, now)),
+    )
+    .await;
     let pair_issued = outcomes[..2].iter().filter(|o| o.is_ok()).count();
     assert_eq!(pair_issued, 1, "{outcomes:?}");
     assert!(outcomes[2].is_ok(), "{outcomes:?}");

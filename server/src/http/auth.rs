@@ -147,4 +147,8 @@ impl<T> IdempotentInput for Signed<T> {
     fn permission<'a>(&'a self, _req: &'a Request) -> Option<crate::service::Permission<'a>> {
         None
     }
+
+    fn actor(&self, _req: &Request) -> Option<crate::domain::Actor> {
+        Some(crate::domain::Actor::runner(self.runner.runner_id))
+    }
 }

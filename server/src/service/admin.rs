@@ -8,7 +8,7 @@ use crate::domain::{
     Actor, CorrelationId, ExpiresInDays, FieldError, NewAuditEvent, Scopes, TokenName,
     ValidationErrors,
 };
-use crate::storage::{Environment, Organisation, StoreError, User, Workspace};
+use crate::storage::{Environment, Organisation, StoreError, User, Workspace, WriteContext};
 
 const MAX_NAME_CHARS: usize = 120;
 
@@ -126,7 +126,7 @@ impl Services {
             json!({ "name": org.name }),
         );
         self.store
-            .create_organisation(&org, &event)
+            .create_organisation(&WriteContext::admin(cid), &org, &event)
             .await
             .map_err(already_exists(format!(
                 "an organisation named {:?} already exists",
@@ -162,7 +162,7 @@ impl Services {
             json!({ "name": ws.name }),
         );
         self.store
-            .create_workspace(&ws, &event)
+            .create_workspace(&WriteContext::admin(cid), &ws, &event)
             .await
             .map_err(already_exists(format!(
                 "a workspace named {:?} already exists in this organisation",
@@ -207,7 +207,7 @@ impl Services {
             json!({ "name": env.name }),
         );
         self.store
-            .create_environment(&env, &event)
+            .create_environment(&WriteContext::admin(cid), &env, &event)
             .await
             .map_err(already_exists(format!(
                 "an environment named {:?} already exists in this workspace",
@@ -260,7 +260,7 @@ impl Services {
             json!({ "admin": user.admin }),
         );
         self.store
-            .create_user(&user, &event)
+            .create_user(&WriteContext::admin(cid), &user, &event)
             .await
             .map_err(already_exists(
                 "a user with this email already exists in this organisation".into(),

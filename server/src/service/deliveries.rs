@@ -22,13 +22,13 @@ use super::admin::admin_event;
 use super::fair_share::{BreakerSettings, InFlight};
 use super::{ServiceError, Services};
 use crate::domain::{
-    Actor, CorrelationId, DISPATCH_EVENT_TYPE, DeliveryStatus, DeliveryUrl, DispatchData,
-    DispatchPayload, EgressPolicy, FieldError, NewAuditEvent, RetrySchedule, Timestamp,
-    ValidationErrors, WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER,
+    CorrelationId, DISPATCH_EVENT_TYPE, DeliveryStatus, DeliveryUrl, DispatchData, DispatchPayload,
+    EgressPolicy, FieldError, NewAuditEvent, RetrySchedule, Timestamp, ValidationErrors,
+    WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER,
 };
 use crate::storage::{
     AttemptNext, AttemptRecorded, AttemptResult, DeliveryReport, DueDelivery, DueQuery, Leased,
-    LeasedAttempt, Runner,
+    LeasedAttempt, Runner, WriteContext,
 };
 
 /// How deliveries are sent (server flags `--delivery-*`).
@@ -190,7 +190,13 @@ impl Services {
         let url = url.map(|u| u.to_string());
         if !self
             .store
-            .set_runner_url(runner_id, url.as_deref(), Self::now(), &event)
+            .set_runner_url(
+                &WriteContext::admin(cid),
+                runner_id,
+                url.as_deref(),
+                Self::now(),
+                &event,
+            )
             .await?
         {
             return Err(ServiceError::not_found("no such runner"));
@@ -240,7 +246,12 @@ impl Services {
         let total = self.settings.deliveries.total_timeout + LEASE_MARGIN;
         let leased = self
             .store
-            .lease_attempts(now, deliveries, now + chrono_of(total))
+            .lease_attempts(
+                &WriteContext::system(),
+                now,
+                deliveries,
+                now + chrono_of(total),
+            )
             .await?;
         Ok(leased)
     }
@@ -254,6 +265,7 @@ impl Services {
         answer: AttemptAnswer,
     ) -> Result<AttemptRecorded, ServiceError> {
         let now = Self::now();
+        let write = WriteContext::system();
         let breaker = self.settings.deliveries.breaker.step(&answer, now);
         let schedule = &self.settings.deliveries.schedule;
         let next_number = usize::try_from(attempt.number).unwrap_or(usize::MAX) + 1;
@@ -277,10 +289,10 @@ impl Services {
                         organisation_id: attempt.organisation_id,
                         workspace_id: Some(attempt.workspace_id),
                         event_type: "webhook_delivery.failed",
-                        actor: Actor::system(),
+                        actor: write.actor(),
                         target_kind: "webhook_delivery",
                         target_id: attempt.delivery_id,
-                        correlation_id: CorrelationId::generate().to_string(),
+                        correlation_id: write.correlation_id().to_string(),
                         occurred_at: now,
                         data: json!({
                             "commandId": attempt.command_id,
@@ -309,7 +321,7 @@ impl Services {
             breaker,
             next,
         };
-        Ok(self.store.finish_attempt(&result).await?)
+        Ok(self.store.finish_attempt(&write, &result).await?)
     }
 }
 

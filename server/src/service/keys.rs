@@ -8,6 +8,7 @@ use base64::engine::general_purpose::STANDARD;
 use super::ServiceError;
 use crate::domain::{KeyEncryptionKey, RecordCipher, TokenHasher, WebhookSigner};
 use crate::storage::SettingsStore;
+use crate::storage::WriteContext;
 
 const SETTING: &str = "token_hash_key";
 /// A fingerprint of the key in use: a key that differs from the one tokens were hashed with
@@ -33,7 +34,7 @@ async fn stored_key(
 ) -> Result<(Vec<u8>, KeySource), ServiceError> {
     let candidate: [u8; 32] = rand::random();
     let (stored, inserted) = store
-        .setting_get_or_insert(name, &kek.wrap(name, &candidate))
+        .setting_get_or_insert(&WriteContext::system(), name, &kek.wrap(name, &candidate))
         .await?;
     match kek.unwrap(name, &stored) {
         Ok(Some(key)) if inserted => Ok((key, KeySource::Generated)),
@@ -44,7 +45,12 @@ async fn stored_key(
             })?;
             // Another process may be wrapping it at the same moment: either write is the key.
             if store
-                .setting_replace(name, &stored, &kek.wrap(name, &key))
+                .setting_replace(
+                    &WriteContext::system(),
+                    name,
+                    &stored,
+                    &kek.wrap(name, &key),
+                )
                 .await?
             {
                 tracing::warn!(
@@ -69,7 +75,7 @@ async fn check_fingerprint(
 ) -> Result<(), ServiceError> {
     let fingerprint = hasher.fingerprint();
     let (stored, _) = store
-        .setting_get_or_insert(CHECK_SETTING, &fingerprint)
+        .setting_get_or_insert(&WriteContext::system(), CHECK_SETTING, &fingerprint)
         .await?;
     if stored == fingerprint {
         Ok(())

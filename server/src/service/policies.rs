@@ -5,8 +5,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::{ServiceError, Services};
+use crate::domain::CorrelationId;
 use crate::policy::{CompiledPolicy, PolicyKind, PolicyRuntime, defaults};
-use crate::storage::{DisagreementRecord, PolicyRecord, PolicyState};
+use crate::storage::{DisagreementRecord, PolicyRecord, PolicyState, WriteContext};
 
 /// `name@version`, parsed.
 pub fn parse_reference(raw: &str) -> Result<(String, i32), ServiceError> {
@@ -70,7 +71,13 @@ impl Services {
         })?;
         Ok(self
             .store
-            .insert_policy(name, kind.as_str(), &compiled.digest, bytes)
+            .insert_policy(
+                &WriteContext::admin(&CorrelationId::generate()),
+                name,
+                kind.as_str(),
+                &compiled.digest,
+                bytes,
+            )
             .await?)
     }
 
@@ -91,7 +98,9 @@ impl Services {
 
     pub async fn activate_policy(&self, reference: &str) -> Result<PolicyRecord, ServiceError> {
         let policy = self.find_policy(reference).await?;
-        self.store.activate_policy(&policy).await?;
+        self.store
+            .activate_policy(&WriteContext::admin(&CorrelationId::generate()), &policy)
+            .await?;
         Ok(policy)
     }
 
@@ -100,7 +109,14 @@ impl Services {
         &self,
         kind: PolicyKind,
     ) -> Result<Option<PolicyRecord>, ServiceError> {
-        if !self.store.rollback_policy(kind.as_str()).await? {
+        if !self
+            .store
+            .rollback_policy(
+                &WriteContext::admin(&CorrelationId::generate()),
+                kind.as_str(),
+            )
+            .await?
+        {
             return Err(ServiceError::Conflict {
                 code: "conflict",
                 message: format!(
@@ -149,7 +165,11 @@ impl Services {
             ));
         }
         self.store
-            .set_shadow(PolicyKind::Authorizer.as_str(), policy.as_ref())
+            .set_shadow(
+                &WriteContext::admin(&CorrelationId::generate()),
+                PolicyKind::Authorizer.as_str(),
+                policy.as_ref(),
+            )
             .await?;
         Ok(policy)
     }

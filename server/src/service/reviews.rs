@@ -7,12 +7,13 @@ use uuid::Uuid;
 use super::admin::{admin_event, parse_name};
 use super::{Permission, ServiceError, Services};
 use crate::domain::{
-    Actor, CorrelationId, FieldError, NewAuditEvent, Principal, ReportReason, ReviewStatus,
+    CorrelationId, FieldError, NewAuditEvent, Principal, ReportReason, ReviewStatus,
     ValidationErrors, parse_uuid,
 };
 use crate::policy::{ModerationInput, ReportInput, Verdict};
 use crate::storage::{
     ModerationBasis, Plugin, Report, ReportOutcome, RestoreOutcome, Review, ReviewModeration,
+    WriteContext,
 };
 
 /// How many times a report or a restore is decided again when the review changed meanwhile
@@ -93,11 +94,11 @@ fn report_input(r: &Report) -> ReportInput {
 }
 
 fn marketplace_event(
+    write: &WriteContext,
     principal: &Principal,
     event_type: &'static str,
     target_kind: &'static str,
     target_id: Uuid,
-    cid: &CorrelationId,
     data: serde_json::Value,
 ) -> NewAuditEvent {
     // The marketplace belongs to no workspace: an organisation-level event of the actor's.
@@ -105,10 +106,10 @@ fn marketplace_event(
         organisation_id: principal.organisation_id,
         workspace_id: None,
         event_type,
-        actor: Actor::user(principal.user_id),
+        actor: write.actor(),
         target_kind,
         target_id,
-        correlation_id: cid.to_string(),
+        correlation_id: write.correlation_id().to_string(),
         occurred_at: Services::now(),
         data,
     }
@@ -137,7 +138,7 @@ impl Services {
             json!({ "name": plugin.name }),
         );
         self.store
-            .create_plugin(&plugin, &event)
+            .create_plugin(&WriteContext::admin(cid), &plugin, &event)
             .await
             .map_err(super::admin::already_exists(format!(
                 "a plugin named {:?} already exists",
@@ -173,7 +174,7 @@ impl Services {
         principal: &Principal,
         plugin: &str,
         input: ReviewInput,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<ModeratedReview, ServiceError> {
         self.authorize_permission(principal, &Permission::WriteReview { plugin })
             .await?;
@@ -222,6 +223,7 @@ impl Services {
             updated_at: now,
         };
         let event = marketplace_event(
+            write,
             principal,
             if existing.is_some() {
                 "review.replaced"
@@ -230,10 +232,9 @@ impl Services {
             },
             "review",
             id,
-            cid,
             json!({ "pluginId": plugin_id, "rating": review.rating, "status": status.as_str() }),
         );
-        let review = self.store.upsert_review(&review, &event).await?;
+        let review = self.store.upsert_review(write, &review, &event).await?;
         Ok(ModeratedReview {
             decision: decision_of(review.status),
             review,
@@ -247,7 +248,7 @@ impl Services {
         plugin: &str,
         review: &str,
         input: ReportReviewInput,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<(Report, Review), ServiceError> {
         self.authorize_permission(principal, &Permission::ReportReview { plugin, review })
             .await?;
@@ -314,11 +315,11 @@ impl Services {
                 },
             };
             let event = marketplace_event(
+                write,
                 principal,
                 "review.reported",
                 "review",
                 review_id,
-                cid,
                 json!({
                     "pluginId": plugin_id,
                     "reportId": report.id,
@@ -332,7 +333,7 @@ impl Services {
             };
             match self
                 .store
-                .insert_report(&report, &moderation, &basis, &event)
+                .insert_report(write, &report, &moderation, &basis, &event)
                 .await?
             {
                 ReportOutcome::Stored(review) => return Ok((report, review)),
@@ -402,7 +403,14 @@ impl Services {
             };
             match self
                 .store
-                .restore_review(review_id, &moderation, &basis, Self::now(), &event)
+                .restore_review(
+                    &WriteContext::admin(cid),
+                    review_id,
+                    &moderation,
+                    &basis,
+                    Self::now(),
+                    &event,
+                )
                 .await?
             {
                 RestoreOutcome::Restored { review, .. } => return Ok(review),

@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::admin::admin_event;
 use super::{ServiceError, Services};
 use crate::domain::{CorrelationId, FieldError, RunnerSecret, ValidationErrors};
+use crate::storage::WriteContext;
 
 /// The longest overlap a rotation may ask for.
 pub const MAX_SECRET_OVERLAP: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -92,7 +93,13 @@ impl Services {
         let (secret, sealed) = self.new_runner_secret(runner_id);
         if !self
             .store
-            .rotate_runner_secret(runner_id, &sealed, retires_at, &event)
+            .rotate_runner_secret(
+                &WriteContext::admin(cid),
+                runner_id,
+                &sealed,
+                retires_at,
+                &event,
+            )
             .await?
         {
             return Err(ServiceError::not_found("no such runner"));

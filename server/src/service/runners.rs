@@ -9,13 +9,13 @@ use uuid::Uuid;
 use super::admin::{admin_event, parse_name};
 use super::{Permission, ServiceError, Services};
 use crate::domain::{
-    Actor, CLOCK_TOLERANCE_SECS, CommandStatus, CorrelationId, DeliveryStatus, FieldError,
-    NewAuditEvent, Principal, RunnerSecret, RunnerSignature, ValidationErrors, parse_uuid,
-    signing_message, text_digest,
+    CLOCK_TOLERANCE_SECS, CommandStatus, CorrelationId, DeliveryStatus, FieldError, NewAuditEvent,
+    Principal, RunnerSecret, RunnerSignature, ValidationErrors, parse_uuid, signing_message,
+    text_digest,
 };
 use crate::storage::{
     CommandTimeout, DeletePool, DeletePoolOutcome, DeliveryTransition, OverdueCommand, Runner,
-    RunnerCommand, RunnerKey, RunnerPool, SubmitOutcome, WebhookDelivery, keys,
+    RunnerCommand, RunnerKey, RunnerPool, SubmitOutcome, WebhookDelivery, WriteContext, keys,
 };
 
 pub use crate::domain::bounded_text;
@@ -149,23 +149,24 @@ pub struct RegisteredRunner {
 /// timestamp is still acceptable.
 const NONCE_TTL: Duration = Duration::from_secs(2 * CLOCK_TOLERANCE_SECS as u64 + 60);
 
+/// An event of a bearer caller's write in one of its workspaces.
 fn user_event(
+    write: &WriteContext,
     principal: &Principal,
     workspace_id: Uuid,
     event_type: &'static str,
     target_kind: &'static str,
     target_id: Uuid,
-    cid: &CorrelationId,
     data: serde_json::Value,
 ) -> NewAuditEvent {
     NewAuditEvent {
         organisation_id: principal.organisation_id,
         workspace_id: Some(workspace_id),
         event_type,
-        actor: Actor::user(principal.user_id),
+        actor: write.actor(),
         target_kind,
         target_id,
-        correlation_id: cid.to_string(),
+        correlation_id: write.correlation_id().to_string(),
         occurred_at: Services::now(),
         data,
     }
@@ -211,7 +212,7 @@ impl Services {
             json!({ "name": pool.name }),
         );
         self.store
-            .create_pool(&pool, &event)
+            .create_pool(&WriteContext::admin(cid), &pool, &event)
             .await
             .map_err(super::admin::already_exists(format!(
                 "a pool named {:?} already exists",
@@ -278,7 +279,7 @@ impl Services {
         );
         let (webhook_secret, sealed) = self.new_runner_secret(runner.id);
         self.store
-            .create_runner(&runner, &key, &sealed, &event)
+            .create_runner(&WriteContext::admin(cid), &runner, &key, &sealed, &event)
             .await?;
         Ok(RegisteredRunner {
             runner,
@@ -325,7 +326,9 @@ impl Services {
             cid,
             json!({ "keyId": key.id }),
         );
-        self.store.add_runner_key(&key, &event).await?;
+        self.store
+            .add_runner_key(&WriteContext::admin(cid), &key, &event)
+            .await?;
         Ok((key.id, private))
     }
 
@@ -347,7 +350,13 @@ impl Services {
         );
         if self
             .store
-            .revoke_runner_key(runner_id, key_id, Self::now(), &event)
+            .revoke_runner_key(
+                &WriteContext::admin(cid),
+                runner_id,
+                key_id,
+                Self::now(),
+                &event,
+            )
             .await?
         {
             Ok(())
@@ -408,7 +417,7 @@ impl Services {
         workspace: &str,
         pool: &str,
         input: DeletePoolInput,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<(RunnerPool, u64), ServiceError> {
         self.authorize_permission(principal, &Permission::DeleteRunnerPool { workspace, pool })
             .await?;
@@ -417,25 +426,28 @@ impl Services {
         let pool_id =
             parse_uuid(pool).ok_or_else(|| ServiceError::not_found("no such runner pool"))?;
         let event = user_event(
+            write,
             principal,
             workspace_id,
             "runner_pool.deleted",
             "runner_pool",
             pool_id,
-            cid,
             json!({ "reason": input.reason, "force": input.force }),
         );
         let outcome = self
             .store
-            .delete_pool(&DeletePool {
-                workspace_id,
-                pool_id,
-                reason: input.reason,
-                force: input.force,
-                limited_to: principal.environment_ids.clone(),
-                at: Self::now(),
-                event,
-            })
+            .delete_pool(
+                write,
+                &DeletePool {
+                    workspace_id,
+                    pool_id,
+                    reason: input.reason,
+                    force: input.force,
+                    limited_to: principal.environment_ids.clone(),
+                    at: Self::now(),
+                    event,
+                },
+            )
             .await?;
         match outcome {
             DeletePoolOutcome::Deleted { pool, cancelled } => Ok((pool, cancelled)),
@@ -460,7 +472,7 @@ impl Services {
         principal: &Principal,
         workspace: &str,
         input: SubmitCommandInput,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<(RunnerCommand, WebhookDelivery), ServiceError> {
         let permission = Permission::SubmitRunnerCommand {
             workspace,
@@ -524,12 +536,12 @@ impl Services {
         // runner gets the text in its dispatch; the command's record keeps it.
         let (command_bytes, command_sha256) = text_digest(&command.command);
         let event = user_event(
+            write,
             principal,
             workspace_id,
             "runner_command.submitted",
             "runner_command",
             command.id,
-            cid,
             json!({
                 "poolId": command.pool_id,
                 "commandBytes": command_bytes,
@@ -542,7 +554,7 @@ impl Services {
         );
         match self
             .store
-            .submit_command(&command, &delivery, &event)
+            .submit_command(write, &command, &delivery, &event)
             .await?
         {
             SubmitOutcome::Created => Ok((command, delivery)),
@@ -627,7 +639,7 @@ impl Services {
         runner: &RunnerPrincipal,
         delivery: &str,
         input: DeliveryStatusInput,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<WebhookDelivery, ServiceError> {
         // A delivery of another pool (or organisation) is answered exactly like one that does
         // not exist, so a runner learns nothing about deliveries it may not touch.
@@ -661,10 +673,10 @@ impl Services {
             organisation_id: context.organisation_id,
             workspace_id: Some(context.workspace_id),
             event_type: "webhook_delivery.status_reported",
-            actor: Actor::runner(runner.runner_id),
+            actor: write.actor(),
             target_kind: "webhook_delivery",
             target_id: delivery_id,
-            correlation_id: cid.to_string(),
+            correlation_id: write.correlation_id().to_string(),
             occurred_at: Self::now(),
             data: json!({
                 "commandId": context.delivery.command_id,
@@ -684,7 +696,7 @@ impl Services {
             event,
         };
         self.store
-            .transition_delivery(&transition)
+            .transition_delivery(write, &transition)
             .await?
             .ok_or_else(|| {
                 conflict("the delivery or its command changed meanwhile; read it again".into())
@@ -704,8 +716,9 @@ impl Services {
         let more = overdue.len() as u64 >= u64::from(TIMEOUT_BATCH);
         let mut failed = 0;
         for command in overdue {
-            if let Some(timeout) = Self::timeout_of(&command, now)
-                && self.store.time_out_command(&timeout).await?
+            let write = WriteContext::system();
+            if let Some(timeout) = Self::timeout_of(&write, &command, now)
+                && self.store.time_out_command(&write, &timeout).await?
             {
                 tracing::info!(
                     command_id = %command.command_id,
@@ -721,6 +734,7 @@ impl Services {
     /// The failure of an overdue command, or `None` when its state machines allow none (it
     /// finished, or its delivery did, since the read).
     fn timeout_of(
+        write: &WriteContext,
         command: &OverdueCommand,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Option<CommandTimeout> {
@@ -736,10 +750,10 @@ impl Services {
             organisation_id: command.organisation_id,
             workspace_id: Some(command.workspace_id),
             event_type: "runner_command.timed_out",
-            actor: Actor::system(),
+            actor: write.actor(),
             target_kind: "runner_command",
             target_id: command.command_id,
-            correlation_id: CorrelationId::generate().to_string(),
+            correlation_id: write.correlation_id().to_string(),
             occurred_at: now,
             data: json!({
                 "poolId": command.pool_id,

@@ -6,11 +6,12 @@ use uuid::Uuid;
 
 use super::{AuthzRequest, Decision, DenyStatus, Operation, Permission, ServiceError, Services};
 use crate::domain::{
-    Actor, CorrelationId, ExpiresInDays, FieldError, NewAuditEvent, Principal, RevocationReason,
-    Scopes, Timestamp, TokenName, TokenSecret, ValidationErrors, parse_uuid,
+    CorrelationId, ExpiresInDays, FieldError, NewAuditEvent, Principal, RevocationReason, Scopes,
+    Timestamp, TokenName, TokenSecret, ValidationErrors, parse_uuid,
 };
 use crate::storage::{
     InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, TargetLookup, TokenFilter, TokenRecord,
+    WriteContext,
 };
 
 /// The audit event a per-workspace revocation writes in that workspace; its target is the
@@ -217,7 +218,7 @@ impl Services {
         &self,
         principal: &Principal,
         input: IssueTokenInput,
-        correlation_id: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<IssuedCredential, ServiceError> {
         self.authorize_permission(principal, &Permission::IssueToken(&input))
             .await?;
@@ -231,8 +232,7 @@ impl Services {
             input,
             Some((principal.token_id, principal.expires_at)),
             &found,
-            Actor::user(principal.user_id),
-            correlation_id,
+            write,
         )
         .await
     }
@@ -256,7 +256,8 @@ impl Services {
                 "the user does not belong to this organisation",
             ));
         }
-        self.insert_token(user.id, input, None, &found, Actor::admin(), correlation_id)
+        let write = WriteContext::admin(correlation_id);
+        self.insert_token(user.id, input, None, &found, &write)
             .await
     }
 
@@ -326,8 +327,7 @@ impl Services {
         input: IssueTokenInput,
         issuer: Option<(Uuid, DateTime<Utc>)>,
         found: &TargetLookup,
-        actor: Actor,
-        correlation_id: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<IssuedCredential, ServiceError> {
         let now = Self::now();
         let (public_id, secret) = TokenSecret::generate();
@@ -361,10 +361,10 @@ impl Services {
                     organisation_id: record.organisation_id,
                     workspace_id: Some(*ws),
                     event_type: "token.issued",
-                    actor,
+                    actor: write.actor(),
                     target_kind: "token",
                     target_id: record.id,
-                    correlation_id: correlation_id.to_string(),
+                    correlation_id: write.correlation_id().to_string(),
                     occurred_at: now,
                     data: json!({
                         "tokenId": record.id,
@@ -385,7 +385,11 @@ impl Services {
             record,
         };
         let limit = self.settings.max_active_tokens_per_user;
-        match self.store.insert_token(&token, &events, limit, now).await {
+        match self
+            .store
+            .insert_token(write, &token, &events, limit, now)
+            .await
+        {
             Ok(()) => {}
             Err(InsertTokenError::NameTaken) => {
                 return Err(ServiceError::Conflict {
@@ -433,7 +437,7 @@ impl Services {
         token: &str,
         reason: RevocationReason,
         cascade: bool,
-        correlation_id: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<RevokeOutcome, ServiceError> {
         self.authorize_permission(principal, &Permission::RevokeToken { workspace, token })
             .await?;
@@ -471,8 +475,7 @@ impl Services {
             token_id,
             reason,
             cascade,
-            Actor::user(principal.user_id),
-            correlation_id,
+            write,
         )
         .await
     }
@@ -514,13 +517,11 @@ impl Services {
             token_id,
             reason,
             cascade,
-            Actor::admin(),
-            correlation_id,
+            &WriteContext::admin(correlation_id),
         )
         .await
     }
 
-    #[allow(clippy::too_many_arguments, reason = "one revocation's every part")]
     async fn revoke_grant(
         &self,
         organisation_id: Uuid,
@@ -528,8 +529,7 @@ impl Services {
         token_id: Uuid,
         reason: RevocationReason,
         cascade: bool,
-        actor: Actor,
-        correlation_id: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<RevokeOutcome, ServiceError> {
         let now = Self::now();
         let revoke = RevokeGrant {
@@ -542,17 +542,17 @@ impl Services {
                 organisation_id,
                 workspace_id,
                 event_type: GRANT_REVOKED,
-                actor,
+                actor: write.actor(),
                 target_kind: "token",
                 target_id: token_id,
-                correlation_id: correlation_id.to_string(),
+                correlation_id: write.correlation_id().to_string(),
                 occurred_at: now,
                 data: json!({ "tokenId": token_id, "reason": reason.as_str() }),
             },
         };
         let outcome = self
             .store
-            .revoke_grant(&revoke)
+            .revoke_grant(write, &revoke)
             .await?
             .ok_or_else(no_grant)?;
         tracing::info!(

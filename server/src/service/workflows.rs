@@ -10,7 +10,7 @@ use crate::domain::{
     Actor, CorrelationId, FieldError, NewAuditEvent, Principal, RevisionState, ValidationErrors,
     bounded_text, parse_uuid,
 };
-use crate::storage::{RevisionDecision, Workflow, WorkflowRevision};
+use crate::storage::{RevisionDecision, Workflow, WorkflowRevision, WriteContext};
 
 /// The longest `--reason` of an approval decision.
 pub const DECISION_REASON_MAX: usize = 1000;
@@ -52,7 +52,7 @@ impl Services {
             json!({ "name": workflow.name }),
         );
         self.store
-            .create_workflow(&workflow, &event)
+            .create_workflow(&WriteContext::admin(cid), &workflow, &event)
             .await
             .map_err(super::admin::already_exists(format!(
                 "a workflow named {:?} already exists in this workspace",
@@ -96,7 +96,13 @@ impl Services {
         );
         Ok(self
             .store
-            .create_revision(&workflow, id, Self::now(), &event)
+            .create_revision(
+                &WriteContext::admin(cid),
+                &workflow,
+                id,
+                Self::now(),
+                &event,
+            )
             .await?)
     }
 
@@ -108,7 +114,7 @@ impl Services {
         workflow: &str,
         revision: &str,
         comment: Option<String>,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<WorkflowRevision, ServiceError> {
         let permission = Permission::RequestWorkflowApproval {
             workspace,
@@ -147,15 +153,16 @@ impl Services {
             organisation_id: principal.organisation_id,
             workspace_id: Some(workspace_id),
             event_type: "workflow_revision.approval_requested",
-            actor: Actor::user(principal.user_id),
+            actor: write.actor(),
             target_kind: "workflow_revision",
             target_id: revision_id,
-            correlation_id: cid.to_string(),
+            correlation_id: write.correlation_id().to_string(),
             occurred_at: Self::now(),
             data: json!({ "workflowId": workflow_id, "number": current.number, "comment": comment }),
         };
         self.store
             .request_approval(
+                write,
                 revision_id,
                 principal.user_id,
                 comment.as_deref(),
@@ -204,7 +211,12 @@ impl Services {
         let value = if allowed { "allowed" } else { "refused" };
         Ok(self
             .store
-            .setting_put(&self_approval_key(organisation_id), value, &event)
+            .setting_put(
+                &WriteContext::admin(cid),
+                &self_approval_key(organisation_id),
+                value,
+                &event,
+            )
             .await?)
     }
 
@@ -272,11 +284,13 @@ impl Services {
             });
         }
         let now = Self::now();
+        // Decided by the named user, through cpctl.
+        let write = WriteContext::immediate(cid.clone(), Actor::user(user.id));
         let event = NewAuditEvent {
             organisation_id: workspace.organisation_id,
             workspace_id: Some(current.workspace_id),
             event_type,
-            actor: Actor::user(user.id),
+            actor: write.actor(),
             target_kind: "workflow_revision",
             target_id: revision_id,
             correlation_id: cid.to_string(),
@@ -301,7 +315,7 @@ impl Services {
             at: now,
             event,
         };
-        match self.store.decide_revision(&decision).await? {
+        match self.store.decide_revision(&write, &decision).await? {
             Some(decided) => Ok(decided),
             // Decided (or otherwise moved) since it was read: answer with the state it is in.
             None => {

@@ -20,7 +20,8 @@
 //!   SQL differs, such as the read lane's queries on Postgres.
 //! - `postgres/`, `sqlite/`: the adapters, with the same file per port holding only what the
 //!   backend does its own way; `mod.rs` opens, migrates, maps errors and provides the primitives.
-//! - `held.rs`: a keyed request's transaction held open until its response is sealed into it
+//! - `write_context.rs`: what every write takes: its correlation id, actor, and whether its
+//!   transaction is held open until a keyed request's response is sealed into it
 //!   (`ports/outcomes.rs`, the committed outcomes of keyed requests).
 //! - `rows.rs`: rows that decode the same on both backends; `rules.rs`: what the counts a
 //!   transaction takes under its lock mean (name taken, the token cap, lost access, a busy pool),
@@ -40,7 +41,6 @@ mod changes;
 mod copy;
 pub mod fast;
 mod feed;
-pub mod held;
 pub mod keys;
 mod memory;
 mod open;
@@ -50,6 +50,7 @@ mod redis;
 mod rows;
 mod rules;
 mod sqlite;
+mod write_context;
 
 use std::sync::Arc;
 
@@ -67,6 +68,7 @@ pub use ports::*;
 pub use postgres::{AUDIT_CHANNEL, POLICY_CHANNEL, PostgresStore};
 pub use sqlite::files as embedded_files;
 pub use sqlite::{SqliteFastState, SqliteStore};
+pub use write_context::{HeldCommit, OutcomeSlot, WriteContext};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {

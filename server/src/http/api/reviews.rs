@@ -10,7 +10,7 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
-use crate::domain::{CorrelationId, ReportReason, ReviewStatus, Timestamp, ValidationErrors};
+use crate::domain::{ReportReason, ReviewStatus, Timestamp, ValidationErrors};
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
 use crate::http::fields::{Rating, Text, request_body};
@@ -184,12 +184,11 @@ impl ReviewsApi {
         &self,
         auth: BearerAuth,
         services: Data<&Arc<Services>>,
-        cid: Data<&CorrelationId>,
         #[oai(name = "pluginId")] plugin_id: Path<String>,
         body: Idempotent<JsonBody<ReviewInput>>,
     ) -> Result<PutReviewResponse, PutReviewErrors> {
         let review = services
-            .put_review(&auth.0, &plugin_id, body.0.value, &cid)
+            .put_review(&auth.0, &plugin_id, body.input.value, &body.write)
             .await?;
         let envelope = PluginReviewEnvelope {
             review: review.into(),
@@ -211,13 +210,18 @@ impl ReviewsApi {
         &self,
         auth: BearerAuth,
         services: Data<&Arc<Services>>,
-        cid: Data<&CorrelationId>,
         #[oai(name = "pluginId")] plugin_id: Path<String>,
         #[oai(name = "reviewId")] review_id: Path<String>,
         body: Idempotent<JsonBody<ReportReviewInput>>,
     ) -> Result<ReportReviewResponse, ReportReviewErrors> {
         let (report, review) = services
-            .report_review(&auth.0, &plugin_id, &review_id, body.0.value, &cid)
+            .report_review(
+                &auth.0,
+                &plugin_id,
+                &review_id,
+                body.input.value,
+                &body.write,
+            )
             .await?;
         let envelope = ReviewReportEnvelope {
             report: ReviewReportBody {

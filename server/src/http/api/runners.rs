@@ -11,7 +11,7 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
-use crate::domain::{CommandStatus, CorrelationId, DeliveryStatus, Timestamp, ValidationErrors};
+use crate::domain::{CommandStatus, DeliveryStatus, Timestamp, ValidationErrors};
 use crate::http::auth::{BearerAuth, Signed};
 use crate::http::error::error_responses;
 use crate::http::fields::{CommandArg, List, ReportedStatus, Text, TimeoutSeconds, request_body};
@@ -241,13 +241,18 @@ impl RunnersApi {
         &self,
         auth: BearerAuth,
         services: Data<&Arc<Services>>,
-        cid: Data<&CorrelationId>,
         #[oai(name = "workspaceId")] workspace_id: Path<String>,
         #[oai(name = "poolId")] pool_id: Path<String>,
         body: Idempotent<JsonBody<DeletePoolInput>>,
     ) -> Result<DeletePoolResponse, DeletePoolErrors> {
         let (pool, cancelled) = services
-            .delete_pool(&auth.0, &workspace_id, &pool_id, body.0.value, &cid)
+            .delete_pool(
+                &auth.0,
+                &workspace_id,
+                &pool_id,
+                body.input.value,
+                &body.write,
+            )
             .await?;
         let envelope = DeletedRunnerPoolEnvelope {
             pool: pool.into(),
@@ -270,12 +275,11 @@ impl RunnersApi {
         &self,
         auth: BearerAuth,
         services: Data<&Arc<Services>>,
-        cid: Data<&CorrelationId>,
         #[oai(name = "workspaceId")] workspace_id: Path<String>,
         body: Idempotent<JsonBody<SubmitCommandInput>>,
     ) -> Result<SubmitCommandResponse, SubmitCommandErrors> {
         let (command, delivery) = services
-            .submit_command(&auth.0, &workspace_id, body.0.value, &cid)
+            .submit_command(&auth.0, &workspace_id, body.input.value, &body.write)
             .await?;
         let envelope = RunnerCommandEnvelope {
             command: RunnerCommandBody::new(command, &delivery),
@@ -299,13 +303,13 @@ impl RunnersApi {
     async fn report_delivery_status(
         &self,
         services: Data<&Arc<Services>>,
-        cid: Data<&CorrelationId>,
         #[oai(name = "deliveryId")] delivery_id: Path<String>,
         report: Idempotent<Signed<DeliveryStatusInput>>,
     ) -> Result<DeliveryStatusResponse, DeliveryStatusErrors> {
-        let Signed { runner, body } = report.0;
+        let Idempotent { input, write } = report;
+        let Signed { runner, body } = input;
         let delivery = services
-            .report_delivery_status(&runner, &delivery_id, body.value, &cid)
+            .report_delivery_status(&runner, &delivery_id, body.value, &write)
             .await?;
         let envelope = WebhookDeliveryEnvelope {
             delivery: WebhookDeliveryBody {

@@ -10,8 +10,7 @@ use uuid::Uuid;
 
 use super::ApiTags;
 use crate::domain::{
-    CorrelationId, ExpiresInDays, RevocationReason, Scope, Scopes, Timestamp, TokenName,
-    ValidationErrors,
+    ExpiresInDays, RevocationReason, Scope, Scopes, Timestamp, TokenName, ValidationErrors,
 };
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
@@ -181,10 +180,11 @@ impl TokensApi {
         &self,
         auth: BearerAuth,
         services: Data<&Arc<Services>>,
-        cid: Data<&CorrelationId>,
         body: Idempotent<JsonBody<IssueTokenInput>>,
     ) -> Result<IssueTokenResponse, IssueTokenErrors> {
-        let credential = services.issue_token(&auth.0, body.0.value, &cid).await?;
+        let credential = services
+            .issue_token(&auth.0, body.input.value, &body.write)
+            .await?;
         let envelope = IssuedCredentialEnvelope {
             credential: credential.into(),
         };
@@ -209,14 +209,20 @@ impl TokensApi {
         &self,
         auth: BearerAuth,
         services: Data<&Arc<Services>>,
-        cid: Data<&CorrelationId>,
         #[oai(name = "workspaceId")] workspace_id: Path<String>,
         #[oai(name = "tokenId")] token_id: Path<String>,
         body: Idempotent<JsonBody<RevokeRequest>>,
     ) -> Result<RevokeTokenResponse, RevokeTokenErrors> {
-        let RevokeRequest { reason, cascade } = body.0.value;
+        let RevokeRequest { reason, cascade } = body.input.value;
         services
-            .revoke_token_access(&auth.0, &workspace_id, &token_id, reason, cascade, &cid)
+            .revoke_token_access(
+                &auth.0,
+                &workspace_id,
+                &token_id,
+                reason,
+                cascade,
+                &body.write,
+            )
             .await?;
         let result = TokenRevocationResult { revoked: true };
         Ok(RevokeTokenResponse::Ok(Json(result)))

@@ -9,7 +9,7 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
-use crate::domain::{CorrelationId, RevisionState, Timestamp, ValidationErrors};
+use crate::domain::{RevisionState, Timestamp, ValidationErrors};
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
 use crate::http::fields::{Text, request_body};
@@ -113,7 +113,6 @@ impl WorkflowsApi {
         &self,
         auth: BearerAuth,
         services: Data<&Arc<Services>>,
-        cid: Data<&CorrelationId>,
         #[oai(name = "workspaceId")] workspace_id: Path<String>,
         #[oai(name = "workflowId")] workflow_id: Path<String>,
         #[oai(name = "revisionId")] revision_id: Path<String>,
@@ -125,8 +124,8 @@ impl WorkflowsApi {
                 &workspace_id,
                 &workflow_id,
                 &revision_id,
-                body.0.value.0,
-                &cid,
+                body.input.value.0,
+                &body.write,
             )
             .await?;
         let envelope = WorkflowRevisionEnvelope {

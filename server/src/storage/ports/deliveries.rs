@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent};
 use crate::storage::StoreError;
+use crate::storage::WriteContext;
 
 /// A runner's failures in a row from which it is skipped while its pool has a runner with
 /// fewer (decided here because the lease's runner choice is one statement).
@@ -186,6 +187,7 @@ pub trait DeliveryStore: Send + Sync {
     /// abandoned.
     async fn lease_attempts(
         &self,
+        write: &WriteContext,
         now: DateTime<Utc>,
         deliveries: &[Uuid],
         lease_until: DateTime<Utc>,
@@ -193,7 +195,11 @@ pub trait DeliveryStore: Send + Sync {
     /// Records how an attempt ended and applies what follows it, in one transaction; the
     /// schedule moves only while the delivery is still on this attempt's lease. The runner's
     /// failures in a row and its breaker follow the answer whatever became of the delivery.
-    async fn finish_attempt(&self, result: &AttemptResult) -> Result<AttemptRecorded, StoreError>;
+    async fn finish_attempt(
+        &self,
+        write: &WriteContext,
+        result: &AttemptResult,
+    ) -> Result<AttemptRecorded, StoreError>;
     /// The delivery and its attempts, oldest first.
     async fn delivery_report(
         &self,

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use crate::domain::NewAuditEvent;
 use crate::storage::StoreError;
+use crate::storage::WriteContext;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Organisation {
@@ -55,12 +56,14 @@ pub struct TargetLookup {
 pub trait DirectoryStore: Send + Sync {
     async fn create_organisation(
         &self,
+        write: &WriteContext,
         org: &Organisation,
         event: &NewAuditEvent,
     ) -> Result<(), StoreError>;
     async fn list_organisations(&self) -> Result<Vec<Organisation>, StoreError>;
     async fn create_workspace(
         &self,
+        write: &WriteContext,
         ws: &Workspace,
         event: &NewAuditEvent,
     ) -> Result<(), StoreError>;
@@ -70,6 +73,7 @@ pub trait DirectoryStore: Send + Sync {
     ) -> Result<Vec<Workspace>, StoreError>;
     async fn create_environment(
         &self,
+        write: &WriteContext,
         env: &Environment,
         event: &NewAuditEvent,
     ) -> Result<(), StoreError>;
@@ -77,7 +81,12 @@ pub trait DirectoryStore: Send + Sync {
         &self,
         workspace_id: Option<Uuid>,
     ) -> Result<Vec<Environment>, StoreError>;
-    async fn create_user(&self, user: &User, event: &NewAuditEvent) -> Result<(), StoreError>;
+    async fn create_user(
+        &self,
+        write: &WriteContext,
+        user: &User,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError>;
     async fn list_users(&self, organisation_id: Option<Uuid>) -> Result<Vec<User>, StoreError>;
     async fn get_user(&self, id: Uuid) -> Result<Option<User>, StoreError>;
     /// The user of that organisation with that email (emails are unique per organisation).

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use crate::domain::NewAuditEvent;
 use crate::storage::StoreError;
+use crate::storage::WriteContext;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plugin {
@@ -84,8 +85,12 @@ pub enum RestoreOutcome {
 /// Plugins, reviews and reports.
 #[async_trait]
 pub trait MarketplaceStore: Send + Sync {
-    async fn create_plugin(&self, plugin: &Plugin, event: &NewAuditEvent)
-    -> Result<(), StoreError>;
+    async fn create_plugin(
+        &self,
+        write: &WriteContext,
+        plugin: &Plugin,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError>;
     async fn list_plugins(&self) -> Result<Vec<Plugin>, StoreError>;
     async fn get_plugin(&self, plugin_id: Uuid) -> Result<Option<Plugin>, StoreError>;
     async fn find_review(&self, review_id: Uuid) -> Result<Option<Review>, StoreError>;
@@ -102,6 +107,7 @@ pub trait MarketplaceStore: Send + Sync {
     /// says what was stored.
     async fn upsert_review(
         &self,
+        write: &WriteContext,
         review: &Review,
         event: &NewAuditEvent,
     ) -> Result<Review, StoreError>;
@@ -110,6 +116,7 @@ pub trait MarketplaceStore: Send + Sync {
     /// decided one after another, each on every report before it.
     async fn insert_report(
         &self,
+        write: &WriteContext,
         report: &Report,
         moderation: &ReviewModeration,
         basis: &ModerationBasis,
@@ -120,6 +127,7 @@ pub trait MarketplaceStore: Send + Sync {
     /// `dismissedReports`.
     async fn restore_review(
         &self,
+        write: &WriteContext,
         review_id: Uuid,
         moderation: &ReviewModeration,
         basis: &ModerationBasis,

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::storage::StoreError;
+use crate::storage::WriteContext;
 
 /// A stored policy version (without its bytes).
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +46,7 @@ pub trait PolicyStore: Send + Sync {
     /// Stores a new version of `name` (one more than the newest).
     async fn insert_policy(
         &self,
+        write: &WriteContext,
         name: &str,
         kind: &str,
         digest: &str,
@@ -57,13 +59,21 @@ pub trait PolicyStore: Send + Sync {
         version: i32,
     ) -> Result<Option<PolicyRecord>, StoreError>;
     async fn policy_bytes(&self, id: Uuid) -> Result<Option<Vec<u8>>, StoreError>;
-    async fn activate_policy(&self, policy: &PolicyRecord) -> Result<(), StoreError>;
+    async fn activate_policy(
+        &self,
+        write: &WriteContext,
+        policy: &PolicyRecord,
+    ) -> Result<(), StoreError>;
     /// Rolls the newest activation of `kind` back; false when there was none.
-    async fn rollback_policy(&self, kind: &str) -> Result<bool, StoreError>;
+    async fn rollback_policy(&self, write: &WriteContext, kind: &str) -> Result<bool, StoreError>;
     /// Removes a version that is neither active, nor in the activation history, nor a shadow.
     async fn remove_policy(&self, id: Uuid) -> Result<bool, StoreError>;
-    async fn set_shadow(&self, kind: &str, policy: Option<&PolicyRecord>)
-    -> Result<(), StoreError>;
+    async fn set_shadow(
+        &self,
+        write: &WriteContext,
+        kind: &str,
+        policy: Option<&PolicyRecord>,
+    ) -> Result<(), StoreError>;
     async fn policy_state(&self) -> Result<PolicyState, StoreError>;
     async fn record_disagreement(&self, d: &DisagreementRecord) -> Result<(), StoreError>;
     async fn list_disagreements(&self, limit: u32) -> Result<Vec<DisagreementRecord>, StoreError>;

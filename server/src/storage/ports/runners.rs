@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent};
 use crate::storage::StoreError;
+use crate::storage::WriteContext;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunnerPool {
@@ -182,13 +183,18 @@ pub struct CommandTimeout {
 /// deliveries.
 #[async_trait]
 pub trait RunnerStore: Send + Sync {
-    async fn create_pool(&self, pool: &RunnerPool, event: &NewAuditEvent)
-    -> Result<(), StoreError>;
+    async fn create_pool(
+        &self,
+        write: &WriteContext,
+        pool: &RunnerPool,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError>;
     async fn list_pools(&self, workspace_id: Option<Uuid>) -> Result<Vec<RunnerPool>, StoreError>;
     async fn get_pool(&self, pool_id: Uuid) -> Result<Option<RunnerPool>, StoreError>;
     /// Inserts the runner with its first key and its sealed webhook secret.
     async fn create_runner(
         &self,
+        write: &WriteContext,
         runner: &Runner,
         key: &RunnerKey,
         sealed_secret: &[u8],
@@ -199,6 +205,7 @@ pub trait RunnerStore: Send + Sync {
     /// `previous_retires_at` (an earlier previous one stops at once). False when no such runner.
     async fn rotate_runner_secret(
         &self,
+        write: &WriteContext,
         runner_id: Uuid,
         sealed: &[u8],
         previous_retires_at: DateTime<Utc>,
@@ -211,12 +218,14 @@ pub trait RunnerStore: Send + Sync {
     ) -> Result<Option<SealedRunnerSecrets>, StoreError>;
     async fn add_runner_key(
         &self,
+        write: &WriteContext,
         key: &RunnerKey,
         event: &NewAuditEvent,
     ) -> Result<(), StoreError>;
     /// False when the runner has no live key of that id.
     async fn revoke_runner_key(
         &self,
+        write: &WriteContext,
         runner_id: Uuid,
         key_id: Uuid,
         at: DateTime<Utc>,
@@ -228,6 +237,7 @@ pub trait RunnerStore: Send + Sync {
     /// adding a key makes the deliveries of its pool that were waiting for a runner due now.
     async fn set_runner_url(
         &self,
+        write: &WriteContext,
         runner_id: Uuid,
         url: Option<&str>,
         at: DateTime<Utc>,
@@ -235,10 +245,15 @@ pub trait RunnerStore: Send + Sync {
     ) -> Result<bool, StoreError>;
 
     // Pool deletion, commands and deliveries.
-    async fn delete_pool(&self, delete: &DeletePool) -> Result<DeletePoolOutcome, StoreError>;
+    async fn delete_pool(
+        &self,
+        write: &WriteContext,
+        delete: &DeletePool,
+    ) -> Result<DeletePoolOutcome, StoreError>;
     /// Inserts the command and its delivery if the pool is live in the command's workspace.
     async fn submit_command(
         &self,
+        write: &WriteContext,
         command: &RunnerCommand,
         delivery: &WebhookDelivery,
         event: &NewAuditEvent,
@@ -247,6 +262,7 @@ pub trait RunnerStore: Send + Sync {
     /// Moves the delivery and its command; `None` when either moved meanwhile (a conflict).
     async fn transition_delivery(
         &self,
+        write: &WriteContext,
         transition: &DeliveryTransition,
     ) -> Result<Option<WebhookDelivery>, StoreError>;
 
@@ -259,5 +275,9 @@ pub trait RunnerStore: Send + Sync {
     ) -> Result<Vec<OverdueCommand>, StoreError>;
     /// Fails the command and its delivery with the event, in one transaction; false when
     /// either moved since it was read (a report, a cancellation, or another replica's sweep).
-    async fn time_out_command(&self, timeout: &CommandTimeout) -> Result<bool, StoreError>;
+    async fn time_out_command(
+        &self,
+        write: &WriteContext,
+        timeout: &CommandTimeout,
+    ) -> Result<bool, StoreError>;
 }

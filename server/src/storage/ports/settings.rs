@@ -4,6 +4,7 @@ use async_trait::async_trait;
 
 use crate::domain::NewAuditEvent;
 use crate::storage::StoreError;
+use crate::storage::WriteContext;
 
 /// Server-wide settings, such as a generated key kept for the next start.
 #[async_trait]
@@ -14,12 +15,14 @@ pub trait SettingsStore: Send + Sync {
     /// The flag is true when `candidate` was inserted.
     async fn setting_get_or_insert(
         &self,
+        write: &WriteContext,
         key: &str,
         candidate: &str,
     ) -> Result<(String, bool), StoreError>;
     /// Replaces the value only while it is still `expected`; false when it changed meanwhile.
     async fn setting_replace(
         &self,
+        write: &WriteContext,
         key: &str,
         expected: &str,
         value: &str,
@@ -28,6 +31,7 @@ pub trait SettingsStore: Send + Sync {
     /// change, in one transaction.
     async fn setting_put(
         &self,
+        write: &WriteContext,
         key: &str,
         value: &str,
         event: &NewAuditEvent,

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use crate::domain::NewAuditEvent;
 use crate::storage::StoreError;
+use crate::storage::WriteContext;
 
 /// A token as stored, without its hash.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,6 +91,7 @@ pub trait TokenStore: Send + Sync {
     /// `max_active` active tokens; checked and written atomically.
     async fn insert_token(
         &self,
+        write: &WriteContext,
         token: &NewToken,
         events: &[NewAuditEvent],
         max_active: u32,
@@ -101,7 +103,10 @@ pub trait TokenStore: Send + Sync {
     ) -> Result<Option<StoredCredential>, StoreError>;
     /// `None` when the token has no active grant on that workspace (or none at all); all in one
     /// transaction, descendants included when `cascade`.
-    async fn revoke_grant(&self, revoke: &RevokeGrant)
-    -> Result<Option<RevokeOutcome>, StoreError>;
+    async fn revoke_grant(
+        &self,
+        write: &WriteContext,
+        revoke: &RevokeGrant,
+    ) -> Result<Option<RevokeOutcome>, StoreError>;
     async fn list_tokens(&self, filter: &TokenFilter) -> Result<Vec<TokenRecord>, StoreError>;
 }

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use crate::domain::{NewAuditEvent, RevisionState};
 use crate::storage::StoreError;
+use crate::storage::WriteContext;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Workflow {
@@ -51,6 +52,7 @@ pub struct RevisionDecision {
 pub trait WorkflowStore: Send + Sync {
     async fn create_workflow(
         &self,
+        write: &WriteContext,
         workflow: &Workflow,
         event: &NewAuditEvent,
     ) -> Result<(), StoreError>;
@@ -60,6 +62,7 @@ pub trait WorkflowStore: Send + Sync {
     /// A new `draft` revision numbered one past the workflow's newest.
     async fn create_revision(
         &self,
+        write: &WriteContext,
         workflow: &Workflow,
         id: Uuid,
         at: DateTime<Utc>,
@@ -70,6 +73,7 @@ pub trait WorkflowStore: Send + Sync {
     /// `draft → pending_approval`; `None` when the revision is no longer a draft.
     async fn request_approval(
         &self,
+        write: &WriteContext,
         revision_id: Uuid,
         by: Uuid,
         comment: Option<&str>,
@@ -79,6 +83,7 @@ pub trait WorkflowStore: Send + Sync {
     /// Approves or rejects; `None` when the revision is no longer in `decision.from`.
     async fn decide_revision(
         &self,
+        write: &WriteContext,
         decision: &RevisionDecision,
     ) -> Result<Option<WorkflowRevision>, StoreError>;
 }

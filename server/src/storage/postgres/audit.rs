@@ -6,7 +6,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use self::shared::{EVENT_COLUMNS, EventRow};
-use super::{PostgresStore, map_err};
+use super::{PostgresStore, WriteTx, map_err};
 use crate::domain::NewAuditEvent;
 use crate::storage::StoreError;
 
@@ -22,9 +22,24 @@ pub const AUDIT_CHANNEL: &str = "cp_audit";
 /// announces it on [`AUDIT_CHANNEL`] (`sequencer.rs`), so no write holds its workspace's counter
 /// through its commit. One round trip.
 pub(super) async fn insert_event(
-    conn: &mut PgConnection,
+    tx: &mut WriteTx,
     event: &NewAuditEvent,
 ) -> Result<(), StoreError> {
+    tx.wrote_workspace_events |= event.workspace_id.is_some();
+    write_event(tx, event).await
+}
+
+/// Writes events in a write transaction, noting whether any is a workspace event.
+pub(super) async fn insert_events<'e>(
+    tx: &mut WriteTx,
+    events: impl IntoIterator<Item = &'e NewAuditEvent>,
+) -> Result<(), StoreError> {
+    let events: Vec<&NewAuditEvent> = events.into_iter().collect();
+    tx.wrote_workspace_events |= events.iter().any(|e| e.workspace_id.is_some());
+    write_events(tx, events).await
+}
+
+async fn write_event(conn: &mut PgConnection, event: &NewAuditEvent) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO audit_events (id, organisation_id, workspace_id, event_type, actor_kind,
              actor_id, target_kind, target_id, correlation_id, occurred_at, data)
@@ -49,14 +64,14 @@ pub(super) async fn insert_event(
 
 /// Writes events in their order, as [`insert_event`] does, in one statement whatever their
 /// number.
-pub(super) async fn insert_events<'e>(
+pub(super) async fn write_events<'e>(
     conn: &mut PgConnection,
     events: impl IntoIterator<Item = &'e NewAuditEvent>,
 ) -> Result<(), StoreError> {
     let events: Vec<&NewAuditEvent> = events.into_iter().collect();
     match events[..] {
         [] => return Ok(()),
-        [event] => return insert_event(conn, event).await,
+        [event] => return write_event(conn, event).await,
         _ => {}
     }
     let each = || events.iter();

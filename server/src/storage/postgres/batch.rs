@@ -14,7 +14,7 @@
 //! writes runs again alone, so one write's failure stays its own; a kind may also send a write
 //! alone when a batch cannot decide it (two reports of one delivery). A request with an
 //! `Idempotency-Key` always runs alone: its transaction is held open for its outcome
-//! (`storage/held.rs`).
+//! (`storage/write_context.rs`).
 //!
 //! Each kind has [`LANES`] lanes, and a write goes to the lane of its key (an issuance's owner,
 //! a report's delivery). A lane runs one batch at a time; while it does, new writes queue,
@@ -31,8 +31,9 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::sequencer::Sequencer;
-use super::{held, map_err, settle_after_commit};
+use super::{map_err, settle_after_commit};
 use crate::storage::StoreError;
+use crate::storage::WriteContext;
 
 /// Lanes of one kind, each running one batch at a time.
 const LANES: usize = 2;
@@ -85,14 +86,16 @@ struct Queued<K: Kind> {
 }
 
 impl<K: Kind> Batcher<K> {
-    /// Runs `job` in a batch: `None` when it must run alone (see the module doc).
+    /// Runs `job` in a batch: `None` when it must run alone (see the module doc), as a write
+    /// whose transaction `write` holds for an outcome must.
     pub async fn submit(
         &self,
         pool: &PgPool,
         sequencer: &Arc<Sequencer>,
+        write: &WriteContext,
         job: K::Job,
     ) -> Option<Result<K::Verdict, StoreError>> {
-        if held::holding() {
+        if write.holds() {
             return None;
         }
         let lanes = self.lanes.get_or_init(|| {

@@ -108,7 +108,8 @@ pub(in crate::storage) async fn begin_snapshot(
 pub(in crate::storage) async fn begin_write(
     store: &PostgresStore,
 ) -> Result<Transaction<'static, Postgres>, StoreError> {
-    let mut tx = store.begin().await?;
+    // The copy's own transaction, committed by the copy: no request's write context.
+    let mut tx = store.pool.begin().await.map_err(map_err)?;
     untimed(&mut tx).await?;
     Ok(tx)
 }

@@ -33,7 +33,7 @@ use uuid::Uuid;
 use self::audit::insert_event;
 use self::lane::ReadLane;
 use self::sequencer::Sequencer;
-use super::held::{self, HeldCommit};
+use super::write_context::{HeldCommit, WriteContext};
 use super::{OutcomeRecord, StoreError};
 
 pub use self::audit::AUDIT_CHANNEL;
@@ -237,30 +237,53 @@ impl PostgresStore {
         Ok(self.read_all(query).await?.into_iter().next())
     }
 
-    async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
-        held::flush().await?;
-        self.pool.begin().await.map_err(map_err)
+    /// Begins a write transaction for `write` (which first commits one its keyed request
+    /// still holds: see `storage/write_context.rs`).
+    async fn begin(&self, write: &WriteContext) -> Result<WriteTx, StoreError> {
+        write.before_begin().await?;
+        let tx = self.pool.begin().await.map_err(map_err)?;
+        Ok(WriteTx {
+            tx,
+            wrote_workspace_events: false,
+        })
     }
 
-    /// Commits, or in a keyed request holds the transaction for its outcome (`storage/held.rs`).
-    /// A transaction that wrote workspace events returns once they are numbered (the
-    /// sequencer's pass announces them by NOTIFY), so its writer reads them back at once.
-    async fn commit(
-        &self,
-        tx: Transaction<'static, Postgres>,
-        workspaces: &[Option<Uuid>],
-    ) -> Result<(), StoreError> {
-        let numbering = workspaces
-            .iter()
-            .any(Option::is_some)
-            .then(|| (self.sequencer.clone(), self.pool.clone()));
-        if held::holding() {
-            held::hold(Box::new(HeldTransaction { tx, numbering }));
-            return Ok(());
+    /// Commits, or parks the transaction for its outcome when `write` holds. A transaction
+    /// that wrote workspace events returns once they are numbered (the sequencer's pass
+    /// announces them by NOTIFY), so its writer reads them back at once.
+    async fn commit(&self, tx: WriteTx, write: &WriteContext) -> Result<(), StoreError> {
+        let pending = PendingCommit {
+            numbering: tx
+                .wrote_workspace_events
+                .then(|| (self.sequencer.clone(), self.pool.clone())),
+            tx: tx.tx,
+        };
+        match write.hold(pending) {
+            Some(now) => Box::new(now).commit(None, 0).await,
+            None => Ok(()),
         }
-        tx.commit().await.map_err(map_err)?;
-        settle_after_commit(numbering).await;
-        Ok(())
+    }
+}
+
+/// A write transaction, and whether it wrote workspace events (which its commit has
+/// numbered). Derefs to the connection, as a transaction does; events go in through
+/// `audit::insert_event`, which notes them.
+pub(crate) struct WriteTx {
+    tx: Transaction<'static, Postgres>,
+    wrote_workspace_events: bool,
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.tx
     }
 }
 
@@ -275,13 +298,14 @@ async fn settle_after_commit(numbering: Option<(Arc<Sequencer>, PgPool)>) {
     }
 }
 
-struct HeldTransaction {
+/// A transaction its writer is done with, committed now or once its outcome is known.
+struct PendingCommit {
     tx: Transaction<'static, Postgres>,
     numbering: Option<(Arc<Sequencer>, PgPool)>,
 }
 
 #[async_trait::async_trait]
-impl HeldCommit for HeldTransaction {
+impl HeldCommit for PendingCommit {
     async fn commit(
         self: Box<Self>,
         outcome: Option<&OutcomeRecord>,

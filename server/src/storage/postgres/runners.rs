@@ -10,10 +10,11 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::audit::insert_events;
+use super::audit::write_events;
 use super::batch::{self, Ran};
 use super::{PostgresStore, map_err};
 use crate::domain::{CommandStatus, DeliveryStatus};
+use crate::storage::WriteContext;
 use crate::storage::rows::{DeliveryRow, parse_state};
 use crate::storage::{DeliveryTransition, StoreError, rules};
 
@@ -28,11 +29,12 @@ pub(super) struct Reports;
 /// Runs a report in a batch; `None` when it must run alone (see `batch.rs`).
 async fn batch_transition_delivery(
     store: &PostgresStore,
+    write: &WriteContext,
     t: &DeliveryTransition,
 ) -> Option<Result<Option<DeliveryRow>, StoreError>> {
     store
         .reports
-        .submit(&store.pool, &store.sequencer, t.clone())
+        .submit(&store.pool, &store.sequencer, write, t.clone())
         .await
 }
 
@@ -104,7 +106,7 @@ async fn report_batch(
     let mut moved: HashMap<Uuid, DeliveryRow> = HashMap::new();
     if !accepted.is_empty() {
         moved = apply_reports(&mut *tx, &accepted).await?;
-        insert_events(&mut *tx, accepted.iter().map(|t| &t.event)).await?;
+        write_events(&mut *tx, accepted.iter().map(|t| &t.event)).await?;
     }
     let verdicts = jobs
         .iter()

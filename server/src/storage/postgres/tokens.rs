@@ -14,12 +14,12 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use self::shared::CredentialRow;
-use super::audit::insert_events;
+use super::audit::write_events;
 use super::batch::{self, Ran};
 use super::{PostgresStore, map_err};
 use crate::domain::NewAuditEvent;
 use crate::storage::rules;
-use crate::storage::{InsertTokenError, NewToken, StoreError};
+use crate::storage::{InsertTokenError, NewToken, StoreError, WriteContext};
 
 // Compiled once per SQL backend (see the layout in `storage/mod.rs`).
 #[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
@@ -87,6 +87,7 @@ pub(super) struct Job {
 /// Runs an issuance in a batch; `None` when it must run alone (see `batch.rs`).
 async fn batch_insert_token(
     store: &PostgresStore,
+    write: &WriteContext,
     token: &NewToken,
     events: &[NewAuditEvent],
     max_active: u32,
@@ -100,7 +101,7 @@ async fn batch_insert_token(
     };
     let verdict = store
         .issuances
-        .submit(&store.pool, &store.sequencer, job)
+        .submit(&store.pool, &store.sequencer, write, job)
         .await?;
     Some(verdict.unwrap_or_else(|e| Err(InsertTokenError::Store(e))))
 }
@@ -216,7 +217,7 @@ async fn issue_batch(
         .collect();
     if !issued.is_empty() {
         insert_batch(&mut *tx, &issued).await?;
-        insert_events(&mut *tx, issued.iter().flat_map(|j| &j.events)).await?;
+        write_events(&mut *tx, issued.iter().flat_map(|j| &j.events)).await?;
     }
     Ok(Ran {
         wrote_events: !issued.is_empty(),

@@ -15,6 +15,7 @@ use crate::storage::rows::parse_state;
 use crate::storage::{
     AttemptNext, AttemptRecord, AttemptRecorded, AttemptResult, DeliveryReport, DeliveryStore,
     DueDelivery, DueQuery, FAILING_RUNNER_THRESHOLD, Leased, LeasedAttempt, StoreError,
+    WriteContext,
 };
 
 /// Why an attempt has no answer: the replica sending it stopped before recording one.
@@ -125,6 +126,7 @@ impl DeliveryStore for Store {
 
     async fn lease_attempts(
         &self,
+        write: &WriteContext,
         now: DateTime<Utc>,
         deliveries: &[Uuid],
         lease_until: DateTime<Utc>,
@@ -136,7 +138,7 @@ impl DeliveryStore for Store {
             .map(|i| format!("${}", i + 2))
             .collect::<Vec<_>>()
             .join(", ");
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         // Still due: another replica may have leased some since they were read. Rows another
         // replica is leasing are skipped, not waited for (Postgres); on SQLite this
         // transaction holds the write lock.
@@ -291,12 +293,16 @@ impl DeliveryStore for Store {
             };
             update.execute(&mut *tx).await.map_err(map_err)?;
         }
-        self.commit(tx, &[]).await?;
+        self.commit(tx, write).await?;
         Ok(leased)
     }
 
-    async fn finish_attempt(&self, r: &AttemptResult) -> Result<AttemptRecorded, StoreError> {
-        let mut tx = self.begin().await?;
+    async fn finish_attempt(
+        &self,
+        write: &WriteContext,
+        r: &AttemptResult,
+    ) -> Result<AttemptRecorded, StoreError> {
+        let mut tx = self.begin(write).await?;
         sqlx::query(
             "UPDATE webhook_attempts SET finished_at = $3, status_code = $4, latency_ms = $5,
                  error = $6
@@ -313,7 +319,6 @@ impl DeliveryStore for Store {
         .map_err(map_err)?;
         // Only while the delivery is still on this attempt (no later lease) and `pending`.
         let on_lease = "id = $1 AND attempts = $2 AND status = 'pending'";
-        let mut workspaces = Vec::new();
         let applied = match &r.next {
             AttemptNext::Delivered => {
                 sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -383,9 +388,9 @@ impl DeliveryStore for Store {
                     0
                 };
                 if command > 0 {
-                    insert_event(&mut both, event).await?;
                     both.commit().await.map_err(map_err)?;
-                    workspaces.push(event.workspace_id);
+                    // After the savepoint, in the transaction, which notes it for its commit.
+                    insert_event(&mut tx, event).await?;
                     true
                 } else {
                     both.rollback().await.map_err(map_err)?;
@@ -428,7 +433,7 @@ impl DeliveryStore for Store {
             .bind(r.runner_id)
         };
         update.execute(&mut *tx).await.map_err(map_err)?;
-        self.commit(tx, &workspaces).await?;
+        self.commit(tx, write).await?;
         Ok(if applied {
             AttemptRecorded::Applied
         } else {

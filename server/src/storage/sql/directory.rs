@@ -9,16 +9,18 @@ use super::super::{Store, in_uuid_list, insert_event, list_param, map_err};
 use crate::domain::NewAuditEvent;
 use crate::storage::{
     DirectoryStore, Environment, Organisation, StoreError, TargetLookup, User, Workspace,
+    WriteContext,
 };
 
 #[async_trait]
 impl DirectoryStore for Store {
     async fn create_organisation(
         &self,
+        write: &WriteContext,
         org: &Organisation,
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         sqlx::query("INSERT INTO organisations (id, name, created_at) VALUES ($1, $2, $3)")
             .bind(org.id)
             .bind(&org.name)
@@ -27,7 +29,7 @@ impl DirectoryStore for Store {
             .await
             .map_err(map_err)?;
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await
+        self.commit(tx, write).await
     }
 
     async fn list_organisations(&self) -> Result<Vec<Organisation>, StoreError> {
@@ -49,10 +51,11 @@ impl DirectoryStore for Store {
 
     async fn create_workspace(
         &self,
+        write: &WriteContext,
         ws: &Workspace,
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         sqlx::query(
             "INSERT INTO workspaces (id, organisation_id, name, created_at) VALUES ($1, $2, $3, $4)",
         )
@@ -64,7 +67,7 @@ impl DirectoryStore for Store {
         .await
         .map_err(map_err)?;
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await
+        self.commit(tx, write).await
     }
 
     async fn list_workspaces(
@@ -84,10 +87,11 @@ impl DirectoryStore for Store {
 
     async fn create_environment(
         &self,
+        write: &WriteContext,
         env: &Environment,
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         sqlx::query(
             "INSERT INTO environments (id, workspace_id, name, created_at) VALUES ($1, $2, $3, $4)",
         )
@@ -99,7 +103,7 @@ impl DirectoryStore for Store {
         .await
         .map_err(map_err)?;
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await
+        self.commit(tx, write).await
     }
 
     async fn list_environments(
@@ -125,8 +129,13 @@ impl DirectoryStore for Store {
             .collect())
     }
 
-    async fn create_user(&self, user: &User, event: &NewAuditEvent) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+    async fn create_user(
+        &self,
+        write: &WriteContext,
+        user: &User,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin(write).await?;
         sqlx::query(
             "INSERT INTO users (id, organisation_id, email, created_at, admin)
              VALUES ($1, $2, $3, $4, $5)",
@@ -140,7 +149,7 @@ impl DirectoryStore for Store {
         .await
         .map_err(map_err)?;
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await
+        self.commit(tx, write).await
     }
 
     async fn list_users(&self, organisation_id: Option<Uuid>) -> Result<Vec<User>, StoreError> {

@@ -12,7 +12,7 @@ use crate::domain::{NewAuditEvent, ReportReason, ReviewStatus};
 use crate::storage::rows::{PluginRow, parse_state, with_data};
 use crate::storage::{
     MarketplaceStore, ModerationBasis, Plugin, Report, ReportOutcome, RestoreOutcome, Review,
-    ReviewModeration, StoreError, rules,
+    ReviewModeration, StoreError, WriteContext, rules,
 };
 
 #[derive(FromRow)]
@@ -58,10 +58,11 @@ const REVIEW_COLUMNS: &str = "id, plugin_id, author_id, organisation_id, rating,
 impl MarketplaceStore for Store {
     async fn create_plugin(
         &self,
+        write: &WriteContext,
         plugin: &Plugin,
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         sqlx::query(
             "INSERT INTO plugins (id, organisation_id, name, created_at) VALUES ($1, $2, $3, $4)",
         )
@@ -73,7 +74,7 @@ impl MarketplaceStore for Store {
         .await
         .map_err(map_err)?;
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await
+        self.commit(tx, write).await
     }
 
     async fn list_plugins(&self) -> Result<Vec<Plugin>, StoreError> {
@@ -163,10 +164,11 @@ impl MarketplaceStore for Store {
 
     async fn upsert_review(
         &self,
+        write: &WriteContext,
         review: &Review,
         event: &NewAuditEvent,
     ) -> Result<Review, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         // Postgres: the row lock orders this against reports and restores of the review
         // (SQLite: the write lock does), so a hide cannot be lost between read and write.
         let stored: Option<(String, StringList, StringList)> =
@@ -216,18 +218,19 @@ impl MarketplaceStore for Store {
         let mut event = with_data(event, "status", review.status.as_str().into());
         event.target_id = row.id;
         insert_event(&mut tx, &event).await?;
-        self.commit(tx, &[event.workspace_id]).await?;
+        self.commit(tx, write).await?;
         row.try_into()
     }
 
     async fn insert_report(
         &self,
+        write: &WriteContext,
         report: &Report,
         moderation: &ReviewModeration,
         basis: &ModerationBasis,
         event: &NewAuditEvent,
     ) -> Result<ReportOutcome, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         // Postgres: the review's row lock makes concurrent reports of it wait for each other,
         // and the count below, a statement after the lock, sees every report committed before
         // (SQLite: the write lock does both).
@@ -264,19 +267,20 @@ impl MarketplaceStore for Store {
         .await
         .map_err(map_err)?;
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await?;
+        self.commit(tx, write).await?;
         row.try_into().map(ReportOutcome::Stored)
     }
 
     async fn restore_review(
         &self,
+        write: &WriteContext,
         review_id: Uuid,
         moderation: &ReviewModeration,
         basis: &ModerationBasis,
         at: DateTime<Utc>,
         event: &NewAuditEvent,
     ) -> Result<RestoreOutcome, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         let stored: Option<(String, DateTime<Utc>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT status, updated_at FROM plugin_reviews WHERE id = $1 {FOR_UPDATE}"
         )))
@@ -315,7 +319,7 @@ impl MarketplaceStore for Store {
         .map_err(map_err)?;
         let event = with_data(event, "dismissedReports", dismissed.into());
         insert_event(&mut tx, &event).await?;
-        self.commit(tx, &[event.workspace_id]).await?;
+        self.commit(tx, write).await?;
         Ok(RestoreOutcome::Restored {
             review: row.try_into()?,
             dismissed,

@@ -9,7 +9,9 @@ use uuid::Uuid;
 use super::super::{Store, map_err};
 use super::{policy_changed, serialise_versions};
 use crate::storage::rows::{POLICY_COLUMNS, PolicyRow};
-use crate::storage::{DisagreementRecord, PolicyRecord, PolicyState, PolicyStore, StoreError};
+use crate::storage::{
+    DisagreementRecord, PolicyRecord, PolicyState, PolicyStore, StoreError, WriteContext,
+};
 
 impl Store {
     async fn policy_by_id(&self, id: Option<Uuid>) -> Result<Option<PolicyRecord>, StoreError> {
@@ -29,12 +31,13 @@ impl Store {
 impl PolicyStore for Store {
     async fn insert_policy(
         &self,
+        write: &WriteContext,
         name: &str,
         kind: &str,
         digest: &str,
         bytes: &[u8],
     ) -> Result<PolicyRecord, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         serialise_versions(&mut tx, name).await?;
         let row: PolicyRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "INSERT INTO policies (id, name, kind, version, digest, bytes, created_at)
@@ -51,7 +54,7 @@ impl PolicyStore for Store {
         .fetch_one(&mut *tx)
         .await
         .map_err(map_err)?;
-        self.commit(tx, &[]).await?;
+        self.commit(tx, write).await?;
         Ok(row.into())
     }
 
@@ -90,8 +93,12 @@ impl PolicyStore for Store {
         Ok(row.map(|(b,)| b))
     }
 
-    async fn activate_policy(&self, policy: &PolicyRecord) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+    async fn activate_policy(
+        &self,
+        write: &WriteContext,
+        policy: &PolicyRecord,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin(write).await?;
         sqlx::query(
             "INSERT INTO policy_activations (kind, policy_id, activated_at) VALUES ($1, $2, $3)",
         )
@@ -102,11 +109,11 @@ impl PolicyStore for Store {
         .await
         .map_err(map_err)?;
         policy_changed(&mut tx).await?;
-        self.commit(tx, &[]).await
+        self.commit(tx, write).await
     }
 
-    async fn rollback_policy(&self, kind: &str) -> Result<bool, StoreError> {
-        let mut tx = self.begin().await?;
+    async fn rollback_policy(&self, write: &WriteContext, kind: &str) -> Result<bool, StoreError> {
+        let mut tx = self.begin(write).await?;
         let updated = sqlx::query(
             "UPDATE policy_activations SET rolled_back = true
              WHERE id = (SELECT id FROM policy_activations WHERE kind = $1 AND NOT rolled_back
@@ -121,7 +128,7 @@ impl PolicyStore for Store {
             return Ok(false);
         }
         policy_changed(&mut tx).await?;
-        self.commit(tx, &[]).await?;
+        self.commit(tx, write).await?;
         Ok(true)
     }
 
@@ -141,10 +148,11 @@ impl PolicyStore for Store {
 
     async fn set_shadow(
         &self,
+        write: &WriteContext,
         kind: &str,
         policy: Option<&PolicyRecord>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         sqlx::query("DELETE FROM policy_shadows WHERE kind = $1")
             .bind(kind)
             .execute(&mut *tx)
@@ -162,7 +170,7 @@ impl PolicyStore for Store {
             .map_err(map_err)?;
         }
         policy_changed(&mut tx).await?;
-        self.commit(tx, &[]).await
+        self.commit(tx, write).await
     }
 
     async fn policy_state(&self) -> Result<PolicyState, StoreError> {

@@ -20,7 +20,7 @@ use crate::storage::rules;
 use crate::storage::{
     CommandTimeout, DeletePool, DeletePoolOutcome, DeliveryContext, DeliveryTransition,
     OverdueCommand, Runner, RunnerCommand, RunnerKey, RunnerKeyLookup, RunnerPool, RunnerStore,
-    SealedRunnerSecrets, StoreError, SubmitOutcome, WebhookDelivery,
+    SealedRunnerSecrets, StoreError, SubmitOutcome, WebhookDelivery, WriteContext,
 };
 
 type SecretsRow = (Option<Vec<u8>>, Option<Vec<u8>>, Option<DateTime<Utc>>);
@@ -29,10 +29,11 @@ type SecretsRow = (Option<Vec<u8>>, Option<Vec<u8>>, Option<DateTime<Utc>>);
 impl RunnerStore for Store {
     async fn create_pool(
         &self,
+        write: &WriteContext,
         pool: &RunnerPool,
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         sqlx::query(
             "INSERT INTO runner_pools (id, workspace_id, name, created_at) VALUES ($1, $2, $3, $4)",
         )
@@ -44,7 +45,7 @@ impl RunnerStore for Store {
         .await
         .map_err(map_err)?;
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await
+        self.commit(tx, write).await
     }
 
     async fn list_pools(&self, workspace_id: Option<Uuid>) -> Result<Vec<RunnerPool>, StoreError> {
@@ -72,12 +73,13 @@ impl RunnerStore for Store {
 
     async fn create_runner(
         &self,
+        write: &WriteContext,
         runner: &Runner,
         key: &RunnerKey,
         sealed_secret: &[u8],
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         sqlx::query(
             "INSERT INTO runners (id, pool_id, name, created_at, delivery_url, webhook_secret)
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -96,17 +98,18 @@ impl RunnerStore for Store {
             wake_waiting_deliveries(&mut tx, runner.id, runner.created_at).await?;
         }
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await
+        self.commit(tx, write).await
     }
 
     async fn set_runner_url(
         &self,
+        write: &WriteContext,
         runner_id: Uuid,
         url: Option<&str>,
         at: DateTime<Utc>,
         event: &NewAuditEvent,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         // The pool before the runner, in the order a lease takes them.
         lock_pool_of(&mut tx, runner_id).await?;
         // A new URL is a fresh start: the failures and the breaker were the old address's.
@@ -128,7 +131,7 @@ impl RunnerStore for Store {
             wake_waiting_deliveries(&mut tx, runner_id, at).await?;
         }
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await?;
+        self.commit(tx, write).await?;
         Ok(true)
     }
 
@@ -153,12 +156,13 @@ impl RunnerStore for Store {
 
     async fn rotate_runner_secret(
         &self,
+        write: &WriteContext,
         runner_id: Uuid,
         sealed: &[u8],
         previous_retires_at: DateTime<Utc>,
         event: &NewAuditEvent,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         // Right-hand sides read the row as it was: the current secret becomes the previous one.
         let rotated = sqlx::query(
             "UPDATE runners SET previous_webhook_secret = webhook_secret,
@@ -177,7 +181,7 @@ impl RunnerStore for Store {
             return Ok(false);
         }
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await?;
+        self.commit(tx, write).await?;
         Ok(true)
     }
 
@@ -201,24 +205,26 @@ impl RunnerStore for Store {
 
     async fn add_runner_key(
         &self,
+        write: &WriteContext,
         key: &RunnerKey,
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         insert_key(&mut tx, key).await?;
         wake_waiting_deliveries(&mut tx, key.runner_id, key.created_at).await?;
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await
+        self.commit(tx, write).await
     }
 
     async fn revoke_runner_key(
         &self,
+        write: &WriteContext,
         runner_id: Uuid,
         key_id: Uuid,
         at: DateTime<Utc>,
         event: &NewAuditEvent,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         let updated = sqlx::query(
             "UPDATE runner_keys SET revoked_at = $3
              WHERE id = $1 AND runner_id = $2 AND revoked_at IS NULL",
@@ -234,7 +240,7 @@ impl RunnerStore for Store {
             return Ok(false);
         }
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await?;
+        self.commit(tx, write).await?;
         Ok(true)
     }
 
@@ -278,8 +284,12 @@ impl RunnerStore for Store {
         }))
     }
 
-    async fn delete_pool(&self, delete: &DeletePool) -> Result<DeletePoolOutcome, StoreError> {
-        let mut tx = self.begin().await?;
+    async fn delete_pool(
+        &self,
+        write: &WriteContext,
+        delete: &DeletePool,
+    ) -> Result<DeletePoolOutcome, StoreError> {
+        let mut tx = self.begin(write).await?;
         // Postgres: the pool's row lock orders this against submissions, which take it FOR
         // SHARE (SQLite: the write lock does), so no open command can be added between the
         // count (or the cancelling) and the delete.
@@ -353,7 +363,7 @@ impl RunnerStore for Store {
             .map_err(map_err)?;
         let event = with_data(&delete.event, "cancelledCommands", Value::from(cancelled));
         insert_event(&mut tx, &event).await?;
-        self.commit(tx, &[event.workspace_id]).await?;
+        self.commit(tx, write).await?;
         let mut pool = RunnerPool::from(pool);
         pool.deleted_at = Some(delete.at);
         Ok(DeletePoolOutcome::Deleted { pool, cancelled })
@@ -361,11 +371,12 @@ impl RunnerStore for Store {
 
     async fn submit_command(
         &self,
+        write: &WriteContext,
         command: &RunnerCommand,
         delivery: &WebhookDelivery,
         event: &NewAuditEvent,
     ) -> Result<SubmitOutcome, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         let pool: Option<(Option<DateTime<Utc>>,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT deleted_at FROM runner_pools WHERE id = $1 AND workspace_id = $2 {FOR_SHARE}"
         )))
@@ -411,7 +422,7 @@ impl RunnerStore for Store {
         .await
         .map_err(map_err)?;
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await?;
+        self.commit(tx, write).await?;
         Ok(SubmitOutcome::Created)
     }
 
@@ -452,12 +463,13 @@ impl RunnerStore for Store {
 
     async fn transition_delivery(
         &self,
+        write: &WriteContext,
         t: &DeliveryTransition,
     ) -> Result<Option<WebhookDelivery>, StoreError> {
-        if let Some(batched) = batch_transition_delivery(self, t).await {
+        if let Some(batched) = batch_transition_delivery(self, write, t).await {
             return batched?.map(TryInto::try_into).transpose();
         }
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         // The delivery and its command under their locks (the delivery first, as the timeout
         // sweep takes them), so the rule sees the state the writes below apply to.
         let state: Option<(String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -500,7 +512,7 @@ impl RunnerStore for Store {
             .await
             .map_err(map_err)?;
         insert_event(&mut tx, &t.event).await?;
-        self.commit(tx, &[t.event.workspace_id]).await?;
+        self.commit(tx, write).await?;
         row.try_into().map(Some)
     }
 
@@ -554,8 +566,12 @@ impl RunnerStore for Store {
             .collect()
     }
 
-    async fn time_out_command(&self, t: &CommandTimeout) -> Result<bool, StoreError> {
-        let mut tx = self.begin().await?;
+    async fn time_out_command(
+        &self,
+        write: &WriteContext,
+        t: &CommandTimeout,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin(write).await?;
         // The delivery first, then the command, as a report moves them: the same lock order, so
         // a report racing the sweep waits instead of deadlocking. Each UPDATE applies only from
         // the state read; on Postgres a second replica's UPDATE waits for the first's commit,
@@ -593,7 +609,7 @@ impl RunnerStore for Store {
             return Ok(false);
         }
         insert_event(&mut tx, &t.event).await?;
-        self.commit(tx, &[t.event.workspace_id]).await?;
+        self.commit(tx, write).await?;
         Ok(true)
     }
 }

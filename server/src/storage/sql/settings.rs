@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use super::super::{Store, insert_event, map_err};
 use crate::domain::NewAuditEvent;
-use crate::storage::{SettingsStore, StoreError};
+use crate::storage::{SettingsStore, StoreError, WriteContext};
 
 #[async_trait]
 impl SettingsStore for Store {
@@ -27,10 +27,11 @@ impl SettingsStore for Store {
 
     async fn setting_get_or_insert(
         &self,
+        write: &WriteContext,
         key: &str,
         candidate: &str,
     ) -> Result<(String, bool), StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         let inserted = sqlx::query(
             "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
         )
@@ -46,17 +47,18 @@ impl SettingsStore for Store {
             .fetch_one(&mut *tx)
             .await
             .map_err(map_err)?;
-        self.commit(tx, &[]).await?;
+        self.commit(tx, write).await?;
         Ok((value, inserted))
     }
 
     async fn setting_replace(
         &self,
+        write: &WriteContext,
         key: &str,
         expected: &str,
         value: &str,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         let replaced = sqlx::query("UPDATE settings SET value = $3 WHERE key = $1 AND value = $2")
             .bind(key)
             .bind(expected)
@@ -66,17 +68,18 @@ impl SettingsStore for Store {
             .map_err(map_err)?
             .rows_affected()
             == 1;
-        self.commit(tx, &[]).await?;
+        self.commit(tx, write).await?;
         Ok(replaced)
     }
 
     async fn setting_put(
         &self,
+        write: &WriteContext,
         key: &str,
         value: &str,
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         sqlx::query(
             "INSERT INTO settings (key, value) VALUES ($1, $2)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -87,6 +90,6 @@ impl SettingsStore for Store {
         .await
         .map_err(map_err)?;
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await
+        self.commit(tx, write).await
     }
 }

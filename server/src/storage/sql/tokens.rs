@@ -19,7 +19,7 @@ use crate::storage::rows::with_data;
 use crate::storage::rules;
 use crate::storage::{
     InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, StoreError, StoredCredential,
-    TokenFilter, TokenRecord, TokenStore,
+    TokenFilter, TokenRecord, TokenStore, WriteContext,
 };
 
 /// A token as [`TOKEN_COLUMNS`] selects it.
@@ -77,6 +77,7 @@ pub(super) struct CredentialRow {
 impl TokenStore for Store {
     async fn insert_token(
         &self,
+        write: &WriteContext,
         token: &NewToken,
         events: &[NewAuditEvent],
         max_active: u32,
@@ -84,10 +85,11 @@ impl TokenStore for Store {
     ) -> Result<(), InsertTokenError> {
         // Postgres gathers concurrent issuances into one transaction (`postgres/tokens.rs`);
         // it answers None for a keyed request and for a batch that has to be retried alone.
-        if let Some(batched) = batch_insert_token(self, token, events, max_active, now).await {
+        if let Some(batched) = batch_insert_token(self, write, token, events, max_active, now).await
+        {
             return batched;
         }
-        insert_token_alone(self, token, events, max_active, now).await
+        insert_token_alone(self, write, token, events, max_active, now).await
     }
 
     async fn find_credential(
@@ -106,10 +108,11 @@ impl TokenStore for Store {
 
     async fn revoke_grant(
         &self,
+        write: &WriteContext,
         revoke: &RevokeGrant,
     ) -> Result<Option<RevokeOutcome>, StoreError> {
         let root = revoke.token_id;
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         // Lock the token (and with `cascade` its descendants) first: two revocations of its
         // last grants must not both see one left. All in id order, so overlapping cascades
         // cannot deadlock; an issuance by one of them holds its issuer FOR SHARE, so it either
@@ -202,8 +205,7 @@ impl TokenStore for Store {
             }
         }
         insert_events(&mut tx, &events).await?;
-        let workspaces: Vec<Option<Uuid>> = events.iter().map(|e| e.workspace_id).collect();
-        self.commit(tx, &workspaces).await?;
+        self.commit(tx, write).await?;
         Ok(Some(outcome))
     }
 
@@ -229,13 +231,14 @@ impl TokenStore for Store {
 /// request (its transaction is held for the outcome) or a batch that failed as a whole.
 pub(super) async fn insert_token_alone(
     store: &Store,
+    write: &WriteContext,
     token: &NewToken,
     events: &[NewAuditEvent],
     max_active: u32,
     now: DateTime<Utc>,
 ) -> Result<(), InsertTokenError> {
     let t = &token.record;
-    let mut tx = store.begin().await?;
+    let mut tx = store.begin(write).await?;
     // Locks first, both in one statement. Postgres: FOR SHARE on the issuer conflicts with
     // revocation's FOR UPDATE, so one waits for the other; the owner's FOR UPDATE serialises
     // issuance per user, so the counts below still hold at the insert. SQLite: the write
@@ -273,7 +276,6 @@ pub(super) async fn insert_token_alone(
     rules::may_issue(t, issuer_grants, same_name, active, max_active)?;
     insert_token_rows(&mut tx, token).await?;
     insert_events(&mut tx, events).await?;
-    let workspaces: Vec<Option<Uuid>> = events.iter().map(|e| e.workspace_id).collect();
-    store.commit(tx, &workspaces).await?;
+    store.commit(tx, write).await?;
     Ok(())
 }

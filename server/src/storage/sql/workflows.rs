@@ -8,7 +8,9 @@ use uuid::Uuid;
 use super::super::{FOR_UPDATE, Store, insert_event, map_err};
 use crate::domain::{NewAuditEvent, RevisionState};
 use crate::storage::rows::{RevisionRow, WorkflowRow, with_data};
-use crate::storage::{RevisionDecision, StoreError, Workflow, WorkflowRevision, WorkflowStore};
+use crate::storage::{
+    RevisionDecision, StoreError, Workflow, WorkflowRevision, WorkflowStore, WriteContext,
+};
 
 /// A revision with its workflow's workspace. SQLite's RETURNING cannot name a joined table, so
 /// the workspace comes from a subquery (`workflow_id` being the revision's own column).
@@ -21,10 +23,11 @@ const REVISION_COLUMNS: &str = "id, workflow_id,
 impl WorkflowStore for Store {
     async fn create_workflow(
         &self,
+        write: &WriteContext,
         workflow: &Workflow,
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         sqlx::query(
             "INSERT INTO workflows (id, workspace_id, name, created_at) VALUES ($1, $2, $3, $4)",
         )
@@ -36,7 +39,7 @@ impl WorkflowStore for Store {
         .await
         .map_err(map_err)?;
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await
+        self.commit(tx, write).await
     }
 
     async fn list_workflows(
@@ -67,12 +70,13 @@ impl WorkflowStore for Store {
 
     async fn create_revision(
         &self,
+        write: &WriteContext,
         workflow: &Workflow,
         id: Uuid,
         at: DateTime<Utc>,
         event: &NewAuditEvent,
     ) -> Result<WorkflowRevision, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         // Postgres: the workflow's row lock serialises numbering (SQLite: the write lock does).
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT 1 FROM workflows WHERE id = $1 {FOR_UPDATE}"
@@ -96,7 +100,7 @@ impl WorkflowStore for Store {
         .map_err(map_err)?;
         let event = with_data(event, "number", Value::from(number));
         insert_event(&mut tx, &event).await?;
-        self.commit(tx, &[event.workspace_id]).await?;
+        self.commit(tx, write).await?;
         Ok(WorkflowRevision {
             id,
             workflow_id: workflow.id,
@@ -129,13 +133,14 @@ impl WorkflowStore for Store {
 
     async fn request_approval(
         &self,
+        write: &WriteContext,
         revision_id: Uuid,
         by: Uuid,
         comment: Option<&str>,
         at: DateTime<Utc>,
         event: &NewAuditEvent,
     ) -> Result<Option<WorkflowRevision>, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         // Only a draft moves: a revision already requested is a conflict.
         let row: Option<RevisionRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "UPDATE workflow_revisions SET state = $2, requested_by = $3, requested_at = $4,
@@ -156,15 +161,16 @@ impl WorkflowStore for Store {
             return Ok(None);
         };
         insert_event(&mut tx, event).await?;
-        self.commit(tx, &[event.workspace_id]).await?;
+        self.commit(tx, write).await?;
         row.try_into().map(Some)
     }
 
     async fn decide_revision(
         &self,
+        write: &WriteContext,
         d: &RevisionDecision,
     ) -> Result<Option<WorkflowRevision>, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(write).await?;
         // Applies only from the state the service read: a second decision is a conflict.
         let row: Option<RevisionRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "UPDATE workflow_revisions SET state = $2, decided_by = $3, decided_at = $4,
@@ -185,7 +191,7 @@ impl WorkflowStore for Store {
             return Ok(None);
         };
         insert_event(&mut tx, &d.event).await?;
-        self.commit(tx, &[d.event.workspace_id]).await?;
+        self.commit(tx, write).await?;
         row.try_into().map(Some)
     }
 }

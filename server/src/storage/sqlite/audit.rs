@@ -5,7 +5,7 @@ use sqlx::SqliteConnection;
 use uuid::Uuid;
 
 use self::shared::{EVENT_COLUMNS, EventRow};
-use super::{SqliteStore, map_err};
+use super::{SqliteStore, WriteTx, map_err};
 use crate::domain::NewAuditEvent;
 use crate::storage::StoreError;
 
@@ -16,21 +16,24 @@ mod shared;
 
 /// Writes events in their order, each numbered as it is written.
 pub(super) async fn insert_events<'e>(
-    conn: &mut SqliteConnection,
+    tx: &mut WriteTx,
     events: impl IntoIterator<Item = &'e NewAuditEvent>,
 ) -> Result<(), StoreError> {
     for event in events {
-        insert_event(conn, event).await?;
+        insert_event(tx, event).await?;
     }
     Ok(())
 }
 
 /// Writes one audit event, giving a workspace event the next sequence of its workspace (the
-/// transaction holds the write lock, so sequences are gapless and unique).
+/// transaction holds the write lock, so sequences are gapless and unique). The transaction
+/// notes the workspace, announced once it commits.
 pub(super) async fn insert_event(
-    conn: &mut SqliteConnection,
+    tx: &mut WriteTx,
     event: &NewAuditEvent,
 ) -> Result<(), StoreError> {
+    tx.workspaces.extend(event.workspace_id);
+    let conn: &mut SqliteConnection = tx;
     // Organisation-level events have no sequence.
     let seq: Option<i64> = match event.workspace_id {
         Some(workspace_id) => {

@@ -38,7 +38,7 @@ use sqlx::{Sqlite, SqliteConnection, Transaction};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use super::held::{self, HeldCommit};
+use super::write_context::{HeldCommit, WriteContext};
 use super::{Change, OutcomeRecord, StoreError};
 
 use self::audit::insert_event;
@@ -131,10 +131,12 @@ impl SqliteStore {
         Ok(self.read_all(query).await?.into_iter().next())
     }
 
-    /// Begins a write transaction holding the write lock from the start, so what it reads
-    /// cannot change before it writes; this process's writers take their turns in order.
-    async fn begin(&self) -> Result<WriteTx, StoreError> {
-        held::flush().await?;
+    /// Begins a write transaction for `write` holding the write lock from the start, so what
+    /// it reads cannot change before it writes; this process's writers take their turns in
+    /// order. A transaction its keyed request still holds is committed first
+    /// (`storage/write_context.rs`).
+    async fn begin(&self, write: &WriteContext) -> Result<WriteTx, StoreError> {
+        write.before_begin().await?;
         let turn = tokio::time::timeout(BUSY_TIMEOUT, self.writers.clone().lock_owned())
             .await
             .map_err(|_| {
@@ -145,32 +147,35 @@ impl SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(map_err)?;
-        Ok(WriteTx { tx, _turn: turn })
+        Ok(WriteTx {
+            tx,
+            _turn: turn,
+            workspaces: Vec::new(),
+        })
     }
 
     /// Commits, then announces the workspaces whose events it wrote (never before: a rolled-back
-    /// event must not be announced). In a keyed request the transaction is held for its outcome
-    /// instead (`storage/held.rs`), and announced when that commits.
-    async fn commit(&self, tx: WriteTx, workspaces: &[Option<Uuid>]) -> Result<(), StoreError> {
-        if held::holding() {
-            held::hold(Box::new(HeldTransaction {
-                tx,
-                workspaces: workspaces.iter().flatten().copied().collect(),
-                announced: self.announced.clone(),
-            }));
-            return Ok(());
+    /// event must not be announced); or parks the transaction for its outcome when `write`
+    /// holds, announced when that commits.
+    async fn commit(&self, tx: WriteTx, write: &WriteContext) -> Result<(), StoreError> {
+        let pending = PendingCommit {
+            tx,
+            announced: self.announced.clone(),
+        };
+        match write.hold(pending) {
+            Some(now) => Box::new(now).commit(None, 0).await,
+            None => Ok(()),
         }
-        tx.tx.commit().await.map_err(map_err)?;
-        announce(&self.announced, workspaces.iter().flatten().copied());
-        Ok(())
     }
 }
 
-/// A write transaction with this process's writer turn, given back when it ends. Derefs to
-/// the connection, as a transaction does.
+/// A write transaction with this process's writer turn, given back when it ends, and the
+/// workspaces whose events it wrote (`audit::insert_event` notes them). Derefs to the
+/// connection, as a transaction does.
 pub(crate) struct WriteTx {
     tx: Transaction<'static, Sqlite>,
     _turn: tokio::sync::OwnedMutexGuard<()>,
+    workspaces: Vec<Uuid>,
 }
 
 impl std::ops::Deref for WriteTx {
@@ -204,28 +209,25 @@ fn announce(announced: &broadcast::Sender<Change>, workspaces: impl Iterator<Ite
     }
 }
 
-struct HeldTransaction {
+/// A transaction its writer is done with, committed now or once its outcome is known.
+struct PendingCommit {
     tx: WriteTx,
-    workspaces: Vec<Uuid>,
     announced: broadcast::Sender<Change>,
 }
 
 #[async_trait::async_trait]
-impl HeldCommit for HeldTransaction {
+impl HeldCommit for PendingCommit {
     async fn commit(
         self: Box<Self>,
         outcome: Option<&OutcomeRecord>,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        let Self {
-            mut tx,
-            workspaces,
-            announced,
-        } = *self;
+        let Self { mut tx, announced } = *self;
         if let Some(outcome) = outcome {
             outcomes::insert_outcome(&mut tx, outcome, now_ms).await?;
         }
-        tx.tx.commit().await.map_err(map_err)?;
+        let WriteTx { tx, workspaces, .. } = tx;
+        tx.commit().await.map_err(map_err)?;
         announce(&announced, workspaces.into_iter());
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! Runner pools, runners and keys, commands and their deliveries: every statement is the same on both backends (`storage/sql/runners.rs`).
 
 use crate::storage::rows::DeliveryRow;
-use crate::storage::{DeliveryTransition, StoreError};
+use crate::storage::{DeliveryTransition, StoreError, WriteContext};
 
 // Compiled once per SQL backend (see the layout in `storage/mod.rs`).
 #[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
@@ -11,6 +11,7 @@ mod shared;
 /// SQLite has one writer and no round trips to save: every report goes alone.
 async fn batch_transition_delivery(
     _store: &super::SqliteStore,
+    _write: &WriteContext,
     _t: &DeliveryTransition,
 ) -> Option<Result<Option<DeliveryRow>, StoreError>> {
     None

@@ -7,7 +7,7 @@ use sqlx::SqliteConnection;
 use self::shared::CredentialRow;
 use super::{SqliteStore, map_err, to_json};
 use crate::domain::NewAuditEvent;
-use crate::storage::{InsertTokenError, NewToken, StoreError};
+use crate::storage::{InsertTokenError, NewToken, StoreError, WriteContext};
 
 // Compiled once per SQL backend (see the layout in `storage/mod.rs`).
 #[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
@@ -72,6 +72,7 @@ async fn find_credential_row(
 /// SQLite has one writer and no round trips to save: every issuance goes alone.
 async fn batch_insert_token(
     _store: &SqliteStore,
+    _write: &WriteContext,
     _token: &NewToken,
     _events: &[NewAuditEvent],
     _max_active: u32,

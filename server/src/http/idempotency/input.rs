@@ -1,0 +1,265 @@
+//! The [`Idempotent`] extractor: an operation's input, claimed under its key.
+//!
+//! A stored response (a child token's secret, say) is given only to a caller that may still
+//! perform the operation. The key's record belongs to one token, and that token is
+//! authenticated on every request; before a replay, the operation's authorization is asked
+//! again through the service ([`Services::may_replay`]: the active policy, and an issuer's
+//! current limits), from the input's [`Permitted`] description of the request. Refused, the
+//! caller gets what a fresh request would get (a 403 or 404) and the record stays. A runner's
+//! signed report needs nothing more: its signature was verified against its live keys first.
+//!
+//! Nothing of the record's place or fingerprint is written by a handler: the operation id comes
+//! from the route poem matched, looked up in [`Operations`] (read once from the API's OpenAPI
+//! metadata); method and path are the request's as sent; the principal is the input's
+//! authenticated caller; the digest is the body's.
+//!
+//! [`Services::may_replay`]: crate::service::Services::may_replay
+//! [`Operations`]: super::Operations
+
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use poem::{PathPattern, Request, RequestBody, Response};
+use poem_openapi::registry::{MetaParamIn, MetaRequest, MetaSchemaRef, Registry};
+use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions};
+
+use super::guard::Claimed;
+use super::record::IdempotentRequest;
+use super::{Stage, Ticket};
+use crate::domain::{Actor, CorrelationId};
+use crate::http::auth::{AuthOutcome, token_subject};
+use crate::http::error::ApiFailure;
+use crate::http::payload::JsonBody;
+use crate::service::{Operation, Permission, Services};
+use crate::storage::WriteContext;
+
+/// What a keyed request does next: run with a write context whose transaction waits for the
+/// outcome, or answer with the saved response.
+enum NextAction {
+    StartProcessing(WriteContext),
+    ReturnSavedResponse(Response),
+}
+
+impl Ticket {
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "what the claim and its write context need"
+    )]
+    async fn claim(
+        &self,
+        req: &Request,
+        principal: Option<String>,
+        quota_owner: Option<String>,
+        body_digest: [u8; 32],
+        permission: Option<Permission<'_>>,
+        correlation_id: CorrelationId,
+        actor: Actor,
+    ) -> Result<NextAction, poem::Error> {
+        let operation = req
+            .data::<PathPattern>()
+            .and_then(|pattern| self.guard.operations().find(req.method(), &pattern.0));
+        let (Some(operation), Some(principal)) = (operation, principal) else {
+            tracing::error!("an idempotent request has no known operation or no principal");
+            return Err(ApiFailure::internal().into());
+        };
+        let request = IdempotentRequest {
+            principal,
+            operation,
+            method: req.method().as_str(),
+            path: req.uri().path(),
+            body_digest,
+            quota_owner,
+        };
+        match self.guard.claim(&self.key, request).await? {
+            Claimed::Run(held) => {
+                self.guard.check_quota(&held).await?;
+                *self.stage() = Stage::Claimed(held);
+                let write = WriteContext::held(correlation_id, actor, self.slot.clone());
+                Ok(NextAction::StartProcessing(write))
+            }
+            Claimed::Replay(response) => {
+                if let Some(permission) = permission {
+                    may_replay(req, &permission).await?;
+                }
+                *self.stage() = Stage::Replayed;
+                Ok(NextAction::ReturnSavedResponse(response))
+            }
+        }
+    }
+}
+
+/// Asks the service whether the bearer-authenticated caller may still perform what
+/// `permission` names; refused, the answer a fresh request would get.
+async fn may_replay(req: &Request, permission: &Permission<'_>) -> Result<(), poem::Error> {
+    let services = req.data::<Arc<Services>>();
+    let principal = match req.data::<AuthOutcome>() {
+        Some(AuthOutcome::Authenticated(principal)) => Some(principal),
+        _ => None,
+    };
+    let (Some(services), Some(principal)) = (services, principal) else {
+        tracing::error!("a keyed replay has no services or no authenticated caller");
+        return Err(ApiFailure::internal().into());
+    };
+    services
+        .may_replay(principal, permission)
+        .await
+        .map_err(|e| {
+            tracing::info!("idempotent replay refused: the caller may no longer perform it");
+            ApiFailure::from(e).into()
+        })
+}
+
+/// What a bearer-authenticated operation's parsed body asks to do, with the ids of its path
+/// (`path_id`): asked again before a keyed repeat is answered.
+pub trait Permitted {
+    fn permission<'a>(&'a self, req: &'a Request) -> Permission<'a>;
+}
+
+/// The path variable `name` of `operation`'s route, as the route matched it (the value
+/// `Path<String>` reads); empty when the route has none of that name. poem-openapi registers a
+/// route's variables by position (`:param0`, `:param1`, as the route table's test shows), so
+/// the name is looked up in the operation's template.
+pub fn path_id<'a>(req: &'a Request, operation: Operation, name: &str) -> &'a str {
+    let (_, template) = operation.http();
+    template
+        .split('/')
+        .filter(|segment| segment.starts_with('{'))
+        .position(|segment| segment.trim_matches(['{', '}']) == name)
+        .and_then(|index| req.raw_path_param(&format!("param{index}")))
+        .unwrap_or_default()
+}
+
+/// What an idempotent operation's input tells of its request.
+pub trait IdempotentInput {
+    /// The authenticated caller, whose record it is: `tok:<token id>` or `runner:<id>`.
+    fn principal(&self, req: &Request) -> Option<String>;
+    /// Whose stored-bytes quota the record counts against: `user:<id>` or `runner:<id>`.
+    fn quota_owner(&self, req: &Request) -> Option<String>;
+    /// SHA-256 of the canonical body.
+    fn body_digest(&self) -> [u8; 32];
+    /// What must still be permitted for a replay to be answered; `None`: nothing beyond the
+    /// authentication that already ran.
+    fn permission<'a>(&'a self, req: &'a Request) -> Option<Permission<'a>>;
+    /// Who the request's writes are recorded as.
+    fn actor(&self, req: &Request) -> Option<Actor>;
+}
+
+/// A bearer-authenticated body: the route's security scheme has already accepted the token.
+impl<T: Permitted> IdempotentInput for JsonBody<T> {
+    fn principal(&self, req: &Request) -> Option<String> {
+        match req.data::<AuthOutcome>()? {
+            AuthOutcome::Authenticated(principal) => Some(token_subject(principal)),
+            AuthOutcome::Failed(_) => None,
+        }
+    }
+
+    fn quota_owner(&self, req: &Request) -> Option<String> {
+        match req.data::<AuthOutcome>()? {
+            AuthOutcome::Authenticated(principal) => Some(format!("user:{}", principal.user_id)),
+            AuthOutcome::Failed(_) => None,
+        }
+    }
+
+    fn body_digest(&self) -> [u8; 32] {
+        self.digest
+    }
+
+    fn permission<'a>(&'a self, req: &'a Request) -> Option<Permission<'a>> {
+        Some(self.value.permission(req))
+    }
+
+    fn actor(&self, req: &Request) -> Option<Actor> {
+        match req.data::<AuthOutcome>()? {
+            AuthOutcome::Authenticated(principal) => Some(Actor::user(principal.user_id)),
+            AuthOutcome::Failed(_) => None,
+        }
+    }
+}
+
+/// An operation's input, extracted as `B` and then claimed under the request's
+/// `Idempotency-Key` (if it has one), with the [`WriteContext`] every write of the handler
+/// takes: held for the outcome when the key was claimed, immediate without a key. Documented
+/// exactly as `B`.
+pub struct Idempotent<B> {
+    pub input: B,
+    pub write: WriteContext,
+}
+
+impl<'a, B> ApiExtractor<'a> for Idempotent<B>
+where
+    B: ApiExtractor<'a> + IdempotentInput + Send,
+{
+    const TYPES: &'static [ApiExtractorType] = B::TYPES;
+    const PARAM_IS_REQUIRED: bool = B::PARAM_IS_REQUIRED;
+    type ParamType = B::ParamType;
+    type ParamRawType = B::ParamRawType;
+
+    fn register(registry: &mut Registry) {
+        B::register(registry);
+    }
+
+    fn security_schemes() -> Vec<&'static str> {
+        B::security_schemes()
+    }
+
+    fn has_security_fallback() -> bool {
+        B::has_security_fallback()
+    }
+
+    fn param_in() -> Option<MetaParamIn> {
+        B::param_in()
+    }
+
+    fn param_schema_ref() -> Option<MetaSchemaRef> {
+        B::param_schema_ref()
+    }
+
+    fn request_meta() -> Option<MetaRequest> {
+        B::request_meta()
+    }
+
+    fn param_raw_type(&self) -> Option<&Self::ParamRawType> {
+        self.input.param_raw_type()
+    }
+
+    async fn from_request(
+        request: &'a Request,
+        body: &mut RequestBody,
+        param_opts: ExtractParamOptions<Self::ParamType>,
+    ) -> poem::Result<Self> {
+        // Boxed, as poem-openapi does for its own extractors (rust-lang/rust#100013).
+        let input = B::from_request(request, body, param_opts).boxed().await?;
+        let correlation_id = request
+            .data::<CorrelationId>()
+            .cloned()
+            .unwrap_or_else(CorrelationId::generate);
+        let Some(actor) = input.actor(request) else {
+            tracing::error!("an idempotent input has no authenticated caller");
+            return Err(ApiFailure::internal().into());
+        };
+        let Some(ticket) = request.data::<Arc<Ticket>>() else {
+            let write = WriteContext::immediate(correlation_id, actor);
+            return Ok(Self { input, write });
+        };
+        let (principal, digest) = (input.principal(request), input.body_digest());
+        let quota_owner = input.quota_owner(request);
+        let permission = input.permission(request);
+        let next = ticket
+            .claim(
+                request,
+                principal,
+                quota_owner,
+                digest,
+                permission,
+                correlation_id,
+                actor,
+            )
+            .await?;
+        match next {
+            NextAction::StartProcessing(write) => Ok(Self { input, write }),
+            // An extractor can only answer through `Err`: the saved response itself is carried,
+            // and poem sends it as it is; the handler never runs.
+            NextAction::ReturnSavedResponse(replay) => Err(poem::Error::from_response(replay)),
+        }
+    }
+}
