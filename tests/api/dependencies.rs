@@ -80,7 +80,7 @@ async fn postgres_only_down_is_503_and_recovery_needs_no_restart() {
 async fn postgres_only_a_silent_partition_is_503_not_a_hang() {
     needs!(Postgres);
     let (app, tenant, proxy, path) = behind_proxy().await;
-    // The read lane now holds a connection it will reuse without a ping.
+    // The read pool now holds a connection it will reuse without a ping.
     proxy.stall();
     assert_prompt_503(&app, &path, Some(&tenant.token)).await;
     assert_prompt_503(&app, "/readyz", None).await;
@@ -88,7 +88,7 @@ async fn postgres_only_a_silent_partition_is_503_not_a_hang() {
     assert_recovers(&app, &path, &tenant.token).await;
 }
 
-/// The smallest pool (3): two connections stay on LISTEN and the read lane keeps none between
+/// The smallest pool (3): two connections stay on LISTEN and the read pool keeps none between
 /// statements, so a write after a read still finds the third (it would otherwise wait out the
 /// acquire timeout and be a 503).
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! The outcome of a keyed mutation is committed with its change (`http/idempotency.rs`): a
+//! The outcome of a keyed mutation is committed with its change (`http/idempotency/`): a
 //! retry whose fast-state record is gone (Redis restarted, a process crashed between commit and
 //! completion, a lease ended) replays it instead of running again. On every backend.
 

@@ -24,7 +24,7 @@
 //!   event in this workspace, an `expires_at` brought forward): the backstop below.
 //!
 //! The backstop: every [`RECHECK`] each open stream re-reads its token as authentication does
-//! (`find_credential`: one indexed read through the read lane) and re-asks the authorizer (one
+//! (`find_credential`: one indexed read through the read pool) and re-asks the authorizer (one
 //! decision, ~7 µs for the built-in policy). That is the cost of one authenticated request per
 //! open stream per second, on the replica that holds it: a thousand idle streams cost about a
 //! thousand indexed reads (`tokens.public_id`) and a few milliseconds of policy time a second.

@@ -6,7 +6,7 @@
 //! ([`EgressPolicy`]), what an answer means (a 2xx is an acknowledgement and moves nothing;
 //! anything else is a failure), when the next attempt is due ([`RetrySchedule`]) and what the
 //! last failure writes. The records store shares the work between replicas (see
-//! `storage/ports/deliveries.rs`): an attempt is leased, sent outside any transaction, then
+//! `storage/records/ports/deliveries.rs`): an attempt is leased, sent outside any transaction, then
 //! recorded. A replica that dies between the send and the record leaves the delivery due again
 //! when its lease ends, and the next attempt carries the same `webhook-id` (the delivery's id),
 //! so a runner that deduplicates on it runs a command once.

@@ -1,7 +1,7 @@
 //! Fair delivery (issue #26): how many attempts one pool and one organisation may have in
 //! flight in this process, which due deliveries to lease next, and what an attempt's end does
 //! to its runner's breaker. The rules are here; the records store only selects (see
-//! `storage/ports/deliveries.rs`).
+//! `storage/records/ports/deliveries.rs`).
 //!
 //! - **Caps**: at most `per_pool` attempts to one pool and `per_organisation` to one
 //!   organisation's pools are in flight at once in this process, so a runner that holds every

@@ -1,7 +1,7 @@
 //! What a caller asks to do, asked of the authorizer the same way when an operation runs and
 //! when a keyed repeat of it would be answered with the stored response.
 //!
-//! An idempotent replay (`http/idempotency.rs`) returns what the first run returned, a child
+//! An idempotent replay (`http/idempotency/`) returns what the first run returned, a child
 //! token's secret included. It is an answer like any other: it is given only to a caller that
 //! may still perform the operation. So before a replay the authorizer is asked the operation's
 //! question again (scopes, workspace membership, whatever the active policy decides), and

@@ -1,108 +1,36 @@
-//! Storage ports: narrow traits the service layer talks to, and their adapters.
+//! Storage: the records store and the fast state, each behind narrow ports.
 //!
 //! The service layer states the rules; an adapter only makes each call atomic. Every mutation
-//! takes the audit events that record it and writes them in the same transaction.
+//! takes a [`WriteContext`] and the audit events that record it, and writes them in one
+//! transaction.
 //!
 //! # Layout
-//! - `ports/`: one file per records port (`directory`, `tokens`, `audit`, `settings`,
-//!   `policies`, `runners`, `deliveries`, `workflows`, `marketplace`, `outcomes`), its trait and
-//!   the records it carries; [`RecordStore`] lists them.
-//! - `sql/`: the implementations of those ports that both SQL backends share, one file per port.
-//!   Each is compiled twice, as a child module of the port file of the same name in `postgres/`
-//!   and in `sqlite/` (`#[path = "../sql/<port>.rs"] mod shared;`): one text serves both
-//!   backends without generics over `sqlx::Database`, whose bounds would name every bound type.
-//!   sqlx takes `$n` placeholders on both, and most statements read the same. What does not is
-//!   a primitive the shared code imports by name: from the adapter's root (`super::super`)
-//!   `Store`, `begin`/`commit`, `insert_event`, `map_err`, the row and list-column types with
-//!   `list_param`/`decode_list`/`json_param`, `in_uuid_list`, and the row-lock clauses
-//!   `FOR_UPDATE`/`FOR_SHARE` (empty on SQLite, whose write transactions hold the database's
-//!   write lock from their start); from the adapter's port file (`super`) the statements whose
-//!   SQL differs, such as the read lane's queries on Postgres.
-//! - `postgres/`, `sqlite/`: the adapters, with the same file per port holding only what the
-//!   backend does its own way; `mod.rs` opens, migrates, maps errors and provides the primitives.
+//! - `records/`: the records store (Postgres or SQLite): `ports/` (one trait per concern),
+//!   `sql/` (the statements both backends share), `postgres/` and `sqlite/` (the adapters),
+//!   `copy.rs` (`cpctl store copy`), `changes.rs` (the change-feed port) and `audit_feed.rs`
+//!   (the fan-out to audit stream subscribers), `rows.rs` (rows both backends decode).
+//! - `fast_state/`: idempotency claims, rate limits and nonces: the ports in `mod.rs`, and the
+//!   `redis`, `memory` and `sqlite` (the embedded default's file) adapters; `keys.rs` builds
+//!   every key.
 //! - `write_context.rs`: what every write takes: its correlation id, actor, and whether its
-//!   transaction is held open until a keyed request's response is sealed into it
-//!   (`ports/outcomes.rs`, the committed outcomes of keyed requests).
-//! - `rows.rs`: rows that decode the same on both backends; `rules.rs`: what the counts a
-//!   transaction takes under its lock mean (name taken, the token cap, lost access, a busy pool),
-//!   decided once.
-//! - `changes.rs`: the change-feed port (audit events appended, policies changed), implemented
-//!   by each adapter's `changes.rs` (Postgres LISTEN/NOTIFY, SQLite in process); `feed.rs`: the
-//!   audit fan-out to stream subscribers, fed by it.
-//! - `open.rs`: opens the records store a URL or path names, so nothing outside `storage/` knows
-//!   which database it talks to.
-//! - `copy.rs`: copies every record of one store into another, empty one (`cpctl store copy`),
-//!   table by table from its list of tables, with `sql/copy.rs` and each adapter's `copy.rs`.
-//! - `fast.rs`, `redis.rs`, `memory.rs`: the fast-state ports and their adapters, with
-//!   `sqlite/fast.rs`, which keeps the embedded default's idempotency records and nonces in its
-//!   SQLite file; `keys.rs`: every fast-state key layout, built once.
+//!   transaction is held open until a keyed request's response is sealed into it.
+//! - `open.rs`: opens the stores a URL or path names, so nothing outside `storage/` knows which
+//!   database it talks to.
 
-mod changes;
-mod copy;
-pub mod fast;
-mod feed;
-pub mod keys;
-mod memory;
+pub mod fast_state;
 mod open;
-mod ports;
-pub mod postgres;
-mod redis;
-mod rows;
-mod rules;
-mod sqlite;
+pub mod records;
 mod write_context;
 
 use std::sync::Arc;
 
-pub use self::redis::RedisFastState;
-pub use changes::{Change, ChangeFeed, ChangeStream, Topic};
-pub use copy::{CopyError, CopyReport, copy_records};
-pub use fast::{
-    Bucket, Claim, FastStateError, IdempotencyStore, NonceStore, Rate, RateDecision, RateLimiter,
-    Verdict,
+pub use fast_state::{
+    Bucket, Claim, FastStateError, IdempotencyStore, MemoryFastState, NonceStore, Rate,
+    RateDecision, RateLimiter, RedisFastState, SqliteFastState, Verdict, keys,
 };
-pub use feed::AuditFeed;
-pub use memory::MemoryFastState;
 pub use open::{OpenError, OpenSettings, Opened, RecordsLocation, open};
-pub use ports::*;
-pub use postgres::{AUDIT_CHANNEL, POLICY_CHANNEL, PostgresStore};
-pub use sqlite::files as embedded_files;
-pub use sqlite::{SqliteFastState, SqliteStore};
+pub use records::*;
 pub use write_context::{HeldCommit, OutcomeSlot, WriteContext};
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    /// The store cannot be reached or did not answer in time: the caller may retry.
-    #[error("records store unavailable: {0}")]
-    Unavailable(String),
-    /// A uniqueness rule refused the write; the string names the rule.
-    #[error("conflict: {0}")]
-    Conflict(String),
-    #[error("records store error: {0}")]
-    Internal(String),
-}
-
-/// Everything the service layer needs of the records store.
-pub trait RecordStore:
-    DirectoryStore
-    + TokenStore
-    + AuditStore
-    + SettingsStore
-    + PolicyStore
-    + RunnerStore
-    + DeliveryStore
-    + WorkflowStore
-    + MarketplaceStore
-    + OutcomeStore
-    + ChangeFeed
-{
-}
-
-impl RecordStore for PostgresStore {}
-
-impl RecordStore for SqliteStore {}
-
-pub type SharedRecordStore = Arc<dyn RecordStore>;
 
 /// The fast-state ports the HTTP layer uses, from one adapter.
 #[derive(Clone)]

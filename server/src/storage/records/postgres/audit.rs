@@ -1,0 +1,141 @@
+//! The audit log: writing one event (numbered after commit by `throughput/event_numbering.rs`, which announces
+//! it with NOTIFY on [`AUDIT_CHANNEL`]), and the activity page read through the read pool; the
+//! rest is shared (`storage/records/sql/audit.rs`).
+
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use self::shared::{EVENT_COLUMNS, EventRow};
+use super::{PostgresStore, WriteTx, map_err};
+use crate::domain::NewAuditEvent;
+use crate::storage::StoreError;
+
+// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
+#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
+#[path = "../sql/audit.rs"]
+mod shared;
+
+/// Channel on which new audit events are announced, as `<workspace id> <sequence>`.
+pub const AUDIT_CHANNEL: &str = "cp_audit";
+
+/// Writes one audit event without its sequence: the sequencer numbers it after the commit and
+/// announces it on [`AUDIT_CHANNEL`] (`throughput/event_numbering.rs`), so no write holds its workspace's counter
+/// through its commit. One round trip.
+pub(super) async fn insert_event(
+    tx: &mut WriteTx,
+    event: &NewAuditEvent,
+) -> Result<(), StoreError> {
+    tx.wrote_workspace_events |= event.workspace_id.is_some();
+    write_event(tx, event).await
+}
+
+/// Writes events in a write transaction, noting whether any is a workspace event.
+pub(super) async fn insert_events<'e>(
+    tx: &mut WriteTx,
+    events: impl IntoIterator<Item = &'e NewAuditEvent>,
+) -> Result<(), StoreError> {
+    let events: Vec<&NewAuditEvent> = events.into_iter().collect();
+    tx.wrote_workspace_events |= events.iter().any(|e| e.workspace_id.is_some());
+    write_events(tx, events).await
+}
+
+async fn write_event(conn: &mut PgConnection, event: &NewAuditEvent) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO audit_events (id, organisation_id, workspace_id, event_type, actor_kind,
+             actor_id, target_kind, target_id, correlation_id, occurred_at, data)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    )
+    .bind(Uuid::new_v4())
+    .bind(event.organisation_id)
+    .bind(event.workspace_id)
+    .bind(event.event_type)
+    .bind(event.actor.kind.as_str())
+    .bind(event.actor.id)
+    .bind(event.target_kind)
+    .bind(event.target_id)
+    .bind(&event.correlation_id)
+    .bind(event.occurred_at)
+    .bind(&event.data)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Writes events in their order, as [`insert_event`] does, in one statement whatever their
+/// number.
+pub(super) async fn write_events<'e>(
+    conn: &mut PgConnection,
+    events: impl IntoIterator<Item = &'e NewAuditEvent>,
+) -> Result<(), StoreError> {
+    let events: Vec<&NewAuditEvent> = events.into_iter().collect();
+    match events[..] {
+        [] => return Ok(()),
+        [event] => return write_event(conn, event).await,
+        _ => {}
+    }
+    let each = || events.iter();
+    sqlx::query(
+        "INSERT INTO audit_events (id, organisation_id, workspace_id, event_type, actor_kind,
+             actor_id, target_kind, target_id, correlation_id, occurred_at, data)
+         SELECT e.id, e.organisation_id, e.workspace_id, e.event_type, e.actor_kind, e.actor_id,
+             e.target_kind, e.target_id, e.correlation_id, e.occurred_at, e.data::jsonb
+         FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::uuid[],
+                     $7::text[], $8::uuid[], $9::text[], $10::timestamptz[], $11::text[])
+              WITH ORDINALITY
+              AS e(id, organisation_id, workspace_id, event_type, actor_kind, actor_id,
+                   target_kind, target_id, correlation_id, occurred_at, data, n)
+         ORDER BY e.n",
+    )
+    .bind(each().map(|_| Uuid::new_v4()).collect::<Vec<Uuid>>())
+    .bind(each().map(|e| e.organisation_id).collect::<Vec<Uuid>>())
+    .bind(
+        each()
+            .map(|e| e.workspace_id)
+            .collect::<Vec<Option<Uuid>>>(),
+    )
+    .bind(each().map(|e| e.event_type).collect::<Vec<&str>>())
+    .bind(each().map(|e| e.actor.kind.as_str()).collect::<Vec<&str>>())
+    .bind(each().map(|e| e.actor.id).collect::<Vec<Option<Uuid>>>())
+    .bind(each().map(|e| e.target_kind).collect::<Vec<&str>>())
+    .bind(each().map(|e| e.target_id).collect::<Vec<Uuid>>())
+    .bind(
+        each()
+            .map(|e| e.correlation_id.as_str())
+            .collect::<Vec<&str>>(),
+    )
+    .bind(
+        each()
+            .map(|e| e.occurred_at)
+            .collect::<Vec<chrono::DateTime<chrono::Utc>>>(),
+    )
+    .bind(each().map(|e| e.data.to_string()).collect::<Vec<String>>())
+    .execute(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Numbers every committed event still waiting (after a process died between its commit and
+/// its sequencing pass).
+async fn settle_events(store: &PostgresStore) -> Result<(), StoreError> {
+    store.sequencer.settle(&store.pool).await
+}
+
+/// A page of a workspace's activity, newest first, through the read pool.
+async fn list_events_page(
+    store: &PostgresStore,
+    workspace_id: Uuid,
+    before: Option<i64>,
+    limit: u32,
+) -> Result<Vec<EventRow>, StoreError> {
+    let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {EVENT_COLUMNS} FROM audit_events
+         WHERE workspace_id = $1 AND seq IS NOT NULL AND ($2::bigint IS NULL OR seq < $2)
+         ORDER BY seq DESC LIMIT $3"
+    )))
+    .bind(workspace_id)
+    .bind(before)
+    .bind(i64::from(limit));
+    store.read_all(query).await
+}

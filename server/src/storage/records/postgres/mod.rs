@@ -1,0 +1,319 @@
+//! The Postgres adapter of the storage ports: one module per port, as in `sqlite/`.
+//!
+//! Most statements are shared with SQLite (`storage/records/sql/`); each port file here holds only what
+//! Postgres does its own way. This module opens, migrates, maps errors and provides the
+//! primitives the shared code needs; `audit` writes events and announces them on
+//! [`AUDIT_CHANNEL`] (NOTIFY), `policies` announces policy changes on [`POLICY_CHANNEL`], and
+//! `lane` keeps the request path's read connections (credential lookup, activity pages).
+
+mod audit;
+mod changes;
+pub(super) mod copy;
+mod deliveries;
+mod directory;
+mod marketplace;
+mod outcomes;
+mod policies;
+mod runners;
+mod settings;
+mod throughput;
+mod tokens;
+mod workflows;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{PgConnection, Postgres, Transaction};
+use uuid::Uuid;
+
+use self::audit::insert_event;
+use self::throughput::{Batcher, ReadPool, Sequencer};
+use crate::storage::write_context::{HeldCommit, WriteContext};
+use crate::storage::{OutcomeRecord, StoreError};
+
+pub use self::audit::AUDIT_CHANNEL;
+pub use self::policies::POLICY_CHANNEL;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// Pool connections held for good by `LISTEN` (the audit feed and the policy watcher).
+pub const LISTENING_CONNECTIONS: u32 = 2;
+
+/// Connection settings; defaults suit one replica on a small machine.
+#[derive(Debug, Clone)]
+pub struct PostgresSettings {
+    pub max_connections: u32,
+    /// How long a request waits for a connection before it is answered 503.
+    pub acquire_timeout: Duration,
+    /// Server-side cap on one statement, so a stuck query cannot hang a request.
+    pub statement_timeout: Duration,
+}
+
+impl Default for PostgresSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(3),
+            statement_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    /// Connections for the request path's single-statement reads (see `lane`).
+    reads: Arc<ReadPool>,
+    /// Numbers audit events after their writer's commit (see `sequencer`).
+    sequencer: Arc<Sequencer>,
+    /// Gather concurrent writes of a kind into shared transactions (see `batch`).
+    issuances: Arc<Batcher<tokens::Issuances>>,
+    reports: Arc<Batcher<runners::Reports>>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+impl PostgresStore {
+    /// Opens a pool lazily: nothing is dialled until the first query.
+    pub fn connect_lazy(url: &str, settings: &PostgresSettings) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| StoreError::Internal(format!("invalid DATABASE_URL: {e}")))?
+            .options([(
+                "statement_timeout",
+                settings.statement_timeout.as_millis().to_string(),
+            )]);
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout)
+            // sqlx pings a connection before handing it out, within the acquire timeout: the
+            // only bound on a statement sent over a silently partitioned network. The request
+            // path's reads avoid that round trip through the read pool, which has its own.
+            .connect_lazy_with(options);
+        // Half of what the listeners leave, so writes always find connections of their own.
+        let reads = ReadPool::new(
+            pool.clone(),
+            (settings
+                .max_connections
+                .saturating_sub(LISTENING_CONNECTIONS)
+                / 2) as usize,
+            settings.acquire_timeout,
+            settings.statement_timeout + Duration::from_secs(1),
+        );
+        Ok(Self {
+            pool,
+            reads: Arc::new(reads),
+            sequencer: Arc::new(Sequencer::default()),
+            issuances: Arc::default(),
+            reports: Arc::default(),
+        })
+    }
+
+    /// Creates the database named in `url` when it does not exist yet, so a first run needs no
+    /// `createdb`. Returns true when it was created.
+    pub async fn ensure_database(url: &str) -> Result<bool, StoreError> {
+        use sqlx::migrate::MigrateDatabase;
+        if sqlx::Postgres::database_exists(url)
+            .await
+            .map_err(map_err)?
+        {
+            return Ok(false);
+        }
+        match sqlx::Postgres::create_database(url).await {
+            Ok(()) => Ok(true),
+            // Another replica created it first.
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P04") => Ok(false),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
+    /// Applies pending migrations; replicas starting together serialise on an advisory lock.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(inner) => map_err(inner),
+            other => StoreError::Internal(other.to_string()),
+        })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            StoreError::Conflict(db.constraint().unwrap_or("unique").to_owned())
+        }
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            // 08: connection exceptions, 57P: shutdown, 57014: statement timeout, 53: resources.
+            if code.starts_with("08")
+                || code.starts_with("57P")
+                || code == "57014"
+                || code.starts_with("53")
+            {
+                StoreError::Unavailable(e.to_string())
+            } else {
+                StoreError::Internal(e.to_string())
+            }
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e.to_string()),
+        _ => StoreError::Internal(e.to_string()),
+    }
+}
+
+// What the implementations shared with SQLite (`storage/records/sql/`) need of this backend.
+
+type Store = PostgresStore;
+type Connection = PgConnection;
+type Row = sqlx::postgres::PgRow;
+/// List columns are arrays.
+type StringList = Vec<String>;
+type UuidList = Vec<Uuid>;
+
+/// The row locks a check-then-write takes on the rows it reads.
+const FOR_UPDATE: &str = "FOR UPDATE";
+const FOR_SHARE: &str = "FOR SHARE";
+/// Leasing due deliveries skips the rows another replica is leasing instead of waiting.
+const LEASE_LOCK: &str = "FOR UPDATE OF d SKIP LOCKED";
+
+/// A list bound as an array.
+fn list_param<T>(list: &[T]) -> Result<&[T], StoreError> {
+    Ok(list)
+}
+
+fn decode_list<T>(list: Vec<T>) -> Result<Vec<T>, StoreError> {
+    Ok(list)
+}
+
+/// A value bound as jsonb.
+fn json_param<T: serde::Serialize + ?Sized>(value: &T) -> Result<serde_json::Value, StoreError> {
+    Ok(serde_json::to_value(value).unwrap_or(serde_json::Value::Null))
+}
+
+/// The predicate `<column> <this>`: the column is one of the uuids bound as `param` (see
+/// [`list_param`]).
+fn in_uuid_list(param: &str) -> String {
+    format!("= ANY({param})")
+}
+
+/// A statement of the request path's reads, before it runs.
+type ReadQuery<'q, O> = sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments>;
+
+impl PostgresStore {
+    /// Runs one of the request path's reads through the read pool (`throughput/read_pool.rs`): no pool ping,
+    /// and a client-side deadline.
+    async fn read_all<O>(&self, query: ReadQuery<'_, O>) -> Result<Vec<O>, StoreError>
+    where
+        O: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    {
+        let mut lease = self.reads.lease().await?;
+        let outcome =
+            tokio::time::timeout(self.reads.deadline(), query.fetch_all(lease.conn()?)).await;
+        lease.settle(outcome)
+    }
+
+    /// [`Self::read_all`] of a statement that returns at most one row.
+    async fn read_optional<O>(&self, query: ReadQuery<'_, O>) -> Result<Option<O>, StoreError>
+    where
+        O: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    {
+        Ok(self.read_all(query).await?.into_iter().next())
+    }
+
+    /// Begins a write transaction for `write` (which first commits one its keyed request
+    /// still holds: see `storage/write_context.rs`).
+    async fn begin(&self, write: &WriteContext) -> Result<WriteTx, StoreError> {
+        write.before_begin().await?;
+        let tx = self.pool.begin().await.map_err(map_err)?;
+        Ok(WriteTx {
+            tx,
+            wrote_workspace_events: false,
+        })
+    }
+
+    /// Commits, or parks the transaction for its outcome when `write` holds. A transaction
+    /// that wrote workspace events returns once they are numbered (the sequencer's pass
+    /// announces them by NOTIFY), so its writer reads them back at once.
+    async fn commit(&self, tx: WriteTx, write: &WriteContext) -> Result<(), StoreError> {
+        let pending = PendingCommit {
+            numbering: tx
+                .wrote_workspace_events
+                .then(|| (self.sequencer.clone(), self.pool.clone())),
+            tx: tx.tx,
+        };
+        match write.hold(pending) {
+            Some(now) => Box::new(now).commit(None, 0).await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// A write transaction, and whether it wrote workspace events (which its commit has
+/// numbered). Derefs to the connection, as a transaction does; events go in through
+/// `audit::insert_event`, which notes them.
+pub(crate) struct WriteTx {
+    tx: Transaction<'static, Postgres>,
+    wrote_workspace_events: bool,
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+}
+
+/// After a commit that wrote events: waits for their numbering. A failure here is not the
+/// write's (it committed; answering an error would invite a retry that runs it twice): it is
+/// logged, and the audit feed's next pass numbers the events.
+async fn settle_after_commit(numbering: Option<(Arc<Sequencer>, PgPool)>) {
+    if let Some((sequencer, pool)) = numbering
+        && let Err(e) = sequencer.settle(&pool).await
+    {
+        tracing::warn!(error = %e, "could not number audit events after a commit; retrying in the background");
+    }
+}
+
+/// A transaction its writer is done with, committed now or once its outcome is known.
+struct PendingCommit {
+    tx: Transaction<'static, Postgres>,
+    numbering: Option<(Arc<Sequencer>, PgPool)>,
+}
+
+#[async_trait::async_trait]
+impl HeldCommit for PendingCommit {
+    async fn commit(
+        self: Box<Self>,
+        outcome: Option<&OutcomeRecord>,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let Self { mut tx, numbering } = *self;
+        if let Some(outcome) = outcome {
+            outcomes::insert_outcome(&mut tx, outcome, now_ms).await?;
+        }
+        tx.commit().await.map_err(map_err)?;
+        settle_after_commit(numbering).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,353 @@
+//! Plugins, reviews and reports (shared by both SQL adapters; see the layout in `storage/mod.rs`).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::FromRow;
+use uuid::Uuid;
+
+use super::super::{
+    Connection, FOR_UPDATE, Store, StringList, decode_list, insert_event, list_param, map_err,
+};
+use crate::domain::{NewAuditEvent, ReportReason, ReviewStatus};
+use crate::storage::records::rows::{PluginRow, parse_state, with_data};
+use crate::storage::{
+    MarketplaceStore, ModerationBasis, Plugin, Report, ReportOutcome, RestoreOutcome, Review,
+    ReviewModeration, StoreError, WriteContext, rules,
+};
+
+#[derive(FromRow)]
+struct ReviewRow {
+    id: Uuid,
+    plugin_id: Uuid,
+    author_id: Uuid,
+    organisation_id: Uuid,
+    rating: i16,
+    title: String,
+    body: String,
+    status: String,
+    reasons: StringList,
+    labels: StringList,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<ReviewRow> for Review {
+    type Error = StoreError;
+    fn try_from(r: ReviewRow) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: r.id,
+            plugin_id: r.plugin_id,
+            author_id: r.author_id,
+            organisation_id: r.organisation_id,
+            rating: u8::try_from(r.rating).unwrap_or(0),
+            title: r.title,
+            body: r.body,
+            status: parse_state(&r.status, ReviewStatus::parse)?,
+            reasons: decode_list(r.reasons)?,
+            labels: decode_list(r.labels)?,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+const REVIEW_COLUMNS: &str = "id, plugin_id, author_id, organisation_id, rating, title, body,
+    status, reasons, labels, created_at, updated_at";
+
+#[async_trait]
+impl MarketplaceStore for Store {
+    async fn create_plugin(
+        &self,
+        write: &WriteContext,
+        plugin: &Plugin,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin(write).await?;
+        sqlx::query(
+            "INSERT INTO plugins (id, organisation_id, name, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(plugin.id)
+        .bind(plugin.organisation_id)
+        .bind(&plugin.name)
+        .bind(plugin.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, write).await
+    }
+
+    async fn list_plugins(&self) -> Result<Vec<Plugin>, StoreError> {
+        let rows: Vec<PluginRow> = sqlx::query_as(
+            "SELECT id, organisation_id, name, created_at FROM plugins ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn get_plugin(&self, plugin_id: Uuid) -> Result<Option<Plugin>, StoreError> {
+        let row: Option<PluginRow> = sqlx::query_as(
+            "SELECT id, organisation_id, name, created_at FROM plugins WHERE id = $1",
+        )
+        .bind(plugin_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn find_review(&self, review_id: Uuid) -> Result<Option<Review>, StoreError> {
+        let row: Option<ReviewRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {REVIEW_COLUMNS} FROM plugin_reviews WHERE id = $1"
+        )))
+        .bind(review_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        row.map(TryInto::try_into).transpose()
+    }
+
+    async fn find_review_by_author(
+        &self,
+        plugin_id: Uuid,
+        author_id: Uuid,
+    ) -> Result<Option<Review>, StoreError> {
+        let row: Option<ReviewRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {REVIEW_COLUMNS} FROM plugin_reviews WHERE plugin_id = $1 AND author_id = $2"
+        )))
+        .bind(plugin_id)
+        .bind(author_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        row.map(TryInto::try_into).transpose()
+    }
+
+    async fn list_reviews(&self, plugin_id: Uuid) -> Result<Vec<Review>, StoreError> {
+        let rows: Vec<ReviewRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {REVIEW_COLUMNS} FROM plugin_reviews WHERE plugin_id = $1
+             ORDER BY updated_at DESC"
+        )))
+        .bind(plugin_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+
+    async fn list_reports(&self, review_id: Uuid) -> Result<Vec<Report>, StoreError> {
+        let rows: Vec<(Uuid, Uuid, Uuid, String, Option<String>, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, review_id, reporter_id, reason, comment, created_at
+             FROM review_reports WHERE review_id = $1 ORDER BY created_at",
+        )
+        .bind(review_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.into_iter()
+            .map(
+                |(id, review_id, reporter_id, reason, comment, created_at)| {
+                    Ok(Report {
+                        id,
+                        review_id,
+                        reporter_id,
+                        reason: parse_state(&reason, ReportReason::parse)?,
+                        comment,
+                        created_at,
+                    })
+                },
+            )
+            .collect()
+    }
+
+    async fn upsert_review(
+        &self,
+        write: &WriteContext,
+        review: &Review,
+        event: &NewAuditEvent,
+    ) -> Result<Review, StoreError> {
+        let mut tx = self.begin(write).await?;
+        // Postgres: the row lock orders this against reports and restores of the review
+        // (SQLite: the write lock does), so a hide cannot be lost between read and write.
+        let stored: Option<(String, StringList, StringList)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT status, reasons, labels FROM plugin_reviews
+                 WHERE plugin_id = $1 AND author_id = $2 {FOR_UPDATE}"
+            )))
+            .bind(review.plugin_id)
+            .bind(review.author_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let mut review = review.clone();
+        if let Some((status, reasons, labels)) = stored {
+            let status = parse_state(&status, ReviewStatus::parse)?;
+            if rules::replacement_keeps_moderation(Some(status)) {
+                review.status = status;
+                review.reasons = decode_list(reasons)?;
+                review.labels = decode_list(labels)?;
+            }
+        }
+        // The author's one review: a second one replaces it, keeping its id and creation time.
+        let row: ReviewRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO plugin_reviews (id, plugin_id, author_id, organisation_id, rating, title,
+                 body, status, reasons, labels, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)
+             ON CONFLICT (plugin_id, author_id) DO UPDATE SET rating = excluded.rating,
+                 title = excluded.title, body = excluded.body, status = excluded.status,
+                 reasons = excluded.reasons, labels = excluded.labels,
+                 updated_at = excluded.updated_at
+             RETURNING {REVIEW_COLUMNS}"
+        )))
+        .bind(review.id)
+        .bind(review.plugin_id)
+        .bind(review.author_id)
+        .bind(review.organisation_id)
+        .bind(i16::from(review.rating))
+        .bind(&review.title)
+        .bind(&review.body)
+        .bind(review.status.as_str())
+        .bind(list_param(&review.reasons)?)
+        .bind(list_param(&review.labels)?)
+        .bind(review.updated_at)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let mut event = with_data(event, "status", review.status.as_str().into());
+        event.target_id = row.id;
+        insert_event(&mut tx, &event).await?;
+        self.commit(tx, write).await?;
+        row.try_into()
+    }
+
+    async fn insert_report(
+        &self,
+        write: &WriteContext,
+        report: &Report,
+        moderation: &ReviewModeration,
+        basis: &ModerationBasis,
+        event: &NewAuditEvent,
+    ) -> Result<ReportOutcome, StoreError> {
+        let mut tx = self.begin(write).await?;
+        // Postgres: the review's row lock makes concurrent reports of it wait for each other,
+        // and the count below, a statement after the lock, sees every report committed before
+        // (SQLite: the write lock does both).
+        if !review_is_as_read(&mut tx, report.review_id, basis).await? {
+            return Ok(ReportOutcome::Stale);
+        }
+        // One report per reporter and review: a second one changes nothing.
+        let inserted = sqlx::query(
+            "INSERT INTO review_reports (id, review_id, reporter_id, reason, comment, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (review_id, reporter_id) DO NOTHING",
+        )
+        .bind(report.id)
+        .bind(report.review_id)
+        .bind(report.reporter_id)
+        .bind(report.reason.as_str())
+        .bind(&report.comment)
+        .bind(report.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        if inserted == 0 {
+            return Ok(ReportOutcome::AlreadyReported);
+        }
+        let row: ReviewRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE plugin_reviews SET status = $2, reasons = $3, labels = $4
+             WHERE id = $1 RETURNING {REVIEW_COLUMNS}"
+        )))
+        .bind(report.review_id)
+        .bind(moderation.status.as_str())
+        .bind(list_param(&moderation.reasons)?)
+        .bind(list_param(&moderation.labels)?)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, write).await?;
+        row.try_into().map(ReportOutcome::Stored)
+    }
+
+    async fn restore_review(
+        &self,
+        write: &WriteContext,
+        review_id: Uuid,
+        moderation: &ReviewModeration,
+        basis: &ModerationBasis,
+        at: DateTime<Utc>,
+        event: &NewAuditEvent,
+    ) -> Result<RestoreOutcome, StoreError> {
+        let mut tx = self.begin(write).await?;
+        let stored: Option<(String, DateTime<Utc>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT status, updated_at FROM plugin_reviews WHERE id = $1 {FOR_UPDATE}"
+        )))
+        .bind(review_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let Some((status, updated_at)) = stored else {
+            return Ok(RestoreOutcome::NotFound);
+        };
+        let status = parse_state(&status, ReviewStatus::parse)?;
+        if status != ReviewStatus::Hidden {
+            return Ok(RestoreOutcome::NotHidden(status));
+        }
+        // The reports are about to go: only the replacement time tells a stale decision.
+        if updated_at != basis.updated_at {
+            return Ok(RestoreOutcome::Stale);
+        }
+        let dismissed = sqlx::query("DELETE FROM review_reports WHERE review_id = $1")
+            .bind(review_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+        let row: ReviewRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE plugin_reviews SET status = $2, reasons = $3, labels = $4, updated_at = $5
+             WHERE id = $1 RETURNING {REVIEW_COLUMNS}"
+        )))
+        .bind(review_id)
+        .bind(moderation.status.as_str())
+        .bind(list_param(&moderation.reasons)?)
+        .bind(list_param(&moderation.labels)?)
+        .bind(at)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let event = with_data(event, "dismissedReports", dismissed.into());
+        insert_event(&mut tx, &event).await?;
+        self.commit(tx, write).await?;
+        Ok(RestoreOutcome::Restored {
+            review: row.try_into()?,
+            dismissed,
+        })
+    }
+}
+
+/// Locks the review's row and tells whether it is still as the decision read it.
+async fn review_is_as_read(
+    conn: &mut Connection,
+    review_id: Uuid,
+    basis: &ModerationBasis,
+) -> Result<bool, StoreError> {
+    let stored: Option<(DateTime<Utc>,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT updated_at FROM plugin_reviews WHERE id = $1 {FOR_UPDATE}"
+    )))
+    .bind(review_id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    let Some((updated_at,)) = stored else {
+        return Ok(false);
+    };
+    let (reports,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM review_reports WHERE review_id = $1")
+            .bind(review_id)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map_err)?;
+    Ok(rules::moderation_is_current(reports, updated_at, basis))
+}

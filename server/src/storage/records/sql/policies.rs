@@ -1,0 +1,250 @@
+//! Policy versions, activations and shadows (shared by both SQL adapters; see the layout in
+//! `storage/mod.rs`). Every change calls the adapter's `policy_changed`, which bumps the
+//! generation (and on Postgres notifies the other replicas).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::super::{Store, map_err};
+use super::{policy_changed, serialise_versions};
+use crate::storage::records::rows::{POLICY_COLUMNS, PolicyRow};
+use crate::storage::{
+    DisagreementRecord, PolicyRecord, PolicyState, PolicyStore, StoreError, WriteContext,
+};
+
+impl Store {
+    async fn policy_by_id(&self, id: Option<Uuid>) -> Result<Option<PolicyRecord>, StoreError> {
+        let Some(id) = id else { return Ok(None) };
+        let row: Option<PolicyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {POLICY_COLUMNS} FROM policies WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(Into::into))
+    }
+}
+
+#[async_trait]
+impl PolicyStore for Store {
+    async fn insert_policy(
+        &self,
+        write: &WriteContext,
+        name: &str,
+        kind: &str,
+        digest: &str,
+        bytes: &[u8],
+    ) -> Result<PolicyRecord, StoreError> {
+        let mut tx = self.begin(write).await?;
+        serialise_versions(&mut tx, name).await?;
+        let row: PolicyRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO policies (id, name, kind, version, digest, bytes, created_at)
+             VALUES ($1, $2, $3, (SELECT coalesce(max(version), 0) + 1 FROM policies WHERE name = $2),
+                 $4, $5, $6)
+             RETURNING {POLICY_COLUMNS}"
+        )))
+        .bind(Uuid::new_v4())
+        .bind(name)
+        .bind(kind)
+        .bind(digest)
+        .bind(bytes)
+        .bind(Utc::now())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        self.commit(tx, write).await?;
+        Ok(row.into())
+    }
+
+    async fn list_policies(&self) -> Result<Vec<PolicyRecord>, StoreError> {
+        let rows: Vec<PolicyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {POLICY_COLUMNS} FROM policies ORDER BY name, version"
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn find_policy(
+        &self,
+        name: &str,
+        version: i32,
+    ) -> Result<Option<PolicyRecord>, StoreError> {
+        let row: Option<PolicyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {POLICY_COLUMNS} FROM policies WHERE name = $1 AND version = $2"
+        )))
+        .bind(name)
+        .bind(version)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn policy_bytes(&self, id: Uuid) -> Result<Option<Vec<u8>>, StoreError> {
+        let row: Option<(Vec<u8>,)> = sqlx::query_as("SELECT bytes FROM policies WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(row.map(|(b,)| b))
+    }
+
+    async fn activate_policy(
+        &self,
+        write: &WriteContext,
+        policy: &PolicyRecord,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin(write).await?;
+        sqlx::query(
+            "INSERT INTO policy_activations (kind, policy_id, activated_at) VALUES ($1, $2, $3)",
+        )
+        .bind(&policy.kind)
+        .bind(policy.id)
+        .bind(Utc::now())
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        policy_changed(&mut tx).await?;
+        self.commit(tx, write).await
+    }
+
+    async fn rollback_policy(&self, write: &WriteContext, kind: &str) -> Result<bool, StoreError> {
+        let mut tx = self.begin(write).await?;
+        let updated = sqlx::query(
+            "UPDATE policy_activations SET rolled_back = true
+             WHERE id = (SELECT id FROM policy_activations WHERE kind = $1 AND NOT rolled_back
+                         ORDER BY id DESC LIMIT 1)",
+        )
+        .bind(kind)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        if updated == 0 {
+            return Ok(false);
+        }
+        policy_changed(&mut tx).await?;
+        self.commit(tx, write).await?;
+        Ok(true)
+    }
+
+    async fn remove_policy(&self, id: Uuid) -> Result<bool, StoreError> {
+        let removed = sqlx::query(
+            "DELETE FROM policies WHERE id = $1
+               AND NOT EXISTS (SELECT 1 FROM policy_activations WHERE policy_id = $1)
+               AND NOT EXISTS (SELECT 1 FROM policy_shadows WHERE policy_id = $1)",
+        )
+        .bind(id)
+        .execute(&self.pool)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        Ok(removed == 1)
+    }
+
+    async fn set_shadow(
+        &self,
+        write: &WriteContext,
+        kind: &str,
+        policy: Option<&PolicyRecord>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin(write).await?;
+        sqlx::query("DELETE FROM policy_shadows WHERE kind = $1")
+            .bind(kind)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        if let Some(policy) = policy {
+            sqlx::query(
+                "INSERT INTO policy_shadows (kind, policy_id, started_at) VALUES ($1, $2, $3)",
+            )
+            .bind(kind)
+            .bind(policy.id)
+            .bind(Utc::now())
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
+        policy_changed(&mut tx).await?;
+        self.commit(tx, write).await
+    }
+
+    async fn policy_state(&self) -> Result<PolicyState, StoreError> {
+        let (generation, authorizer, moderator, shadow): (
+            i64,
+            Option<Uuid>,
+            Option<Uuid>,
+            Option<Uuid>,
+        ) = sqlx::query_as(
+            "SELECT (SELECT generation FROM policy_state WHERE id = 1),
+                    (SELECT policy_id FROM policy_activations
+                     WHERE kind = 'authorizer' AND NOT rolled_back ORDER BY id DESC LIMIT 1),
+                    (SELECT policy_id FROM policy_activations
+                     WHERE kind = 'moderator' AND NOT rolled_back ORDER BY id DESC LIMIT 1),
+                    (SELECT policy_id FROM policy_shadows WHERE kind = 'authorizer')",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(PolicyState {
+            generation,
+            authorizer: self.policy_by_id(authorizer).await?,
+            moderator: self.policy_by_id(moderator).await?,
+            shadow: self.policy_by_id(shadow).await?,
+        })
+    }
+
+    async fn record_disagreement(&self, d: &DisagreementRecord) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO shadow_disagreements (shadow_digest, operation, principal_id,
+                 active_decision, shadow_decision, occurred_at)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&d.shadow_digest)
+        .bind(&d.operation)
+        .bind(&d.principal_id)
+        .bind(&d.active_decision)
+        .bind(&d.shadow_decision)
+        .bind(d.occurred_at)
+        .execute(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn list_disagreements(&self, limit: u32) -> Result<Vec<DisagreementRecord>, StoreError> {
+        let rows: Vec<(String, String, String, String, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT shadow_digest, operation, principal_id, active_decision, shadow_decision,
+                    occurred_at
+             FROM shadow_disagreements ORDER BY id DESC LIMIT $1",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(
+                    shadow_digest,
+                    operation,
+                    principal_id,
+                    active_decision,
+                    shadow_decision,
+                    occurred_at,
+                )| DisagreementRecord {
+                    shadow_digest,
+                    operation,
+                    principal_id,
+                    active_decision,
+                    shadow_decision,
+                    occurred_at,
+                },
+            )
+            .collect())
+    }
+}

@@ -1,0 +1,672 @@
+//! Runner pools, runners and keys, commands and their deliveries (shared by both SQL adapters;
+//! see the layout in `storage/mod.rs`).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::FromRow;
+use uuid::Uuid;
+
+use super::super::{
+    Connection, FOR_SHARE, FOR_UPDATE, Store, in_uuid_list, insert_event, json_param, list_param,
+    map_err,
+};
+use super::batch_transition_delivery;
+use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent};
+use crate::storage::records::rows::{
+    DeliveryRow, POOL_COLUMNS, PoolRow, open_statuses, parse_state, with_data,
+};
+use crate::storage::records::rules;
+use crate::storage::{
+    CommandTimeout, DeletePool, DeletePoolOutcome, DeliveryContext, DeliveryTransition,
+    OverdueCommand, Runner, RunnerCommand, RunnerKey, RunnerKeyLookup, RunnerPool, RunnerStore,
+    SealedRunnerSecrets, StoreError, SubmitOutcome, WebhookDelivery, WriteContext,
+};
+
+type SecretsRow = (Option<Vec<u8>>, Option<Vec<u8>>, Option<DateTime<Utc>>);
+
+#[async_trait]
+impl RunnerStore for Store {
+    async fn create_pool(
+        &self,
+        write: &WriteContext,
+        pool: &RunnerPool,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin(write).await?;
+        sqlx::query(
+            "INSERT INTO runner_pools (id, workspace_id, name, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(pool.id)
+        .bind(pool.workspace_id)
+        .bind(&pool.name)
+        .bind(pool.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, write).await
+    }
+
+    async fn list_pools(&self, workspace_id: Option<Uuid>) -> Result<Vec<RunnerPool>, StoreError> {
+        let rows: Vec<PoolRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {POOL_COLUMNS} FROM runner_pools
+             WHERE ($1 IS NULL OR workspace_id = $1) ORDER BY created_at, name"
+        )))
+        .bind(workspace_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn get_pool(&self, pool_id: Uuid) -> Result<Option<RunnerPool>, StoreError> {
+        let row: Option<PoolRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {POOL_COLUMNS} FROM runner_pools WHERE id = $1"
+        )))
+        .bind(pool_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn create_runner(
+        &self,
+        write: &WriteContext,
+        runner: &Runner,
+        key: &RunnerKey,
+        sealed_secret: &[u8],
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin(write).await?;
+        sqlx::query(
+            "INSERT INTO runners (id, pool_id, name, created_at, delivery_url, webhook_secret)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(runner.id)
+        .bind(runner.pool_id)
+        .bind(&runner.name)
+        .bind(runner.created_at)
+        .bind(&runner.delivery_url)
+        .bind(sealed_secret)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        insert_key(&mut tx, key).await?;
+        if runner.delivery_url.is_some() {
+            wake_waiting_deliveries(&mut tx, runner.id, runner.created_at).await?;
+        }
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, write).await
+    }
+
+    async fn set_runner_url(
+        &self,
+        write: &WriteContext,
+        runner_id: Uuid,
+        url: Option<&str>,
+        at: DateTime<Utc>,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin(write).await?;
+        // The pool before the runner, in the order a lease takes them.
+        lock_pool_of(&mut tx, runner_id).await?;
+        // A new URL is a fresh start: the failures and the breaker were the old address's.
+        let updated = sqlx::query(
+            "UPDATE runners SET delivery_url = $2, consecutive_failures = 0, slow_streak = 0,
+                 held_until = NULL
+             WHERE id = $1",
+        )
+        .bind(runner_id)
+        .bind(url)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        if updated == 0 {
+            return Ok(false);
+        }
+        if url.is_some() {
+            wake_waiting_deliveries(&mut tx, runner_id, at).await?;
+        }
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, write).await?;
+        Ok(true)
+    }
+
+    async fn get_runner(&self, runner_id: Uuid) -> Result<Option<Runner>, StoreError> {
+        let row: Option<(Uuid, Uuid, String, DateTime<Utc>, Option<String>)> = sqlx::query_as(
+            "SELECT id, pool_id, name, created_at, delivery_url FROM runners WHERE id = $1",
+        )
+        .bind(runner_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(
+            row.map(|(id, pool_id, name, created_at, delivery_url)| Runner {
+                id,
+                pool_id,
+                name,
+                created_at,
+                delivery_url,
+            }),
+        )
+    }
+
+    async fn rotate_runner_secret(
+        &self,
+        write: &WriteContext,
+        runner_id: Uuid,
+        sealed: &[u8],
+        previous_retires_at: DateTime<Utc>,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin(write).await?;
+        // Right-hand sides read the row as it was: the current secret becomes the previous one.
+        let rotated = sqlx::query(
+            "UPDATE runners SET previous_webhook_secret = webhook_secret,
+                 previous_retires_at = $3, webhook_secret = $2
+             WHERE id = $1",
+        )
+        .bind(runner_id)
+        .bind(sealed)
+        .bind(previous_retires_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected()
+            == 1;
+        if !rotated {
+            return Ok(false);
+        }
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, write).await?;
+        Ok(true)
+    }
+
+    async fn runner_secrets(
+        &self,
+        runner_id: Uuid,
+    ) -> Result<Option<SealedRunnerSecrets>, StoreError> {
+        let row: Option<SecretsRow> = sqlx::query_as(
+            "SELECT webhook_secret, previous_webhook_secret, previous_retires_at
+             FROM runners WHERE id = $1",
+        )
+        .bind(runner_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(|(current, previous, retires)| SealedRunnerSecrets {
+            current,
+            previous: previous.zip(retires),
+        }))
+    }
+
+    async fn add_runner_key(
+        &self,
+        write: &WriteContext,
+        key: &RunnerKey,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin(write).await?;
+        insert_key(&mut tx, key).await?;
+        wake_waiting_deliveries(&mut tx, key.runner_id, key.created_at).await?;
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, write).await
+    }
+
+    async fn revoke_runner_key(
+        &self,
+        write: &WriteContext,
+        runner_id: Uuid,
+        key_id: Uuid,
+        at: DateTime<Utc>,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin(write).await?;
+        let updated = sqlx::query(
+            "UPDATE runner_keys SET revoked_at = $3
+             WHERE id = $1 AND runner_id = $2 AND revoked_at IS NULL",
+        )
+        .bind(key_id)
+        .bind(runner_id)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        if updated == 0 {
+            return Ok(false);
+        }
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, write).await?;
+        Ok(true)
+    }
+
+    async fn find_runner_key(&self, key_id: Uuid) -> Result<Option<RunnerKeyLookup>, StoreError> {
+        #[derive(FromRow)]
+        struct Row {
+            id: Uuid,
+            runner_id: Uuid,
+            public_key: Vec<u8>,
+            created_at: DateTime<Utc>,
+            revoked_at: Option<DateTime<Utc>>,
+            pool_id: Uuid,
+            workspace_id: Uuid,
+            organisation_id: Uuid,
+        }
+        // Every signed request's first read: through the request path's reads.
+        let row: Option<Row> = self
+            .read_optional(
+                sqlx::query_as(
+                    "SELECT k.id, k.runner_id, k.public_key, k.created_at, k.revoked_at, r.pool_id,
+                            p.workspace_id, w.organisation_id
+                     FROM runner_keys k JOIN runners r ON r.id = k.runner_id
+                     JOIN runner_pools p ON p.id = r.pool_id
+                     JOIN workspaces w ON w.id = p.workspace_id
+                     WHERE k.id = $1",
+                )
+                .bind(key_id),
+            )
+            .await?;
+        Ok(row.map(|r| RunnerKeyLookup {
+            key: RunnerKey {
+                id: r.id,
+                runner_id: r.runner_id,
+                public_key: r.public_key,
+                created_at: r.created_at,
+                revoked_at: r.revoked_at,
+            },
+            pool_id: r.pool_id,
+            workspace_id: r.workspace_id,
+            organisation_id: r.organisation_id,
+        }))
+    }
+
+    async fn delete_pool(
+        &self,
+        write: &WriteContext,
+        delete: &DeletePool,
+    ) -> Result<DeletePoolOutcome, StoreError> {
+        let mut tx = self.begin(write).await?;
+        // Postgres: the pool's row lock orders this against submissions, which take it FOR
+        // SHARE (SQLite: the write lock does), so no open command can be added between the
+        // count (or the cancelling) and the delete.
+        let pool: Option<PoolRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {POOL_COLUMNS} FROM runner_pools
+             WHERE id = $1 AND workspace_id = $2 AND deleted_at IS NULL {FOR_UPDATE}"
+        )))
+        .bind(delete.pool_id)
+        .bind(delete.workspace_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let Some(pool) = pool else {
+            return Ok(DeletePoolOutcome::NotFound);
+        };
+        let outside = if delete.limited_to.is_empty() {
+            0
+        } else {
+            let (outside,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM runner_commands
+                 WHERE pool_id = $1 AND status IN {}
+                   AND (environment_id IS NULL OR NOT (environment_id {}))",
+                open_statuses(),
+                in_uuid_list("$2"),
+            )))
+            .bind(pool.id)
+            .bind(list_param(&delete.limited_to)?)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            outside
+        };
+        if !rules::pool_deletion_reaches(outside) {
+            return Ok(DeletePoolOutcome::OutsideEnvironments {
+                open: outside as u64,
+            });
+        }
+        let cancelled = if delete.force {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE runner_commands SET status = $2, updated_at = $3
+                 WHERE pool_id = $1 AND status IN {}",
+                open_statuses()
+            )))
+            .bind(pool.id)
+            .bind(CommandStatus::Cancelled.as_str())
+            .bind(delete.at)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected()
+        } else {
+            let (open,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM runner_commands WHERE pool_id = $1 AND status IN {}",
+                open_statuses()
+            )))
+            .bind(pool.id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            if rules::pool_is_busy(open) {
+                return Ok(DeletePoolOutcome::Busy { open: open as u64 });
+            }
+            0
+        };
+        sqlx::query("UPDATE runner_pools SET deleted_at = $2, deleted_reason = $3 WHERE id = $1")
+            .bind(pool.id)
+            .bind(delete.at)
+            .bind(&delete.reason)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let event = with_data(&delete.event, "cancelledCommands", Value::from(cancelled));
+        insert_event(&mut tx, &event).await?;
+        self.commit(tx, write).await?;
+        let mut pool = RunnerPool::from(pool);
+        pool.deleted_at = Some(delete.at);
+        Ok(DeletePoolOutcome::Deleted { pool, cancelled })
+    }
+
+    async fn submit_command(
+        &self,
+        write: &WriteContext,
+        command: &RunnerCommand,
+        delivery: &WebhookDelivery,
+        event: &NewAuditEvent,
+    ) -> Result<SubmitOutcome, StoreError> {
+        let mut tx = self.begin(write).await?;
+        let pool: Option<(Option<DateTime<Utc>>,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT deleted_at FROM runner_pools WHERE id = $1 AND workspace_id = $2 {FOR_SHARE}"
+        )))
+        .bind(command.pool_id)
+        .bind(command.workspace_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        match pool {
+            None => return Ok(SubmitOutcome::PoolNotFound),
+            Some((Some(_),)) => return Ok(SubmitOutcome::PoolDeleted),
+            Some((None,)) => {}
+        }
+        sqlx::query(
+            "INSERT INTO runner_commands (id, workspace_id, pool_id, environment_id, command, args,
+                 timeout_seconds, status, submitted_by, created_at, updated_at, deadline_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11)",
+        )
+        .bind(command.id)
+        .bind(command.workspace_id)
+        .bind(command.pool_id)
+        .bind(command.environment_id)
+        .bind(&command.command)
+        .bind(json_param(&command.args)?)
+        .bind(command.timeout_seconds)
+        .bind(command.status.as_str())
+        .bind(command.submitted_by)
+        .bind(command.created_at)
+        .bind(command.deadline_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        sqlx::query(
+            "INSERT INTO webhook_deliveries
+                 (id, command_id, status, created_at, updated_at, next_attempt_at)
+             VALUES ($1, $2, $3, $4, $4, $4)",
+        )
+        .bind(delivery.id)
+        .bind(delivery.command_id)
+        .bind(delivery.status.as_str())
+        .bind(delivery.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        insert_event(&mut tx, event).await?;
+        self.commit(tx, write).await?;
+        Ok(SubmitOutcome::Created)
+    }
+
+    async fn get_delivery(&self, delivery_id: Uuid) -> Result<Option<DeliveryContext>, StoreError> {
+        #[derive(FromRow)]
+        struct Row {
+            #[sqlx(flatten)]
+            delivery: DeliveryRow,
+            command_status: String,
+            pool_id: Uuid,
+            workspace_id: Uuid,
+            organisation_id: Uuid,
+        }
+        let row: Option<Row> = self
+            .read_optional(
+                sqlx::query_as(
+                    "SELECT d.id, d.command_id, d.status, d.detail, d.exit_code, d.created_at,
+                            d.updated_at, c.status AS command_status, c.pool_id, c.workspace_id,
+                            w.organisation_id
+                     FROM webhook_deliveries d JOIN runner_commands c ON c.id = d.command_id
+                     JOIN workspaces w ON w.id = c.workspace_id
+                     WHERE d.id = $1",
+                )
+                .bind(delivery_id),
+            )
+            .await?;
+        row.map(|r| {
+            Ok(DeliveryContext {
+                delivery: r.delivery.try_into()?,
+                command_status: parse_state(&r.command_status, CommandStatus::parse)?,
+                pool_id: r.pool_id,
+                workspace_id: r.workspace_id,
+                organisation_id: r.organisation_id,
+            })
+        })
+        .transpose()
+    }
+
+    async fn transition_delivery(
+        &self,
+        write: &WriteContext,
+        t: &DeliveryTransition,
+    ) -> Result<Option<WebhookDelivery>, StoreError> {
+        if let Some(batched) = batch_transition_delivery(self, write, t).await {
+            return batched?.map(TryInto::try_into).transpose();
+        }
+        let mut tx = self.begin(write).await?;
+        // The delivery and its command under their locks (the delivery first, as the timeout
+        // sweep takes them), so the rule sees the state the writes below apply to.
+        let state: Option<(String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT d.status, c.status FROM webhook_deliveries d
+             JOIN runner_commands c ON c.id = d.command_id WHERE d.id = $1 {FOR_UPDATE}"
+        )))
+        .bind(t.delivery_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let Some((delivery, command)) = state else {
+            return Ok(None);
+        };
+        if !rules::report_applies(
+            t.from,
+            parse_state(&delivery, DeliveryStatus::parse)?,
+            parse_state(&command, CommandStatus::parse)?,
+        ) {
+            return Ok(None);
+        }
+        let row: DeliveryRow = sqlx::query_as(
+            "UPDATE webhook_deliveries SET status = $2, detail = COALESCE($3, detail),
+                 exit_code = COALESCE($4, exit_code), updated_at = $5, next_attempt_at = NULL
+             WHERE id = $1
+             RETURNING id, command_id, status, detail, exit_code, created_at, updated_at",
+        )
+        .bind(t.delivery_id)
+        .bind(t.to.as_str())
+        .bind(&t.detail)
+        .bind(t.exit_code)
+        .bind(t.at)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        sqlx::query("UPDATE runner_commands SET status = $2, updated_at = $3 WHERE id = $1")
+            .bind(row.command_id)
+            .bind(t.to.command_status().as_str())
+            .bind(t.at)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        insert_event(&mut tx, &t.event).await?;
+        self.commit(tx, write).await?;
+        row.try_into().map(Some)
+    }
+
+    async fn overdue_commands(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<OverdueCommand>, StoreError> {
+        #[derive(FromRow)]
+        struct Row {
+            command_id: Uuid,
+            workspace_id: Uuid,
+            organisation_id: Uuid,
+            pool_id: Uuid,
+            delivery_id: Uuid,
+            status: String,
+            delivery_status: String,
+            timeout_seconds: i32,
+            deadline_at: DateTime<Utc>,
+        }
+        // Through the partial index on open commands' deadlines.
+        let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT c.id AS command_id, c.workspace_id, w.organisation_id, c.pool_id,
+                    d.id AS delivery_id, c.status, d.status AS delivery_status,
+                    c.timeout_seconds, c.deadline_at
+             FROM runner_commands c JOIN webhook_deliveries d ON d.command_id = c.id
+             JOIN workspaces w ON w.id = c.workspace_id
+             WHERE c.status IN {} AND c.deadline_at <= $1
+             ORDER BY c.deadline_at LIMIT $2",
+            open_statuses()
+        )))
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(OverdueCommand {
+                    command_id: r.command_id,
+                    workspace_id: r.workspace_id,
+                    organisation_id: r.organisation_id,
+                    pool_id: r.pool_id,
+                    delivery_id: r.delivery_id,
+                    status: parse_state(&r.status, CommandStatus::parse)?,
+                    delivery_status: parse_state(&r.delivery_status, DeliveryStatus::parse)?,
+                    timeout_seconds: r.timeout_seconds,
+                    deadline_at: r.deadline_at,
+                })
+            })
+            .collect()
+    }
+
+    async fn time_out_command(
+        &self,
+        write: &WriteContext,
+        t: &CommandTimeout,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin(write).await?;
+        // The delivery first, then the command, as a report moves them: the same lock order, so
+        // a report racing the sweep waits instead of deadlocking. Each UPDATE applies only from
+        // the state read; on Postgres a second replica's UPDATE waits for the first's commit,
+        // then finds the state changed and touches nothing.
+        let delivery = sqlx::query(
+            "UPDATE webhook_deliveries SET status = $3, detail = $4, updated_at = $5,
+                 next_attempt_at = NULL
+             WHERE command_id = $1 AND status = $2",
+        )
+        .bind(t.command_id)
+        .bind(t.delivery_from.as_str())
+        .bind(t.delivery_to.as_str())
+        .bind(&t.detail)
+        .bind(t.at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        if delivery == 0 {
+            return Ok(false);
+        }
+        let command = sqlx::query(
+            "UPDATE runner_commands SET status = $3, updated_at = $4
+             WHERE id = $1 AND status = $2 AND deadline_at <= $4",
+        )
+        .bind(t.command_id)
+        .bind(t.from.as_str())
+        .bind(t.to.as_str())
+        .bind(t.at)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        if command == 0 {
+            return Ok(false);
+        }
+        insert_event(&mut tx, &t.event).await?;
+        self.commit(tx, write).await?;
+        Ok(true)
+    }
+}
+
+async fn insert_key(conn: &mut Connection, key: &RunnerKey) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO runner_keys (id, runner_id, public_key, created_at) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(key.id)
+    .bind(key.runner_id)
+    .bind(&key.public_key)
+    .bind(key.created_at)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Locks the runner's pool (not the runner: a lease holding the pool shared updates the
+/// runners it chose, so locking both here could wait in a cycle).
+async fn lock_pool_of(conn: &mut Connection, runner_id: Uuid) -> Result<(), StoreError> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT id FROM runner_pools WHERE id = (SELECT pool_id FROM runners WHERE id = $1)
+         {FOR_UPDATE}"
+    )))
+    .bind(runner_id)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Makes the deliveries of the runner's pool that wait for a runner due at `at`, if the runner
+/// can now receive (a delivery URL and a live key). The pool's row is locked first: a lease
+/// that found no runner holds it shared while it marks deliveries waiting, so one of the two
+/// always sees the other.
+async fn wake_waiting_deliveries(
+    conn: &mut Connection,
+    runner_id: Uuid,
+    at: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    lock_pool_of(conn, runner_id).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE webhook_deliveries SET next_attempt_at = $2, waiting_for_runner = $3
+         WHERE waiting_for_runner AND status = 'pending'
+           AND command_id IN (SELECT c.id FROM runner_commands c JOIN runners r
+                              ON r.pool_id = c.pool_id
+                              WHERE r.id = $1 AND c.status IN {})
+           AND EXISTS (SELECT 1 FROM runners r WHERE r.id = $1 AND r.delivery_url IS NOT NULL)
+           AND EXISTS (SELECT 1 FROM runner_keys k WHERE k.runner_id = $1 AND k.revoked_at IS NULL)",
+        open_statuses()
+    )))
+    .bind(runner_id)
+    .bind(at)
+    .bind(false)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}

@@ -1,0 +1,281 @@
+//! Personal access tokens and their grants (shared by both SQL adapters; see the
+//! layout in `storage/mod.rs`). The issuance rules are decided by `storage::records::rules` on what the
+//! transaction counted under its locks.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::FromRow;
+use uuid::Uuid;
+
+use super::super::audit::insert_events;
+use super::super::{
+    FOR_SHARE, FOR_UPDATE, Store, StringList, UuidList, decode_list, in_uuid_list, list_param,
+    map_err,
+};
+use super::{TOKEN_COLUMNS, batch_insert_token, find_credential_row, insert_token_rows};
+use crate::domain::NewAuditEvent;
+use crate::storage::records::rows::with_data;
+use crate::storage::records::rules;
+use crate::storage::{
+    InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, StoreError, StoredCredential,
+    TokenFilter, TokenRecord, TokenStore, WriteContext,
+};
+
+/// A token as [`TOKEN_COLUMNS`] selects it.
+#[derive(FromRow)]
+pub(super) struct TokenRow {
+    id: Uuid,
+    public_id: String,
+    user_id: Uuid,
+    organisation_id: Uuid,
+    name: String,
+    scopes: StringList,
+    workspace_ids: UuidList,
+    environment_ids: UuidList,
+    created_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+    revoked_at: Option<DateTime<Utc>>,
+    issued_by_token_id: Option<Uuid>,
+}
+
+/// Every token issued by `$1`, transitively (not `$1` itself).
+const DESCENDANTS: &str = "WITH RECURSIVE tree(id) AS (
+        SELECT id FROM tokens WHERE issued_by_token_id = $1
+        UNION SELECT c.id FROM tokens c JOIN tree ON c.issued_by_token_id = tree.id
+    ) SELECT id FROM tree";
+
+impl TryFrom<TokenRow> for TokenRecord {
+    type Error = StoreError;
+    fn try_from(r: TokenRow) -> Result<Self, StoreError> {
+        Ok(TokenRecord {
+            id: r.id,
+            public_id: r.public_id,
+            user_id: r.user_id,
+            organisation_id: r.organisation_id,
+            name: r.name,
+            scopes: decode_list(r.scopes)?,
+            workspace_ids: decode_list(r.workspace_ids)?,
+            environment_ids: decode_list(r.environment_ids)?,
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            revoked_at: r.revoked_at,
+            issued_by_token_id: r.issued_by_token_id,
+        })
+    }
+}
+
+/// A token with the keyed hash of its secret: `SELECT {TOKEN_COLUMNS}, t.secret_hash`.
+#[derive(FromRow)]
+pub(super) struct CredentialRow {
+    #[sqlx(flatten)]
+    token: TokenRow,
+    secret_hash: Vec<u8>,
+}
+
+#[async_trait]
+impl TokenStore for Store {
+    async fn insert_token(
+        &self,
+        write: &WriteContext,
+        token: &NewToken,
+        events: &[NewAuditEvent],
+        max_active: u32,
+        now: DateTime<Utc>,
+    ) -> Result<(), InsertTokenError> {
+        // Postgres gathers concurrent issuances into one transaction (`postgres/tokens.rs`);
+        // it answers None for a keyed request and for a batch that has to be retried alone.
+        if let Some(batched) = batch_insert_token(self, write, token, events, max_active, now).await
+        {
+            return batched;
+        }
+        insert_token_alone(self, write, token, events, max_active, now).await
+    }
+
+    async fn find_credential(
+        &self,
+        public_id: &str,
+    ) -> Result<Option<StoredCredential>, StoreError> {
+        let row = find_credential_row(self, public_id).await?;
+        row.map(|r| {
+            Ok(StoredCredential {
+                token: r.token.try_into()?,
+                secret_hash: r.secret_hash,
+            })
+        })
+        .transpose()
+    }
+
+    async fn revoke_grant(
+        &self,
+        write: &WriteContext,
+        revoke: &RevokeGrant,
+    ) -> Result<Option<RevokeOutcome>, StoreError> {
+        let root = revoke.token_id;
+        let mut tx = self.begin(write).await?;
+        // Lock the token (and with `cascade` its descendants) first: two revocations of its
+        // last grants must not both see one left. All in id order, so overlapping cascades
+        // cannot deadlock; an issuance by one of them holds its issuer FOR SHARE, so it either
+        // finishes first or sees its grants revoked (SQLite: the write lock orders them all).
+        // Without `cascade` the plain `= $1` keeps the primary-key lookup.
+        let tokens = |column: &str| {
+            if revoke.cascade {
+                format!("({column} = $1 OR {column} IN ({DESCENDANTS}))")
+            } else {
+                format!("{column} = $1")
+            }
+        };
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT 1 FROM tokens WHERE {} ORDER BY id {FOR_UPDATE}",
+            tokens("id")
+        )))
+        .bind(root)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let grants: Vec<(Uuid, Uuid)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT tw.token_id, tw.workspace_id FROM token_workspaces tw
+             WHERE tw.revoked_at IS NULL AND ($2 IS NULL OR tw.workspace_id = $2)
+               AND {}
+             ORDER BY tw.position",
+            tokens("tw.token_id")
+        )))
+        .bind(root)
+        .bind(revoke.workspace_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        if !grants.iter().any(|(token, _)| *token == root) {
+            return Ok(None);
+        }
+        // The root's grants first, then the descendants' grouped by token.
+        let mut ordered = grants;
+        ordered.sort_by_key(|(token, _)| (*token != root, *token));
+        let mut events = Vec::with_capacity(ordered.len());
+        let mut outcome = RevokeOutcome {
+            token_revoked: false,
+            descendants_revoked: 0,
+        };
+        for (i, (token, workspace)) in ordered.iter().enumerate() {
+            sqlx::query(
+                "UPDATE token_workspaces SET revoked_at = $3, revoked_reason = $4
+                 WHERE token_id = $1 AND workspace_id = $2 AND revoked_at IS NULL",
+            )
+            .bind(token)
+            .bind(workspace)
+            .bind(revoke.revoked_at)
+            .bind(&revoke.reason)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            let (left,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM token_workspaces WHERE token_id = $1 AND revoked_at IS NULL",
+            )
+            .bind(token)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            let token_revoked = left == 0;
+            if token_revoked {
+                sqlx::query(
+                    "UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
+                )
+                .bind(token)
+                .bind(revoke.revoked_at)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            }
+            // A token's revocation is only known once its last grant in this batch is revoked.
+            let last_of_token = ordered.get(i + 1).is_none_or(|(next, _)| next != token);
+            let mut event = with_data(&revoke.event, "tokenId", serde_json::json!(token));
+            event.workspace_id = Some(*workspace);
+            event.target_id = *token;
+            let event = with_data(
+                &event,
+                "tokenRevoked",
+                Value::Bool(token_revoked && last_of_token),
+            );
+            if *token == root {
+                outcome.token_revoked = token_revoked;
+                events.push(event);
+            } else {
+                outcome.descendants_revoked += 1;
+                events.push(with_data(&event, "cascadedFrom", serde_json::json!(root)));
+            }
+        }
+        insert_events(&mut tx, &events).await?;
+        self.commit(tx, write).await?;
+        Ok(Some(outcome))
+    }
+
+    async fn list_tokens(&self, filter: &TokenFilter) -> Result<Vec<TokenRecord>, StoreError> {
+        let rows: Vec<TokenRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {TOKEN_COLUMNS} FROM tokens t
+             WHERE ($3 IS NULL OR t.id = $3) AND ($1 IS NULL OR t.user_id = $1)
+               AND ($2 IS NULL OR EXISTS (SELECT 1 FROM token_workspaces tw
+                    WHERE tw.token_id = t.id AND tw.workspace_id = $2 AND tw.revoked_at IS NULL))
+             ORDER BY t.created_at, t.name"
+        )))
+        .bind(filter.user_id)
+        .bind(filter.workspace_id)
+        .bind(filter.token_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+}
+
+/// One issuance in a transaction of its own: SQLite's only way, and Postgres's for a keyed
+/// request (its transaction is held for the outcome) or a batch that failed as a whole.
+pub(super) async fn insert_token_alone(
+    store: &Store,
+    write: &WriteContext,
+    token: &NewToken,
+    events: &[NewAuditEvent],
+    max_active: u32,
+    now: DateTime<Utc>,
+) -> Result<(), InsertTokenError> {
+    let t = &token.record;
+    let mut tx = store.begin(write).await?;
+    // Locks first, both in one statement. Postgres: FOR SHARE on the issuer conflicts with
+    // revocation's FOR UPDATE, so one waits for the other; the owner's FOR UPDATE serialises
+    // issuance per user, so the counts below still hold at the insert. SQLite: the write
+    // lock, held since BEGIN, does both. Without an issuer (cpctl) `$1` is NULL.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH issuer AS (SELECT id FROM tokens WHERE id = $1 AND revoked_at IS NULL {FOR_SHARE}),
+              owner AS (SELECT id FROM users WHERE id = $2 {FOR_UPDATE})
+         SELECT (SELECT count(*) FROM issuer), (SELECT count(*) FROM owner)"
+    )))
+    .bind(t.issued_by_token_id)
+    .bind(t.user_id)
+    .execute(&mut *tx)
+    .await
+    .map_err(map_err)?;
+    // A later statement, so a later snapshot (Postgres, read committed): it sees what a
+    // revocation the locks waited for committed.
+    let (issuer_grants, same_name, active): (i64, i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(
+        format!(
+            "SELECT (SELECT count(*) FROM token_workspaces tw
+                     WHERE tw.token_id = (SELECT id FROM tokens WHERE id = $4 AND revoked_at IS NULL)
+                       AND tw.revoked_at IS NULL AND tw.workspace_id {}),
+                    count(*) FILTER (WHERE name = $2), count(*)
+             FROM tokens WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > $3",
+            in_uuid_list("$5")
+        ),
+    ))
+    .bind(t.user_id)
+    .bind(&t.name)
+    .bind(now)
+    .bind(t.issued_by_token_id)
+    .bind(list_param(&t.workspace_ids)?)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(map_err)?;
+    rules::may_issue(t, issuer_grants, same_name, active, max_active)?;
+    insert_token_rows(&mut tx, token).await?;
+    insert_events(&mut tx, events).await?;
+    store.commit(tx, write).await?;
+    Ok(())
+}
