@@ -7,6 +7,7 @@ mod activity;
 mod admin;
 mod audit;
 mod authz;
+mod commands;
 mod deliveries;
 mod error;
 mod fair_share;
@@ -14,6 +15,7 @@ mod keys;
 mod permissions;
 mod policies;
 mod reviews;
+mod runner_auth;
 mod runner_secrets;
 mod runners;
 mod stream_permits;
@@ -34,6 +36,9 @@ pub use audit::{EVENT_TYPES_PATTERN, StreamEnd, StreamItem, StreamRequest};
 #[cfg(feature = "bench-allow-all")]
 pub use authz::AllowAllAuthorizer;
 pub use authz::{Authorizer, AuthzRequest, Decision, DenyStatus, Operation};
+pub use commands::{
+    DeliveryStatusInput, SubmitCommandInput, TIMEOUT_BATCH, TimeoutSweep, command_deadline,
+};
 pub use deliveries::{AttemptAnswer, DeliverySettings, Dispatcher, dispatch_body};
 pub use error::ServiceError;
 pub use fair_share::BreakerSettings;
@@ -43,11 +48,9 @@ pub use keys::{
 pub use permissions::Permission;
 pub use policies::{CompiledCache, parse_reference};
 pub use reviews::{ModeratedReview, ReportReviewInput, ReviewInput, decision_of};
+pub use runner_auth::{RunnerPrincipal, SignedRequest};
 pub use runner_secrets::{MAX_SECRET_OVERLAP, RotatedSecret};
-pub use runners::{
-    DeletePoolInput, DeliveryStatusInput, RegisteredRunner, RunnerPrincipal, SignedRequest,
-    SubmitCommandInput, TIMEOUT_BATCH, TimeoutSweep, bounded_text, command_deadline,
-};
+pub use runners::{DeletePoolInput, RegisteredRunner, bounded_text};
 pub use stream_permits::{
     STREAM_RETRY_AFTER, StreamCapReached, StreamLimits, StreamPermit, StreamPermits, StreamScope,
 };
