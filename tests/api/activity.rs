@@ -3,7 +3,7 @@ use std::collections::HashSet;
 use control_plane::domain::Scope;
 use serde_json::Value;
 
-use crate::helpers::{assert_api_error, issuance_body, spawn_app};
+use crate::support::{assert_api_error, issuance_body, spawn_app};
 
 #[tokio::test]
 async fn pages_newest_first_with_an_opaque_cursor() {

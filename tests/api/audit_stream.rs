@@ -7,7 +7,7 @@ use control_plane::domain::{CorrelationId, Scope};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{
+use crate::support::{
     ServerProcess, Tenant, TestApp, assert_api_error, create_pool, issuance_body, needs, spawn_app,
     spawn_app_with, sql_all, sql_exec,
 };
@@ -602,7 +602,7 @@ async fn a_policy_that_now_denies_the_stream_ends_it() {
     let ws = tenant.workspace_id;
     let mut stream = Sse::open(&app, &tenant.token, ws, "", None).await;
     stream.expect_preamble().await;
-    crate::helpers::activate_deny_all(&app.services).await;
+    crate::support::activate_deny_all(&app.services).await;
     stream.until_end().await.assert_prompt("access denied");
     let response = app
         .get(&stream_path(ws), &tenant.token)

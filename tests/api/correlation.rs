@@ -1,7 +1,7 @@
 use control_plane::domain::CorrelationId;
 use reqwest::Method;
 
-use crate::helpers::{assert_api_error, spawn_app};
+use crate::support::{assert_api_error, spawn_app};
 
 #[tokio::test]
 async fn a_valid_id_is_echoed_on_success_and_error() {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::helpers::{
+use crate::support::{
     Proxy, Tenant, TestApp, assert_api_error, create_database, issuance_body, needs,
     spawn_app_with, spawn_with_config,
 };
@@ -12,7 +12,7 @@ use crate::helpers::{
 /// of the tenant's activity, read once to warm the connections.
 async fn behind_proxy() -> (TestApp, Tenant, Arc<Proxy>, String) {
     let (name, _) = create_database().await;
-    let postgres = crate::helpers::postgres_base();
+    let postgres = crate::support::postgres_base();
     let hostport = postgres.rsplit('@').next().unwrap().to_owned();
     let proxy = Proxy::start(&hostport).await;
     let via_proxy = format!(
@@ -20,7 +20,7 @@ async fn behind_proxy() -> (TestApp, Tenant, Arc<Proxy>, String) {
         postgres.rsplit_once('@').unwrap().0,
         proxy.port
     );
-    let app = spawn_with_config(name, crate::helpers::test_config(&via_proxy)).await;
+    let app = spawn_with_config(name, crate::support::test_config(&via_proxy)).await;
     let tenant = app.bootstrap().await;
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
     let warm = app.get(&path, &tenant.token).send().await.unwrap();

@@ -11,7 +11,7 @@ use control_plane::startup::{Application, open_services};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{
+use crate::support::{
     TestApp, assert_api_error, captured_logs, issuance_body, spawn_with_config, sql_one,
     test_config,
 };
@@ -238,7 +238,7 @@ async fn embedded_an_activation_by_cpctl_reaches_the_running_server_within_a_sec
 
     // What cpctl does: its own pool on the same file, the server still running.
     let admin = open_services(&config).await.expect("cpctl opens the file");
-    crate::helpers::activate_deny_all(&admin).await;
+    crate::support::activate_deny_all(&admin).await;
     let started = Instant::now();
     while status().await != 403 {
         assert!(

@@ -1,7 +1,7 @@
 use reqwest::Method;
 use serde_json::json;
 
-use crate::helpers::{assert_api_error, issuance_body, spawn_app, spawn_app_with};
+use crate::support::{assert_api_error, issuance_body, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn unknown_route_is_404_and_wrong_method_405() {

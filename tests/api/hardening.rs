@@ -5,7 +5,7 @@ use control_plane::domain::NO_NUL_PATTERN;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{assert_api_error, issuance_body, spawn_app};
+use crate::support::{assert_api_error, issuance_body, spawn_app};
 
 #[tokio::test]
 async fn nul_characters_are_a_400_not_a_storage_error() {

@@ -6,7 +6,7 @@ use control_plane::domain::Scope;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{
+use crate::support::{
     Tenant, TestApp, assert_api_error, issuance_body, needs, redis_values, spawn_app,
     spawn_app_with, sql_one,
 };
@@ -215,8 +215,8 @@ async fn a_revocation_replays_instead_of_turning_into_a_404() {
 
 #[tokio::test]
 async fn redis_only_the_stored_record_does_not_reveal_the_secret() {
-    crate::helpers::needs!(Redis);
-    let redis = crate::helpers::test_redis_url().expect("needs! checked it");
+    crate::support::needs!(Redis);
+    let redis = crate::support::test_redis_url().expect("needs! checked it");
     let app = spawn_app().await;
     let tenant = app.bootstrap().await;
     let response = issue_with_key(
@@ -359,7 +359,7 @@ async fn postgres_only_a_keyed_handler_past_its_deadline_is_stopped_and_its_key_
         .unwrap()
         .id;
     // Submissions take the pool's row FOR SHARE: holding it FOR UPDATE stalls the handler.
-    let crate::helpers::TestDb::Pg(mut blocker) = app.db().await else {
+    let crate::support::TestDb::Pg(mut blocker) = app.db().await else {
         unreachable!("a Postgres run")
     };
     sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();

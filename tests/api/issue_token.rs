@@ -4,7 +4,7 @@ use control_plane::storage::{InsertTokenError, NewToken, TokenFilter, TokenRecor
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{
+use crate::support::{
     Tenant, TestDb, assert_api_error, issuance_body, spawn_app, spawn_app_with, sql_all, sql_exec,
     sql_one,
 };

@@ -9,7 +9,7 @@ use base64::engine::general_purpose::STANDARD;
 use control_plane::domain::KeyEncryptionKey;
 use control_plane::startup::open_services;
 
-use crate::helpers::{create_database, spawn_with_config, sql_all, sql_exec, test_config};
+use crate::support::{create_database, spawn_with_config, sql_all, sql_exec, test_config};
 
 const GENERATED: [&str; 4] = [
     "token_hash_key",

@@ -11,8 +11,8 @@ use control_plane::storage::{TokenFilter, TokenRecord};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, issuance_body, spawn_app, sql_all};
 use crate::revoke_token::{activity_status, revoke_path};
+use crate::support::{Tenant, TestApp, issuance_body, spawn_app, sql_all};
 
 /// A token issued through the admin path, with its record.
 async fn admin_issue(
@@ -270,16 +270,16 @@ async fn a_caller_limited_to_environments_revokes_only_tokens_within_them() {
             .send()
     };
     let denied = revoke(unlimited.id).await.unwrap();
-    crate::helpers::assert_api_error(denied, 403, "forbidden").await;
+    crate::support::assert_api_error(denied, 403, "forbidden").await;
     let denied = revoke(wider.id).await.unwrap();
-    crate::helpers::assert_api_error(denied, 403, "forbidden").await;
+    crate::support::assert_api_error(denied, 403, "forbidden").await;
     assert!(record(&app, unlimited.id).await.revoked_at.is_none());
     let allowed = revoke(within.id).await.unwrap();
     assert_eq!(allowed.status(), 200);
     assert!(record(&app, within.id).await.revoked_at.is_some());
     // An unknown token is still a 404 for a limited caller.
     let unknown = revoke(Uuid::new_v4()).await.unwrap();
-    crate::helpers::assert_api_error(unknown, 404, "not_found").await;
+    crate::support::assert_api_error(unknown, 404, "not_found").await;
 }
 
 /// (status, code, message, details) of an error response: everything but the correlation id.

@@ -14,7 +14,6 @@ mod embedded;
 mod fair_delivery;
 mod framework_errors;
 mod hardening;
-mod helpers;
 mod idempotency;
 mod issue_token;
 mod key_wrapping;
@@ -34,6 +33,7 @@ mod secrets;
 #[path = "../support/services.rs"]
 mod services;
 mod signatures;
+mod support;
 mod tenancy;
 mod time_format;
 mod timeouts;

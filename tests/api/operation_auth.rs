@@ -7,7 +7,7 @@ use reqwest::{Method, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, assert_api_error, spawn_app};
+use crate::support::{Tenant, TestApp, assert_api_error, spawn_app};
 
 /// One bearer route with a body that would succeed, against real resources.
 struct Route {

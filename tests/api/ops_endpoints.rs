@@ -4,7 +4,7 @@
 use reqwest::Method;
 use serde_json::Value;
 
-use crate::helpers::{assert_api_error, spawn_app, spawn_app_with};
+use crate::support::{assert_api_error, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn health_and_readiness_answer_with_a_correlation_id() {
@@ -335,7 +335,7 @@ async fn a_refusal_before_routing_is_counted_under_its_operation() {
     );
 }
 
-async fn two_statuses(app: &crate::helpers::TestApp, path: &str, token: &str) -> Vec<u16> {
+async fn two_statuses(app: &crate::support::TestApp, path: &str, token: &str) -> Vec<u16> {
     let mut statuses = Vec::new();
     for _ in 0..2 {
         statuses.push(app.get(path, token).send().await.unwrap().status().as_u16());

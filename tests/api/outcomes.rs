@@ -8,7 +8,7 @@ use control_plane::storage::{OutcomeRecord, StoreError};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::*;
+use crate::support::*;
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";

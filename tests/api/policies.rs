@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use control_plane::policy::{PolicyKind, fixtures};
 
-use crate::helpers::{ServerProcess, Tenant, TestApp, assert_api_error, needs, spawn_app_with};
+use crate::support::{ServerProcess, Tenant, TestApp, assert_api_error, needs, spawn_app_with};
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
@@ -62,7 +62,7 @@ async fn postgres_only_an_activation_reaches_another_process_within_a_second_and
     let client = reqwest::Client::new();
     assert_eq!(status(&client, &other.address, &tenant).await, 200);
 
-    crate::helpers::activate_deny_all(&app.services).await;
+    crate::support::activate_deny_all(&app.services).await;
     let took = until(
         &client,
         &other.address,

@@ -7,7 +7,7 @@ use control_plane::storage::Rate;
 use reqwest::Response;
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, assert_api_error, issuance_body, spawn_app_with};
+use crate::support::{Tenant, TestApp, assert_api_error, issuance_body, spawn_app_with};
 
 fn rate(raw: &str) -> RateOption {
     RateOption(Some(Rate::parse(raw).unwrap()))

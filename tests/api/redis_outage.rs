@@ -4,7 +4,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{assert_api_error, issuance_body, needs, spawn_app_with};
+use crate::support::{assert_api_error, issuance_body, needs, spawn_app_with};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

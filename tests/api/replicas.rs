@@ -6,7 +6,7 @@ use control_plane::config::RateOption;
 use control_plane::storage::Rate;
 use serde_json::{Value, json};
 
-use crate::helpers::{ServerProcess, assert_api_error, issuance_body, needs, spawn_app_with};
+use crate::support::{ServerProcess, assert_api_error, issuance_body, needs, spawn_app_with};
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";

@@ -9,8 +9,9 @@ use reqwest::Response;
 use serde_json::{Value, json};
 
 use crate::audit_stream::Sse;
-use crate::helpers::{TestApp, issuance_body};
-use crate::{reviews, signatures, workflows};
+use crate::support::runner as signatures;
+use crate::support::{TestApp, issuance_body};
+use crate::{reviews, workflows};
 
 struct Document(Value);
 
@@ -289,7 +290,7 @@ async fn every_response_and_stream_event_conforms_to_the_document() {
 
 #[tokio::test]
 async fn the_checker_refuses_a_null_a_wrong_type_and_a_missing_property() {
-    let app = crate::helpers::spawn_app().await;
+    let app = crate::support::spawn_app().await;
     let document = Document::fetch(&app).await;
     let command = document.named("RunnerCommand");
     let mut problems = Vec::new();
@@ -317,7 +318,7 @@ async fn the_checker_refuses_a_null_a_wrong_type_and_a_missing_property() {
 /// `cursor` refused when the document said only `string`).
 #[tokio::test]
 async fn query_parameters_accept_exactly_what_their_pattern_allows() {
-    let app = crate::helpers::spawn_app().await;
+    let app = crate::support::spawn_app().await;
     let tenant = app.bootstrap().await;
     let ws = tenant.workspace_id;
     let document = Document::fetch(&app).await;

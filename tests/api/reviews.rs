@@ -6,7 +6,7 @@ use reqwest::{Method, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, assert_api_error, spawn_app, spawn_app_with, sql_one};
+use crate::support::{Tenant, TestApp, assert_api_error, spawn_app, spawn_app_with, sql_one};
 
 #[tokio::test]
 async fn a_plain_review_is_published_and_a_second_put_replaces_it() {

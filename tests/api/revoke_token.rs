@@ -2,7 +2,7 @@ use control_plane::domain::Scope;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, assert_api_error, issuance_body, spawn_app, sql_one};
+use crate::support::{Tenant, TestApp, assert_api_error, issuance_body, spawn_app, sql_one};
 
 pub(crate) fn revoke_path(
     workspace: impl std::fmt::Display,

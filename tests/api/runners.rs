@@ -4,7 +4,7 @@ use control_plane::domain::Scope;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{
+use crate::support::{
     Tenant, TestApp, assert_api_error, create_pool, error_shape, spawn_app, sql_one,
 };
 
@@ -377,7 +377,7 @@ async fn a_token_limited_to_environments_cannot_cancel_commands_outside_them() {
     // A finished command outside does not count: only open ones are cancelled.
     let pool = create_pool(&app, ws, "finished-outside").await;
     let done = submitted_in(&app, &tenant, pool, Some(production)).await;
-    crate::helpers::sql_exec!(
+    crate::support::sql_exec!(
         &mut app.db().await,
         "UPDATE runner_commands SET status = 'succeeded' WHERE id = $1",
         done

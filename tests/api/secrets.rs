@@ -4,7 +4,7 @@ use control_plane::domain::TokenSecret;
 use reqwest::Method;
 use serde_json::Value;
 
-use crate::helpers::{assert_api_error, captured_logs, issuance_body, spawn_app, sql_exec};
+use crate::support::{assert_api_error, captured_logs, issuance_body, spawn_app, sql_exec};
 
 #[tokio::test]
 async fn missing_malformed_unknown_and_expired_credentials_are_401() {

@@ -1,17 +1,18 @@
 //! Signed delivery reports: the delivery state machine, and every way a runner signature is
 //! refused (docs/design.md, "Runner signatures").
 
-use std::fmt::Display;
-
 use control_plane::domain::{CorrelationId, SignedHeaders, sign_request};
-use reqwest::Response;
-use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{
-    ServerProcess, Tenant, TestApp, assert_api_error, create_pool, delete_redis_keys, error_shape,
-    events_about, needs, spawn_app, spawn_app_with, sql_one,
+use crate::support::runner::{
+    Fixture, RunnerKey, assert_refused, base64_of, command_status_of, delivery_status, fixture,
+    fixture_on, nonce, now, register, report, send, send_to, sign, sign_with_nonce, status_path,
+    submit,
+};
+use crate::support::{
+    ServerProcess, assert_api_error, create_pool, delete_redis_keys, error_shape, events_about,
+    needs, spawn_app_with, sql_one,
 };
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -612,14 +613,6 @@ async fn redis_only_a_report_replayed_after_redis_forgot_its_nonces_changes_noth
     assert_eq!(command_status_of(&app, command).await, "running");
 }
 
-/// A runner's identity and one of its keys.
-#[derive(Clone, Copy)]
-pub(crate) struct RunnerKey {
-    pub(crate) runner_id: Uuid,
-    key_id: Uuid,
-    private_key: [u8; 32],
-}
-
 #[tokio::test]
 async fn a_report_under_an_idempotency_key_replays_to_the_same_runner() {
     let Fixture {
@@ -790,166 +783,4 @@ async fn failed_signatures_spend_the_runner_address_budget_not_the_bearer_one() 
     assert_eq!(anonymous.headers()["x-ratelimit-remaining"], "1");
     assert_api_error(anonymous, 401, "unauthenticated").await;
     assert_eq!(delivery_status(&app, delivery).await, "pending");
-}
-
-/// A tenant with one pool and one registered runner in it.
-pub(crate) struct Fixture {
-    pub(crate) app: TestApp,
-    pub(crate) tenant: Tenant,
-    pub(crate) pool: Uuid,
-    pub(crate) runner: RunnerKey,
-}
-
-pub(crate) async fn fixture() -> Fixture {
-    fixture_on(spawn_app().await).await
-}
-
-pub(crate) async fn fixture_on(app: TestApp) -> Fixture {
-    let tenant = app.bootstrap().await;
-    let pool = create_pool(&app, tenant.workspace_id, "runners").await;
-    let runner = register(&app, pool, "runner-a").await;
-    Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    }
-}
-
-async fn register(app: &TestApp, pool: Uuid, name: &str) -> RunnerKey {
-    let registered = app
-        .services
-        .register_runner(pool, name, None, None, &CorrelationId::generate())
-        .await
-        .expect("register a runner");
-    RunnerKey {
-        runner_id: registered.runner.id,
-        key_id: registered.key_id,
-        private_key: registered.private_key.expect("a generated key pair"),
-    }
-}
-
-/// Submits a command over HTTP; returns (command id, delivery id).
-pub(crate) async fn submit(app: &TestApp, tenant: &Tenant, pool: Uuid) -> (Uuid, Uuid) {
-    let response = app
-        .post_json(
-            &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
-            &tenant.token,
-            &json!({"poolId": pool, "command": "make", "args": ["test"]}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
-    let id = |field: &str| -> Uuid {
-        body["command"][field]
-            .as_str()
-            .expect("an id")
-            .parse()
-            .expect("a uuid")
-    };
-    (id("id"), id("deliveryId"))
-}
-
-fn status_path(delivery: impl Display) -> String {
-    format!("/v1/runner/webhook-deliveries/{delivery}/status")
-}
-
-fn now() -> i64 {
-    chrono::Utc::now().timestamp()
-}
-
-fn nonce() -> String {
-    format!("nonce-{}", Uuid::new_v4().simple())
-}
-
-fn base64_of(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-fn sign(key: &RunnerKey, path: &str, body: &[u8], timestamp: i64) -> SignedHeaders {
-    sign_request(
-        &key.private_key,
-        key.runner_id,
-        key.key_id,
-        "POST",
-        path,
-        body,
-        timestamp,
-        &nonce(),
-    )
-}
-
-fn sign_with_nonce(key: &RunnerKey, path: &str, body: &[u8], nonce: &str) -> SignedHeaders {
-    sign_request(
-        &key.private_key,
-        key.runner_id,
-        key.key_id,
-        "POST",
-        path,
-        body,
-        now(),
-        nonce,
-    )
-}
-
-/// Signs `body` as `key` and posts it to the delivery's status route.
-pub(crate) async fn report(
-    app: &TestApp,
-    key: &RunnerKey,
-    delivery: impl Display,
-    body: Value,
-) -> Response {
-    let path = status_path(delivery);
-    let bytes = body.to_string().into_bytes();
-    let signed = sign(key, &path, &bytes, now());
-    send(app, &path, &bytes, &signed.pairs()).await
-}
-
-async fn send(app: &TestApp, path: &str, body: &[u8], headers: &[(&str, &str)]) -> Response {
-    send_to(&app.client, &app.url(path), body, headers).await
-}
-
-async fn send_to(
-    client: &reqwest::Client,
-    url: &str,
-    body: &[u8],
-    headers: &[(&str, &str)],
-) -> Response {
-    let mut request = client
-        .post(url)
-        .header(CONTENT_TYPE, "application/json")
-        .body(body.to_vec());
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    request.send().await.unwrap()
-}
-
-async fn assert_refused(response: Response) {
-    assert_api_error(response, 401, "invalid_signature").await;
-}
-
-async fn delivery_status(app: &TestApp, delivery: Uuid) -> String {
-    let (status,) = sql_one!(
-        &mut app.db().await,
-        (String,),
-        "SELECT status FROM webhook_deliveries WHERE id = $1",
-        delivery
-    )
-    .unwrap();
-    status
-}
-
-async fn command_status_of(app: &TestApp, command: Uuid) -> String {
-    let (status,) = sql_one!(
-        &mut app.db().await,
-        (String,),
-        "SELECT status FROM runner_commands WHERE id = $1",
-        command
-    )
-    .unwrap();
-    status
 }

@@ -5,7 +5,7 @@ use control_plane::domain::{CorrelationId, RevocationReason, Scope};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, assert_api_error, create_pool, spawn_app};
+use crate::support::{TestApp, assert_api_error, create_pool, spawn_app};
 
 /// The token id behind a secret, as authentication resolves it.
 async fn token_id(app: &TestApp, secret: &str) -> Uuid {
@@ -94,7 +94,7 @@ async fn a_keyed_replay_is_refused_when_the_policy_now_denies_it() {
             .send()
     };
     assert_eq!(submit().await.unwrap().status(), 200);
-    crate::helpers::activate_deny_all(&app.services).await;
+    crate::support::activate_deny_all(&app.services).await;
     // The activation reaches the server through its change feed: wait until a fresh request
     // is refused.
     let activity = format!("/v1/workspaces/{}/activity", tenant.workspace_id);

@@ -8,8 +8,9 @@ use reqwest::Response;
 use serde_json::{Value, json};
 
 use crate::audit_stream::Sse;
-use crate::helpers::issuance_body;
-use crate::{reviews, signatures, workflows};
+use crate::support::issuance_body;
+use crate::support::runner as signatures;
+use crate::{reviews, workflows};
 
 /// `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$`, spelled as a template: `d` is any digit.
 fn is_api_time(s: &str) -> bool {

@@ -6,11 +6,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{
+use crate::support::runner::{Fixture, fixture_on, report};
+use crate::support::{
     ServerProcess, Tenant, TestApp, assert_api_error, create_pool, events_about, needs,
     spawn_app_with, sql_all, sql_one,
 };
-use crate::signatures::{Fixture, fixture_on, report};
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";

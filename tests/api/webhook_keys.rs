@@ -10,9 +10,9 @@ use control_plane::domain::{
 };
 use serde_json::Value;
 
-use crate::helpers::{captured_logs, spawn_app, spawn_app_with};
+use crate::support::{captured_logs, spawn_app, spawn_app_with};
 
-async fn published(app: &crate::helpers::TestApp) -> Value {
+async fn published(app: &crate::support::TestApp) -> Value {
     let response = app
         .client
         .get(app.url("/.well-known/jwks.json"))

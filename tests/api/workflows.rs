@@ -5,7 +5,7 @@ use control_plane::service::{ServiceError, UserRef};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, assert_api_error, error_shape, spawn_app, sql_all, sql_one};
+use crate::support::{TestApp, assert_api_error, error_shape, spawn_app, sql_all, sql_one};
 
 #[tokio::test]
 async fn a_draft_goes_to_pending_approval_once() {
