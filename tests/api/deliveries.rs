@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::support::loopback::{Answer, Loopback, PATIENCE, Received, dead_url, set_url};
-use crate::support::runner::{Fixture, fixture_on, report, submit};
-use crate::support::{ServerProcess, TestApp, needs, spawn_app_with, sql_one};
+use crate::support::runner::{Fixture, fixture_on, fixture_with, report, submit};
+use crate::support::{ServerProcess, TestApp, needs, spawn_app_with, sql_one, sql_value};
 
 /// A tenant with a pool and a runner, on a server retrying on `schedule`.
 async fn with_schedule(schedule: &str) -> Fixture {
@@ -77,12 +77,7 @@ async fn report_until(
 #[tokio::test]
 async fn a_command_reaches_its_runner_signed_and_the_runner_reports_it_to_success() {
     let receiver = Loopback::start(&[Answer::Status(202)]).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(spawn_app_with(|_| {}).await).await;
+    let (app, tenant, pool, runner) = fixture_on(spawn_app_with(|_| {}).await).await.parts();
     set_url(&app, runner.runner_id, &receiver.url).await;
     let (command, delivery) = submit(&app, &tenant, pool).await;
 
@@ -130,12 +125,7 @@ async fn a_command_reaches_its_runner_signed_and_the_runner_reports_it_to_succes
 #[tokio::test]
 async fn failures_are_retried_on_the_schedule_with_the_same_webhook_id_until_a_2xx() {
     let receiver = Loopback::start(&[Answer::Status(500), Answer::Status(307)]).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = with_schedule("0s,200ms,200ms,5m").await;
+    let (app, tenant, pool, runner) = with_schedule("0s,200ms,200ms,5m").await.parts();
     set_url(&app, runner.runner_id, &receiver.url).await;
     let (_, delivery) = submit(&app, &tenant, pool).await;
 
@@ -164,24 +154,18 @@ async fn failures_are_retried_on_the_schedule_with_the_same_webhook_id_until_a_2
     assert_eq!(done.next_attempt_at, None);
     assert_eq!(done.status.as_str(), "pending", "a 2xx moves nothing");
     // The runner is healthy again: its failures in a row were forgotten by the 2xx.
-    let (failures,) = sql_one!(
-        &mut app.db().await,
-        (i32,),
+    let failures = sql_value!(
+        app,
+        i32,
         "SELECT consecutive_failures FROM runners WHERE id = $1",
         runner.runner_id
-    )
-    .unwrap();
+    );
     assert_eq!(failures, 0);
 }
 
 #[tokio::test]
 async fn a_dead_runner_exhausts_the_schedule_and_its_command_fails_once_with_an_event() {
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = with_schedule("0s,100ms,100ms").await;
+    let (app, tenant, pool, runner) = with_schedule("0s,100ms,100ms").await.parts();
     set_url(&app, runner.runner_id, &dead_url().await).await;
     let (command, delivery) = submit(&app, &tenant, pool).await;
 
@@ -244,12 +228,7 @@ async fn failure_event(app: &TestApp, delivery: Uuid) -> Value {
 #[tokio::test]
 async fn a_delivery_failure_event_names_its_category_and_leaves_the_detail_to_the_attempts() {
     let receiver = Loopback::start(&[]).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = with_schedule("0s,50ms").await;
+    let (app, tenant, pool, runner) = with_schedule("0s,50ms").await.parts();
     let https = receiver.url.replacen("http://", "https://", 1);
     set_url(&app, runner.runner_id, &https).await;
     let (_, delivery) = submit(&app, &tenant, pool).await;
@@ -269,12 +248,7 @@ async fn a_delivery_failure_event_names_its_category_and_leaves_the_detail_to_th
 #[tokio::test]
 async fn a_failing_runner_is_skipped_for_a_healthy_one_of_its_pool() {
     let receiver = Loopback::start(&[]).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = with_schedule("0s,50ms,50ms,50ms,50ms").await;
+    let (app, tenant, pool, runner) = with_schedule("0s,50ms,50ms,50ms,50ms").await.parts();
     set_url(&app, runner.runner_id, &dead_url().await).await;
     let healthy = app
         .services
@@ -305,13 +279,12 @@ async fn a_failing_runner_is_skipped_for_a_healthy_one_of_its_pool() {
         assert_eq!(done.attempts.last().unwrap().runner_id, healthy);
     }
     // Once the dead runner failed three times in a row, it was no longer tried.
-    let (tried_dead,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
+    let tried_dead = sql_value!(
+        app,
+        i64,
         "SELECT count(*) FROM webhook_attempts WHERE runner_id = $1",
         runner.runner_id
-    )
-    .unwrap();
+    );
     assert!(
         tried_dead <= 4,
         "the failing runner was tried {tried_dead} times"
@@ -350,23 +323,20 @@ async fn delivery_urls_are_checked_against_the_egress_rule() {
 #[tokio::test]
 async fn a_delivery_waits_for_a_runner_with_a_url_and_goes_when_one_appears() {
     let receiver = Loopback::start(&[]).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(spawn_app_with(|c| c.delivery_poll_ms = 100).await).await;
+    let (app, tenant, pool, runner) =
+        fixture_on(spawn_app_with(|c| c.delivery_poll_ms = 100).await)
+            .await
+            .parts();
     let (_, delivery) = submit(&app, &tenant, pool).await;
     // Looked at, found no runner: waiting, not polled.
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
-        let (waiting,) = sql_one!(
-            &mut app.db().await,
-            (bool,),
+        let waiting = sql_value!(
+            app,
+            bool,
             "SELECT waiting_for_runner FROM webhook_deliveries WHERE id = $1",
             delivery
-        )
-        .unwrap();
+        );
         if waiting {
             break;
         }
@@ -388,17 +358,12 @@ async fn postgres_only_a_replica_killed_mid_attempt_leaves_the_delivery_to_anoth
     const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
     let receiver = Loopback::start(&[Answer::Hang(Duration::from_secs(60))]).await;
     // This test's own app sends nothing: the replicas below do.
-    let app = spawn_app_with(|c| {
+    let (app, tenant, pool, runner) = fixture_with(|c| {
         c.token_hash_key = Some(HASH_KEY.into());
         c.delivery_concurrency = 0;
     })
-    .await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(app).await;
+    .await
+    .parts();
     set_url(&app, runner.runner_id, &receiver.url).await;
     let env = [("CP_DELIVERY_TIMEOUT_MS", "2000")];
     let first = ServerProcess::start_with_env(&app.config, HASH_KEY, RECORD_KEY, &env);

@@ -19,7 +19,7 @@ use crate::deliveries::published_keys;
 use crate::support::loopback::{Answer, Loopback, Received};
 use crate::support::runner::submit;
 use crate::support::{
-    TestApp, WEBHOOK_PYTHON_VAR, captured_logs, create_pool, needs, spawn_app_with, sql_one,
+    TestApp, WEBHOOK_PYTHON_VAR, captured_logs, create_pool, needs, spawn_app_with, sql_value,
 };
 
 /// A runner registered through the service layer, with what `cpctl runners register` shows.
@@ -188,13 +188,12 @@ async fn a_runner_secret_is_sealed_at_rest_and_never_logged() {
     let tenant = app.bootstrap().await;
     let pool = create_pool(&app, tenant.workspace_id, "runners").await;
     let runner = register(&app, pool, None).await;
-    let (stored,) = sql_one!(
-        &mut app.db().await,
-        (Vec<u8>,),
+    let stored = sql_value!(
+        app,
+        Vec<u8>,
         "SELECT webhook_secret FROM runners WHERE id = $1",
         runner.id
-    )
-    .unwrap();
+    );
     let raw = runner.secret.as_bytes();
     assert!(stored.len() > raw.len(), "sealed: nonce and tag added");
     assert!(!stored.windows(raw.len()).any(|w| w == raw));
@@ -205,12 +204,11 @@ async fn a_runner_secret_is_sealed_at_rest_and_never_logged() {
         "a secret was logged"
     );
     // The event says a runner was registered, not with what.
-    let (data,) = sql_one!(
-        &mut app.db().await,
-        (String,),
+    let data = sql_value!(
+        app,
+        String,
         "SELECT CAST(data AS TEXT) FROM audit_events WHERE target_id = $1",
         runner.id
-    )
-    .unwrap();
+    );
     assert!(!data.contains(&whsec[6..]), "{data}");
 }

@@ -11,8 +11,8 @@ use control_plane::domain::RetrySchedule;
 use uuid::Uuid;
 
 use crate::support::loopback::{Loopback, runner_at, set_url, until};
-use crate::support::runner::{Fixture, fixture_on, submit};
-use crate::support::{TestApp, create_pool, spawn_app_with, sql_one};
+use crate::support::runner::{fixture_with, submit};
+use crate::support::{TestApp, create_pool, sql_one};
 
 /// An organisation of its own with a pool whose one runner is `url`: (tenant, pool).
 async fn tenant_at(app: &TestApp, url: &str) -> (crate::support::Tenant, Uuid) {
@@ -61,7 +61,7 @@ fn breaker(c: &mut ServerConfig, timeout_ms: u64, after: u32, cool_down_ms: u64)
 
 #[tokio::test]
 async fn a_hanging_organisation_is_capped_and_another_organisations_command_goes_meanwhile() {
-    let app = spawn_app_with(|c| {
+    let (app, attacker, first, runner) = fixture_with(|c| {
         // Without the caps the attacker's queue would take all 8 slots for two minutes.
         c.delivery_concurrency = 8;
         c.delivery_per_pool = 2;
@@ -69,15 +69,10 @@ async fn a_hanging_organisation_is_capped_and_another_organisations_command_goes
         c.delivery_timeout_ms = 120_000;
         c.delivery_breaker_after = 0;
     })
-    .await;
+    .await
+    .parts();
     let first_runner = Loopback::holding(Some(Duration::from_secs(120))).await;
     let second_runner = Loopback::holding(Some(Duration::from_secs(120))).await;
-    let Fixture {
-        app,
-        tenant: attacker,
-        pool: first,
-        runner,
-    } = fixture_on(app).await;
     set_url(&app, runner.runner_id, &first_runner.url).await;
     let second = create_pool(&app, attacker.workspace_id, "second").await;
     runner_at(&app, second, &second_runner.url).await;
@@ -115,21 +110,16 @@ async fn a_hanging_organisation_is_capped_and_another_organisations_command_goes
 
 #[tokio::test]
 async fn a_runner_that_keeps_timing_out_is_held_and_its_queue_takes_no_slot() {
-    let app = spawn_app_with(|c| {
+    let (app, tenant, pool, runner) = fixture_with(|c| {
         // The pool alone could take every slot.
         c.delivery_concurrency = 4;
         c.delivery_per_pool = 4;
         c.delivery_per_organisation = 4;
         breaker(c, 300, 2, 60_000);
     })
-    .await;
+    .await
+    .parts();
     let slow = Loopback::holding(Some(Duration::from_secs(2))).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(app).await;
     set_url(&app, runner.runner_id, &slow.url).await;
     for _ in 0..8 {
         submit(&app, &tenant, pool).await;
@@ -177,19 +167,14 @@ async fn a_runner_that_keeps_timing_out_is_held_and_its_queue_takes_no_slot() {
 
 #[tokio::test]
 async fn after_the_cool_down_one_attempt_at_a_time_until_the_runner_answers_in_time() {
-    let app = spawn_app_with(|c| {
+    let (app, tenant, pool, runner) = fixture_with(|c| {
         c.delivery_per_pool = 4;
         breaker(c, 300, 2, 500);
     })
-    .await;
+    .await
+    .parts();
     // Held a little past the attempt's timeout, so what is open is what was sent.
     let slow = Loopback::holding(Some(Duration::from_millis(400))).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(app).await;
     set_url(&app, runner.runner_id, &slow.url).await;
     let mut deliveries = Vec::new();
     for _ in 0..6 {

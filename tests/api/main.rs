@@ -5,9 +5,11 @@
 
 mod activity;
 mod audit_stream;
+mod audit_stream_ends;
 mod connections;
 mod correlation;
 mod deliveries;
+mod delivery_reports;
 mod dependencies;
 mod dispatch_audience;
 mod embedded;
@@ -16,6 +18,7 @@ mod framework_errors;
 mod hardening;
 mod idempotency;
 mod issue_token;
+mod issue_token_store;
 mod key_wrapping;
 mod lineage;
 mod operation_auth;

@@ -85,6 +85,15 @@ macro_rules! sql_all {
 }
 pub(crate) use sql_all;
 
+/// `sql_value!(app, i64, "SELECT count(*) FROM t WHERE id = $1", id)`: the one value of the
+/// one row, read through a connection of its own to `app`'s records store.
+macro_rules! sql_value {
+    ($app:expr, $ty:ty, $($tokens:tt)*) => {
+        $crate::support::sql_one!(&mut $app.db().await, ($ty,), $($tokens)*).unwrap().0
+    };
+}
+pub(crate) use sql_value;
+
 /// `sql_exec!(&mut db, "UPDATE t SET a = $1 WHERE id = $2", a, id)`: runs a statement and
 /// returns `Result<u64, sqlx::Error>`, the number of rows it affected.
 macro_rules! sql_exec {

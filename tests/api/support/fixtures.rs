@@ -7,6 +7,7 @@ use control_plane::service::{BootstrapInput, IssueTokenInput, Services};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::client::Call;
 use super::server::TestApp;
 
 /// A bootstrapped organisation: one workspace, one admin user, a token with every scope.
@@ -19,6 +20,13 @@ pub struct Tenant {
 }
 
 impl TestApp {
+    /// The tenant's workspace activity (`query` appended to the path, e.g. `?limit=100`), as
+    /// its admin reads it: asserts a 200 and returns the page.
+    pub async fn activity(&self, tenant: &Tenant, query: &str) -> Value {
+        let path = format!("/v1/workspaces/{}/activity{query}", tenant.workspace_id);
+        self.get(&path, &tenant.token).ok().await
+    }
+
     /// Bootstraps a tenant through the service layer, as `cpctl bootstrap` does, with a 90-day
     /// token.
     pub async fn bootstrap(&self) -> Tenant {
@@ -59,6 +67,21 @@ impl TestApp {
             .await
             .expect("environment")
             .id
+    }
+
+    /// A token of the tenant's admin with `scopes` on its one workspace, nothing else.
+    pub async fn scoped_token(&self, tenant: &Tenant, scopes: &[Scope]) -> String {
+        self.admin_token(tenant, scopes, &[tenant.workspace_id], &[])
+            .await
+    }
+
+    /// Issues a token with [`issuance_body`] over HTTP as the tenant's admin, asserting a 200;
+    /// the response body (`credential.id`, `credential.token` ...).
+    pub async fn issued(&self, tenant: &Tenant) -> Value {
+        self.issue(&tenant.token, &issuance_body(tenant))
+            .await
+            .ok()
+            .await
     }
 
     /// Issues a token for `user` through the admin path: any scopes, workspaces, environments.
@@ -122,4 +145,11 @@ pub async fn activate_deny_all(services: &Services) {
         .activate_policy(&format!("deny-all@{}", policy.version))
         .await
         .unwrap();
+}
+
+/// A fresh app with one bootstrapped tenant: how most tests begin.
+pub async fn tenant_app() -> (TestApp, Tenant) {
+    let app = super::server::spawn_app().await;
+    let tenant = app.bootstrap().await;
+    (app, tenant)
 }

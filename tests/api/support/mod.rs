@@ -2,7 +2,7 @@
 //! the server under test ([`server`]), the typed client that talks to it ([`client`]), the
 //! records and Redis as a test reads them ([`db`]), the tenants and pools tests set up
 //! ([`fixtures`]), a runner with its signed reports ([`runner`]), a runner's delivery URL on
-//! loopback ([`loopback`]) and a proxy to cut a dependency ([`proxy`]). Tests import what they
+//! loopback ([`loopback`]) and a proxy to cut a dependency ([`proxy`]) and a client of the audit stream ([`sse`]). Tests import what they
 //! use from here: `use crate::support::{...}`.
 
 pub(crate) mod client;
@@ -13,6 +13,7 @@ pub(crate) mod needs;
 pub(crate) mod proxy;
 pub(crate) mod runner;
 pub(crate) mod server;
+pub(crate) mod sse;
 
 pub(crate) use client::*;
 pub(crate) use db::*;

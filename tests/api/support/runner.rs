@@ -5,6 +5,7 @@
 
 use std::fmt::Display;
 
+use control_plane::config::ServerConfig;
 use control_plane::domain::{CorrelationId, SignedHeaders, sign_request};
 use reqwest::Response;
 use reqwest::header::CONTENT_TYPE;
@@ -13,7 +14,7 @@ use uuid::Uuid;
 
 use super::client::assert_api_error;
 use super::fixtures::{Tenant, create_pool};
-use super::server::{TestApp, spawn_app};
+use super::server::{TestApp, spawn_app, spawn_app_with};
 
 /// A runner's identity and one of its keys.
 #[derive(Clone, Copy)]
@@ -31,8 +32,20 @@ pub(crate) struct Fixture {
     pub(crate) runner: RunnerKey,
 }
 
+impl Fixture {
+    /// The parts, to take apart in one line: `let (app, tenant, pool, runner) = ...`.
+    pub(crate) fn parts(self) -> (TestApp, Tenant, Uuid, RunnerKey) {
+        (self.app, self.tenant, self.pool, self.runner)
+    }
+}
+
 pub(crate) async fn fixture() -> Fixture {
     fixture_on(spawn_app().await).await
+}
+
+/// [`fixture`] on a server configured by `configure` (a rate limit, a retry schedule ...).
+pub(crate) async fn fixture_with(configure: impl FnOnce(&mut ServerConfig)) -> Fixture {
+    fixture_on(spawn_app_with(configure).await).await
 }
 
 pub(crate) async fn fixture_on(app: TestApp) -> Fixture {
@@ -62,17 +75,9 @@ pub(crate) async fn register(app: &TestApp, pool: Uuid, name: &str) -> RunnerKey
 
 /// Submits a command over HTTP; returns (command id, delivery id).
 pub(crate) async fn submit(app: &TestApp, tenant: &Tenant, pool: Uuid) -> (Uuid, Uuid) {
-    let response = app
-        .post_json(
-            &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
-            &tenant.token,
-            &json!({"poolId": pool, "command": "make", "args": ["test"]}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
+    let path = format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id);
+    let command = json!({"poolId": pool, "command": "make", "args": ["test"]});
+    let body: Value = app.post_ok(&path, &tenant.token, &command).await;
     let id = |field: &str| -> Uuid {
         body["command"][field]
             .as_str()
@@ -173,24 +178,18 @@ pub(crate) async fn assert_refused(response: Response) {
     assert_api_error(response, 401, "invalid_signature").await;
 }
 
+/// The delivery's status in the records.
 pub(crate) async fn delivery_status(app: &TestApp, delivery: Uuid) -> String {
-    let (status,) = crate::support::sql_one!(
-        &mut app.db().await,
-        (String,),
-        "SELECT status FROM webhook_deliveries WHERE id = $1",
-        delivery
-    )
-    .unwrap();
-    status
+    let sql = "SELECT status FROM webhook_deliveries WHERE id = $1";
+    crate::support::sql_one!(&mut app.db().await, (String,), sql, delivery)
+        .unwrap()
+        .0
 }
 
+/// The command's status in the records.
 pub(crate) async fn command_status_of(app: &TestApp, command: Uuid) -> String {
-    let (status,) = crate::support::sql_one!(
-        &mut app.db().await,
-        (String,),
-        "SELECT status FROM runner_commands WHERE id = $1",
-        command
-    )
-    .unwrap();
-    status
+    let sql = "SELECT status FROM runner_commands WHERE id = $1";
+    crate::support::sql_one!(&mut app.db().await, (String,), sql, command)
+        .unwrap()
+        .0
 }

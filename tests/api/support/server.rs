@@ -56,6 +56,11 @@ pub fn captured_logs() -> String {
         .unwrap_or_default()
 }
 
+/// A rate limit option from its text (`"2/m"`), for a test that sets one budget low.
+pub fn rate(raw: &str) -> control_plane::config::RateOption {
+    control_plane::config::RateOption(Some(control_plane::storage::Rate::parse(raw).unwrap()))
+}
+
 /// A configuration for one test: its own database, and its own Redis key prefix. On SQLite
 /// records the fast state is always in process.
 pub fn test_config(database_url: &str) -> ServerConfig {
