@@ -3,12 +3,11 @@ use std::collections::HashSet;
 use control_plane::domain::Scope;
 use serde_json::Value;
 
-use crate::helpers::{assert_api_error, issuance_body, spawn_app};
+use crate::support::{Call, issuance_body, tenant_app};
 
 #[tokio::test]
 async fn pages_newest_first_with_an_opaque_cursor() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     for _ in 0..6 {
         assert_eq!(
             app.issue(&tenant.token, &issuance_body(&tenant))
@@ -25,14 +24,7 @@ async fn pages_newest_first_with_an_opaque_cursor() {
         if let Some(c) = &cursor {
             path.push_str(&format!("&cursor={c}"));
         }
-        let page: Value = app
-            .get(&path, &tenant.token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let page: Value = app.get(&path, &tenant.token).json_body().await;
         let items = page["items"].as_array().unwrap();
         assert!(items.len() <= 3);
         seen.extend(items.iter().map(|i| i["sequence"].as_i64().unwrap()));
@@ -50,28 +42,16 @@ async fn pages_newest_first_with_an_opaque_cursor() {
 
 #[tokio::test]
 async fn items_carry_type_actor_target_and_correlation() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     app.post_json(
         "/v1/personal-access-tokens",
         &tenant.token,
         &issuance_body(&tenant),
     )
     .header("x-correlation-id", "activity-item-1")
-    .send()
-    .await
-    .unwrap();
-    let page: Value = app
-        .get(
-            &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
-            &tenant.token,
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    .response()
+    .await;
+    let page: Value = app.activity(&tenant, "").await;
     let newest = &page["items"][0];
     assert_eq!(newest["type"], "token.issued");
     assert_eq!(newest["correlationId"], "activity-item-1");
@@ -84,8 +64,7 @@ async fn items_carry_type_actor_target_and_correlation() {
 
 #[tokio::test]
 async fn limit_and_cursor_are_validated() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let base = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
     for (query, field) in [
         ("limit=0", "limit"),
@@ -93,27 +72,24 @@ async fn limit_and_cursor_are_validated() {
         ("limit=abc", "limit"),
         ("cursor=bogus", "cursor"),
     ] {
-        let response = app
+        let err = app
             .get(&format!("{base}?{query}"), &tenant.token)
-            .send()
-            .await
-            .unwrap();
-        let err = assert_api_error(response, 400, "validation_failed").await;
+            .expect(400, "validation_failed")
+            .await;
         assert_eq!(err["error"]["details"]["field"], field, "{query}");
     }
     for query in ["limit=1", "limit=100", ""] {
         let response = app
             .get(&format!("{base}?{query}"), &tenant.token)
-            .send()
-            .await
-            .unwrap();
+            .response()
+            .await;
         assert_eq!(response.status(), 200, "{query}");
     }
     // An empty `cursor=` is documented as absent: the first page.
     let page = |query: &'static str| {
         let request = app.get(&format!("{base}?{query}"), &tenant.token);
         async move {
-            let response = request.send().await.unwrap();
+            let response = request.response().await;
             assert_eq!(response.status(), 200, "{query}");
             response.json::<Value>().await.unwrap()
         }
@@ -125,8 +101,7 @@ async fn limit_and_cursor_are_validated() {
 
 #[tokio::test]
 async fn other_workspaces_and_missing_scope_are_403() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let other = app.bootstrap().await;
     let own_second = app.create_workspace(tenant.organisation_id, "second").await;
     for ws in [
@@ -134,51 +109,24 @@ async fn other_workspaces_and_missing_scope_are_403() {
         own_second.to_string(),
         "not-a-uuid".into(),
     ] {
-        let response = app
-            .get(&format!("/v1/workspaces/{ws}/activity"), &tenant.token)
-            .send()
-            .await
-            .unwrap();
-        assert_api_error(response, 403, "forbidden").await;
+        app.get(&format!("/v1/workspaces/{ws}/activity"), &tenant.token)
+            .expect(403, "forbidden")
+            .await;
     }
-    let no_scope = app
-        .admin_token(&tenant, &[Scope::AuditRead], &[tenant.workspace_id], &[])
-        .await;
-    let response = app
-        .get(
-            &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
-            &no_scope,
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(response, 403, "forbidden").await;
+    let no_scope = app.scoped_token(&tenant, &[Scope::AuditRead]).await;
+    app.get(
+        &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
+        &no_scope,
+    )
+    .expect(403, "forbidden")
+    .await;
 }
 
 #[tokio::test]
 async fn the_wire_format_matches_the_documented_schema() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
-    let page: Value = app
-        .get(
-            &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
-            &tenant.token,
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let doc: Value = app
-        .client
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (app, tenant) = tenant_app().await;
+    let page: Value = app.activity(&tenant, "").await;
+    let doc: Value = app.client.get(app.url("/openapi.json")).json_body().await;
     let keys = |v: &Value| {
         let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
         k.sort();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::helpers::{TestApp, spawn_app_with};
+use crate::support::{TestApp, spawn_app_with};
 
 async fn connect_from(source: [u8; 4], app: &TestApp) -> TcpStream {
     let socket = TcpSocket::new_v4().unwrap();

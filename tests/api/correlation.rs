@@ -1,7 +1,7 @@
 use control_plane::domain::CorrelationId;
 use reqwest::Method;
 
-use crate::helpers::{assert_api_error, spawn_app};
+use crate::support::{Call, assert_api_error, spawn_app};
 
 #[tokio::test]
 async fn a_valid_id_is_echoed_on_success_and_error() {
@@ -15,17 +15,15 @@ async fn a_valid_id_is_echoed_on_success_and_error() {
             .client
             .get(app.url("/healthz"))
             .header("x-correlation-id", &id)
-            .send()
-            .await
-            .unwrap();
+            .response()
+            .await;
         assert_eq!(ok.headers()["x-correlation-id"], id.as_str());
         let err = app
             .client
             .get(app.url("/v1/nope"))
             .header("x-correlation-id", &id)
-            .send()
-            .await
-            .unwrap();
+            .response()
+            .await;
         assert_eq!(err.headers()["x-correlation-id"], id.as_str());
         let body = assert_api_error(err, 404, "not_found").await;
         assert_eq!(body["correlationId"], id.as_str());
@@ -35,7 +33,7 @@ async fn a_valid_id_is_echoed_on_success_and_error() {
 #[tokio::test]
 async fn an_id_is_generated_when_absent() {
     let app = spawn_app().await;
-    let response = app.client.get(app.url("/healthz")).send().await.unwrap();
+    let response = app.client.get(app.url("/healthz")).response().await;
     let id = response.headers()["x-correlation-id"].to_str().unwrap();
     assert!(CorrelationId::parse(id).is_ok(), "{id}");
 }
@@ -53,9 +51,8 @@ async fn an_invalid_id_is_a_400_carrying_a_fresh_one() {
         let response = app
             .request(Method::GET, "/healthz")
             .header("x-correlation-id", &bad)
-            .send()
-            .await
-            .unwrap();
+            .response()
+            .await;
         let header = response.headers()["x-correlation-id"]
             .to_str()
             .unwrap()

@@ -3,169 +3,20 @@
 //! with the same `webhook-id`; a dead runner's command fails once the schedule runs out; a
 //! replica killed mid-attempt leaves the delivery to another replica, same `webhook-id`.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use control_plane::domain::{
-    CorrelationId, DispatchPayload, ReceivedWebhook, WebhookKeys, verify_webhook,
-};
-use poem::listener::{Acceptor, Listener, TcpListener};
-use poem::web::Data;
-use poem::{EndpointExt, Response, Route, handler, http::StatusCode};
+use control_plane::domain::{CorrelationId, DispatchPayload, WebhookKeys, verify_webhook};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{ServerProcess, TestApp, needs, spawn_app_with, sql_one};
-use crate::signatures::{Fixture, fixture_on, report, submit};
-
-/// How long a test waits for the dispatcher: a bound, not a speed expected.
-const PATIENCE: Duration = Duration::from_secs(30);
-
-/// One request the receiver got.
-#[derive(Debug, Clone)]
-pub(crate) struct Received {
-    pub(crate) id: String,
-    pub(crate) timestamp: String,
-    pub(crate) signature: String,
-    pub(crate) body: Vec<u8>,
-}
-
-impl Received {
-    pub(crate) fn as_webhook(&self) -> ReceivedWebhook<'_> {
-        ReceivedWebhook {
-            id: &self.id,
-            timestamp: &self.timestamp,
-            signature: &self.signature,
-            body: &self.body,
-        }
-    }
-}
-
-/// What the receiver answers, in order; then 204.
-#[derive(Clone, Copy)]
-pub(crate) enum Answer {
-    Status(u16),
-    /// Holds the request open this long, then 200.
-    Hang(Duration),
-}
-
-#[derive(Default)]
-struct Script {
-    answers: Mutex<VecDeque<Answer>>,
-    received: Mutex<Vec<Received>>,
-}
-
-/// A webhook receiver on a loopback port.
-pub(crate) struct Receiver {
-    pub(crate) url: String,
-    script: Arc<Script>,
-    _server: tokio::task::JoinHandle<()>,
-}
-
-#[handler]
-async fn receive(
-    script: Data<&Arc<Script>>,
-    headers: &poem::http::HeaderMap,
-    body: poem::Body,
-) -> Response {
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let body = body.into_vec().await.unwrap_or_default();
-    script.received.lock().unwrap().push(Received {
-        id: header("webhook-id"),
-        timestamp: header("webhook-timestamp"),
-        signature: header("webhook-signature"),
-        body,
-    });
-    let answer = script.answers.lock().unwrap().pop_front();
-    match answer {
-        Some(Answer::Status(code)) => Response::builder()
-            .status(StatusCode::from_u16(code).unwrap())
-            .header("location", "http://127.0.0.1:9/elsewhere")
-            .body("no"),
-        Some(Answer::Hang(d)) => {
-            tokio::time::sleep(d).await;
-            Response::builder().status(StatusCode::OK).finish()
-        }
-        None => Response::builder().status(StatusCode::NO_CONTENT).finish(),
-    }
-}
-
-impl Receiver {
-    pub(crate) async fn start(answers: &[Answer]) -> Self {
-        let script = Arc::new(Script::default());
-        script
-            .answers
-            .lock()
-            .unwrap()
-            .extend(answers.iter().copied());
-        let acceptor = TcpListener::bind("127.0.0.1:0")
-            .into_acceptor()
-            .await
-            .unwrap();
-        let port = acceptor.local_addr()[0]
-            .as_socket_addr()
-            .expect("a socket address")
-            .port();
-        let app = Route::new()
-            .at("/hooks", poem::post(receive))
-            .data(script.clone());
-        let server = tokio::spawn(async move {
-            let _ = poem::Server::new_with_acceptor(acceptor).run(app).await;
-        });
-        Self {
-            url: format!("http://127.0.0.1:{port}/hooks"),
-            script,
-            _server: server,
-        }
-    }
-
-    fn received(&self) -> Vec<Received> {
-        self.script.received.lock().unwrap().clone()
-    }
-
-    pub(crate) async fn wait_for(&self, count: usize) -> Vec<Received> {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let received = self.received();
-            if received.len() >= count {
-                return received;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the receiver got {} of {count} requests",
-                received.len()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-/// A URL where nothing listens: a port bound, then released.
-async fn dead_url() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    drop(listener);
-    format!("http://127.0.0.1:{port}/hooks")
-}
+use crate::support::loopback::{Answer, Loopback, PATIENCE, Received, dead_url, set_url};
+use crate::support::runner::{Fixture, fixture_on, fixture_with, report, submit};
+use crate::support::{ServerProcess, TestApp, needs, spawn_app_with, sql_one, sql_value};
 
 /// A tenant with a pool and a runner, on a server retrying on `schedule`.
 async fn with_schedule(schedule: &str) -> Fixture {
     let schedule = control_plane::domain::RetrySchedule::parse(schedule).unwrap();
     fixture_on(spawn_app_with(|c| c.delivery_retry_schedule = schedule).await).await
-}
-
-pub(crate) async fn set_url(app: &TestApp, runner: Uuid, url: &str) {
-    app.services
-        .set_runner_url(runner, Some(url), &CorrelationId::generate())
-        .await
-        .expect("set the runner's delivery URL");
 }
 
 /// The server's published keys, as a runner on the `v1a` path verifies with them.
@@ -225,13 +76,8 @@ async fn report_until(
 
 #[tokio::test]
 async fn a_command_reaches_its_runner_signed_and_the_runner_reports_it_to_success() {
-    let receiver = Receiver::start(&[Answer::Status(202)]).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(spawn_app_with(|_| {}).await).await;
+    let receiver = Loopback::start(&[Answer::Status(202)]).await;
+    let (app, tenant, pool, runner) = fixture_on(spawn_app_with(|_| {}).await).await.parts();
     set_url(&app, runner.runner_id, &receiver.url).await;
     let (command, delivery) = submit(&app, &tenant, pool).await;
 
@@ -278,13 +124,8 @@ async fn a_command_reaches_its_runner_signed_and_the_runner_reports_it_to_succes
 
 #[tokio::test]
 async fn failures_are_retried_on_the_schedule_with_the_same_webhook_id_until_a_2xx() {
-    let receiver = Receiver::start(&[Answer::Status(500), Answer::Status(307)]).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = with_schedule("0s,200ms,200ms,5m").await;
+    let receiver = Loopback::start(&[Answer::Status(500), Answer::Status(307)]).await;
+    let (app, tenant, pool, runner) = with_schedule("0s,200ms,200ms,5m").await.parts();
     set_url(&app, runner.runner_id, &receiver.url).await;
     let (_, delivery) = submit(&app, &tenant, pool).await;
 
@@ -313,24 +154,18 @@ async fn failures_are_retried_on_the_schedule_with_the_same_webhook_id_until_a_2
     assert_eq!(done.next_attempt_at, None);
     assert_eq!(done.status.as_str(), "pending", "a 2xx moves nothing");
     // The runner is healthy again: its failures in a row were forgotten by the 2xx.
-    let (failures,) = sql_one!(
-        &mut app.db().await,
-        (i32,),
+    let failures = sql_value!(
+        app,
+        i32,
         "SELECT consecutive_failures FROM runners WHERE id = $1",
         runner.runner_id
-    )
-    .unwrap();
+    );
     assert_eq!(failures, 0);
 }
 
 #[tokio::test]
 async fn a_dead_runner_exhausts_the_schedule_and_its_command_fails_once_with_an_event() {
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = with_schedule("0s,100ms,100ms").await;
+    let (app, tenant, pool, runner) = with_schedule("0s,100ms,100ms").await.parts();
     set_url(&app, runner.runner_id, &dead_url().await).await;
     let (command, delivery) = submit(&app, &tenant, pool).await;
 
@@ -392,13 +227,8 @@ async fn failure_event(app: &TestApp, delivery: Uuid) -> Value {
 /// so `activity:read` cannot fingerprint what listens there.
 #[tokio::test]
 async fn a_delivery_failure_event_names_its_category_and_leaves_the_detail_to_the_attempts() {
-    let receiver = Receiver::start(&[]).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = with_schedule("0s,50ms").await;
+    let receiver = Loopback::start(&[]).await;
+    let (app, tenant, pool, runner) = with_schedule("0s,50ms").await.parts();
     let https = receiver.url.replacen("http://", "https://", 1);
     set_url(&app, runner.runner_id, &https).await;
     let (_, delivery) = submit(&app, &tenant, pool).await;
@@ -417,13 +247,8 @@ async fn a_delivery_failure_event_names_its_category_and_leaves_the_detail_to_th
 
 #[tokio::test]
 async fn a_failing_runner_is_skipped_for_a_healthy_one_of_its_pool() {
-    let receiver = Receiver::start(&[]).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = with_schedule("0s,50ms,50ms,50ms,50ms").await;
+    let receiver = Loopback::start(&[]).await;
+    let (app, tenant, pool, runner) = with_schedule("0s,50ms,50ms,50ms,50ms").await.parts();
     set_url(&app, runner.runner_id, &dead_url().await).await;
     let healthy = app
         .services
@@ -454,13 +279,12 @@ async fn a_failing_runner_is_skipped_for_a_healthy_one_of_its_pool() {
         assert_eq!(done.attempts.last().unwrap().runner_id, healthy);
     }
     // Once the dead runner failed three times in a row, it was no longer tried.
-    let (tried_dead,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
+    let tried_dead = sql_value!(
+        app,
+        i64,
         "SELECT count(*) FROM webhook_attempts WHERE runner_id = $1",
         runner.runner_id
-    )
-    .unwrap();
+    );
     assert!(
         tried_dead <= 4,
         "the failing runner was tried {tried_dead} times"
@@ -498,24 +322,21 @@ async fn delivery_urls_are_checked_against_the_egress_rule() {
 /// A delivery waiting for a runner (its pool had none with a URL) is sent once one gets a URL.
 #[tokio::test]
 async fn a_delivery_waits_for_a_runner_with_a_url_and_goes_when_one_appears() {
-    let receiver = Receiver::start(&[]).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(spawn_app_with(|c| c.delivery_poll_ms = 100).await).await;
+    let receiver = Loopback::start(&[]).await;
+    let (app, tenant, pool, runner) =
+        fixture_on(spawn_app_with(|c| c.delivery_poll_ms = 100).await)
+            .await
+            .parts();
     let (_, delivery) = submit(&app, &tenant, pool).await;
     // Looked at, found no runner: waiting, not polled.
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
-        let (waiting,) = sql_one!(
-            &mut app.db().await,
-            (bool,),
+        let waiting = sql_value!(
+            app,
+            bool,
             "SELECT waiting_for_runner FROM webhook_deliveries WHERE id = $1",
             delivery
-        )
-        .unwrap();
+        );
         if waiting {
             break;
         }
@@ -535,19 +356,14 @@ async fn postgres_only_a_replica_killed_mid_attempt_leaves_the_delivery_to_anoth
     needs!(Postgres);
     const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
     const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
-    let receiver = Receiver::start(&[Answer::Hang(Duration::from_secs(60))]).await;
+    let receiver = Loopback::start(&[Answer::Hang(Duration::from_secs(60))]).await;
     // This test's own app sends nothing: the replicas below do.
-    let app = spawn_app_with(|c| {
+    let (app, tenant, pool, runner) = fixture_with(|c| {
         c.token_hash_key = Some(HASH_KEY.into());
         c.delivery_concurrency = 0;
     })
-    .await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(app).await;
+    .await
+    .parts();
     set_url(&app, runner.runner_id, &receiver.url).await;
     let env = [("CP_DELIVERY_TIMEOUT_MS", "2000")];
     let first = ServerProcess::start_with_env(&app.config, HASH_KEY, RECORD_KEY, &env);

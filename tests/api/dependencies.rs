@@ -3,16 +3,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::helpers::{
-    Proxy, Tenant, TestApp, assert_api_error, create_database, issuance_body, needs,
-    spawn_app_with, spawn_with_config,
+use crate::support::{
+    Call, Proxy, Tenant, TestApp, create_database, issuance_body, needs, spawn_app_with,
+    spawn_with_config,
 };
 
 /// An app whose Postgres is reached through a proxy the test controls, a tenant, and the path
 /// of the tenant's activity, read once to warm the connections.
 async fn behind_proxy() -> (TestApp, Tenant, Arc<Proxy>, String) {
     let (name, _) = create_database().await;
-    let postgres = crate::helpers::postgres_base();
+    let postgres = crate::support::postgres_base();
     let hostport = postgres.rsplit('@').next().unwrap().to_owned();
     let proxy = Proxy::start(&hostport).await;
     let via_proxy = format!(
@@ -20,11 +20,10 @@ async fn behind_proxy() -> (TestApp, Tenant, Arc<Proxy>, String) {
         postgres.rsplit_once('@').unwrap().0,
         proxy.port
     );
-    let app = spawn_with_config(name, crate::helpers::test_config(&via_proxy)).await;
+    let app = spawn_with_config(name, crate::support::test_config(&via_proxy)).await;
     let tenant = app.bootstrap().await;
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
-    let warm = app.get(&path, &tenant.token).send().await.unwrap();
-    assert_eq!(warm.status(), 200);
+    app.get(&path, &tenant.token).ok_response().await;
     (app, tenant, proxy, path)
 }
 
@@ -36,12 +35,10 @@ async fn assert_prompt_503(app: &TestApp, path: &str, token: Option<&str>) {
         None => app.client.get(app.url(path)),
     };
     let started = std::time::Instant::now();
-    let response = request
+    request
         .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .expect("answered, not hung");
-    assert_api_error(response, 503, "unavailable").await;
+        .expect(503, "unavailable")
+        .await;
     assert!(
         started.elapsed() < Duration::from_secs(15),
         "{path} answered late: {:?}",
@@ -53,7 +50,7 @@ async fn assert_prompt_503(app: &TestApp, path: &str, token: Option<&str>) {
 async fn assert_recovers(app: &TestApp, path: &str, token: &str) {
     let mut status = 0;
     for _ in 0..40 {
-        status = app.get(path, token).send().await.unwrap().status().as_u16();
+        status = app.get(path, token).status_code().await;
         if status == 200 {
             break;
         }
@@ -97,8 +94,7 @@ async fn the_smallest_pool_serves_reads_and_writes() {
     let tenant = app.bootstrap().await;
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
     for _ in 0..3 {
-        let read = app.get(&path, &tenant.token).send().await.unwrap();
-        assert_eq!(read.status(), 200);
+        app.get(&path, &tenant.token).ok_response().await;
         let write = app.issue(&tenant.token, &issuance_body(&tenant)).await;
         assert_eq!(write.status(), 200);
     }

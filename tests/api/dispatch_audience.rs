@@ -15,11 +15,12 @@ use control_plane::domain::{
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::deliveries::{Answer, Received, Receiver, published_keys};
-use crate::helpers::{
-    TestApp, WEBHOOK_PYTHON_VAR, captured_logs, create_pool, needs, spawn_app_with, sql_one,
+use crate::deliveries::published_keys;
+use crate::support::loopback::{Answer, Loopback, Received};
+use crate::support::runner::submit;
+use crate::support::{
+    TestApp, WEBHOOK_PYTHON_VAR, captured_logs, create_pool, needs, spawn_app_with, sql_value,
 };
-use crate::signatures::submit;
 
 /// A runner registered through the service layer, with what `cpctl runners register` shows.
 struct Registered {
@@ -88,7 +89,7 @@ fn versions(signature: &str) -> Vec<&str> {
 #[tokio::test]
 async fn a_dispatch_verifies_with_its_runners_secret_and_at_no_other_runner() {
     needs!(WebhookLibraries);
-    let receiver = Receiver::start(&[Answer::Status(202)]).await;
+    let receiver = Loopback::start(&[Answer::Status(202)]).await;
     let app = spawn_app_with(|_| {}).await;
     let ours = app.bootstrap().await;
     let theirs = app.bootstrap().await;
@@ -127,7 +128,7 @@ async fn a_dispatch_verifies_with_its_runners_secret_and_at_no_other_runner() {
 
 #[tokio::test]
 async fn a_rotated_secret_signs_beside_the_old_one_until_the_overlap_ends() {
-    let receiver = Receiver::start(&[]).await;
+    let receiver = Loopback::start(&[]).await;
     let app = spawn_app_with(|_| {}).await;
     let tenant = app.bootstrap().await;
     let pool = create_pool(&app, tenant.workspace_id, "runners").await;
@@ -187,13 +188,12 @@ async fn a_runner_secret_is_sealed_at_rest_and_never_logged() {
     let tenant = app.bootstrap().await;
     let pool = create_pool(&app, tenant.workspace_id, "runners").await;
     let runner = register(&app, pool, None).await;
-    let (stored,) = sql_one!(
-        &mut app.db().await,
-        (Vec<u8>,),
+    let stored = sql_value!(
+        app,
+        Vec<u8>,
         "SELECT webhook_secret FROM runners WHERE id = $1",
         runner.id
-    )
-    .unwrap();
+    );
     let raw = runner.secret.as_bytes();
     assert!(stored.len() > raw.len(), "sealed: nonce and tag added");
     assert!(!stored.windows(raw.len()).any(|w| w == raw));
@@ -204,12 +204,11 @@ async fn a_runner_secret_is_sealed_at_rest_and_never_logged() {
         "a secret was logged"
     );
     // The event says a runner was registered, not with what.
-    let (data,) = sql_one!(
-        &mut app.db().await,
-        (String,),
+    let data = sql_value!(
+        app,
+        String,
         "SELECT CAST(data AS TEXT) FROM audit_events WHERE target_id = $1",
         runner.id
-    )
-    .unwrap();
+    );
     assert!(!data.contains(&whsec[6..]), "{data}");
 }

@@ -11,9 +11,9 @@ use control_plane::startup::{Application, open_services};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{
-    TestApp, assert_api_error, captured_logs, issuance_body, spawn_with_config, sql_one,
-    test_config,
+use crate::support::{
+    Call, TestApp, assert_api_error, captured_logs, issuance_body, spawn_with_config, sql_one,
+    sql_value, test_config,
 };
 
 fn temp_dir() -> PathBuf {
@@ -191,14 +191,14 @@ async fn embedded_dev_prints_first_steps_that_work_as_printed() {
     // The curl, as printed, answers 200 with the workspace's activity.
     let url = after("curl -s ");
     let client = reqwest::Client::new();
-    let response = client.get(&url).bearer_auth(&token).send().await.unwrap();
+    let response = client.get(&url).bearer_auth(&token).response().await;
     assert_eq!(response.status(), 200, "{url}");
     let body: Value = response.json().await.unwrap();
     assert!(!body["items"].as_array().unwrap().is_empty(), "{body}");
 
     let docs = after("API documentation: ");
     assert!(docs.ends_with("/docs") && !docs.contains(":0/"), "{docs}");
-    assert_eq!(client.get(&docs).send().await.unwrap().status(), 200);
+    assert_eq!(client.get(&docs).response().await.status(), 200);
 
     let cpctl = printed
         .lines()
@@ -226,19 +226,12 @@ async fn embedded_an_activation_by_cpctl_reaches_the_running_server_within_a_sec
     let app = spawn_with_config(dir.display().to_string(), config.clone()).await;
     let tenant = app.bootstrap().await;
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
-    let status = || async {
-        app.get(&path, &tenant.token)
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
-    };
+    let status = || async { app.get(&path, &tenant.token).status_code().await };
     assert_eq!(status().await, 200);
 
     // What cpctl does: its own pool on the same file, the server still running.
     let admin = open_services(&config).await.expect("cpctl opens the file");
-    crate::helpers::activate_deny_all(&admin).await;
+    crate::support::activate_deny_all(&admin).await;
     let started = Instant::now();
     while status().await != 403 {
         assert!(
@@ -264,10 +257,8 @@ async fn embedded_events_written_by_cpctl_reach_the_audit_stream() {
             &format!("/v1/workspaces/{}/audit/stream", tenant.workspace_id),
             &tenant.token,
         )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(stream.status(), 200);
+        .ok_response()
+        .await;
     let first = tokio::time::timeout(Duration::from_secs(5), stream.chunk())
         .await
         .unwrap()
@@ -353,13 +344,7 @@ fn embedded_the_default_binary_refuses_the_allow_all_authorizer() {
 }
 
 async fn audit_events(app: &TestApp) -> i64 {
-    let (n,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
-        "SELECT count(*) FROM audit_events"
-    )
-    .unwrap();
-    n
+    sql_value!(app, i64, "SELECT count(*) FROM audit_events")
 }
 
 /// A server restarted on the same file, as after a deploy: the first one stopped and gone.
@@ -417,13 +402,10 @@ async fn embedded_a_keyed_request_replays_after_a_restart_without_running_again(
     // The same key with another body is still refused as a reuse, not run.
     let mut other = body.clone();
     other["name"] = json!(format!("other-{}", Uuid::new_v4().simple()));
-    let reused = app
-        .post_json("/v1/personal-access-tokens", &tenant.token, &other)
+    app.post_json("/v1/personal-access-tokens", &tenant.token, &other)
         .header("idempotency-key", key)
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(reused, 409, "idempotency_key_reused").await;
+        .expect(409, "idempotency_key_reused")
+        .await;
     drop(app);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -446,17 +428,13 @@ async fn embedded_a_signed_report_replayed_after_a_restart_is_refused() {
         .await
         .unwrap();
     let private_key = registered.private_key.expect("a generated key pair");
-    let submitted = app
-        .post_json(
+    let submitted: Value = app
+        .post_ok(
             &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
             &tenant.token,
             &json!({"poolId": pool, "command": "make", "args": ["test"]}),
         )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(submitted.status(), 200);
-    let submitted: Value = submitted.json().await.unwrap();
+        .await;
     let delivery = submitted["command"]["deliveryId"]
         .as_str()
         .unwrap()

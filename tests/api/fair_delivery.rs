@@ -4,145 +4,18 @@
 //! its breaker (its deliveries take no slot), then gets one attempt at a time until it answers
 //! in time. The assertions are on what was delivered and what was open at once, not on timings.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use control_plane::config::ServerConfig;
-use control_plane::domain::{CorrelationId, RetrySchedule};
-use poem::listener::{Acceptor, Listener, TcpListener};
-use poem::web::Data;
-use poem::{EndpointExt, Response, Route, handler, http::StatusCode};
+use control_plane::domain::RetrySchedule;
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, create_pool, spawn_app_with, sql_one};
-use crate::signatures::{Fixture, fixture_on, submit};
-
-/// How long a test waits for the dispatcher: a bound, not a speed expected.
-const PATIENCE: Duration = Duration::from_secs(30);
-
-#[derive(Default)]
-struct State {
-    /// How long a request is held before its 200; `None`: a 204 at once.
-    hang: Mutex<Option<Duration>>,
-    /// `webhook-id`s, in arrival order.
-    received: Mutex<Vec<String>>,
-    open: AtomicUsize,
-    peak: AtomicUsize,
-}
-
-/// Counts a request as open until its handler ends or is dropped.
-struct Open(Arc<State>);
-
-impl Drop for Open {
-    fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-#[handler]
-async fn receive(state: Data<&Arc<State>>, headers: &poem::http::HeaderMap) -> Response {
-    let id = headers
-        .get("webhook-id")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    state.received.lock().unwrap().push(id);
-    let now_open = state.open.fetch_add(1, Ordering::SeqCst) + 1;
-    state.peak.fetch_max(now_open, Ordering::SeqCst);
-    let _open = Open(state.clone());
-    let hang = *state.hang.lock().unwrap();
-    match hang {
-        Some(d) => {
-            tokio::time::sleep(d).await;
-            Response::builder().status(StatusCode::OK).finish()
-        }
-        None => Response::builder().status(StatusCode::NO_CONTENT).finish(),
-    }
-}
-
-/// A runner's delivery URL on a loopback port.
-struct FakeRunner {
-    url: String,
-    state: Arc<State>,
-    _server: tokio::task::JoinHandle<()>,
-}
-
-impl FakeRunner {
-    async fn start(hang: Option<Duration>) -> Self {
-        let state = Arc::new(State::default());
-        *state.hang.lock().unwrap() = hang;
-        let acceptor = TcpListener::bind("127.0.0.1:0")
-            .into_acceptor()
-            .await
-            .unwrap();
-        let port = acceptor.local_addr()[0]
-            .as_socket_addr()
-            .expect("a socket address")
-            .port();
-        let app = Route::new()
-            .at("/hooks", poem::post(receive))
-            .data(state.clone());
-        let server = tokio::spawn(async move {
-            let _ = poem::Server::new_with_acceptor(acceptor).run(app).await;
-        });
-        Self {
-            url: format!("http://127.0.0.1:{port}/hooks"),
-            state,
-            _server: server,
-        }
-    }
-
-    fn received(&self) -> Vec<String> {
-        self.state.received.lock().unwrap().clone()
-    }
-
-    fn open(&self) -> usize {
-        self.state.open.load(Ordering::SeqCst)
-    }
-
-    fn peak(&self) -> usize {
-        self.state.peak.load(Ordering::SeqCst)
-    }
-
-    /// From now on, the peak counts only what is open from here.
-    fn reset_peak(&self) {
-        self.state.peak.store(self.open(), Ordering::SeqCst);
-    }
-
-    fn answer_at_once(&self) {
-        *self.state.hang.lock().unwrap() = None;
-    }
-}
-
-/// Waits until `done` holds, failing with `what` after [`PATIENCE`].
-async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !done().await {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// A runner registered in `pool` with `url` as its delivery URL.
-async fn runner_at(app: &TestApp, pool: Uuid, url: &str) -> Uuid {
-    app.services
-        .register_runner(pool, "runner", None, Some(url), &CorrelationId::generate())
-        .await
-        .expect("register a runner")
-        .runner
-        .id
-}
-
-async fn set_url(app: &TestApp, runner: Uuid, url: &str) {
-    app.services
-        .set_runner_url(runner, Some(url), &CorrelationId::generate())
-        .await
-        .expect("set the runner's delivery URL");
-}
+use crate::support::loopback::{Loopback, runner_at, set_url, until};
+use crate::support::runner::{fixture_with, submit};
+use crate::support::{TestApp, create_pool, sql_one};
 
 /// An organisation of its own with a pool whose one runner is `url`: (tenant, pool).
-async fn tenant_at(app: &TestApp, url: &str) -> (crate::helpers::Tenant, Uuid) {
+async fn tenant_at(app: &TestApp, url: &str) -> (crate::support::Tenant, Uuid) {
     let tenant = app.bootstrap().await;
     let pool = create_pool(app, tenant.workspace_id, "runners").await;
     runner_at(app, pool, url).await;
@@ -188,7 +61,7 @@ fn breaker(c: &mut ServerConfig, timeout_ms: u64, after: u32, cool_down_ms: u64)
 
 #[tokio::test]
 async fn a_hanging_organisation_is_capped_and_another_organisations_command_goes_meanwhile() {
-    let app = spawn_app_with(|c| {
+    let (app, attacker, first, runner) = fixture_with(|c| {
         // Without the caps the attacker's queue would take all 8 slots for two minutes.
         c.delivery_concurrency = 8;
         c.delivery_per_pool = 2;
@@ -196,15 +69,10 @@ async fn a_hanging_organisation_is_capped_and_another_organisations_command_goes
         c.delivery_timeout_ms = 120_000;
         c.delivery_breaker_after = 0;
     })
-    .await;
-    let first_runner = FakeRunner::start(Some(Duration::from_secs(120))).await;
-    let second_runner = FakeRunner::start(Some(Duration::from_secs(120))).await;
-    let Fixture {
-        app,
-        tenant: attacker,
-        pool: first,
-        runner,
-    } = fixture_on(app).await;
+    .await
+    .parts();
+    let first_runner = Loopback::holding(Some(Duration::from_secs(120))).await;
+    let second_runner = Loopback::holding(Some(Duration::from_secs(120))).await;
     set_url(&app, runner.runner_id, &first_runner.url).await;
     let second = create_pool(&app, attacker.workspace_id, "second").await;
     runner_at(&app, second, &second_runner.url).await;
@@ -217,19 +85,19 @@ async fn a_hanging_organisation_is_capped_and_another_organisations_command_goes
     })
     .await;
 
-    let victim_runner = FakeRunner::start(None).await;
+    let victim_runner = Loopback::holding(None).await;
     let (victim, victim_pool) = tenant_at(&app, &victim_runner.url).await;
     let (_, delivery) = submit(&app, &victim, victim_pool).await;
     until("the victim's command is delivered", async || {
-        !victim_runner.received().is_empty()
+        !victim_runner.received_ids().is_empty()
     })
     .await;
-    assert_eq!(victim_runner.received(), vec![delivery.to_string()]);
+    assert_eq!(victim_runner.received_ids(), vec![delivery.to_string()]);
 
     // It went while the attacker's attempts were all still open, and no more were sent.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(attacker_open(), 3, "the attacker's attempts are still open");
-    let sent = first_runner.received().len() + second_runner.received().len();
+    let sent = first_runner.received_ids().len() + second_runner.received_ids().len();
     assert_eq!(sent, 3, "the organisation's cap: 3 in flight, no more sent");
     assert!(
         first_runner.peak() <= 2 && second_runner.peak() <= 2,
@@ -242,21 +110,16 @@ async fn a_hanging_organisation_is_capped_and_another_organisations_command_goes
 
 #[tokio::test]
 async fn a_runner_that_keeps_timing_out_is_held_and_its_queue_takes_no_slot() {
-    let app = spawn_app_with(|c| {
+    let (app, tenant, pool, runner) = fixture_with(|c| {
         // The pool alone could take every slot.
         c.delivery_concurrency = 4;
         c.delivery_per_pool = 4;
         c.delivery_per_organisation = 4;
         breaker(c, 300, 2, 60_000);
     })
-    .await;
-    let slow = FakeRunner::start(Some(Duration::from_secs(2))).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(app).await;
+    .await
+    .parts();
+    let slow = Loopback::holding(Some(Duration::from_secs(2))).await;
     set_url(&app, runner.runner_id, &slow.url).await;
     for _ in 0..8 {
         submit(&app, &tenant, pool).await;
@@ -269,7 +132,7 @@ async fn a_runner_that_keeps_timing_out_is_held_and_its_queue_takes_no_slot() {
         in_flight(&app, runner.runner_id).await == 0
     })
     .await;
-    let sent = slow.received().len();
+    let sent = slow.received_ids().len();
     assert!(
         sent <= 6,
         "{sent} attempts before the breaker held the runner"
@@ -277,17 +140,21 @@ async fn a_runner_that_keeps_timing_out_is_held_and_its_queue_takes_no_slot() {
 
     // Its failed deliveries are due again in 100 ms, and the rest were never sent: none goes
     // while it is held, and another organisation's command finds a slot at once.
-    let other = FakeRunner::start(None).await;
+    let other = Loopback::holding(None).await;
     let (victim, victim_pool) = tenant_at(&app, &other.url).await;
     let (_, delivery) = submit(&app, &victim, victim_pool).await;
     until(
         "the other organisation's command is delivered",
-        async || !other.received().is_empty(),
+        async || !other.received_ids().is_empty(),
     )
     .await;
-    assert_eq!(other.received(), vec![delivery.to_string()]);
+    assert_eq!(other.received_ids(), vec![delivery.to_string()]);
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    assert_eq!(slow.received().len(), sent, "nothing sent to a held runner");
+    assert_eq!(
+        slow.received_ids().len(),
+        sent,
+        "nothing sent to a held runner"
+    );
     assert!(held(&app, runner.runner_id).await);
     let attempts = count(
         &app,
@@ -300,19 +167,14 @@ async fn a_runner_that_keeps_timing_out_is_held_and_its_queue_takes_no_slot() {
 
 #[tokio::test]
 async fn after_the_cool_down_one_attempt_at_a_time_until_the_runner_answers_in_time() {
-    let app = spawn_app_with(|c| {
+    let (app, tenant, pool, runner) = fixture_with(|c| {
         c.delivery_per_pool = 4;
         breaker(c, 300, 2, 500);
     })
-    .await;
+    .await
+    .parts();
     // Held a little past the attempt's timeout, so what is open is what was sent.
-    let slow = FakeRunner::start(Some(Duration::from_millis(400))).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(app).await;
+    let slow = Loopback::holding(Some(Duration::from_millis(400))).await;
     set_url(&app, runner.runner_id, &slow.url).await;
     let mut deliveries = Vec::new();
     for _ in 0..6 {
@@ -327,9 +189,9 @@ async fn after_the_cool_down_one_attempt_at_a_time_until_the_runner_answers_in_t
     })
     .await;
     slow.reset_peak();
-    let tripped = slow.received().len();
+    let tripped = slow.received_ids().len();
     until("two attempts after the cool-downs", async || {
-        slow.received().len() >= tripped + 2
+        slow.received_ids().len() >= tripped + 2
     })
     .await;
     assert_eq!(slow.peak(), 1, "half-open: one attempt at a time");

@@ -1,88 +1,69 @@
 use reqwest::Method;
 use serde_json::json;
 
-use crate::helpers::{assert_api_error, issuance_body, spawn_app, spawn_app_with};
+use crate::support::{
+    Call, assert_api_error, issuance_body, spawn_app, spawn_app_with, tenant_app,
+};
 
 #[tokio::test]
 async fn unknown_route_is_404_and_wrong_method_405() {
     let app = spawn_app().await;
     assert_api_error(
-        app.client.get(app.url("/v1/unknown")).send().await.unwrap(),
+        app.client.get(app.url("/v1/unknown")).response().await,
         404,
         "not_found",
     )
     .await;
     assert_api_error(
-        app.client
-            .get(app.url("/nothing/here"))
-            .send()
-            .await
-            .unwrap(),
+        app.client.get(app.url("/nothing/here")).response().await,
         404,
         "not_found",
     )
     .await;
-    let wrong = app
-        .request(Method::PATCH, "/v1/personal-access-tokens")
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(wrong, 405, "method_not_allowed").await;
-    let wrong = app
-        .request(Method::GET, "/v1/personal-access-tokens")
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(wrong, 405, "method_not_allowed").await;
+    app.request(Method::PATCH, "/v1/personal-access-tokens")
+        .expect(405, "method_not_allowed")
+        .await;
+    app.request(Method::GET, "/v1/personal-access-tokens")
+        .expect(405, "method_not_allowed")
+        .await;
 }
 
 #[tokio::test]
 async fn malformed_json_and_content_types_are_400() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let post = || {
         app.request(Method::POST, "/v1/personal-access-tokens")
             .bearer_auth(&tenant.token)
     };
 
-    let response = post()
+    let body = post()
         .header("content-type", "application/json")
         .body("{\"name\": ")
-        .send()
-        .await
-        .unwrap();
-    let body = assert_api_error(response, 400, "invalid_json").await;
+        .expect(400, "invalid_json")
+        .await;
     assert!(body["error"]["details"]["line"].is_number());
 
-    let response = post()
+    post()
         .body(issuance_body(&tenant).to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(response, 400, "unsupported_media_type").await;
+        .expect(400, "unsupported_media_type")
+        .await;
 
-    let response = post()
+    post()
         .header("content-type", "text/plain")
         .body(issuance_body(&tenant).to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(response, 400, "unsupported_media_type").await;
+        .expect(400, "unsupported_media_type")
+        .await;
 
-    let response = post()
+    let body = post()
         .header("content-type", "application/json")
-        .send()
-        .await
-        .unwrap();
-    let body = assert_api_error(response, 400, "validation_failed").await;
+        .expect(400, "validation_failed")
+        .await;
     assert_eq!(body["error"]["details"]["field"], "body");
 
-    let response = post()
+    post()
         .json(&json!([issuance_body(&tenant)]))
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(response, 400, "validation_failed").await;
+        .expect(400, "validation_failed")
+        .await;
 }
 
 #[tokio::test]
@@ -167,12 +148,9 @@ async fn raw_chunked_post(
 #[tokio::test]
 async fn credentials_are_checked_before_the_body() {
     let app = spawn_app().await;
-    let response = app
-        .request(Method::POST, "/v1/personal-access-tokens")
+    app.request(Method::POST, "/v1/personal-access-tokens")
         .header("content-type", "application/json")
         .body("not json")
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(response, 401, "unauthenticated").await;
+        .expect(401, "unauthenticated")
+        .await;
 }

@@ -5,12 +5,11 @@ use control_plane::domain::NO_NUL_PATTERN;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{assert_api_error, issuance_body, spawn_app};
+use crate::support::{Call, assert_api_error, issuance_body, spawn_app, tenant_app};
 
 #[tokio::test]
 async fn nul_characters_are_a_400_not_a_storage_error() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let mut body = issuance_body(&tenant);
     body["name"] = json!("bad\u{0}name");
     let err = assert_api_error(
@@ -21,23 +20,16 @@ async fn nul_characters_are_a_400_not_a_storage_error() {
     .await;
     assert_eq!(err["error"]["details"]["field"], "name");
 
-    let issued: Value = app
-        .issue(&tenant.token, &issuance_body(&tenant))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let issued: Value = app.issued(&tenant).await;
     let path = format!(
         "/v1/workspaces/{}/access-tokens/{}",
         tenant.workspace_id,
         issued["credential"]["id"].as_str().unwrap()
     );
-    let response = app
+    let err = app
         .delete_json(&path, &tenant.token, &json!({"reason": "x\u{0}"}))
-        .send()
-        .await
-        .unwrap();
-    let err = assert_api_error(response, 400, "validation_failed").await;
+        .expect(400, "validation_failed")
+        .await;
     assert_eq!(err["error"]["details"]["field"], "reason");
 }
 
@@ -46,14 +38,7 @@ async fn nul_characters_are_a_400_not_a_storage_error() {
 #[tokio::test]
 async fn the_document_states_the_nul_rule_on_every_body_string() {
     let app = spawn_app().await;
-    let doc: Value = app
-        .request(Method::GET, "/openapi.json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc: Value = app.request(Method::GET, "/openapi.json").json_body().await;
     let schemas = &doc["components"]["schemas"];
     let mut checked = Vec::new();
     for op in doc["paths"].as_object().unwrap().values() {
@@ -95,8 +80,7 @@ async fn the_document_states_the_nul_rule_on_every_body_string() {
 
 #[tokio::test]
 async fn only_canonical_uuids_are_accepted() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let org = tenant.organisation_id;
     for form in [
         format!("{{{org}}}"),
@@ -124,82 +108,66 @@ async fn only_canonical_uuids_are_accepted() {
 
 #[tokio::test]
 async fn a_repeated_key_is_rejected() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let raw = format!(
         r#"{{"name":"dup","scopes":["activity:read"],"scopes":["tokens:issue"],"organisationId":"{}","workspaceIds":["{}"]}}"#,
         tenant.organisation_id, tenant.workspace_id
     );
-    let response = app
+    let err = app
         .request(Method::POST, "/v1/personal-access-tokens")
         .bearer_auth(&tenant.token)
         .header("content-type", "application/json")
         .body(raw)
-        .send()
-        .await
-        .unwrap();
-    let err = assert_api_error(response, 400, "validation_failed").await;
+        .expect(400, "validation_failed")
+        .await;
     assert_eq!(err["error"]["details"]["field"], "scopes");
 }
 
 #[tokio::test]
 async fn repeated_correlation_or_authorization_headers_are_refused() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
-    let response = app
-        .request(Method::GET, "/healthz")
+    let (app, tenant) = tenant_app().await;
+    app.request(Method::GET, "/healthz")
         .header("x-correlation-id", "first-id-0001")
         .header("x-correlation-id", "second-id-0002")
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(response, 400, "validation_failed").await;
+        .expect(400, "validation_failed")
+        .await;
 
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
-    let response = app
-        .request(Method::GET, &path)
+    app.request(Method::GET, &path)
         .header("authorization", format!("Bearer {}", tenant.token))
         .header("authorization", "Bearer cpat_other")
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(response, 401, "unauthenticated").await;
+        .expect(401, "unauthenticated")
+        .await;
 }
 
 #[tokio::test]
 async fn look_alike_json_media_types_are_refused() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     for content_type in [
         "application/merge-patch+json",
         "application/jsonx",
         "text/json",
     ] {
-        let response = app
-            .request(Method::POST, "/v1/personal-access-tokens")
+        app.request(Method::POST, "/v1/personal-access-tokens")
             .bearer_auth(&tenant.token)
             .header("content-type", content_type)
             .body(issuance_body(&tenant).to_string())
-            .send()
-            .await
-            .unwrap();
-        assert_api_error(response, 400, "unsupported_media_type").await;
+            .expect(400, "unsupported_media_type")
+            .await;
     }
     let response = app
         .request(Method::POST, "/v1/personal-access-tokens")
         .bearer_auth(&tenant.token)
         .header("content-type", "application/json; charset=utf-8")
         .body(issuance_body(&tenant).to_string())
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     assert_eq!(response.status(), 200);
 }
 
 #[tokio::test]
 async fn an_event_names_no_other_workspace() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let hidden = app.create_workspace(tenant.organisation_id, "hidden").await;
     let env_hidden = app.create_environment(hidden, "secret-env").await;
     let env_main = app
@@ -217,17 +185,7 @@ async fn an_event_names_no_other_workspace() {
     body["workspaceIds"] = json!([tenant.workspace_id, hidden]);
     body["environmentIds"] = json!([env_main, env_hidden]);
     assert_eq!(app.issue(&caller, &body).await.status(), 200);
-    let page: Value = app
-        .get(
-            &format!("/v1/workspaces/{}/activity?limit=1", tenant.workspace_id),
-            &tenant.token,
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let page: Value = app.activity(&tenant, "?limit=1").await;
     let data = &page["items"][0]["data"];
     assert_eq!(data["workspaceCount"], 2);
     assert_eq!(data["environmentIds"], json!([env_main]));

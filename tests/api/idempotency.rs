@@ -6,34 +6,30 @@ use control_plane::domain::Scope;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{
-    Tenant, TestApp, assert_api_error, issuance_body, needs, redis_values, spawn_app,
-    spawn_app_with, sql_one,
+use crate::support::{
+    Call, Tenant, TestApp, assert_api_error, issuance_body, needs, redis_values, spawn_app_with,
+    sql_one, sql_value, tenant_app,
 };
 
 async fn issue_with_key(app: &TestApp, token: &str, key: &str, body: &Value) -> reqwest::Response {
     app.post_json("/v1/personal-access-tokens", token, body)
         .header("idempotency-key", key)
-        .send()
+        .response()
         .await
-        .unwrap()
 }
 
 async fn tokens_named(app: &TestApp, name: &str) -> i64 {
-    let (n,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
+    sql_value!(
+        app,
+        i64,
         "SELECT count(*) FROM tokens WHERE name = $1",
         name
     )
-    .unwrap();
-    n
 }
 
 #[tokio::test]
 async fn thirty_two_concurrent_identical_requests_create_one_token() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let body = issuance_body(&tenant);
     let key = "concurrent-key-0000000001";
     let mut set = tokio::task::JoinSet::new();
@@ -41,7 +37,7 @@ async fn thirty_two_concurrent_identical_requests_create_one_token() {
         let request = app
             .post_json("/v1/personal-access-tokens", &tenant.token, &body)
             .header("idempotency-key", key);
-        set.spawn(async move { request.send().await.unwrap() });
+        set.spawn(async move { request.response().await });
     }
     let responses = set.join_all().await;
     let mut secrets = HashSet::new();
@@ -72,20 +68,14 @@ async fn thirty_two_concurrent_identical_requests_create_one_token() {
 
 #[tokio::test]
 async fn a_replay_returns_the_same_secret_without_running_again() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let body = issuance_body(&tenant);
     let key = "replay-key-000000000001";
     let first = issue_with_key(&app, &tenant.token, key, &body).await;
     assert_eq!(first.status(), 200);
     assert!(first.headers().get("idempotency-replayed").is_none());
     let first_body = first.text().await.unwrap();
-    let (events_before,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
-        "SELECT count(*) FROM audit_events"
-    )
-    .unwrap();
+    let events_before = sql_value!(app, i64, "SELECT count(*) FROM audit_events");
 
     // Same request with other spacing and key order: the same canonical body.
     let reordered: Value = serde_json::from_str(&body.to_string()).unwrap();
@@ -94,19 +84,13 @@ async fn a_replay_returns_the_same_secret_without_running_again() {
     assert_eq!(second.headers()["idempotency-replayed"], "true");
     assert!(second.headers().contains_key("x-correlation-id"));
     assert_eq!(second.text().await.unwrap(), first_body, "byte for byte");
-    let (events_after,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
-        "SELECT count(*) FROM audit_events"
-    )
-    .unwrap();
+    let events_after = sql_value!(app, i64, "SELECT count(*) FROM audit_events");
     assert_eq!(events_after, events_before, "no second audit event");
 }
 
 #[tokio::test]
 async fn the_same_key_with_another_request_is_409_and_another_principal_gets_no_replay() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let body = issuance_body(&tenant);
     let key = "shared-key-000000000001";
     assert_eq!(
@@ -136,8 +120,7 @@ async fn the_same_key_with_another_request_is_409_and_another_principal_gets_no_
 
 #[tokio::test]
 async fn only_successes_are_stored_so_a_corrected_retry_runs() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let key = "retry-key-0000000000001";
     let mut bad = issuance_body(&tenant);
     bad["expiresInDays"] = json!(0);
@@ -155,8 +138,7 @@ async fn only_successes_are_stored_so_a_corrected_retry_runs() {
 
 #[tokio::test]
 async fn invalid_keys_are_400() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     for key in [
         "a".repeat(15),
         "a".repeat(201),
@@ -183,14 +165,8 @@ async fn invalid_keys_are_400() {
 
 #[tokio::test]
 async fn a_revocation_replays_instead_of_turning_into_a_404() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
-    let issued: Value = app
-        .issue(&tenant.token, &issuance_body(&tenant))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let (app, tenant) = tenant_app().await;
+    let issued: Value = app.issued(&tenant).await;
     let path = format!(
         "/v1/workspaces/{}/access-tokens/{}",
         tenant.workspace_id,
@@ -215,10 +191,9 @@ async fn a_revocation_replays_instead_of_turning_into_a_404() {
 
 #[tokio::test]
 async fn redis_only_the_stored_record_does_not_reveal_the_secret() {
-    crate::helpers::needs!(Redis);
-    let redis = crate::helpers::test_redis_url().expect("needs! checked it");
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    crate::support::needs!(Redis);
+    let redis = crate::support::test_redis_url().expect("needs! checked it");
+    let (app, tenant) = tenant_app().await;
     let response = issue_with_key(
         &app,
         &tenant.token,
@@ -282,12 +257,7 @@ async fn over_its_stored_bytes_quota_a_user_is_refused_before_anything_runs() {
     assert_eq!(app.issue(&tenant.token, &body).await.status(), 200);
     // Another token of the same user shares the quota.
     let other = app
-        .admin_token(
-            &tenant,
-            &[Scope::TokensIssue, Scope::ActivityRead],
-            &[tenant.workspace_id],
-            &[],
-        )
+        .scoped_token(&tenant, &[Scope::TokensIssue, Scope::ActivityRead])
         .await;
     let refused = issue_with_key(
         &app,
@@ -359,7 +329,7 @@ async fn postgres_only_a_keyed_handler_past_its_deadline_is_stopped_and_its_key_
         .unwrap()
         .id;
     // Submissions take the pool's row FOR SHARE: holding it FOR UPDATE stalls the handler.
-    let crate::helpers::TestDb::Pg(mut blocker) = app.db().await else {
+    let crate::support::TestDb::Pg(mut blocker) = app.db().await else {
         unreachable!("a Postgres run")
     };
     sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();

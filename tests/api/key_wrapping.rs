@@ -9,7 +9,7 @@ use base64::engine::general_purpose::STANDARD;
 use control_plane::domain::KeyEncryptionKey;
 use control_plane::startup::open_services;
 
-use crate::helpers::{create_database, spawn_with_config, sql_all, sql_exec, test_config};
+use crate::support::{Call, create_database, spawn_with_config, sql_all, sql_exec, test_config};
 
 const GENERATED: [&str; 4] = [
     "token_hash_key",
@@ -60,8 +60,7 @@ async fn generated_keys_are_stored_wrapped_and_another_kek_is_refused() {
     // With the right one, a second process reads the same keys: the token still works.
     let services = open_services(&config).await.expect("the same kek opens");
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
-    let response = app.get(&path, &tenant.token).send().await.unwrap();
-    assert_eq!(response.status(), 200);
+    app.get(&path, &tenant.token).ok_response().await;
     assert_eq!(
         services.webhook_signer().public_keys()[0].kid,
         app.services.webhook_signer().public_keys()[0].kid

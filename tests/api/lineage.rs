@@ -11,8 +11,8 @@ use control_plane::storage::{TokenFilter, TokenRecord};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, issuance_body, spawn_app, sql_all};
 use crate::revoke_token::{activity_status, revoke_path};
+use crate::support::{Call, Tenant, TestApp, issuance_body, sql_all, tenant_app};
 
 /// A token issued through the admin path, with its record.
 async fn admin_issue(
@@ -73,8 +73,7 @@ const CHILD: &[&str] = &["tokens:issue", "activity:read"];
 
 #[tokio::test]
 async fn a_child_never_outlives_its_issuer_and_records_it() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
 
     // A parent with 5 days left: a default (30-day) request succeeds with the parent's expiry.
     let (short, short_secret) = admin_issue(&app, &tenant, ISSUER, &[], 5).await;
@@ -122,8 +121,7 @@ async fn a_child_never_outlives_its_issuer_and_records_it() {
 
 #[tokio::test]
 async fn a_cascading_revocation_takes_the_workspace_from_every_descendant_only() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let ws = tenant.workspace_id;
     let (root, root_secret) = admin_issue(&app, &tenant, ISSUER, &[], 30).await;
     let (child, child_secret) = {
@@ -146,12 +144,9 @@ async fn a_cascading_revocation_takes_the_workspace_from_every_descendant_only()
         .unwrap()
         .token_id;
     let (_, plain_child, _) = child_of(&app, &tenant, &plain_secret, CHILD).await;
-    let response = app
-        .delete_json(&path(plain), &tenant.token, &json!({"reason": "plain"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    app.delete_json(&path(plain), &tenant.token, &json!({"reason": "plain"}))
+        .ok_response()
+        .await;
     assert_eq!(activity_status(&app, &plain_secret, ws).await, 401);
     assert_eq!(activity_status(&app, &plain_child, ws).await, 200);
 
@@ -161,10 +156,8 @@ async fn a_cascading_revocation_takes_the_workspace_from_every_descendant_only()
             &tenant.token,
             &json!({"reason": "compromised", "cascade": true}),
         )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+        .ok_response()
+        .await;
     assert_eq!(
         response.json::<Value>().await.unwrap(),
         json!({"revoked": true})
@@ -210,24 +203,20 @@ async fn a_cascading_revocation_takes_the_workspace_from_every_descendant_only()
         .as_str()
         .unwrap()
         .to_owned();
-    let response = app
-        .delete_json(
-            &path(wide_id),
-            &tenant.token,
-            &json!({"reason": "one workspace", "cascade": true}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    app.delete_json(
+        &path(wide_id),
+        &tenant.token,
+        &json!({"reason": "one workspace", "cascade": true}),
+    )
+    .ok_response()
+    .await;
     assert_eq!(activity_status(&app, &wide_child, ws).await, 403);
     assert_eq!(activity_status(&app, &wide_child, second).await, 200);
 }
 
 #[tokio::test]
 async fn the_admin_cascade_revokes_the_whole_token_and_its_descendants() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let (root, root_secret) = admin_issue(&app, &tenant, ISSUER, &[], 30).await;
     let (child, child_secret, _) = child_of(&app, &tenant, &root_secret, CHILD).await;
     let (grandchild, _, _) = child_of(&app, &tenant, &child_secret, &["activity:read"]).await;
@@ -256,8 +245,7 @@ async fn the_admin_cascade_revokes_the_whole_token_and_its_descendants() {
 
 #[tokio::test]
 async fn a_caller_limited_to_environments_revokes_only_tokens_within_them() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let ws = tenant.workspace_id;
     let one = app.create_environment(ws, "one").await;
     let two = app.create_environment(ws, "two").await;
@@ -270,16 +258,16 @@ async fn a_caller_limited_to_environments_revokes_only_tokens_within_them() {
             .send()
     };
     let denied = revoke(unlimited.id).await.unwrap();
-    crate::helpers::assert_api_error(denied, 403, "forbidden").await;
+    crate::support::assert_api_error(denied, 403, "forbidden").await;
     let denied = revoke(wider.id).await.unwrap();
-    crate::helpers::assert_api_error(denied, 403, "forbidden").await;
+    crate::support::assert_api_error(denied, 403, "forbidden").await;
     assert!(record(&app, unlimited.id).await.revoked_at.is_none());
     let allowed = revoke(within.id).await.unwrap();
     assert_eq!(allowed.status(), 200);
     assert!(record(&app, within.id).await.revoked_at.is_some());
     // An unknown token is still a 404 for a limited caller.
     let unknown = revoke(Uuid::new_v4()).await.unwrap();
-    crate::helpers::assert_api_error(unknown, 404, "not_found").await;
+    crate::support::assert_api_error(unknown, 404, "not_found").await;
 }
 
 /// (status, code, message, details) of an error response: everything but the correlation id.
@@ -297,8 +285,7 @@ async fn error_of(response: reqwest::Response) -> (u16, Value) {
 
 #[tokio::test]
 async fn another_organisations_ids_answer_like_ids_that_do_not_exist() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let other = app.bootstrap().await;
     let other_env = app.create_environment(other.workspace_id, "prod").await;
     let other_token = app
@@ -408,8 +395,7 @@ async fn another_organisations_ids_answer_like_ids_that_do_not_exist() {
 /// the grant gone (404), never a deadlock or a store error, and the whole tree ends revoked.
 #[tokio::test]
 async fn overlapping_cascades_neither_deadlock_nor_fail() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     for _ in 0..5 {
         let (root, root_secret) = admin_issue(&app, &tenant, ISSUER, &[], 30).await;
         let (child, child_secret, _) = child_of(&app, &tenant, &root_secret, CHILD).await;

@@ -5,18 +5,20 @@
 
 mod activity;
 mod audit_stream;
+mod audit_stream_ends;
 mod connections;
 mod correlation;
 mod deliveries;
+mod delivery_reports;
 mod dependencies;
 mod dispatch_audience;
 mod embedded;
 mod fair_delivery;
 mod framework_errors;
 mod hardening;
-mod helpers;
 mod idempotency;
 mod issue_token;
+mod issue_token_store;
 mod key_wrapping;
 mod lineage;
 mod operation_auth;
@@ -34,6 +36,7 @@ mod secrets;
 #[path = "../support/services.rs"]
 mod services;
 mod signatures;
+mod support;
 mod tenancy;
 mod time_format;
 mod timeouts;

@@ -7,7 +7,7 @@ use reqwest::{Method, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, assert_api_error, spawn_app};
+use crate::support::{Call, Tenant, TestApp, assert_api_error, tenant_app};
 
 /// One bearer route with a body that would succeed, against real resources.
 struct Route {
@@ -19,8 +19,7 @@ struct Route {
 
 #[tokio::test]
 async fn every_bearer_operation_needs_a_token_and_its_own_scope() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let routes = routes(&app, &tenant).await;
 
     for route in &routes {
@@ -65,23 +64,16 @@ async fn every_bearer_operation_needs_a_token_and_its_own_scope() {
 
 #[tokio::test]
 async fn the_runner_route_takes_a_signature_not_a_bearer_token() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let path = format!("/v1/runner/webhook-deliveries/{}/status", Uuid::new_v4());
     let body = json!({"status": "received"});
-    let unsigned = app
-        .request(Method::POST, &path)
+    app.request(Method::POST, &path)
         .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(unsigned, 401, "invalid_signature").await;
-    let bearer = app
-        .post_json(&path, &tenant.token, &body)
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(bearer, 401, "invalid_signature").await;
+        .expect(401, "invalid_signature")
+        .await;
+    app.post_json(&path, &tenant.token, &body)
+        .expect(401, "invalid_signature")
+        .await;
 }
 
 async fn send(app: &TestApp, route: &Route, token: Option<&str>) -> Response {
@@ -92,7 +84,7 @@ async fn send(app: &TestApp, route: &Route, token: Option<&str>) -> Response {
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
-    request.send().await.unwrap()
+    request.response().await
 }
 
 /// The bearer routes of the v1 operations, each with what it needs to succeed.
@@ -156,12 +148,8 @@ async fn routes(app: &TestApp, tenant: &Tenant) -> Vec<Route> {
         )
         .bearer_auth(&author_token)
         .json(&json!({"rating": 4, "title": "Solid plugin", "body": "Does what it says."}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_body()
+        .await;
     let review_id = review["review"]["id"]
         .as_str()
         .expect("review id")
@@ -214,8 +202,7 @@ async fn routes(app: &TestApp, tenant: &Tenant) -> Vec<Route> {
 /// so a token without the scope learns nothing more than one with it.
 #[tokio::test]
 async fn a_malformed_body_is_400_before_a_missing_scope_is_403() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let lacking: Vec<Scope> = Scope::ALL
         .iter()
         .copied()
@@ -224,16 +211,12 @@ async fn a_malformed_body_is_400_before_a_missing_scope_is_403() {
     let token = app
         .admin_token(&tenant, &lacking, &[tenant.workspace_id], &[])
         .await;
-    let malformed = app
-        .request(Method::POST, "/v1/personal-access-tokens")
+    app.request(Method::POST, "/v1/personal-access-tokens")
         .bearer_auth(&token)
         .json(&json!({ "name": "" }))
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(malformed, 400, "validation_failed").await;
-    let valid = app
-        .request(Method::POST, "/v1/personal-access-tokens")
+        .expect(400, "validation_failed")
+        .await;
+    app.request(Method::POST, "/v1/personal-access-tokens")
         .bearer_auth(&token)
         .json(&json!({
             "name": "ordered",
@@ -241,8 +224,6 @@ async fn a_malformed_body_is_400_before_a_missing_scope_is_403() {
             "organisationId": tenant.organisation_id,
             "workspaceIds": [tenant.workspace_id],
         }))
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(valid, 403, "forbidden").await;
+        .expect(403, "forbidden")
+        .await;
 }

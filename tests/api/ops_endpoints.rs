@@ -4,13 +4,13 @@
 use reqwest::Method;
 use serde_json::Value;
 
-use crate::helpers::{assert_api_error, spawn_app, spawn_app_with};
+use crate::support::{Call, assert_api_error, rate, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn health_and_readiness_answer_with_a_correlation_id() {
     let app = spawn_app().await;
     for path in ["/healthz", "/readyz"] {
-        let response = app.client.get(app.url(path)).send().await.unwrap();
+        let response = app.client.get(app.url(path)).response().await;
         assert_eq!(response.status(), 200, "{path}");
         assert!(
             response.headers().contains_key("x-correlation-id"),
@@ -25,18 +25,9 @@ async fn metrics_count_requests_by_operation_and_status() {
     let _ = app
         .client
         .get(app.url("/v1/workspaces/x/activity"))
-        .send()
-        .await
-        .unwrap();
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+        .response()
+        .await;
+    let text = app.metrics().await;
     assert!(
         text.contains(
             r#"http_requests_total{method="GET",operation="listActivity",status="401"} 1"#
@@ -52,15 +43,7 @@ async fn metrics_count_requests_by_operation_and_status() {
 #[tokio::test]
 async fn openapi_document_states_statuses_and_closed_bodies() {
     let app = spawn_app().await;
-    let doc: Value = app
-        .client
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc: Value = app.client.get(app.url("/openapi.json")).json_body().await;
     assert_eq!(
         doc["components"]["schemas"]["PersonalAccessTokenInput"]["additionalProperties"],
         false
@@ -103,15 +86,7 @@ async fn openapi_document_states_statuses_and_closed_bodies() {
 #[tokio::test]
 async fn openapi_document_states_the_contract_headers() {
     let app = spawn_app().await;
-    let doc: Value = app
-        .client
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc: Value = app.client.get(app.url("/openapi.json")).json_body().await;
     let names = |op: &Value| -> Vec<String> {
         op["parameters"]
             .as_array()
@@ -156,8 +131,7 @@ async fn openapi_document_states_the_contract_headers() {
 #[tokio::test]
 async fn docs_ui_is_served() {
     let app = spawn_app().await;
-    let response = app.client.get(app.url("/docs")).send().await.unwrap();
-    assert_eq!(response.status(), 200);
+    let response = app.client.get(app.url("/docs")).ok_response().await;
     let html = response.text().await.unwrap();
     assert!(html.contains("SwaggerUIBundle") && html.contains("additionalProperties"));
 }
@@ -176,9 +150,8 @@ async fn an_invented_method_is_counted_as_other() {
         let method = Method::from_bytes(name.as_bytes()).unwrap();
         let response = app
             .request(method, "/v1/personal-access-tokens")
-            .send()
-            .await
-            .unwrap();
+            .response()
+            .await;
         assert!(response.status().is_client_error(), "{name}");
     }
     let text = app.metrics().await;
@@ -208,7 +181,7 @@ async fn a_405_says_which_methods_the_route_allows() {
         (Method::POST, "/healthz", "GET, HEAD"),
         (Method::DELETE, "/openapi.json", "GET, HEAD"),
     ] {
-        let response = app.request(method.clone(), path).send().await.unwrap();
+        let response = app.request(method.clone(), path).response().await;
         assert_eq!(
             response
                 .headers()
@@ -224,9 +197,7 @@ async fn a_405_says_which_methods_the_route_allows() {
 #[tokio::test]
 async fn ops_routes_are_limited_per_client_address() {
     let app = spawn_app_with(|c| {
-        c.ops_rate_limit = control_plane::config::RateOption(Some(
-            control_plane::storage::Rate::parse("5/m").unwrap(),
-        ));
+        c.ops_rate_limit = rate("5/m");
     })
     .await;
     let mut statuses = Vec::new();
@@ -239,7 +210,7 @@ async fn ops_routes_are_limited_per_client_address() {
         "/healthz",
         "/metrics",
     ] {
-        let response = app.client.get(app.url(path)).send().await.unwrap();
+        let response = app.client.get(app.url(path)).response().await;
         statuses.push(response.status().as_u16());
         if response.status() == 429 {
             assert!(response.headers().contains_key("retry-after"), "{path}");
@@ -251,9 +222,8 @@ async fn ops_routes_are_limited_per_client_address() {
     let response = app
         .client
         .get(app.url("/v1/personal-access-tokens/x"))
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     assert_ne!(response.status(), 429);
 }
 
@@ -280,26 +250,18 @@ async fn the_operator_routes_can_have_their_own_listener() {
     let app = spawn_app_with(|c| c.ops_listen = Some("127.0.0.1:0".into())).await;
     let ops = app.ops_address.clone().expect("an ops listener");
     for path in ["/healthz", "/readyz", "/metrics"] {
-        let on_ops = app.client.get(format!("{ops}{path}")).send().await.unwrap();
+        let on_ops = app.client.get(format!("{ops}{path}")).response().await;
         assert_eq!(on_ops.status(), 200, "{path} on the ops listener");
         assert!(on_ops.headers().contains_key("x-correlation-id"));
-        let on_api = app.client.get(app.url(path)).send().await.unwrap();
-        assert_api_error(on_api, 404, "not_found").await;
+        app.client.get(app.url(path)).expect(404, "not_found").await;
     }
     // The documents stay with the API, whose clients read them.
-    let doc = app
-        .client
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(doc.status(), 200);
+    app.client.get(app.url("/openapi.json")).ok_response().await;
     let doc = app
         .client
         .get(format!("{ops}/openapi.json"))
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     assert_eq!(doc.status(), 404);
 }
 
@@ -307,16 +269,12 @@ async fn the_operator_routes_can_have_their_own_listener() {
 /// counted under its operation, not `other`.
 #[tokio::test]
 async fn a_refusal_before_routing_is_counted_under_its_operation() {
-    use control_plane::config::RateOption;
-    use control_plane::storage::Rate;
-
-    let app =
-        spawn_app_with(|c| c.rate_limit = RateOption(Some(Rate::parse("1/m").unwrap()))).await;
+    let app = spawn_app_with(|c| c.rate_limit = rate("1/m")).await;
     let tenant = app.bootstrap().await;
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
     let statuses: Vec<u16> = two_statuses(&app, &path, &tenant.token).await;
     assert_eq!(statuses, [200, 429], "the second spends an empty budget");
-    let anonymous = app.request(Method::GET, &path).send().await.unwrap();
+    let anonymous = app.request(Method::GET, &path).response().await;
     assert_eq!(anonymous.status(), 401);
     let text = app.metrics().await;
     let requests = series(&text, "http_requests_total");
@@ -335,10 +293,10 @@ async fn a_refusal_before_routing_is_counted_under_its_operation() {
     );
 }
 
-async fn two_statuses(app: &crate::helpers::TestApp, path: &str, token: &str) -> Vec<u16> {
+async fn two_statuses(app: &crate::support::TestApp, path: &str, token: &str) -> Vec<u16> {
     let mut statuses = Vec::new();
     for _ in 0..2 {
-        statuses.push(app.get(path, token).send().await.unwrap().status().as_u16());
+        statuses.push(app.get(path, token).status_code().await);
     }
     statuses
 }

@@ -8,7 +8,7 @@ use control_plane::storage::{OutcomeRecord, StoreError};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::*;
+use crate::support::*;
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
@@ -37,8 +37,7 @@ async fn forget_fast_state(mut app: TestApp) -> TestApp {
 }
 
 async fn count(app: &TestApp, sql: &'static str) -> i64 {
-    let (n,) = sql_one!(&mut app.db().await, (i64,), sql).unwrap();
-    n
+    sql_value!(app, i64, sql)
 }
 
 async fn submit_keyed(
@@ -53,15 +52,13 @@ async fn submit_keyed(
         body,
     )
     .header("idempotency-key", key)
-    .send()
+    .response()
     .await
-    .unwrap()
 }
 
 #[tokio::test]
 async fn a_retry_the_fast_state_forgot_replays_the_outcome_committed_with_the_change() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let pool = create_pool(&app, tenant.workspace_id, "outcomes").await;
     let body = json!({"poolId": pool, "command": "deploy", "args": ["v1"]});
     let key = format!("outcome-{}", Uuid::new_v4().simple());
@@ -104,8 +101,7 @@ async fn a_retry_the_fast_state_forgot_replays_the_outcome_committed_with_the_ch
 /// refusal any stranger gets, not the replay, and nothing runs.
 #[tokio::test]
 async fn a_foreign_caller_reusing_a_forgotten_key_gets_no_replay() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let stranger = app.bootstrap().await;
     let pool = create_pool(&app, tenant.workspace_id, "outcomes").await;
     let body = json!({"poolId": pool, "command": "deploy", "args": ["v1"]});
@@ -121,9 +117,8 @@ async fn a_foreign_caller_reusing_a_forgotten_key_gets_no_replay() {
             &body,
         )
         .header("idempotency-key", &key)
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     assert!(
         foreign.headers().get("idempotency-replayed").is_none(),
         "no replay for another principal"
@@ -140,18 +135,12 @@ async fn a_foreign_caller_reusing_a_forgotten_key_gets_no_replay() {
 
 #[tokio::test]
 async fn a_second_outcome_under_a_live_key_is_refused_by_the_records_store() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let pool = create_pool(&app, tenant.workspace_id, "outcomes").await;
     let key = format!("outcome-{}", Uuid::new_v4().simple());
     let body = json!({"poolId": pool, "command": "deploy"});
     assert_eq!(submit_keyed(&app, &tenant, &body, &key).await.status(), 200);
-    let (place,) = sql_one!(
-        &mut app.db().await,
-        (String,),
-        "SELECT place FROM idempotency_outcomes"
-    )
-    .unwrap();
+    let place = sql_value!(app, String, "SELECT place FROM idempotency_outcomes");
     let now = chrono::Utc::now().timestamp_millis();
     let second = OutcomeRecord {
         place: place.clone(),
@@ -240,9 +229,8 @@ async fn a_crash_between_commit_and_completion_never_runs_the_change_twice() {
             .bearer_auth(&tenant.token)
             .header("idempotency-key", &key)
             .json(&body)
-            .send()
-            .await
-            .unwrap();
+            .response()
+            .await;
         if retry.status() == 409 {
             let wait = retry.headers()["retry-after"].to_str().unwrap().to_owned();
             assert_eq!(wait, "1");

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use control_plane::policy::{PolicyKind, fixtures};
 
-use crate::helpers::{ServerProcess, Tenant, TestApp, assert_api_error, needs, spawn_app_with};
+use crate::support::{
+    Call, ServerProcess, Tenant, TestApp, assert_api_error, needs, spawn_app_with,
+};
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
@@ -19,11 +21,8 @@ async fn status(client: &reqwest::Client, base: &str, tenant: &Tenant) -> u16 {
             tenant.workspace_id
         ))
         .bearer_auth(&tenant.token)
-        .send()
+        .status_code()
         .await
-        .unwrap()
-        .status()
-        .as_u16()
 }
 
 /// Waits (at most `limit`) until `base` answers `want`; returns how long it took.
@@ -62,7 +61,7 @@ async fn postgres_only_an_activation_reaches_another_process_within_a_second_and
     let client = reqwest::Client::new();
     assert_eq!(status(&client, &other.address, &tenant).await, 200);
 
-    crate::helpers::activate_deny_all(&app.services).await;
+    crate::support::activate_deny_all(&app.services).await;
     let took = until(
         &client,
         &other.address,
@@ -117,21 +116,17 @@ async fn a_failing_policy_is_a_403_policy_error_and_the_server_keeps_serving() {
             .await
             .unwrap();
         until(&client, &app.address, &tenant, 403, Duration::from_secs(3)).await;
-        let response = app
-            .get(
-                &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
-                &tenant.token,
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_api_error(response, 403, "policy_error").await;
+        app.get(
+            &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
+            &tenant.token,
+        )
+        .expect(403, "policy_error")
+        .await;
         assert_eq!(
             app.client
                 .get(app.url("/healthz"))
-                .send()
+                .response()
                 .await
-                .unwrap()
                 .status(),
             200
         );
@@ -141,15 +136,7 @@ async fn a_failing_policy_is_a_403_policy_error_and_the_server_keeps_serving() {
             .unwrap();
         until(&client, &app.address, &tenant, 200, Duration::from_secs(3)).await;
     }
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     for reason in ["trap", "timeout"] {
         assert!(
             metrics.contains(&format!(
@@ -262,15 +249,12 @@ async fn a_sleeping_policy_is_stopped_at_its_deadline_like_a_spinning_one() {
     )
     .await;
     let started = Instant::now();
-    let response = app
-        .get(
-            &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
-            &tenant.token,
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(response, 403, "policy_error").await;
+    app.get(
+        &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
+        &tenant.token,
+    )
+    .expect(403, "policy_error")
+    .await;
     let took = started.elapsed();
     assert!(
         took < Duration::from_secs(2),
@@ -317,12 +301,12 @@ async fn a_decision_with_no_free_slot_is_a_503_with_retry_after_not_a_hang() {
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
     let holder = {
         let request = app.get(&path, &tenant.token);
-        tokio::spawn(async move { request.send().await.unwrap() })
+        tokio::spawn(async move { request.response().await })
     };
     // Let the first request take the slot.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
-    let refused = app.get(&path, &tenant.token).send().await.unwrap();
+    let refused = app.get(&path, &tenant.token).response().await;
     let took = started.elapsed();
     assert_eq!(
         refused
@@ -377,7 +361,7 @@ async fn a_full_shadow_queue_drops_evaluations_without_delaying_active_decisions
     let requests: Vec<_> = (0..20)
         .map(|_| {
             let request = app.get(&path, &tenant.token);
-            tokio::spawn(async move { request.send().await.unwrap() })
+            tokio::spawn(async move { request.response().await })
         })
         .collect();
     for request in requests {

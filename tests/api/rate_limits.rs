@@ -1,27 +1,18 @@
 //! GCRA limits with integer headers; budgets per token, per user and per organisation, the
 //! most restrictive answering; a lower budget for issuance, per user.
 
-use control_plane::config::RateOption;
 use control_plane::domain::{CorrelationId, Scope};
-use control_plane::storage::Rate;
 use reqwest::Response;
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, assert_api_error, issuance_body, spawn_app_with};
-
-fn rate(raw: &str) -> RateOption {
-    RateOption(Some(Rate::parse(raw).unwrap()))
-}
+use crate::support::{
+    Call, Tenant, TestApp, assert_api_error, issuance_body, rate, spawn_app_with,
+};
 
 /// Another token of the tenant's own user.
 async fn second_token(app: &TestApp, tenant: &Tenant) -> String {
-    app.admin_token(
-        tenant,
-        &[Scope::ActivityRead, Scope::TokensIssue],
-        &[tenant.workspace_id],
-        &[],
-    )
-    .await
+    app.scoped_token(tenant, &[Scope::ActivityRead, Scope::TokensIssue])
+        .await
 }
 
 /// A token of another user of the tenant's organisation.
@@ -50,7 +41,7 @@ async fn colleague_token(app: &TestApp, tenant: &Tenant) -> String {
 
 async fn read(app: &TestApp, tenant: &Tenant, token: &str) -> Response {
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
-    app.get(&path, token).send().await.unwrap()
+    app.get(&path, token).response().await
 }
 
 fn header(response: &Response, name: &str) -> String {
@@ -59,14 +50,12 @@ fn header(response: &Response, name: &str) -> String {
 
 #[tokio::test]
 async fn limited_responses_carry_integer_headers_until_429() {
-    let app =
-        spawn_app_with(|c| c.rate_limit = RateOption(Some(Rate::parse("3/m").unwrap()))).await;
+    let app = spawn_app_with(|c| c.rate_limit = rate("3/m")).await;
     let tenant = app.bootstrap().await;
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
     let mut remaining = Vec::new();
     for _ in 0..3 {
-        let response = app.get(&path, &tenant.token).send().await.unwrap();
-        assert_eq!(response.status(), 200);
+        let response = app.get(&path, &tenant.token).ok_response().await;
         assert_eq!(response.headers()["x-ratelimit-limit"], "3");
         remaining.push(
             response.headers()["x-ratelimit-remaining"]
@@ -77,7 +66,7 @@ async fn limited_responses_carry_integer_headers_until_429() {
         );
     }
     assert_eq!(remaining, [2, 1, 0]);
-    let limited = app.get(&path, &tenant.token).send().await.unwrap();
+    let limited = app.get(&path, &tenant.token).response().await;
     let retry: u64 = limited.headers()["retry-after"]
         .to_str()
         .unwrap()
@@ -90,21 +79,14 @@ async fn limited_responses_carry_integer_headers_until_429() {
 
     // Another principal has its own budget.
     let other = app
-        .admin_token(
-            &tenant,
-            &[control_plane::domain::Scope::ActivityRead],
-            &[tenant.workspace_id],
-            &[],
-        )
+        .scoped_token(&tenant, &[control_plane::domain::Scope::ActivityRead])
         .await;
-    assert_eq!(app.get(&path, &other).send().await.unwrap().status(), 200);
+    assert_eq!(app.get(&path, &other).response().await.status(), 200);
 }
 
 #[tokio::test]
 async fn issuance_has_its_own_lower_budget() {
-    let app =
-        spawn_app_with(|c| c.issue_rate_limit = RateOption(Some(Rate::parse("2/m").unwrap())))
-            .await;
+    let app = spawn_app_with(|c| c.issue_rate_limit = rate("2/m")).await;
     let tenant = app.bootstrap().await;
     assert_eq!(
         app.issue(&tenant.token, &issuance_body(&tenant))
@@ -123,30 +105,20 @@ async fn issuance_has_its_own_lower_budget() {
     assert_api_error(limited, 429, "rate_limited").await;
     // Reads are not spent by issuance.
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
-    assert_eq!(
-        app.get(&path, &tenant.token).send().await.unwrap().status(),
-        200
-    );
+    assert_eq!(app.get(&path, &tenant.token).response().await.status(), 200);
 }
 
 #[tokio::test]
 async fn unauthenticated_requests_are_limited_per_address() {
-    let app =
-        spawn_app_with(|c| c.rate_limit = RateOption(Some(Rate::parse("2/m").unwrap()))).await;
+    let app = spawn_app_with(|c| c.rate_limit = rate("2/m")).await;
     for _ in 0..2 {
-        let response = app
-            .get("/v1/workspaces/x/activity", "cpat_not-a-token")
-            .send()
-            .await
-            .unwrap();
-        assert_api_error(response, 401, "unauthenticated").await;
+        app.get("/v1/workspaces/x/activity", "cpat_not-a-token")
+            .expect(401, "unauthenticated")
+            .await;
     }
-    let response = app
-        .get("/v1/workspaces/x/activity", "cpat_not-a-token")
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(response, 429, "rate_limited").await;
+    app.get("/v1/workspaces/x/activity", "cpat_not-a-token")
+        .expect(429, "rate_limited")
+        .await;
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{assert_api_error, issuance_body, needs, spawn_app_with};
+use crate::support::{Call, assert_api_error, issuance_body, needs, spawn_app_with};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -77,8 +77,7 @@ async fn redis_only_an_outage_is_503_for_idempotent_requests_and_heals_itself() 
         "answered quickly, not hung"
     );
     // Reads fail open (served without a limit); issuance fails closed.
-    let read = app.get(&path, &tenant.token).send().await.unwrap();
-    assert_eq!(read.status(), 200);
+    let read = app.get(&path, &tenant.token).ok_response().await;
     assert!(read.headers().get("x-ratelimit-limit").is_none());
     assert_api_error(
         app.issue(&tenant.token, &issuance_body(&tenant)).await,
@@ -101,15 +100,7 @@ async fn redis_only_an_outage_is_503_for_idempotent_requests_and_heals_itself() 
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(status, 200, "recovered without restarting the server");
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains(r#"rate_limiter_unavailable_total{class="read",decision="served"} 1"#),
         "{metrics}"

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use control_plane::config::RateOption;
-use control_plane::storage::Rate;
 use serde_json::{Value, json};
 
-use crate::helpers::{ServerProcess, assert_api_error, issuance_body, needs, spawn_app_with};
+use crate::support::{
+    Call, ServerProcess, assert_api_error, issuance_body, needs, rate, spawn_app_with,
+};
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
@@ -18,7 +18,7 @@ async fn redis_only_two_processes_share_replays_limits_and_revocations() {
     // The in-process app only prepares the database (and bootstraps with the same key).
     let app = spawn_app_with(|c| {
         c.token_hash_key = Some(HASH_KEY.into());
-        c.rate_limit = RateOption(Some(Rate::parse("6/60s").unwrap()));
+        c.rate_limit = rate("6/60s");
     })
     .await;
     let tenant = app.bootstrap().await;
@@ -63,17 +63,15 @@ async fn redis_only_two_processes_share_replays_limits_and_revocations() {
 
     // A revocation through A is honoured by B at once.
     let id = first["credential"]["id"].as_str().unwrap();
-    let revoke = client
+    client
         .delete(format!(
             "{}/v1/workspaces/{}/access-tokens/{id}",
             a.address, tenant.workspace_id
         ))
         .bearer_auth(&tenant.token)
         .json(&json!({"reason": "replica test"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(revoke.status(), 200);
+        .ok_response()
+        .await;
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_api_error(get(&b.address).await.unwrap(), 401, "unauthenticated").await;
 }

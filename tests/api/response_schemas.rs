@@ -8,21 +8,16 @@ use control_plane::domain::Scope;
 use reqwest::Response;
 use serde_json::{Value, json};
 
-use crate::audit_stream::Sse;
-use crate::helpers::{TestApp, issuance_body};
-use crate::{reviews, signatures, workflows};
+use crate::support::runner as signatures;
+use crate::support::sse::Sse;
+use crate::support::{Call, TestApp, issuance_body};
+use crate::{reviews, workflows};
 
 struct Document(Value);
 
 impl Document {
     async fn fetch(app: &TestApp) -> Self {
-        let response = app
-            .client
-            .get(app.url("/openapi.json"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
+        let response = app.client.get(app.url("/openapi.json")).ok_response().await;
         Self(response.json().await.expect("the document is JSON"))
     }
 
@@ -166,12 +161,7 @@ const STREAM: &str = "/v1/workspaces/{workspaceId}/audit/stream";
 
 #[tokio::test]
 async fn every_response_and_stream_event_conforms_to_the_document() {
-    let signatures::Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = signatures::fixture().await;
+    let (app, tenant, pool, runner) = signatures::fixture().await.parts();
     let ws = tenant.workspace_id;
     let document = Document::fetch(&app).await;
     let mut problems = Vec::new();
@@ -185,9 +175,8 @@ async fn every_response_and_stream_event_conforms_to_the_document() {
             &tenant.token,
             &json!({"reason": "rotated"}),
         )
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     conforms(&document, &mut problems, REVOKE, revoke).await;
 
     // A command without an environment: its `environmentId` is null.
@@ -197,9 +186,8 @@ async fn every_response_and_stream_event_conforms_to_the_document() {
             &tenant.token,
             &json!({"poolId": pool, "command": "echo"}),
         )
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     let submitted = conforms(&document, &mut problems, SUBMIT, submitted).await;
     assert!(submitted["command"]["environmentId"].is_null());
     let delivery = submitted["command"]["deliveryId"].as_str().expect("id");
@@ -211,9 +199,8 @@ async fn every_response_and_stream_event_conforms_to_the_document() {
             &tenant.token,
             &json!({"force": true}),
         )
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     conforms(&document, &mut problems, DELETE_POOL, deleted).await;
 
     // Created by an admin (cpctl's path): its events' actor has a null id.
@@ -244,9 +231,8 @@ async fn every_response_and_stream_event_conforms_to_the_document() {
             &format!("/v1/workspaces/{ws}/activity?limit=100"),
             &tenant.token,
         )
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     let activity = conforms(&document, &mut problems, ACTIVITY, activity).await;
     assert!(activity["nextCursor"].is_null());
     let items = activity["items"].as_array().expect("items");
@@ -262,9 +248,8 @@ async fn every_response_and_stream_event_conforms_to_the_document() {
             &tenant.token,
             &json!({}),
         )
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     assert_eq!(missing.status(), 404);
     conforms(&document, &mut problems, DELETE_POOL, missing).await;
 
@@ -289,7 +274,7 @@ async fn every_response_and_stream_event_conforms_to_the_document() {
 
 #[tokio::test]
 async fn the_checker_refuses_a_null_a_wrong_type_and_a_missing_property() {
-    let app = crate::helpers::spawn_app().await;
+    let app = crate::support::spawn_app().await;
     let document = Document::fetch(&app).await;
     let command = document.named("RunnerCommand");
     let mut problems = Vec::new();
@@ -317,7 +302,7 @@ async fn the_checker_refuses_a_null_a_wrong_type_and_a_missing_property() {
 /// `cursor` refused when the document said only `string`).
 #[tokio::test]
 async fn query_parameters_accept_exactly_what_their_pattern_allows() {
-    let app = crate::helpers::spawn_app().await;
+    let app = crate::support::spawn_app().await;
     let tenant = app.bootstrap().await;
     let ws = tenant.workspace_id;
     let document = Document::fetch(&app).await;
@@ -341,7 +326,7 @@ async fn query_parameters_accept_exactly_what_their_pattern_allows() {
     let status = |path: String| {
         let request = app.get(&path, &tenant.token);
         async move {
-            let response = request.send().await.unwrap();
+            let response = request.response().await;
             let status = response.status().as_u16();
             let field = if status == 400 {
                 let body: Value = response.json().await.unwrap();

@@ -6,12 +6,13 @@ use reqwest::{Method, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, assert_api_error, spawn_app, spawn_app_with, sql_one};
+use crate::support::{
+    Call, Tenant, TestApp, assert_api_error, spawn_app_with, sql_one, sql_value, tenant_app,
+};
 
 #[tokio::test]
 async fn a_plain_review_is_published_and_a_second_put_replaces_it() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let plugin = create_plugin(&app, &tenant, "formatter").await;
 
     let response = put_review(
@@ -57,20 +58,18 @@ async fn a_plain_review_is_published_and_a_second_put_replaces_it() {
     );
     assert!(time(&review["updatedAt"]) > recreated);
 
-    let (n,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
+    let n = sql_value!(
+        app,
+        i64,
         "SELECT count(*) FROM plugin_reviews WHERE plugin_id = $1",
         plugin
-    )
-    .unwrap();
+    );
     assert_eq!(n, 1, "one review per user per plugin");
 }
 
 #[tokio::test]
 async fn the_default_moderator_holds_or_rejects_on_clear_signals() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let plugin = create_plugin(&app, &tenant, "deployer").await;
     for (title, body, status, decision, reason) in [
         (
@@ -159,8 +158,7 @@ async fn the_configured_blocklist_reaches_the_moderator() {
 
 #[tokio::test]
 async fn review_bodies_are_validated_and_plugins_must_exist() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let plugin = create_plugin(&app, &tenant, "scanner").await;
     for body in [
         json!({"rating": 0, "title": "t", "body": "b"}),
@@ -178,31 +176,22 @@ async fn review_bodies_are_validated_and_plugins_must_exist() {
     }
     let valid = json!({"rating": 5, "title": "Good", "body": "Useful."});
     for unknown in [Uuid::new_v4().to_string(), "not-a-uuid".to_owned()] {
-        let response = app
-            .request(
-                Method::PUT,
-                &format!("/v1/marketplace/plugins/{unknown}/reviews/me"),
-            )
-            .bearer_auth(&tenant.token)
-            .json(&valid)
-            .send()
-            .await
-            .unwrap();
-        assert_api_error(response, 404, "not_found").await;
+        app.request(
+            Method::PUT,
+            &format!("/v1/marketplace/plugins/{unknown}/reviews/me"),
+        )
+        .bearer_auth(&tenant.token)
+        .json(&valid)
+        .expect(404, "not_found")
+        .await;
     }
-    let (n,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
-        "SELECT count(*) FROM plugin_reviews"
-    )
-    .unwrap();
+    let n = sql_value!(app, i64, "SELECT count(*) FROM plugin_reviews");
     assert_eq!(n, 0);
 }
 
 #[tokio::test]
 async fn one_cannot_report_ones_own_review_nor_report_twice() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let plugin = create_plugin(&app, &tenant, "linter").await;
     let review = published_review(&app, &tenant.token, plugin).await;
 
@@ -243,19 +232,13 @@ async fn one_cannot_report_ones_own_review_nor_report_twice() {
         let response = report(&app, &reporter, plugin, &review, &json!({"reason": reason})).await;
         assert_api_error(response, 409, "already_reported").await;
     }
-    let (n,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
-        "SELECT count(*) FROM review_reports"
-    )
-    .unwrap();
+    let n = sql_value!(app, i64, "SELECT count(*) FROM review_reports");
     assert_eq!(n, 1);
 }
 
 #[tokio::test]
 async fn reports_are_validated_and_name_a_review_of_that_plugin() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let plugin = create_plugin(&app, &tenant, "bundler").await;
     let other_plugin = create_plugin(&app, &tenant, "minifier").await;
     let review = published_review(&app, &tenant.token, plugin).await;
@@ -279,16 +262,13 @@ async fn reports_are_validated_and_name_a_review_of_that_plugin() {
         (plugin.to_string(), "not-a-uuid".to_owned()),
         (Uuid::new_v4().to_string(), review.clone()),
     ] {
-        let response = app
-            .post_json(
-                &format!("/v1/marketplace/plugins/{plugin_id}/reviews/{review_id}/report"),
-                &reporter,
-                &spam,
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_api_error(response, 404, "not_found").await;
+        app.post_json(
+            &format!("/v1/marketplace/plugins/{plugin_id}/reviews/{review_id}/report"),
+            &reporter,
+            &spam,
+        )
+        .expect(404, "not_found")
+        .await;
     }
     // None of those counted: the first real report is accepted.
     let response = report(&app, &reporter, plugin, &review, &spam).await;
@@ -297,8 +277,7 @@ async fn reports_are_validated_and_name_a_review_of_that_plugin() {
 
 #[tokio::test]
 async fn reports_from_three_distinct_users_hide_a_review() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let plugin = create_plugin(&app, &tenant, "profiler").await;
     let review = published_review(&app, &tenant.token, plugin).await;
 
@@ -337,8 +316,7 @@ async fn reports_from_three_distinct_users_hide_a_review() {
 
 #[tokio::test]
 async fn two_reports_from_one_user_are_not_two_reporters() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let plugin = create_plugin(&app, &tenant, "tracer").await;
     let review = published_review(&app, &tenant.token, plugin).await;
     // Two tokens of one user, and a second user: two distinct reporters, not three.
@@ -372,8 +350,7 @@ async fn two_reports_from_one_user_are_not_two_reporters() {
 
 #[tokio::test]
 async fn a_hidden_review_stays_hidden_when_its_author_puts_it_again() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let plugin = create_plugin(&app, &tenant, "hidden-put").await;
     let review = hidden_review(&app, &tenant, plugin).await;
 
@@ -398,8 +375,7 @@ async fn a_hidden_review_stays_hidden_when_its_author_puts_it_again() {
 
 #[tokio::test]
 async fn an_administrator_restores_a_hidden_review_and_its_reports_are_dismissed() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let plugin = create_plugin(&app, &tenant, "restored").await;
     let review = hidden_review(&app, &tenant, plugin).await;
     let id: Uuid = review.parse().unwrap();
@@ -455,8 +431,7 @@ async fn an_administrator_restores_a_hidden_review_and_its_reports_are_dismissed
 
 #[tokio::test]
 async fn concurrent_reports_cannot_all_miss_the_threshold() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let plugin = create_plugin(&app, &tenant, "contended").await;
     let review = published_review(&app, &tenant.token, plugin).await;
     let mut reporters = Vec::new();
@@ -544,9 +519,8 @@ pub(crate) async fn put_review(app: &TestApp, token: &str, plugin: Uuid, body: &
     )
     .bearer_auth(token)
     .json(body)
-    .send()
+    .response()
     .await
-    .unwrap()
 }
 
 /// Puts a review that the default moderator publishes; returns its id.
@@ -576,9 +550,8 @@ pub(crate) async fn report(
         token,
         body,
     )
-    .send()
+    .response()
     .await
-    .unwrap()
 }
 
 fn time(value: &Value) -> DateTime<Utc> {

@@ -2,7 +2,7 @@ use control_plane::domain::Scope;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Tenant, TestApp, assert_api_error, issuance_body, spawn_app, sql_one};
+use crate::support::{Call, Tenant, TestApp, issuance_body, sql_one, tenant_app};
 
 pub(crate) fn revoke_path(
     workspace: impl std::fmt::Display,
@@ -13,11 +13,8 @@ pub(crate) fn revoke_path(
 
 pub(crate) async fn activity_status(app: &TestApp, token: &str, workspace: Uuid) -> u16 {
     app.get(&format!("/v1/workspaces/{workspace}/activity"), token)
-        .send()
+        .status_code()
         .await
-        .unwrap()
-        .status()
-        .as_u16()
 }
 
 /// A token with activity:read on two workspaces; returns (id, secret, second workspace).
@@ -34,7 +31,7 @@ async fn two_workspace_token(app: &TestApp, tenant: &Tenant) -> (String, String,
         .await;
     let mut body = issuance_body(tenant);
     body["workspaceIds"] = json!([tenant.workspace_id, second]);
-    let credential: Value = app.issue(&caller, &body).await.json().await.unwrap();
+    let credential: Value = app.issue(&caller, &body).await.json_body().await;
     let id = credential["credential"]["id"].as_str().unwrap().to_owned();
     let secret = credential["credential"]["token"]
         .as_str()
@@ -45,8 +42,7 @@ async fn two_workspace_token(app: &TestApp, tenant: &Tenant) -> (String, String,
 
 #[tokio::test]
 async fn revocation_removes_one_workspace_at_once_and_the_last_one_revokes_the_token() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let (id, secret, second) = two_workspace_token(&app, &tenant).await;
     assert_eq!(
         activity_status(&app, &secret, tenant.workspace_id).await,
@@ -60,10 +56,8 @@ async fn revocation_removes_one_workspace_at_once_and_the_last_one_revokes_the_t
             &tenant.token,
             &json!({"reason": "left the team"}),
         )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+        .ok_response()
+        .await;
     assert!(response.headers().contains_key("x-correlation-id"));
     assert_eq!(
         response.json::<Value>().await.unwrap(),
@@ -76,48 +70,33 @@ async fn revocation_removes_one_workspace_at_once_and_the_last_one_revokes_the_t
     assert_eq!(activity_status(&app, &secret, second).await, 200);
 
     // Revoking the same access again: the token has no access there any more.
-    let again = app
-        .delete_json(
-            &revoke_path(tenant.workspace_id, &id),
-            &tenant.token,
-            &json!({"reason": "again"}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(again, 404, "not_found").await;
+    app.delete_json(
+        &revoke_path(tenant.workspace_id, &id),
+        &tenant.token,
+        &json!({"reason": "again"}),
+    )
+    .expect(404, "not_found")
+    .await;
 
     let caller = app
         .admin_token(&tenant, &[Scope::TokensRevoke], &[second], &[])
         .await;
-    let last = app
-        .delete_json(
-            &revoke_path(second, &id),
-            &caller,
-            &json!({"reason": "gone"}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(last.status(), 200);
-    let response = app
-        .get(&format!("/v1/workspaces/{second}/activity"), &secret)
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(response, 401, "unauthenticated").await;
+    app.delete_json(
+        &revoke_path(second, &id),
+        &caller,
+        &json!({"reason": "gone"}),
+    )
+    .ok_response()
+    .await;
+    app.get(&format!("/v1/workspaces/{second}/activity"), &secret)
+        .expect(401, "unauthenticated")
+        .await;
 }
 
 #[tokio::test]
 async fn reason_is_required_and_bounded() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
-    let target: Value = app
-        .issue(&tenant.token, &issuance_body(&tenant))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let (app, tenant) = tenant_app().await;
+    let target: Value = app.issued(&tenant).await;
     let id = target["credential"]["id"].as_str().unwrap();
     let path = revoke_path(tenant.workspace_id, id);
     for body in [
@@ -127,33 +106,26 @@ async fn reason_is_required_and_bounded() {
         json!({"reason": 5}),
         json!({"reason": "ok", "force": true}),
     ] {
-        let response = app
+        let err = app
             .delete_json(&path, &tenant.token, &body)
-            .send()
-            .await
-            .unwrap();
-        let err = assert_api_error(response, 400, "validation_failed").await;
+            .expect(400, "validation_failed")
+            .await;
         assert!(err["error"]["details"]["field"].is_string(), "{body}");
     }
-    let response = app
-        .delete_json(&path, &tenant.token, &json!({"reason": "r".repeat(500)}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    app.delete_json(&path, &tenant.token, &json!({"reason": "r".repeat(500)}))
+        .ok_response()
+        .await;
 }
 
 #[tokio::test]
 async fn unknown_or_foreign_tokens_are_404_and_foreign_workspaces_403() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let other = app.bootstrap().await;
     let foreign: Value = app
         .issue(&other.token, &issuance_body(&other))
         .await
-        .json()
-        .await
-        .unwrap();
+        .json_body()
+        .await;
     let foreign_id = foreign["credential"]["id"].as_str().unwrap();
     let reason = json!({"reason": "cleanup"});
     for token in [
@@ -161,38 +133,29 @@ async fn unknown_or_foreign_tokens_are_404_and_foreign_workspaces_403() {
         "not-a-uuid".to_owned(),
         foreign_id.to_owned(),
     ] {
-        let response = app
-            .delete_json(
-                &revoke_path(tenant.workspace_id, &token),
-                &tenant.token,
-                &reason,
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_api_error(response, 404, "not_found").await;
+        app.delete_json(
+            &revoke_path(tenant.workspace_id, &token),
+            &tenant.token,
+            &reason,
+        )
+        .expect(404, "not_found")
+        .await;
     }
     // The other organisation's workspace is not the caller's.
-    let response = app
-        .delete_json(
-            &revoke_path(other.workspace_id, foreign_id),
-            &tenant.token,
-            &reason,
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(response, 403, "forbidden").await;
-    let response = app
-        .delete_json(
-            &revoke_path("not-a-uuid", foreign_id),
-            &tenant.token,
-            &reason,
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(response, 403, "forbidden").await;
+    app.delete_json(
+        &revoke_path(other.workspace_id, foreign_id),
+        &tenant.token,
+        &reason,
+    )
+    .expect(403, "forbidden")
+    .await;
+    app.delete_json(
+        &revoke_path("not-a-uuid", foreign_id),
+        &tenant.token,
+        &reason,
+    )
+    .expect(403, "forbidden")
+    .await;
     // And the foreign token still works.
     assert_eq!(
         activity_status(
@@ -207,63 +170,40 @@ async fn unknown_or_foreign_tokens_are_404_and_foreign_workspaces_403() {
 
 #[tokio::test]
 async fn revocation_needs_the_scope() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
-    let target: Value = app
-        .issue(&tenant.token, &issuance_body(&tenant))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let (app, tenant) = tenant_app().await;
+    let target: Value = app.issued(&tenant).await;
     let caller = app
-        .admin_token(
-            &tenant,
-            &[Scope::ActivityRead, Scope::TokensIssue],
-            &[tenant.workspace_id],
-            &[],
-        )
+        .scoped_token(&tenant, &[Scope::ActivityRead, Scope::TokensIssue])
         .await;
-    let response = app
-        .delete_json(
-            &revoke_path(
-                tenant.workspace_id,
-                target["credential"]["id"].as_str().unwrap(),
-            ),
-            &caller,
-            &json!({"reason": "x"}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(response, 403, "forbidden").await;
+    app.delete_json(
+        &revoke_path(
+            tenant.workspace_id,
+            target["credential"]["id"].as_str().unwrap(),
+        ),
+        &caller,
+        &json!({"reason": "x"}),
+    )
+    .expect(403, "forbidden")
+    .await;
 }
 
 #[tokio::test]
 async fn revocation_is_audited_with_its_reason() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
-    let target: Value = app
-        .issue(&tenant.token, &issuance_body(&tenant))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let (app, tenant) = tenant_app().await;
+    let target: Value = app.issued(&tenant).await;
     let id: Uuid = target["credential"]["id"]
         .as_str()
         .unwrap()
         .parse()
         .unwrap();
-    let response = app
-        .delete_json(
-            &revoke_path(tenant.workspace_id, id),
-            &tenant.token,
-            &json!({"reason": "compromised laptop"}),
-        )
-        .header("x-correlation-id", "revoke-audit-1")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    app.delete_json(
+        &revoke_path(tenant.workspace_id, id),
+        &tenant.token,
+        &json!({"reason": "compromised laptop"}),
+    )
+    .header("x-correlation-id", "revoke-audit-1")
+    .ok_response()
+    .await;
     let (event_type, correlation, data) = sql_one!(
         &mut app.db().await,
         (String, String, String),

@@ -4,14 +4,15 @@ use control_plane::domain::Scope;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{
-    Tenant, TestApp, assert_api_error, create_pool, error_shape, spawn_app, sql_one,
+use crate::support::runner::command_status_of;
+use crate::support::{
+    Call, Tenant, TestApp, assert_api_error, create_pool, error_shape, sql_one, sql_value,
+    tenant_app,
 };
 
 #[tokio::test]
 async fn an_idle_pool_is_deleted_once_and_then_takes_no_commands() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let pool = create_pool(&app, tenant.workspace_id, "build").await;
 
     let response = delete_pool(&app, &tenant, pool, &json!({"reason": "decommissioned"})).await;
@@ -38,8 +39,7 @@ async fn an_idle_pool_is_deleted_once_and_then_takes_no_commands() {
 
 #[tokio::test]
 async fn a_pool_with_an_open_command_is_busy_until_force_cancels_it() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let pool = create_pool(&app, tenant.workspace_id, "busy").await;
     let command = submitted(&app, &tenant, pool).await;
 
@@ -48,7 +48,7 @@ async fn a_pool_with_an_open_command_is_busy_until_force_cancels_it() {
         let err = assert_api_error(response, 409, "pool_busy").await;
         assert_eq!(err["error"]["details"]["openCommands"], 1, "{body}");
     }
-    assert_eq!(command_status(&app, command).await, "queued");
+    assert_eq!(command_status_of(&app, command).await, "queued");
 
     let response = delete_pool(
         &app,
@@ -61,7 +61,7 @@ async fn a_pool_with_an_open_command_is_busy_until_force_cancels_it() {
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["cancelledCommands"], 1);
     assert!(body["pool"]["deletedAt"].is_string());
-    assert_eq!(command_status(&app, command).await, "cancelled");
+    assert_eq!(command_status_of(&app, command).await, "cancelled");
 
     let again = delete_pool(&app, &tenant, pool, &json!({"force": true})).await;
     assert_api_error(again, 404, "not_found").await;
@@ -69,20 +69,16 @@ async fn a_pool_with_an_open_command_is_busy_until_force_cancels_it() {
 
 #[tokio::test]
 async fn unknown_pools_and_bad_delete_bodies() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let pool = create_pool(&app, tenant.workspace_id, "kept").await;
     for id in [Uuid::new_v4().to_string(), "not-a-uuid".to_owned()] {
-        let response = app
-            .delete_json(
-                &format!("/v1/workspaces/{}/runner-pools/{id}", tenant.workspace_id),
-                &tenant.token,
-                &json!({}),
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_api_error(response, 404, "not_found").await;
+        app.delete_json(
+            &format!("/v1/workspaces/{}/runner-pools/{id}", tenant.workspace_id),
+            &tenant.token,
+            &json!({}),
+        )
+        .expect(404, "not_found")
+        .await;
     }
     for body in [
         json!({"reason": ""}),
@@ -102,8 +98,7 @@ async fn unknown_pools_and_bad_delete_bodies() {
 
 #[tokio::test]
 async fn a_submitted_command_is_queued_with_a_pending_delivery() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let pool = create_pool(&app, tenant.workspace_id, "deploy").await;
     let env = app
         .create_environment(tenant.workspace_id, "production")
@@ -159,8 +154,7 @@ async fn a_submitted_command_is_queued_with_a_pending_delivery() {
 
 #[tokio::test]
 async fn submission_refuses_unknown_pools_foreign_environments_and_bad_fields() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let pool = create_pool(&app, tenant.workspace_id, "main").await;
     let second = app.create_workspace(tenant.organisation_id, "second").await;
     let foreign_env = app.create_environment(second, "staging").await;
@@ -224,12 +218,7 @@ async fn submission_refuses_unknown_pools_foreign_environments_and_bad_fields() 
         assert!(fields.contains(&field), "{field} in {err}");
     }
     // Nothing above was stored.
-    let (n,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
-        "SELECT count(*) FROM runner_commands"
-    )
-    .unwrap();
+    let n = sql_value!(app, i64, "SELECT count(*) FROM runner_commands");
     assert_eq!(n, 0);
     // The bounds themselves are accepted.
     let body =
@@ -239,8 +228,7 @@ async fn submission_refuses_unknown_pools_foreign_environments_and_bad_fields() 
 
 #[tokio::test]
 async fn a_token_of_one_workspace_cannot_touch_another_workspaces_pool() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let second = app.create_workspace(tenant.organisation_id, "second").await;
     let other_pool = create_pool(&app, second, "theirs").await;
     let other = app.bootstrap().await;
@@ -248,26 +236,20 @@ async fn a_token_of_one_workspace_cannot_touch_another_workspaces_pool() {
 
     // The bootstrap token holds only the first workspace.
     for (workspace, pool) in [(second, other_pool), (other.workspace_id, other_org_pool)] {
-        let response = app
-            .delete_json(
-                &format!("/v1/workspaces/{workspace}/runner-pools/{pool}"),
-                &tenant.token,
-                &json!({"force": true}),
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_api_error(response, 403, "forbidden").await;
-        let response = app
-            .post_json(
-                &format!("/v1/workspaces/{workspace}/runner-commands"),
-                &tenant.token,
-                &json!({"poolId": pool, "command": "echo"}),
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_api_error(response, 403, "forbidden").await;
+        app.delete_json(
+            &format!("/v1/workspaces/{workspace}/runner-pools/{pool}"),
+            &tenant.token,
+            &json!({"force": true}),
+        )
+        .expect(403, "forbidden")
+        .await;
+        app.post_json(
+            &format!("/v1/workspaces/{workspace}/runner-commands"),
+            &tenant.token,
+            &json!({"poolId": pool, "command": "echo"}),
+        )
+        .expect(403, "forbidden")
+        .await;
         // Through its own workspace's path, the pool is not there.
         let response = delete_pool(&app, &tenant, pool, &json!({"force": true})).await;
         assert_api_error(response, 404, "not_found").await;
@@ -277,22 +259,18 @@ async fn a_token_of_one_workspace_cannot_touch_another_workspaces_pool() {
     let theirs = app
         .admin_token(&tenant, &[Scope::RunnerPoolsDelete], &[second], &[])
         .await;
-    let response = app
-        .delete_json(
-            &format!("/v1/workspaces/{second}/runner-pools/{other_pool}"),
-            &theirs,
-            &json!({}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    app.delete_json(
+        &format!("/v1/workspaces/{second}/runner-pools/{other_pool}"),
+        &theirs,
+        &json!({}),
+    )
+    .ok_response()
+    .await;
 }
 
 #[tokio::test]
 async fn a_token_limited_to_environments_names_one_of_them() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let pool = create_pool(&app, tenant.workspace_id, "envs").await;
     let staging = app.create_environment(tenant.workspace_id, "staging").await;
     let production = app
@@ -311,18 +289,17 @@ async fn a_token_limited_to_environments_names_one_of_them() {
         json!({"poolId": pool, "command": "echo"}),
         json!({"poolId": pool, "command": "echo", "environmentId": production}),
     ] {
-        let response = app.post_json(&path, &limited, &body).send().await.unwrap();
-        assert_api_error(response, 403, "forbidden").await;
+        app.post_json(&path, &limited, &body)
+            .expect(403, "forbidden")
+            .await;
     }
     let body = json!({"poolId": pool, "command": "echo", "environmentId": staging});
-    let response = app.post_json(&path, &limited, &body).send().await.unwrap();
-    assert_eq!(response.status(), 200);
+    app.post_json(&path, &limited, &body).ok_response().await;
 }
 
 #[tokio::test]
 async fn a_token_limited_to_environments_cannot_cancel_commands_outside_them() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let ws = tenant.workspace_id;
     let staging = app.create_environment(ws, "staging").await;
     let production = app.create_environment(ws, "production").await;
@@ -344,15 +321,14 @@ async fn a_token_limited_to_environments_cannot_cancel_commands_outside_them() {
             let err = assert_api_error(response, 403, "forbidden").await;
             assert_eq!(err["error"]["details"]["openCommandsOutside"], 1, "{err}");
         }
-        assert_eq!(command_status(&app, inside).await, "queued");
-        assert_eq!(command_status(&app, outside).await, "queued");
-        let (deleted,) = sql_one!(
-            &mut app.db().await,
-            (i64,),
+        assert_eq!(command_status_of(&app, inside).await, "queued");
+        assert_eq!(command_status_of(&app, outside).await, "queued");
+        let deleted = sql_value!(
+            app,
+            i64,
             "SELECT count(*) FROM runner_pools WHERE id = $1 AND deleted_at IS NOT NULL",
             pool
-        )
-        .unwrap();
+        );
         assert_eq!(deleted, 0, "the pool is still live");
 
         // An unlimited token may.
@@ -372,12 +348,12 @@ async fn a_token_limited_to_environments_cannot_cancel_commands_outside_them() {
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["cancelledCommands"], 1);
-    assert_eq!(command_status(&app, inside).await, "cancelled");
+    assert_eq!(command_status_of(&app, inside).await, "cancelled");
 
     // A finished command outside does not count: only open ones are cancelled.
     let pool = create_pool(&app, ws, "finished-outside").await;
     let done = submitted_in(&app, &tenant, pool, Some(production)).await;
-    crate::helpers::sql_exec!(
+    crate::support::sql_exec!(
         &mut app.db().await,
         "UPDATE runner_commands SET status = 'succeeded' WHERE id = $1",
         done
@@ -389,8 +365,7 @@ async fn a_token_limited_to_environments_cannot_cancel_commands_outside_them() {
 
 #[tokio::test]
 async fn another_workspaces_or_organisations_pool_is_a_404_like_an_unknown_one() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let second = app.create_workspace(tenant.organisation_id, "second").await;
     let near = create_pool(&app, second, "near").await;
     let elsewhere = app.bootstrap().await;
@@ -404,57 +379,39 @@ async fn another_workspaces_or_organisations_pool_is_a_404_like_an_unknown_one()
             assert_eq!(error_shape(response).await, unknown, "{pool}");
         }
     }
-    let (deleted,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
+    let deleted = sql_value!(
+        app,
+        i64,
         "SELECT count(*) FROM runner_pools WHERE deleted_at IS NOT NULL"
-    )
-    .unwrap();
+    );
     assert_eq!(deleted, 0);
 }
 
 #[tokio::test]
 async fn deletion_and_submission_are_audited_without_argument_values() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let pool = create_pool(&app, tenant.workspace_id, "audited").await;
-    let response = app
+    let body: Value = app
         .post_json(
             &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
             &tenant.token,
             &json!({"poolId": pool, "command": "login", "args": ["--password=hunter2-secret"]}),
         )
         .header("x-correlation-id", "submit-audit-1")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
+        .ok()
+        .await;
     let command_id = body["command"]["id"].as_str().unwrap().to_owned();
     let delivery_id = body["command"]["deliveryId"].as_str().unwrap().to_owned();
-    let response = app
-        .delete_json(
-            &format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id),
-            &tenant.token,
-            &json!({"reason": "end of project", "force": true}),
-        )
-        .header("x-correlation-id", "delete-audit-1")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    app.delete_json(
+        &format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id),
+        &tenant.token,
+        &json!({"reason": "end of project", "force": true}),
+    )
+    .header("x-correlation-id", "delete-audit-1")
+    .ok_response()
+    .await;
 
-    let page: Value = app
-        .get(
-            &format!("/v1/workspaces/{}/activity?limit=100", tenant.workspace_id),
-            &tenant.token,
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let page: Value = app.activity(&tenant, "?limit=100").await;
     let items = page["items"].as_array().expect("items");
     let find = |kind: &str| {
         items
@@ -507,8 +464,7 @@ async fn deletion_and_submission_are_audited_without_argument_values() {
 
 #[tokio::test]
 async fn submission_and_deletion_replay_under_their_idempotency_keys() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let pool = create_pool(&app, tenant.workspace_id, "keyed").await;
     let submit_keyed = || {
         app.post_json(
@@ -554,9 +510,8 @@ async fn delete_pool(
         &tenant.token,
         body,
     )
-    .send()
+    .response()
     .await
-    .unwrap()
 }
 
 async fn submit(app: &TestApp, tenant: &Tenant, body: &Value) -> reqwest::Response {
@@ -565,9 +520,8 @@ async fn submit(app: &TestApp, tenant: &Tenant, body: &Value) -> reqwest::Respon
         &tenant.token,
         body,
     )
-    .send()
+    .response()
     .await
-    .unwrap()
 }
 
 /// Submits `echo` to `pool` in `environment`; returns the command's id.
@@ -599,24 +553,11 @@ fn args(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("arg-{i}")).collect()
 }
 
-async fn command_status(app: &TestApp, command: Uuid) -> String {
-    let (status,) = sql_one!(
-        &mut app.db().await,
-        (String,),
-        "SELECT status FROM runner_commands WHERE id = $1",
-        command
-    )
-    .unwrap();
-    status
-}
-
 async fn events_of(app: &TestApp, event_type: &str) -> i64 {
-    let (n,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
+    sql_value!(
+        app,
+        i64,
         "SELECT count(*) FROM audit_events WHERE event_type = $1",
         event_type
     )
-    .unwrap();
-    n
 }

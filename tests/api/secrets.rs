@@ -4,25 +4,21 @@ use control_plane::domain::TokenSecret;
 use reqwest::Method;
 use serde_json::Value;
 
-use crate::helpers::{assert_api_error, captured_logs, issuance_body, spawn_app, sql_exec};
+use crate::support::{Call, assert_api_error, captured_logs, issuance_body, sql_exec, tenant_app};
 
 #[tokio::test]
 async fn missing_malformed_unknown_and_expired_credentials_are_401() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
 
-    let response = app.request(Method::GET, &path).send().await.unwrap();
+    let response = app.request(Method::GET, &path).response().await;
     assert_eq!(response.headers()["www-authenticate"], "Bearer");
     assert_api_error(response, 401, "unauthenticated").await;
 
-    let basic = app
-        .request(Method::GET, &path)
+    app.request(Method::GET, &path)
         .basic_auth("user", Some("pass"))
-        .send()
-        .await
-        .unwrap();
-    assert_api_error(basic, 401, "unauthenticated").await;
+        .expect(401, "unauthenticated")
+        .await;
 
     let mut typo = tenant.token.clone();
     let last = typo.pop().unwrap();
@@ -30,7 +26,7 @@ async fn missing_malformed_unknown_and_expired_credentials_are_401() {
     let (_, unknown) = TokenSecret::generate();
     for token in ["garbage", "cpat_", typo.as_str(), unknown.expose()] {
         assert_api_error(
-            app.get(&path, token).send().await.unwrap(),
+            app.get(&path, token).response().await,
             401,
             "unauthenticated",
         )
@@ -38,14 +34,9 @@ async fn missing_malformed_unknown_and_expired_credentials_are_401() {
     }
 
     // The same token, once expired.
-    let issued: Value = app
-        .issue(&tenant.token, &issuance_body(&tenant))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let issued: Value = app.issued(&tenant).await;
     let secret = issued["credential"]["token"].as_str().unwrap();
-    assert_eq!(app.get(&path, secret).send().await.unwrap().status(), 200);
+    assert_eq!(app.get(&path, secret).response().await.status(), 200);
     let id: uuid::Uuid = issued["credential"]["id"]
         .as_str()
         .unwrap()
@@ -60,7 +51,7 @@ async fn missing_malformed_unknown_and_expired_credentials_are_401() {
     .unwrap();
     assert_eq!(expired, 1, "the token row was updated");
     assert_api_error(
-        app.get(&path, secret).send().await.unwrap(),
+        app.get(&path, secret).response().await,
         401,
         "unauthenticated",
     )
@@ -69,8 +60,7 @@ async fn missing_malformed_unknown_and_expired_credentials_are_401() {
 
 #[tokio::test]
 async fn no_secret_reaches_the_logs() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let response = app
         .post_json(
             "/v1/personal-access-tokens",
@@ -78,22 +68,19 @@ async fn no_secret_reaches_the_logs() {
             &issuance_body(&tenant),
         )
         .header("x-correlation-id", "secret-log-check-1")
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     let issued: Value = response.json().await.unwrap();
     let secret = issued["credential"]["token"].as_str().unwrap().to_owned();
     let (_, wrong) = TokenSecret::generate();
     let _ = app
         .get("/v1/workspaces/x/activity", wrong.expose())
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     let _ = app
         .get("/v1/workspaces/x/activity", "cpat_not-even-close")
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
 
     let logs = captured_logs();
     // The capture works: this request's line is there, with its prefix...

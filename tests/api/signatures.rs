@@ -1,233 +1,25 @@
-//! Signed delivery reports: the delivery state machine, and every way a runner signature is
-//! refused (docs/design.md, "Runner signatures").
-
-use std::fmt::Display;
+//! Runner signatures on delivery reports: every way one is refused (a missing, malformed or
+//! foreign header, another method, path, body or time), nonces spent once across processes
+//! and Redis restarts, key rotation, and the runner's own rate limits (docs/design.md,
+//! "Runner signatures").
 
 use control_plane::domain::{CorrelationId, SignedHeaders, sign_request};
-use reqwest::Response;
-use reqwest::header::CONTENT_TYPE;
-use serde_json::{Value, json};
+use serde_json::json;
 use uuid::Uuid;
 
-use crate::helpers::{
-    ServerProcess, Tenant, TestApp, assert_api_error, create_pool, delete_redis_keys, error_shape,
-    events_about, needs, spawn_app, spawn_app_with, sql_one,
+use crate::support::runner::{
+    RunnerKey, assert_refused, base64_of, command_status_of, delivery_status, fixture,
+    fixture_with, nonce, now, register, report, send, send_to, sign, sign_with_nonce, status_path,
+    submit,
 };
+use crate::support::{Call, ServerProcess, assert_api_error, delete_redis_keys, needs, rate};
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
-const REPORTED: &str = "webhook_delivery.status_reported";
-
-#[tokio::test]
-async fn a_delivery_moves_received_running_succeeded_and_its_command_follows() {
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture().await;
-    let (command, delivery) = submit(&app, &tenant, pool).await;
-
-    for (status, command_status) in [
-        ("received", "dispatched"),
-        ("running", "running"),
-        ("succeeded", "succeeded"),
-    ] {
-        let response = report(&app, &runner, delivery, json!({"status": status})).await;
-        assert_eq!(response.status(), 200, "{status}");
-        assert!(response.headers().contains_key("x-correlation-id"));
-        let body: Value = response.json().await.unwrap();
-        assert_eq!(body["delivery"]["id"], delivery.to_string());
-        assert_eq!(body["delivery"]["commandId"], command.to_string());
-        assert_eq!(body["delivery"]["status"], status);
-        assert!(
-            chrono::DateTime::parse_from_rfc3339(body["delivery"]["updatedAt"].as_str().unwrap())
-                .is_ok(),
-            "{body}"
-        );
-        assert_eq!(delivery_status(&app, delivery).await, status);
-        assert_eq!(command_status_of(&app, command).await, command_status);
-    }
-
-    // A finished command takes no more reports.
-    let response = report(&app, &runner, delivery, json!({"status": "failed"})).await;
-    assert_api_error(response, 409, "invalid_transition").await;
-
-    // Each report is audited with the runner as its actor.
-    let (n,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
-        "SELECT count(*) FROM audit_events
-         WHERE event_type = 'webhook_delivery.status_reported'
-           AND actor_kind = 'runner' AND actor_id = $1 AND target_id = $2",
-        runner.runner_id,
-        delivery
-    )
-    .unwrap();
-    assert_eq!(n, 3);
-
-    // Nothing is open any more: the pool can go without force.
-    let response = app
-        .delete_json(
-            &format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id),
-            &tenant.token,
-            &json!({}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-}
-
-#[tokio::test]
-async fn concurrent_reports_each_move_their_delivery_once_with_one_event() {
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture().await;
-    let mut submitted = Vec::new();
-    for _ in 0..24 {
-        submitted.push(submit(&app, &tenant, pool).await);
-    }
-
-    // Sent together, so that (on Postgres) they share transactions.
-    let responses = futures_util::future::join_all(
-        submitted
-            .iter()
-            .map(|(_, delivery)| report(&app, &runner, delivery, json!({"status": "received"}))),
-    )
-    .await;
-    for (response, (_, delivery)) in responses.into_iter().zip(&submitted) {
-        assert_eq!(response.status(), 200);
-        let body: Value = response.json().await.unwrap();
-        assert_eq!(body["delivery"]["id"], delivery.to_string());
-        assert_eq!(body["delivery"]["status"], "received");
-    }
-    for (command, delivery) in &submitted {
-        assert_eq!(delivery_status(&app, *delivery).await, "received");
-        assert_eq!(command_status_of(&app, *command).await, "dispatched");
-        assert_eq!(
-            events_about(&app, REPORTED, *delivery).await,
-            (1, 1),
-            "one numbered event for {delivery}"
-        );
-    }
-}
-
-#[tokio::test]
-async fn the_same_report_sent_twice_at_once_applies_once() {
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture().await;
-    let (command, delivery) = submit(&app, &tenant, pool).await;
-    let mut others = Vec::new();
-    for _ in 0..6 {
-        others.push(submit(&app, &tenant, pool).await.1);
-    }
-
-    // The twin reports travel with others, so (on Postgres) they can land in one batch.
-    let twins = futures_util::future::join_all(
-        (0..2).map(|_| report(&app, &runner, delivery, json!({"status": "received"}))),
-    );
-    let rest = futures_util::future::join_all(
-        others
-            .iter()
-            .map(|d| report(&app, &runner, d, json!({"status": "received"}))),
-    );
-    let (twins, rest) = tokio::join!(twins, rest);
-    let mut statuses: Vec<u16> = twins.iter().map(|r| r.status().as_u16()).collect();
-    statuses.sort();
-    assert_eq!(statuses, [200, 409]);
-    assert!(rest.iter().all(|r| r.status() == 200));
-    assert_eq!(command_status_of(&app, command).await, "dispatched");
-    assert_eq!(events_about(&app, REPORTED, delivery).await.0, 1);
-}
-
-#[tokio::test]
-async fn transitions_the_state_machine_forbids_are_409() {
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture().await;
-    let (command, delivery) = submit(&app, &tenant, pool).await;
-
-    for status in ["succeeded", "running"] {
-        let response = report(&app, &runner, delivery, json!({"status": status})).await;
-        let err = assert_api_error(response, 409, "invalid_transition").await;
-        assert_eq!(err["error"]["details"]["from"], "pending", "{err}");
-        assert_eq!(err["error"]["details"]["to"], status, "{err}");
-    }
-    assert_eq!(delivery_status(&app, delivery).await, "pending");
-
-    let response = report(&app, &runner, delivery, json!({"status": "received"})).await;
-    assert_eq!(response.status(), 200);
-    let response = report(&app, &runner, delivery, json!({"status": "received"})).await;
-    assert_api_error(response, 409, "invalid_transition").await;
-
-    // `failed` is allowed from any live state, with its detail and exit code.
-    let response = report(
-        &app,
-        &runner,
-        delivery,
-        json!({"status": "failed", "detail": "image pull failed", "exitCode": 125}),
-    )
-    .await;
-    assert_eq!(response.status(), 200);
-    let (detail, exit_code) = sql_one!(
-        &mut app.db().await,
-        (Option<String>, Option<i32>),
-        "SELECT detail, exit_code FROM webhook_deliveries WHERE id = $1",
-        delivery
-    )
-    .unwrap();
-    assert_eq!(detail.as_deref(), Some("image pull failed"));
-    assert_eq!(exit_code, Some(125));
-    assert_eq!(command_status_of(&app, command).await, "failed");
-
-    let response = report(&app, &runner, delivery, json!({"status": "running"})).await;
-    assert_api_error(response, 409, "invalid_transition").await;
-}
-
-#[tokio::test]
-async fn report_bodies_are_validated() {
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture().await;
-    let (_, delivery) = submit(&app, &tenant, pool).await;
-    for body in [
-        json!({}),
-        json!({"status": "pending"}),
-        json!({"status": "done"}),
-        json!({"status": "received", "detail": ""}),
-        json!({"status": "received", "detail": "d".repeat(2001)}),
-        json!({"status": "received", "exitCode": 4_294_967_296_i64}),
-        json!({"status": "received", "extra": 1}),
-    ] {
-        let response = report(&app, &runner, delivery, body.clone()).await;
-        let err = assert_api_error(response, 400, "validation_failed").await;
-        assert!(err["error"]["details"]["field"].is_string(), "{body}");
-    }
-    assert_eq!(delivery_status(&app, delivery).await, "pending");
-}
 
 #[tokio::test]
 async fn every_signature_failure_is_401_invalid_signature_and_changes_nothing() {
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture().await;
+    let (app, tenant, pool, runner) = fixture().await.parts();
     let other = register(&app, pool, "runner-b").await;
     let (_, delivery) = submit(&app, &tenant, pool).await;
     let path = status_path(delivery);
@@ -357,12 +149,7 @@ async fn every_signature_failure_is_401_invalid_signature_and_changes_nothing() 
 
 #[tokio::test]
 async fn a_replayed_nonce_is_refused_but_one_of_a_refused_request_is_not_spent() {
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture().await;
+    let (app, tenant, pool, runner) = fixture().await.parts();
     let (_, delivery) = submit(&app, &tenant, pool).await;
     let path = status_path(delivery);
     let body = json!({"status": "received"}).to_string().into_bytes();
@@ -399,12 +186,7 @@ async fn a_replayed_nonce_is_refused_but_one_of_a_refused_request_is_not_spent()
 
 #[tokio::test]
 async fn rotation_keeps_both_keys_working_until_one_is_revoked() {
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture().await;
+    let (app, tenant, pool, runner) = fixture().await.parts();
     let (key_id, private_key) = app
         .services
         .add_runner_key(runner.runner_id, None, &CorrelationId::generate())
@@ -442,98 +224,13 @@ async fn rotation_keeps_both_keys_working_until_one_is_revoked() {
     );
 }
 
-#[tokio::test]
-async fn a_runner_reports_only_on_deliveries_of_its_own_pool() {
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture().await;
-    let other_pool = create_pool(&app, tenant.workspace_id, "other-pool").await;
-    let stranger = register(&app, other_pool, "stranger").await;
-    let elsewhere = app.bootstrap().await;
-    let foreign_pool = create_pool(&app, elsewhere.workspace_id, "foreign").await;
-    let foreigner = register(&app, foreign_pool, "foreigner").await;
-    let (_, delivery) = submit(&app, &tenant, pool).await;
-
-    // Another pool's delivery (of this organisation or another) is a 404 indistinguishable
-    // from a delivery that does not exist: same status, code, message and details.
-    let unknown = report(
-        &app,
-        &stranger,
-        Uuid::new_v4(),
-        json!({"status": "received"}),
-    );
-    let unknown = error_shape(unknown.await).await;
-    assert_eq!(unknown["status"], 404, "{unknown}");
-    assert_eq!(unknown["code"], "not_found", "{unknown}");
-    for intruder in [&stranger, &foreigner] {
-        let response = report(&app, intruder, delivery, json!({"status": "received"})).await;
-        assert_eq!(error_shape(response).await, unknown);
-        let response = report(
-            &app,
-            intruder,
-            Uuid::new_v4(),
-            json!({"status": "received"}),
-        );
-        assert_eq!(error_shape(response.await).await, unknown);
-    }
-    assert_eq!(delivery_status(&app, delivery).await, "pending");
-
-    for unknown_id in [Uuid::new_v4().to_string(), "not-a-uuid".to_owned()] {
-        let response = report(&app, &runner, &unknown_id, json!({"status": "received"})).await;
-        assert_eq!(error_shape(response).await, unknown);
-    }
-
-    let response = report(&app, &runner, delivery, json!({"status": "received"})).await;
-    assert_eq!(response.status(), 200);
-}
-
-#[tokio::test]
-async fn reports_on_a_command_cancelled_by_a_forced_pool_deletion_are_409() {
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture().await;
-    let (command, delivery) = submit(&app, &tenant, pool).await;
-    let response = report(&app, &runner, delivery, json!({"status": "received"})).await;
-    assert_eq!(response.status(), 200);
-
-    let response = app
-        .delete_json(
-            &format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id),
-            &tenant.token,
-            &json!({"reason": "runner lost", "force": true}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(body["cancelledCommands"], 1);
-    assert_eq!(command_status_of(&app, command).await, "cancelled");
-
-    for status in ["running", "failed"] {
-        let response = report(&app, &runner, delivery, json!({"status": status})).await;
-        assert_api_error(response, 409, "invalid_transition").await;
-    }
-    assert_eq!(delivery_status(&app, delivery).await, "received");
-}
-
 /// Two server processes on one records store: Postgres records, and Redis to share.
 #[tokio::test]
 async fn redis_only_a_nonce_spent_through_one_process_is_refused_by_another() {
     needs!(Postgres, Redis);
-    let app = spawn_app_with(|c| c.token_hash_key = Some(HASH_KEY.into())).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(app).await;
+    let (app, tenant, pool, runner) = fixture_with(|c| c.token_hash_key = Some(HASH_KEY.into()))
+        .await
+        .parts();
     let (_, delivery) = submit(&app, &tenant, pool).await;
     let first = ServerProcess::start(&app.config, HASH_KEY, RECORD_KEY);
     let second = ServerProcess::start(&app.config, HASH_KEY, RECORD_KEY);
@@ -582,12 +279,7 @@ async fn redis_only_a_nonce_spent_through_one_process_is_refused_by_another() {
 #[tokio::test]
 async fn redis_only_a_report_replayed_after_redis_forgot_its_nonces_changes_nothing() {
     needs!(Postgres, Redis);
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture().await;
+    let (app, tenant, pool, runner) = fixture().await.parts();
     let (command, delivery) = submit(&app, &tenant, pool).await;
     let path = status_path(delivery);
     let mut captured = Vec::new();
@@ -612,65 +304,14 @@ async fn redis_only_a_report_replayed_after_redis_forgot_its_nonces_changes_noth
     assert_eq!(command_status_of(&app, command).await, "running");
 }
 
-/// A runner's identity and one of its keys.
-#[derive(Clone, Copy)]
-pub(crate) struct RunnerKey {
-    pub(crate) runner_id: Uuid,
-    key_id: Uuid,
-    private_key: [u8; 32],
-}
-
-#[tokio::test]
-async fn a_report_under_an_idempotency_key_replays_to_the_same_runner() {
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture().await;
-    let (_, delivery) = submit(&app, &tenant, pool).await;
-    let path = status_path(delivery);
-    let bytes = json!({"status": "received"}).to_string().into_bytes();
-    // Each attempt is signed afresh (a nonce is single use); the key makes it the same request.
-    let keyed = || async {
-        let signed = sign(&runner, &path, &bytes, now());
-        let mut headers = signed.pairs().to_vec();
-        headers.push(("idempotency-key", "report-key-0000000001"));
-        send(&app, &path, &bytes, &headers).await
-    };
-    let first = keyed().await;
-    assert_eq!(first.status(), 200);
-    assert!(first.headers().get("idempotency-replayed").is_none());
-    let first_body = first.text().await.unwrap();
-    let again = keyed().await;
-    assert_eq!(again.status(), 200);
-    assert_eq!(again.headers()["idempotency-replayed"], "true");
-    assert_eq!(again.text().await.unwrap(), first_body);
-    let (n,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
-        "SELECT count(*) FROM audit_events WHERE event_type = 'webhook_delivery.status_reported'"
-    )
-    .unwrap();
-    assert_eq!(n, 1, "the replay did not run again");
-}
-
 #[tokio::test]
 async fn a_runner_is_limited_per_runner_from_any_address_and_its_refusal_is_counted() {
-    use control_plane::config::RateOption;
-    use control_plane::storage::Rate;
-
-    let app = spawn_app_with(|c| {
-        c.runner_rate_limit = RateOption(Some(Rate::parse("2/m").unwrap()));
-        c.runner_address_rate_limit = RateOption(Some(Rate::parse("2/m").unwrap()));
+    let (app, tenant, pool, runner) = fixture_with(|c| {
+        c.runner_rate_limit = rate("2/m");
+        c.runner_address_rate_limit = rate("2/m");
     })
-    .await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(app).await;
+    .await
+    .parts();
     let (_, delivery) = submit(&app, &tenant, pool).await;
     let path = status_path(delivery);
     // Each report from its own loopback address: the address budgets (of the same size) never
@@ -704,29 +345,20 @@ async fn a_runner_is_limited_per_runner_from_any_address_and_its_refusal_is_coun
 
 #[tokio::test]
 async fn a_flood_of_junk_bearer_tokens_does_not_starve_a_runner_behind_the_same_address() {
-    use control_plane::config::RateOption;
-    use control_plane::storage::Rate;
-
-    let app = spawn_app_with(|c| {
-        c.rate_limit = RateOption(Some(Rate::parse("3/m").unwrap()));
-        c.runner_address_rate_limit = RateOption(Some(Rate::parse("5/m").unwrap()));
+    let (app, tenant, pool, runner) = fixture_with(|c| {
+        c.rate_limit = rate("3/m");
+        c.runner_address_rate_limit = rate("5/m");
     })
-    .await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(app).await;
+    .await
+    .parts();
     let (_, delivery) = submit(&app, &tenant, pool).await;
     // Junk from the runner's own address spends that address's bearer budget to the end.
     let mut junk = Vec::new();
     for _ in 0..6 {
         let response = app
             .get("/v1/workspaces/x/activity", "cpat_junk")
-            .send()
-            .await
-            .unwrap();
+            .response()
+            .await;
         junk.push(response.status().as_u16());
     }
     assert_eq!(junk, [401, 401, 401, 429, 429, 429]);
@@ -750,20 +382,12 @@ async fn a_flood_of_junk_bearer_tokens_does_not_starve_a_runner_behind_the_same_
 
 #[tokio::test]
 async fn failed_signatures_spend_the_runner_address_budget_not_the_bearer_one() {
-    use control_plane::config::RateOption;
-    use control_plane::storage::Rate;
-
-    let app = spawn_app_with(|c| {
-        c.rate_limit = RateOption(Some(Rate::parse("2/m").unwrap()));
-        c.runner_address_rate_limit = RateOption(Some(Rate::parse("3/m").unwrap()));
+    let (app, tenant, pool, runner) = fixture_with(|c| {
+        c.rate_limit = rate("2/m");
+        c.runner_address_rate_limit = rate("3/m");
     })
-    .await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(app).await;
+    .await
+    .parts();
     let (_, delivery) = submit(&app, &tenant, pool).await;
     let path = status_path(delivery);
     let bytes = json!({ "status": "received" }).to_string().into_bytes();
@@ -783,173 +407,10 @@ async fn failed_signatures_spend_the_runner_address_budget_not_the_bearer_one() 
     // merits, the first allowed, the second refused by the budget itself.
     let anonymous = app
         .get("/v1/workspaces/x/activity", "cpat_junk")
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     assert_eq!(anonymous.headers()["x-ratelimit-limit"], "2");
     assert_eq!(anonymous.headers()["x-ratelimit-remaining"], "1");
     assert_api_error(anonymous, 401, "unauthenticated").await;
     assert_eq!(delivery_status(&app, delivery).await, "pending");
-}
-
-/// A tenant with one pool and one registered runner in it.
-pub(crate) struct Fixture {
-    pub(crate) app: TestApp,
-    pub(crate) tenant: Tenant,
-    pub(crate) pool: Uuid,
-    pub(crate) runner: RunnerKey,
-}
-
-pub(crate) async fn fixture() -> Fixture {
-    fixture_on(spawn_app().await).await
-}
-
-pub(crate) async fn fixture_on(app: TestApp) -> Fixture {
-    let tenant = app.bootstrap().await;
-    let pool = create_pool(&app, tenant.workspace_id, "runners").await;
-    let runner = register(&app, pool, "runner-a").await;
-    Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    }
-}
-
-async fn register(app: &TestApp, pool: Uuid, name: &str) -> RunnerKey {
-    let registered = app
-        .services
-        .register_runner(pool, name, None, None, &CorrelationId::generate())
-        .await
-        .expect("register a runner");
-    RunnerKey {
-        runner_id: registered.runner.id,
-        key_id: registered.key_id,
-        private_key: registered.private_key.expect("a generated key pair"),
-    }
-}
-
-/// Submits a command over HTTP; returns (command id, delivery id).
-pub(crate) async fn submit(app: &TestApp, tenant: &Tenant, pool: Uuid) -> (Uuid, Uuid) {
-    let response = app
-        .post_json(
-            &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
-            &tenant.token,
-            &json!({"poolId": pool, "command": "make", "args": ["test"]}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
-    let id = |field: &str| -> Uuid {
-        body["command"][field]
-            .as_str()
-            .expect("an id")
-            .parse()
-            .expect("a uuid")
-    };
-    (id("id"), id("deliveryId"))
-}
-
-fn status_path(delivery: impl Display) -> String {
-    format!("/v1/runner/webhook-deliveries/{delivery}/status")
-}
-
-fn now() -> i64 {
-    chrono::Utc::now().timestamp()
-}
-
-fn nonce() -> String {
-    format!("nonce-{}", Uuid::new_v4().simple())
-}
-
-fn base64_of(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-fn sign(key: &RunnerKey, path: &str, body: &[u8], timestamp: i64) -> SignedHeaders {
-    sign_request(
-        &key.private_key,
-        key.runner_id,
-        key.key_id,
-        "POST",
-        path,
-        body,
-        timestamp,
-        &nonce(),
-    )
-}
-
-fn sign_with_nonce(key: &RunnerKey, path: &str, body: &[u8], nonce: &str) -> SignedHeaders {
-    sign_request(
-        &key.private_key,
-        key.runner_id,
-        key.key_id,
-        "POST",
-        path,
-        body,
-        now(),
-        nonce,
-    )
-}
-
-/// Signs `body` as `key` and posts it to the delivery's status route.
-pub(crate) async fn report(
-    app: &TestApp,
-    key: &RunnerKey,
-    delivery: impl Display,
-    body: Value,
-) -> Response {
-    let path = status_path(delivery);
-    let bytes = body.to_string().into_bytes();
-    let signed = sign(key, &path, &bytes, now());
-    send(app, &path, &bytes, &signed.pairs()).await
-}
-
-async fn send(app: &TestApp, path: &str, body: &[u8], headers: &[(&str, &str)]) -> Response {
-    send_to(&app.client, &app.url(path), body, headers).await
-}
-
-async fn send_to(
-    client: &reqwest::Client,
-    url: &str,
-    body: &[u8],
-    headers: &[(&str, &str)],
-) -> Response {
-    let mut request = client
-        .post(url)
-        .header(CONTENT_TYPE, "application/json")
-        .body(body.to_vec());
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    request.send().await.unwrap()
-}
-
-async fn assert_refused(response: Response) {
-    assert_api_error(response, 401, "invalid_signature").await;
-}
-
-async fn delivery_status(app: &TestApp, delivery: Uuid) -> String {
-    let (status,) = sql_one!(
-        &mut app.db().await,
-        (String,),
-        "SELECT status FROM webhook_deliveries WHERE id = $1",
-        delivery
-    )
-    .unwrap();
-    status
-}
-
-async fn command_status_of(app: &TestApp, command: Uuid) -> String {
-    let (status,) = sql_one!(
-        &mut app.db().await,
-        (String,),
-        "SELECT status FROM runner_commands WHERE id = $1",
-        command
-    )
-    .unwrap();
-    status
 }

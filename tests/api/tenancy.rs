@@ -5,7 +5,7 @@ use control_plane::domain::{CorrelationId, RevocationReason, Scope};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, assert_api_error, create_pool, spawn_app};
+use crate::support::{Call, TestApp, assert_api_error, create_pool, tenant_app};
 
 /// The token id behind a secret, as authentication resolves it.
 async fn token_id(app: &TestApp, secret: &str) -> Uuid {
@@ -14,8 +14,7 @@ async fn token_id(app: &TestApp, secret: &str) -> Uuid {
 
 #[tokio::test]
 async fn a_keyed_replay_is_refused_once_the_grant_it_needed_is_revoked() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let second = app.create_workspace(tenant.organisation_id, "second").await;
     let parent = app
         .admin_token(
@@ -83,8 +82,7 @@ async fn a_keyed_replay_is_refused_once_the_grant_it_needed_is_revoked() {
 
 #[tokio::test]
 async fn a_keyed_replay_is_refused_when_the_policy_now_denies_it() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let pool = create_pool(&app, tenant.workspace_id, "replayed").await;
     let path = format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id);
     let body = json!({"poolId": pool, "command": "echo"});
@@ -94,12 +92,12 @@ async fn a_keyed_replay_is_refused_when_the_policy_now_denies_it() {
             .send()
     };
     assert_eq!(submit().await.unwrap().status(), 200);
-    crate::helpers::activate_deny_all(&app.services).await;
+    crate::support::activate_deny_all(&app.services).await;
     // The activation reaches the server through its change feed: wait until a fresh request
     // is refused.
     let activity = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
     let refused = || async {
-        let response = app.get(&activity, &tenant.token).send().await.unwrap();
+        let response = app.get(&activity, &tenant.token).response().await;
         response.status() == 403
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -115,9 +113,7 @@ async fn a_keyed_replay_is_refused_when_the_policy_now_denies_it() {
 /// Submits a command and returns its id.
 async fn submit(app: &TestApp, token: &str, workspace: Uuid, body: &Value) -> String {
     let path = format!("/v1/workspaces/{workspace}/runner-commands");
-    let response = app.post_json(&path, token, body).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
+    let body: Value = app.post_ok(&path, token, body).await;
     body["command"]["id"].as_str().unwrap().to_owned()
 }
 
@@ -127,9 +123,7 @@ async fn all_activity(app: &TestApp, token: &str, workspace: Uuid, limit: u32) -
     let mut cursor = String::new();
     loop {
         let path = format!("/v1/workspaces/{workspace}/activity?limit={limit}&cursor={cursor}");
-        let response = app.get(&path, token).send().await.unwrap();
-        assert_eq!(response.status(), 200);
-        let page: Value = response.json().await.unwrap();
+        let page: Value = app.get_ok(&path, token).await;
         items.extend(page["items"].as_array().unwrap().iter().cloned());
         match page["nextCursor"].as_str() {
             Some(next) => cursor = next.to_owned(),
@@ -147,8 +141,7 @@ fn targets(items: &[Value]) -> Vec<String> {
 
 #[tokio::test]
 async fn a_staging_token_reads_no_production_event_and_no_event_holds_a_command_line() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let ws = tenant.workspace_id;
     let pool = create_pool(&app, ws, "deployers").await;
     let staging = app.create_environment(ws, "staging").await;
@@ -216,7 +209,7 @@ async fn a_staging_token_reads_no_production_event_and_no_event_holds_a_command_
     }
 
     // The stream skips them too, in the replay and live.
-    let mut stream = crate::audit_stream::Sse::open(
+    let mut stream = crate::support::sse::Sse::open(
         &app,
         &reader,
         ws,
@@ -249,8 +242,7 @@ async fn a_staging_token_reads_no_production_event_and_no_event_holds_a_command_
 async fn a_requester_approves_its_own_revision_only_where_its_organisation_allows_it() {
     use control_plane::domain::RevisionState;
     use control_plane::service::{ServiceError, UserRef};
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let ws = tenant.workspace_id;
     let requester = UserRef::parse(&tenant.user_id.to_string()).unwrap();
     let decide = |revision: Uuid, to: RevisionState| {
@@ -299,12 +291,8 @@ async fn a_requester_approves_its_own_revision_only_where_its_organisation_allow
             &format!("/v1/workspaces/{ws}/activity?limit=100"),
             &tenant.token,
         )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_body()
+        .await;
     let event = page["items"]
         .as_array()
         .unwrap()

@@ -7,9 +7,10 @@ use control_plane::domain::Scope;
 use reqwest::Response;
 use serde_json::{Value, json};
 
-use crate::audit_stream::Sse;
-use crate::helpers::issuance_body;
-use crate::{reviews, signatures, workflows};
+use crate::support::runner as signatures;
+use crate::support::sse::Sse;
+use crate::support::{Call, issuance_body};
+use crate::{reviews, workflows};
 
 /// `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$`, spelled as a template: `d` is any digit.
 fn is_api_time(s: &str) -> bool {
@@ -89,12 +90,7 @@ fn the_checker_refuses_other_shapes() {
 
 #[tokio::test]
 async fn every_time_in_every_response_and_event_has_one_format() {
-    let signatures::Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = signatures::fixture().await;
+    let (app, tenant, pool, runner) = signatures::fixture().await.parts();
     let ws = tenant.workspace_id;
     let mut seen = BTreeSet::new();
 
@@ -112,9 +108,8 @@ async fn every_time_in_every_response_and_event_has_one_format() {
             &tenant.token,
             &json!({"reason": "rotated"}),
         )
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     body_of("revoke", revoke, &mut seen).await;
 
     // POST runner-commands, then the runner's signed status report.
@@ -127,9 +122,8 @@ async fn every_time_in_every_response_and_event_has_one_format() {
             &tenant.token,
             &json!({"poolId": pool, "command": "echo"}),
         )
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     body_of("submit", submitted, &mut seen).await;
 
     // DELETE runner-pools (forced: commands are open).
@@ -139,9 +133,8 @@ async fn every_time_in_every_response_and_event_has_one_format() {
             &tenant.token,
             &json!({"force": true}),
         )
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     body_of("deletePool", deleted, &mut seen).await;
 
     // POST request-approval.
@@ -173,9 +166,8 @@ async fn every_time_in_every_response_and_event_has_one_format() {
             &format!("/v1/workspaces/{ws}/activity?limit=100"),
             &tenant.token,
         )
-        .send()
-        .await
-        .unwrap();
+        .response()
+        .await;
     let activity = body_of("activity", activity, &mut seen).await;
     let items = activity["items"].as_array().expect("items");
     assert!(activity["nextCursor"].is_null(), "one page holds them all");

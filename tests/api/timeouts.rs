@@ -6,11 +6,12 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{
+use crate::support::runner::command_status_of;
+use crate::support::runner::{fixture_with, report};
+use crate::support::{
     ServerProcess, Tenant, TestApp, assert_api_error, create_pool, events_about, needs,
-    spawn_app_with, sql_all, sql_one,
+    spawn_app_with, sql_all, sql_one, sql_value,
 };
-use crate::signatures::{Fixture, fixture_on, report};
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
@@ -20,13 +21,9 @@ const PATIENCE: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn a_command_past_its_timeout_fails_once_with_its_delivery_and_frees_its_pool() {
-    let app = spawn_app_with(|c| c.command_timeout_sweep_secs = 1).await;
-    let Fixture {
-        app,
-        tenant,
-        pool,
-        runner,
-    } = fixture_on(app).await;
+    let (app, tenant, pool, runner) = fixture_with(|c| c.command_timeout_sweep_secs = 1)
+        .await
+        .parts();
     // Never picked up.
     let (queued, queued_delivery) = submit(&app, &tenant, pool, 1).await;
     // Picked up, then the runner goes silent (a longer timeout, so the report lands first).
@@ -58,7 +55,7 @@ async fn a_command_past_its_timeout_fails_once_with_its_delivery_and_frees_its_p
         assert_eq!(event["data"]["timeoutSeconds"], timeout);
         assert_eq!(event["data"]["reason"], "timed out");
 
-        assert_eq!(command_status(&app, command).await, "failed");
+        assert_eq!(command_status_of(&app, command).await, "failed");
         let (status, detail) = delivery_of(&app, delivery).await;
         assert_eq!(status, "failed");
         let detail = detail.expect("a detail");
@@ -70,7 +67,7 @@ async fn a_command_past_its_timeout_fails_once_with_its_delivery_and_frees_its_p
     for command in [queued, dispatched] {
         assert_eq!(timed_out_events(&app, command).await, 1);
     }
-    assert_eq!(command_status(&app, patient).await, "queued");
+    assert_eq!(command_status_of(&app, patient).await, "queued");
 
     // The runner's late reports meet the state machine.
     for (delivery, status) in [
@@ -86,17 +83,13 @@ async fn a_command_past_its_timeout_fails_once_with_its_delivery_and_frees_its_p
     assert_eq!(delivery_of(&app, dispatched_delivery).await.0, "failed");
 
     // The pool holds nothing open any more: deleted without force, nothing cancelled.
-    let response = app
-        .delete_json(
+    let body: Value = app
+        .delete_ok(
             &format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id),
             &tenant.token,
             &json!({"reason": "runner lost"}),
         )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
+        .await;
     assert_eq!(body["cancelledCommands"], 0);
 
     assert_log_has_no_gaps(&app, tenant.workspace_id).await;
@@ -123,13 +116,12 @@ async fn postgres_only_replicas_sweeping_together_fail_each_command_once() {
     }
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
-        let (open,) = sql_one!(
-            &mut app.db().await,
-            (i64,),
+        let open = sql_value!(
+            app,
+            i64,
             "SELECT count(*) FROM runner_commands WHERE pool_id = $1 AND status <> 'failed'",
             pool
-        )
-        .unwrap();
+        );
         if open == 0 {
             break;
         }
@@ -151,31 +143,24 @@ async fn postgres_only_replicas_sweeping_together_fail_each_command_once() {
     targets.sort();
     commands.sort();
     assert_eq!(targets, commands, "one event per command");
-    let (failed,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
+    let failed = sql_value!(
+        app,
+        i64,
         "SELECT count(*) FROM webhook_deliveries d JOIN runner_commands c ON c.id = d.command_id
          WHERE c.pool_id = $1 AND d.status = 'failed'",
         pool
-    )
-    .unwrap();
+    );
     assert_eq!(failed, 40);
     assert_log_has_no_gaps(&app, tenant.workspace_id).await;
 }
 
 /// Submits `make test` with `timeoutSeconds`; returns (command id, delivery id).
 async fn submit(app: &TestApp, tenant: &Tenant, pool: Uuid, timeout: u32) -> (Uuid, Uuid) {
-    let response = app
-        .post_json(
+    let body: Value = app.post_ok(
             &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
             &tenant.token,
             &json!({"poolId": pool, "command": "make", "args": ["test"], "timeoutSeconds": timeout}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
+        ).await;
     let id = |field: &str| -> Uuid { body["command"][field].as_str().unwrap().parse().unwrap() };
     (id("id"), id("deliveryId"))
 }
@@ -185,16 +170,7 @@ async fn submit(app: &TestApp, tenant: &Tenant, pool: Uuid, timeout: u32) -> (Uu
 async fn timed_out_event(app: &TestApp, tenant: &Tenant, command: Uuid) -> Value {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
-        let response = app
-            .get(
-                &format!("/v1/workspaces/{}/activity?limit=100", tenant.workspace_id),
-                &tenant.token,
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        let page: Value = response.json().await.unwrap();
+        let page: Value = app.activity(tenant, "?limit=100").await;
         let found: Vec<&Value> = page["items"]
             .as_array()
             .unwrap()
@@ -220,17 +196,6 @@ async fn timed_out_events(app: &TestApp, command: Uuid) -> i64 {
     events_about(app, "runner_command.timed_out", command)
         .await
         .0
-}
-
-async fn command_status(app: &TestApp, command: Uuid) -> String {
-    let (status,) = sql_one!(
-        &mut app.db().await,
-        (String,),
-        "SELECT status FROM runner_commands WHERE id = $1",
-        command
-    )
-    .unwrap();
-    status
 }
 
 async fn delivery_of(app: &TestApp, delivery: Uuid) -> (String, Option<String>) {

@@ -10,16 +10,14 @@ use control_plane::domain::{
 };
 use serde_json::Value;
 
-use crate::helpers::{captured_logs, spawn_app, spawn_app_with};
+use crate::support::{Call, captured_logs, spawn_app, spawn_app_with};
 
-async fn published(app: &crate::helpers::TestApp) -> Value {
+async fn published(app: &crate::support::TestApp) -> Value {
     let response = app
         .client
         .get(app.url("/.well-known/jwks.json"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+        .ok_response()
+        .await;
     let header = |name: &str| {
         response
             .headers()

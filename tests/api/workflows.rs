@@ -5,20 +5,16 @@ use control_plane::service::{ServiceError, UserRef};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, assert_api_error, error_shape, spawn_app, sql_all, sql_one};
+use crate::support::{
+    Call, TestApp, assert_api_error, error_shape, sql_all, sql_one, sql_value, tenant_app,
+};
 
 #[tokio::test]
 async fn a_draft_goes_to_pending_approval_once() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let (workflow, revision) = draft(&app, tenant.workspace_id, "deploy").await;
     let caller = app
-        .admin_token(
-            &tenant,
-            &[Scope::WorkflowsRequestApproval],
-            &[tenant.workspace_id],
-            &[],
-        )
+        .scoped_token(&tenant, &[Scope::WorkflowsRequestApproval])
         .await;
 
     let response = request_approval(
@@ -83,8 +79,7 @@ async fn a_draft_goes_to_pending_approval_once() {
 
 #[tokio::test]
 async fn the_comment_is_optional_and_each_revision_has_its_own_state() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let (workflow, first) = draft(&app, tenant.workspace_id, "build").await;
     let second = app
         .services
@@ -122,8 +117,7 @@ async fn the_comment_is_optional_and_each_revision_has_its_own_state() {
 
 #[tokio::test]
 async fn unknown_or_mismatched_revisions_are_404_and_foreign_workspaces_403() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let ws = tenant.workspace_id;
     let (workflow, revision) = draft(&app, ws, "deploy").await;
     let (other_workflow, other_revision) = draft(&app, ws, "rollback").await;
@@ -141,18 +135,14 @@ async fn unknown_or_mismatched_revisions_are_404_and_foreign_workspaces_403() {
         // A workflow of another workspace, named under this one.
         (far_workflow.to_string(), far_revision.to_string()),
     ] {
-        let response = app
+        app
             .post_json(
                 &format!(
                     "/v1/workspaces/{ws}/workflows/{workflow_id}/revisions/{revision_id}/request-approval"
                 ),
                 &tenant.token,
                 &json!({}),
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_api_error(response, 404, "not_found").await;
+            ).expect(404, "not_found").await;
     }
 
     // Under its own workspace, which the token does not hold.
@@ -184,8 +174,7 @@ async fn unknown_or_mismatched_revisions_are_404_and_foreign_workspaces_403() {
 #[tokio::test]
 async fn a_token_limited_to_environments_cannot_request_approval() {
     // Workflows carry no environment, so they lie outside every environment-limited token.
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let ws = tenant.workspace_id;
     let staging = app.create_environment(ws, "staging").await;
     let (workflow, revision) = draft(&app, ws, "deploy").await;
@@ -203,13 +192,12 @@ async fn a_token_limited_to_environments_cannot_request_approval() {
     // Existence is still answered before escalation, as everywhere.
     let response = request_approval(&app, &limited, ws, workflow, Uuid::new_v4(), &json!({})).await;
     assert_api_error(response, 404, "not_found").await;
-    let (state,) = sql_one!(
-        &mut app.db().await,
-        (String,),
+    let state = sql_value!(
+        app,
+        String,
         "SELECT state FROM workflow_revisions WHERE id = $1",
         revision
-    )
-    .unwrap();
+    );
     assert_eq!(state, "draft");
 
     let unlimited = app
@@ -221,8 +209,7 @@ async fn a_token_limited_to_environments_cannot_request_approval() {
 
 #[tokio::test]
 async fn another_organisations_revision_is_a_404_like_an_unknown_one() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let ws = tenant.workspace_id;
     let (workflow, _) = draft(&app, ws, "deploy").await;
     let second = app.create_workspace(tenant.organisation_id, "second").await;
@@ -254,8 +241,7 @@ async fn another_organisations_revision_is_a_404_like_an_unknown_one() {
 
 #[tokio::test]
 async fn the_comment_is_bounded_and_the_body_closed() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let (workflow, revision) = draft(&app, tenant.workspace_id, "deploy").await;
     for body in [
         json!({"comment": "c".repeat(1001)}),
@@ -293,8 +279,7 @@ async fn the_comment_is_bounded_and_the_body_closed() {
 /// request for approval meets the decided state.
 #[tokio::test]
 async fn an_administrators_decision_is_seen_by_the_api() {
-    let app = spawn_app().await;
-    let tenant = app.bootstrap().await;
+    let (app, tenant) = tenant_app().await;
     let mut revisions = Vec::new();
     for name in ["approved", "rejected"] {
         let (workflow, revision) = draft(&app, tenant.workspace_id, name).await;
@@ -377,16 +362,7 @@ async fn an_administrators_decision_is_seen_by_the_api() {
         let err = assert_api_error(response, 409, "invalid_transition").await;
         assert_eq!(err["error"]["details"]["state"], state);
     }
-    let response = app
-        .get(
-            &format!("/v1/workspaces/{}/activity?limit=100", tenant.workspace_id),
-            &tenant.token,
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let page: Value = response.json().await.unwrap();
+    let page: Value = app.activity(&tenant, "?limit=100").await;
     for ((_, revision), event_type) in revisions
         .iter()
         .zip(["workflow_revision.approved", "workflow_revision.rejected"])
@@ -440,7 +416,6 @@ pub(crate) async fn request_approval(
         token,
         body,
     )
-    .send()
+    .response()
     .await
-    .unwrap()
 }

@@ -1,0 +1,155 @@
+//! What tests set up again and again, through the service layer as `cpctl` would: a tenant
+//! (organisation, workspace, admin user, token with every scope), more workspaces,
+//! environments and tokens for it, runner pools, a valid issuance body, the deny-all policy.
+
+use control_plane::domain::{CorrelationId, ExpiresInDays, Scope, Scopes, TokenName};
+use control_plane::service::{BootstrapInput, IssueTokenInput, Services};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::client::Call;
+use super::server::TestApp;
+
+/// A bootstrapped organisation: one workspace, one admin user, a token with every scope.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    pub organisation_id: Uuid,
+    pub workspace_id: Uuid,
+    pub user_id: Uuid,
+    pub token: String,
+}
+
+impl TestApp {
+    /// The tenant's workspace activity (`query` appended to the path, e.g. `?limit=100`), as
+    /// its admin reads it: asserts a 200 and returns the page.
+    pub async fn activity(&self, tenant: &Tenant, query: &str) -> Value {
+        let path = format!("/v1/workspaces/{}/activity{query}", tenant.workspace_id);
+        self.get(&path, &tenant.token).ok().await
+    }
+
+    /// Bootstraps a tenant through the service layer, as `cpctl bootstrap` does, with a 90-day
+    /// token.
+    pub async fn bootstrap(&self) -> Tenant {
+        let suffix = Uuid::new_v4().simple().to_string();
+        let done = self
+            .services
+            .bootstrap(
+                BootstrapInput {
+                    organisation: format!("org-{suffix}"),
+                    workspace: "main".into(),
+                    admin_email: format!("admin-{suffix}@example.com"),
+                    // The longest lifetime, so the 30-day tokens it issues are not capped.
+                    expires_in_days: ExpiresInDays::parse(90).expect("days"),
+                },
+                &CorrelationId::generate(),
+            )
+            .await
+            .expect("bootstrap");
+        Tenant {
+            organisation_id: done.organisation.id,
+            workspace_id: done.workspace.id,
+            user_id: done.user.id,
+            token: done.credential.secret.expose().to_owned(),
+        }
+    }
+
+    pub async fn create_workspace(&self, organisation_id: Uuid, name: &str) -> Uuid {
+        self.services
+            .create_workspace(organisation_id, name, &CorrelationId::generate())
+            .await
+            .expect("workspace")
+            .id
+    }
+
+    pub async fn create_environment(&self, workspace_id: Uuid, name: &str) -> Uuid {
+        self.services
+            .create_environment(workspace_id, name, &CorrelationId::generate())
+            .await
+            .expect("environment")
+            .id
+    }
+
+    /// A token of the tenant's admin with `scopes` on its one workspace, nothing else.
+    pub async fn scoped_token(&self, tenant: &Tenant, scopes: &[Scope]) -> String {
+        self.admin_token(tenant, scopes, &[tenant.workspace_id], &[])
+            .await
+    }
+
+    /// Issues a token with [`issuance_body`] over HTTP as the tenant's admin, asserting a 200;
+    /// the response body (`credential.id`, `credential.token` ...).
+    pub async fn issued(&self, tenant: &Tenant) -> Value {
+        self.issue(&tenant.token, &issuance_body(tenant))
+            .await
+            .ok()
+            .await
+    }
+
+    /// Issues a token for `user` through the admin path: any scopes, workspaces, environments.
+    pub async fn admin_token(
+        &self,
+        tenant: &Tenant,
+        scopes: &[Scope],
+        workspaces: &[Uuid],
+        environments: &[Uuid],
+    ) -> String {
+        let input = IssueTokenInput::new(
+            TokenName::parse(&format!("t-{}", Uuid::new_v4().simple())).expect("name"),
+            scopes.iter().copied().collect::<Scopes>(),
+            tenant.organisation_id,
+            workspaces.to_vec(),
+            environments.to_vec(),
+            ExpiresInDays::default(),
+        )
+        .expect("input");
+        self.services
+            .issue_token_for_user(tenant.user_id, input, &CorrelationId::generate())
+            .await
+            .expect("issue")
+            .secret
+            .expose()
+            .to_owned()
+    }
+}
+
+/// A runner pool made through the service layer, as `cpctl pools create` does.
+pub async fn create_pool(app: &TestApp, workspace: Uuid, name: &str) -> Uuid {
+    app.services
+        .create_pool(workspace, name, &CorrelationId::generate())
+        .await
+        .expect("pool")
+        .id
+}
+
+/// A valid issuance body for `tenant`, to be varied by each test.
+pub fn issuance_body(tenant: &Tenant) -> Value {
+    serde_json::json!({
+        "name": format!("token-{}", Uuid::new_v4().simple()),
+        "scopes": ["activity:read"],
+        "organisationId": tenant.organisation_id,
+        "workspaceIds": [tenant.workspace_id],
+    })
+}
+
+/// Installs the deny-all test policy and makes it the active authorizer, as `cpctl policies
+/// install` then `activate` would; every replica on these records picks it up.
+pub async fn activate_deny_all(services: &Services) {
+    let policy = services
+        .install_policy(
+            "deny-all",
+            control_plane::policy::PolicyKind::Authorizer,
+            control_plane::policy::fixtures::DENY_ALL,
+        )
+        .await
+        .unwrap();
+    services
+        .activate_policy(&format!("deny-all@{}", policy.version))
+        .await
+        .unwrap();
+}
+
+/// A fresh app with one bootstrapped tenant: how most tests begin.
+pub async fn tenant_app() -> (TestApp, Tenant) {
+    let app = super::server::spawn_app().await;
+    let tenant = app.bootstrap().await;
+    (app, tenant)
+}

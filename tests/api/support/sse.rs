@@ -1,0 +1,249 @@
+//! A client of the audit stream (`GET /v1/workspaces/{workspaceId}/audit/stream`) that reads
+//! Server-Sent Events block by block, with a bound on every wait, and what the tests compare
+//! it with: the workspace's durable log, and commands submitted to make new events.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::client::Call;
+use super::fixtures::Tenant;
+use super::server::TestApp;
+
+/// Longest wait for anything on a stream, so a failing test cannot hang.
+pub(crate) const WAIT: Duration = Duration::from_secs(10);
+
+/// One event of the stream.
+pub(crate) struct Event {
+    pub(crate) id: i64,
+    pub(crate) event: String,
+    pub(crate) data: Value,
+}
+
+/// A client of the audit stream that reads whole blocks (one event or comment each).
+pub(crate) struct Sse {
+    pub(crate) response: reqwest::Response,
+    pub(crate) buffer: Vec<u8>,
+}
+
+impl Sse {
+    pub(crate) async fn open(
+        app: &TestApp,
+        token: &str,
+        workspace: Uuid,
+        query: &str,
+        last_event_id: Option<i64>,
+    ) -> Self {
+        Self::open_at(
+            &app.client,
+            &app.address,
+            token,
+            workspace,
+            query,
+            last_event_id,
+        )
+        .await
+    }
+
+    /// The stream of the server at `base` (another replica).
+    pub(crate) async fn open_at(
+        client: &reqwest::Client,
+        base: &str,
+        token: &str,
+        workspace: Uuid,
+        query: &str,
+        last_event_id: Option<i64>,
+    ) -> Self {
+        let mut request = client
+            .get(format!("{base}{}{query}", stream_path(workspace)))
+            .bearer_auth(token);
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id.to_string());
+        }
+        let response = tokio::time::timeout(WAIT, request.send())
+            .await
+            .expect("the stream answers within 10 s")
+            .expect("request");
+        assert_eq!(response.status(), 200);
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        assert!(
+            content_type.starts_with("text/event-stream"),
+            "{content_type}"
+        );
+        assert_eq!(response.headers()["cache-control"], "no-cache");
+        Self {
+            response,
+            buffer: Vec::new(),
+        }
+    }
+
+    /// The next block, up to a blank line.
+    pub(crate) async fn block(&mut self) -> String {
+        loop {
+            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                return String::from_utf8(block[..end].to_vec()).expect("UTF-8");
+            }
+            let chunk = tokio::time::timeout(WAIT, self.response.chunk())
+                .await
+                .expect("nothing arrived on the stream within 10 s")
+                .expect("read the stream")
+                .expect("the stream ended");
+            self.buffer.extend_from_slice(&chunk);
+        }
+    }
+
+    /// The first block: the reconnection delay and a comment saying the subscription is live.
+    pub(crate) async fn expect_preamble(&mut self) {
+        assert_eq!(self.block().await, "retry: 2000\n: subscribed");
+    }
+
+    /// The next event, skipping comments (heartbeats).
+    pub(crate) async fn next_event(&mut self) -> Event {
+        loop {
+            let block = self.block().await;
+            let (mut id, mut event, mut data) = (None, None, None);
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id: ") {
+                    id = Some(v.parse::<i64>().expect("a numeric id"));
+                } else if let Some(v) = line.strip_prefix("event: ") {
+                    event = Some(v.to_owned());
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data = Some(serde_json::from_str::<Value>(v).expect("JSON data"));
+                } else {
+                    assert!(line.starts_with(':'), "unexpected line {line:?}");
+                }
+            }
+            match (id, event, data) {
+                (Some(id), Some(event), Some(data)) => return Event { id, event, data },
+                (None, None, None) => continue,
+                partial => panic!("an incomplete event {partial:?} in {block:?}"),
+            }
+        }
+    }
+}
+
+/// What a stream sent after a point, up to its end.
+#[derive(Debug)]
+pub(crate) struct Ending {
+    /// Ids of the events received before the end.
+    pub(crate) events: Vec<i64>,
+    /// The last comment (without `: `), the reason the server gave.
+    pub(crate) comment: String,
+    /// From the start of the wait to the end of the response.
+    pub(crate) took: Duration,
+}
+
+impl Sse {
+    /// Reads every block until the response ends (failing after 10 s).
+    pub(crate) async fn until_end(&mut self) -> Ending {
+        let started = std::time::Instant::now();
+        let mut events = Vec::new();
+        let mut comment = String::new();
+        loop {
+            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                let block = String::from_utf8(block[..end].to_vec()).expect("UTF-8");
+                for line in block.lines() {
+                    if let Some(id) = line.strip_prefix("id: ") {
+                        events.push(id.parse().expect("a numeric id"));
+                    } else if let Some(text) = line.strip_prefix(": ") {
+                        comment = text.to_owned();
+                    }
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(WAIT, self.response.chunk())
+                .await
+                .expect("the stream did not end within 10 s")
+                .expect("read the stream");
+            match chunk {
+                Some(chunk) => self.buffer.extend_from_slice(&chunk),
+                None => {
+                    assert!(self.buffer.is_empty(), "a partial block {:?}", self.buffer);
+                    return Ending {
+                        events,
+                        comment,
+                        took: started.elapsed(),
+                    };
+                }
+            }
+        }
+    }
+}
+
+impl Ending {
+    /// Ended within 2 s, saying `reason`, with no event after the point the wait started.
+    pub(crate) fn assert_prompt(&self, reason: &str) {
+        assert_eq!(self.comment, reason, "{self:?}");
+        assert!(self.events.is_empty(), "sent after access ended: {self:?}");
+        assert!(self.took < Duration::from_secs(2), "{self:?}");
+    }
+}
+
+pub(crate) fn stream_path(workspace: impl std::fmt::Display) -> String {
+    format!("/v1/workspaces/{workspace}/audit/stream")
+}
+
+/// Submits a command over HTTP; returns its id.
+pub(crate) async fn submit(app: &TestApp, token: &str, workspace: Uuid, pool: Uuid) -> Uuid {
+    let body: Value = app
+        .post_json(
+            &format!("/v1/workspaces/{workspace}/runner-commands"),
+            token,
+            &json!({"poolId": pool, "command": "echo"}),
+        )
+        .ok()
+        .await;
+    body["command"]["id"].as_str().unwrap().parse().unwrap()
+}
+
+/// The workspace's durable log: (sequence, type), oldest first.
+pub(crate) async fn logged_events(app: &TestApp, workspace: Uuid) -> Vec<(i64, String)> {
+    crate::support::sql_all!(
+        &mut app.db().await,
+        (i64, String),
+        "SELECT seq, event_type FROM audit_events WHERE workspace_id = $1 ORDER BY seq",
+        workspace
+    )
+    .unwrap()
+}
+
+/// Issues a token with `audit:read` on `workspaces` for the tenant's user, as `cpctl tokens
+/// issue` does: (secret, id).
+pub(crate) async fn reader(app: &TestApp, tenant: &Tenant, workspaces: &[Uuid]) -> (String, Uuid) {
+    let input = control_plane::service::IssueTokenInput::new(
+        control_plane::domain::TokenName::parse(&format!("r-{}", Uuid::new_v4().simple())).unwrap(),
+        [control_plane::domain::Scope::AuditRead]
+            .into_iter()
+            .collect(),
+        tenant.organisation_id,
+        workspaces.to_vec(),
+        vec![],
+        control_plane::domain::ExpiresInDays::default(),
+    )
+    .unwrap();
+    let issued = app
+        .services
+        .issue_token_for_user(
+            tenant.user_id,
+            input,
+            &control_plane::domain::CorrelationId::generate(),
+        )
+        .await
+        .unwrap();
+    (issued.secret.expose().to_owned(), issued.record.id)
+}
+
+/// The sequence of the newest event of the workspace.
+pub(crate) async fn head(app: &TestApp, workspace: Uuid) -> i64 {
+    logged_events(app, workspace)
+        .await
+        .last()
+        .map_or(0, |e| e.0)
+}
