@@ -7,6 +7,7 @@ mod dispatch;
 mod idempotency;
 mod ids;
 mod key_wrap;
+pub mod operation;
 mod principal;
 mod scope;
 mod signature;
@@ -27,6 +28,7 @@ pub use ids::{
     reject_nul,
 };
 pub use key_wrap::{ForeignWrap, KeyEncryptionKey};
+pub use operation::{Auth, OperationSpec, RateClass};
 pub use principal::Principal;
 pub use scope::{Scope, Scopes, UnknownScope};
 pub use signature::{
