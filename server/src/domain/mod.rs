@@ -9,6 +9,7 @@ mod ids;
 mod key_wrap;
 pub mod operation;
 mod principal;
+pub(crate) mod rules;
 mod scope;
 mod signature;
 mod states;

@@ -22,9 +22,9 @@
 //!   backend does its own way; `mod.rs` opens, migrates, maps errors and provides the primitives.
 //! - `held.rs`: a keyed request's transaction held open until its response is sealed into it
 //!   (`ports/outcomes.rs`, the committed outcomes of keyed requests).
-//! - `rows.rs`: rows that decode the same on both backends; `rules.rs`: what the counts a
-//!   transaction takes under its lock mean (name taken, the token cap, lost access, a busy pool),
-//!   decided once.
+//! - `rows.rs`: rows that decode the same on both backends. What the counts a transaction takes
+//!   under its lock mean (name taken, the token cap, lost access, a busy pool) is decided once,
+//!   in `domain/rules.rs`.
 //! - `changes.rs`: the change-feed port (audit events appended, policies changed), implemented
 //!   by each adapter's `changes.rs` (Postgres LISTEN/NOTIFY, SQLite in process); `feed.rs`: the
 //!   audit fan-out to stream subscribers, fed by it.
@@ -48,7 +48,6 @@ mod ports;
 pub mod postgres;
 mod redis;
 mod rows;
-mod rules;
 mod sqlite;
 
 use std::sync::Arc;

@@ -17,8 +17,7 @@ use self::shared::CredentialRow;
 use super::audit::insert_events;
 use super::batch::{self, Ran};
 use super::{PostgresStore, map_err};
-use crate::domain::NewAuditEvent;
-use crate::storage::rules;
+use crate::domain::{NewAuditEvent, rules};
 use crate::storage::{InsertTokenError, NewToken, StoreError};
 
 // Compiled once per SQL backend (see the layout in `storage/mod.rs`).
