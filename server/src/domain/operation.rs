@@ -211,23 +211,22 @@ fn literal_match(route: &str, path: &str) -> Option<usize> {
 }
 
 /// The route `path` (as sent, without the query) matches, as the router picks it: the one
-/// with the most literal segments. Its operations, in table order; empty when none matches.
-pub fn on_route(path: &str) -> Vec<&'static OperationSpec> {
-    let best = OPERATIONS
+/// with the most literal segments. Its operations, in table order; none when no route matches.
+fn on_route(path: &str) -> impl Iterator<Item = &'static OperationSpec> {
+    let route = OPERATIONS
         .iter()
         .filter_map(|op| Some((literal_match(op.route, path)?, op.route)))
-        .max_by_key(|(literals, _)| *literals);
-    let Some((_, route)) = best else {
-        return Vec::new();
-    };
-    OPERATIONS.iter().filter(|op| op.route == route).collect()
+        .max_by_key(|(literals, _)| *literals)
+        .map(|(_, route)| route);
+    // No allocation: this runs for every /v1 request, before the limiter.
+    OPERATIONS.iter().filter(move |op| Some(op.route) == route)
 }
 
 /// The operation a request names before routing: `method` on the route `path` matches (`HEAD`
 /// as its `GET`, as the router answers it). `None` for a 404 or a 405.
 pub fn find(method: &str, path: &str) -> Option<&'static OperationSpec> {
     let method = if method == "HEAD" { "GET" } else { method };
-    on_route(path).into_iter().find(|op| op.method == method)
+    on_route(path).find(|op| op.method == method)
 }
 
 /// The operation of the route poem matched, by its pattern (`/v1/a/:param0`; a document
@@ -248,11 +247,6 @@ fn same_shape(a: &str, b: &str) -> bool {
             _ => return false,
         }
     }
-}
-
-/// The row with this operation id.
-pub fn by_id(id: &str) -> Option<&'static OperationSpec> {
-    OPERATIONS.iter().find(|op| op.id == id)
 }
 
 #[cfg(test)]
