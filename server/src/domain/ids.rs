@@ -15,18 +15,6 @@ pub(crate) fn is_key_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')
 }
 
-/// The document's statement of [`reject_nul`] on every free-text input: no U+0000.
-pub const NO_NUL_PATTERN: &str = r"^[^\u0000]*$";
-
-/// Text containing U+0000 cannot be stored (Postgres rejects it): refuse it as input instead.
-pub fn reject_nul(raw: &str) -> Result<&str, String> {
-    if raw.contains('\0') {
-        Err("must not contain the NUL character".to_owned())
-    } else {
-        Ok(raw)
-    }
-}
-
 /// A workspace sequence as a query parameter takes it (`cursor`, `after`): 1 to 18 digits, so
 /// every value fits an i64; empty is the same as absent. The document states it as written.
 pub const SEQUENCE_PATTERN: &str = "^([0-9]{1,18})?$";
@@ -38,18 +26,6 @@ pub fn parse_sequence(raw: &str) -> Option<i64> {
     } else {
         None
     }
-}
-
-/// The fewest characters of any free-text input.
-pub const MIN_TEXT_CHARS: usize = 1;
-
-/// The rule of every free-text input: `MIN_TEXT_CHARS` to `max` characters, without NUL.
-pub fn bounded_text(raw: &str, max: usize) -> Result<String, String> {
-    let n = reject_nul(raw)?.chars().count();
-    if n < MIN_TEXT_CHARS || n > max {
-        return Err(format!("must be {MIN_TEXT_CHARS} to {max} characters"));
-    }
-    Ok(raw.to_owned())
 }
 
 #[cfg(test)]

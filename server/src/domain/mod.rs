@@ -1,13 +1,16 @@
 //! Domain types: values that are valid by construction.
 
 mod audit;
+mod bounds;
 mod correlation_id;
 mod delivery;
 mod dispatch;
 mod idempotency;
 mod ids;
 mod key_wrap;
+pub mod operation;
 mod principal;
+pub(crate) mod rules;
 mod scope;
 mod signature;
 mod states;
@@ -18,15 +21,16 @@ mod webhook;
 mod webhook_secret;
 
 pub use audit::{Actor, ActorKind, AuditEvent, NewAuditEvent, text_digest};
+pub use bounds::{
+    MIN_TEXT_CHARS, NO_NUL_PATTERN, bounded_arg, bounded_text, item_count, reject_nul,
+};
 pub use correlation_id::CorrelationId;
 pub use delivery::{DeliveryUrl, EgressPolicy, LINK_LOCAL_REFUSED, RetrySchedule, is_link_local};
 pub use dispatch::{DISPATCH_EVENT_TYPE, DispatchData, DispatchPayload, verify_webhook};
 pub use idempotency::{IdempotencyKey, RecordCipher, UndecryptableRecord};
-pub use ids::{
-    MIN_TEXT_CHARS, NO_NUL_PATTERN, SEQUENCE_PATTERN, bounded_text, parse_sequence, parse_uuid,
-    reject_nul,
-};
+pub use ids::{SEQUENCE_PATTERN, parse_sequence, parse_uuid};
 pub use key_wrap::{ForeignWrap, KeyEncryptionKey};
+pub use operation::{Auth, OperationSpec, RateClass};
 pub use principal::Principal;
 pub use scope::{Scope, Scopes, UnknownScope};
 pub use signature::{

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use futures_util::FutureExt;
-use poem::{Request, RequestBody};
+use poem::{PathPattern, Request, RequestBody};
 use poem_openapi::auth::Bearer;
 use poem_openapi::registry::{MetaRequest, Registry};
 use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions, SecurityScheme};
@@ -17,7 +17,7 @@ use super::error::ApiFailure;
 use super::idempotency::IdempotentInput;
 use super::limits::{Caller, RateClass, RateGuard};
 use super::payload::{FromJson, JsonBody};
-use crate::domain::{Principal, RunnerSignature};
+use crate::domain::{Principal, RunnerSignature, operation};
 use crate::service::{RunnerPrincipal, ServiceError, Services, SignedRequest};
 
 /// What the middleware learnt from the `Authorization` header.
@@ -34,8 +34,9 @@ pub fn token_subject(principal: &Principal) -> String {
 
 /// Whether a path is a signed runner route: authenticated by the runner's signature, never by
 /// a bearer token, and limited before the signature is checked by its own per-address budget.
+/// The operation table says where those routes live (`operation::RUNNER_ROUTES`).
 pub fn is_signed_path(path: &str) -> bool {
-    path.starts_with("/v1/runner/")
+    operation::is_runner_path(path)
 }
 
 /// Who a signing runner is to the idempotency records.
@@ -122,7 +123,16 @@ impl<'a, T: FromJson + Send> ApiExtractor<'a> for Signed<T> {
         let rates = request
             .data::<Arc<RateGuard>>()
             .ok_or_else(ApiFailure::internal)?;
-        let class = RateClass::of(request.method(), request.uri().path());
+        // The class of the route poem matched; a signed body serves no other.
+        let class = request
+            .data::<PathPattern>()
+            .and_then(|pattern| {
+                operation::operation_by_route(request.method().as_str(), &pattern.0)
+            })
+            .map_or_else(
+                || RateClass::of_method(request.method().as_str()),
+                |op| op.rate,
+            );
         rates
             .charge_in_route(request, Caller::Runner(runner.runner_id), class)
             .await?;

@@ -14,7 +14,7 @@ use tracing::Instrument;
 use super::auth::{AuthOutcome, is_signed_path};
 use super::error::{ApiFailure, retry_after_value};
 use super::idempotency::IdempotencyHeader;
-use super::limits::{Caller, RateClass, RateGuard, RouteDecision, tightest};
+use super::limits::{Caller, RateGuard, RouteDecision, rate_class, tightest};
 use super::metrics::HttpMetrics;
 use super::ops::AllowedMethods;
 use crate::domain::{CorrelationId, FieldError, IdempotencyKey, ValidationErrors};
@@ -141,7 +141,7 @@ impl<E: Endpoint> RequestContext<E> {
         if !path.starts_with("/v1/") {
             return Ok(None);
         }
-        let class = RateClass::of(req.method(), path);
+        let class = rate_class(req.method(), path);
         if is_signed_path(path) {
             // The signature authenticates these, inside the route: an `Authorization` header
             // is not looked up, and the address's runner budget, not its bearer one, is spent.

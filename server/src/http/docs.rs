@@ -2,6 +2,9 @@
 
 use serde_json::{Value, json};
 
+use crate::domain::Auth;
+use crate::domain::operation::operation_by_route;
+
 pub const DESCRIPTION: &str = "\
 The v1 HTTP/JSON interface of the control plane.
 
@@ -58,12 +61,14 @@ pub fn finish(raw: &str) -> String {
     }
     if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
         for (path, methods) in paths.iter_mut() {
-            let signed = path.starts_with("/v1/runner/");
             let Some(methods) = methods.as_object_mut() else {
                 continue;
             };
             for (method, operation) in methods.iter_mut() {
                 let mutating = matches!(method.as_str(), "post" | "put" | "delete" | "patch");
+                // The table says which operations a runner signs.
+                let signed = operation_by_route(&method.to_ascii_uppercase(), path)
+                    .is_some_and(|op| op.auth == Auth::RunnerSigned);
                 add_contract_headers(operation, mutating, signed);
             }
         }
@@ -254,11 +259,49 @@ fn add_correlation_parameter(operation: &mut Value) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// The committed public document, compared byte for byte so that every change to the
     /// interface shows in review.
     #[test]
     fn openapi_document_matches_the_snapshot() {
         crate::http::snapshot::assert_snapshot("openapi.json", &crate::http::openapi_document());
+    }
+
+    /// The operation table (`domain::operation`) and the routes the `#[oai(...)]` attributes
+    /// declare are the same operations: every row is in the document with its id, method,
+    /// route and security, and every `/v1` operation of the document is exactly one row.
+    #[test]
+    fn the_operation_table_is_the_documents() {
+        use crate::domain::operation::OPERATIONS;
+
+        let document: Value = serde_json::from_str(&crate::http::openapi_document()).expect("JSON");
+        let paths = document["paths"].as_object().expect("paths");
+        let mut documented = 0;
+        for (path, methods) in paths.iter().filter(|(p, _)| p.starts_with("/v1/")) {
+            for (method, operation) in methods.as_object().expect("methods") {
+                documented += 1;
+                let rows: Vec<_> = OPERATIONS
+                    .iter()
+                    .filter(|op| {
+                        op.route == path.as_str() && op.method.eq_ignore_ascii_case(method)
+                    })
+                    .collect();
+                assert_eq!(rows.len(), 1, "{method} {path}: {} rows", rows.len());
+                let row = rows[0];
+                assert_eq!(operation["operationId"], row.id, "{method} {path}");
+                let security = match row.auth {
+                    Auth::Bearer(_) => json!([{ "BearerAuth": [] }]),
+                    Auth::RunnerSigned | Auth::None => Value::Null,
+                };
+                assert_eq!(operation["security"], security, "{}", row.id);
+            }
+        }
+        assert_eq!(
+            documented,
+            OPERATIONS.len(),
+            "a row missing from the document"
+        );
     }
 
     /// Client generators such as openapi-python-client refuse an `allOf` that wraps a `$ref`

@@ -25,36 +25,18 @@ use uuid::Uuid;
 
 use super::error::ApiFailure;
 use super::metrics::HttpMetrics;
-use crate::domain::Principal;
+use crate::domain::{Principal, operation};
 use crate::service::ServiceError;
 use crate::storage::keys::{RateScope, rate_limit};
 use crate::storage::{Bucket, Rate, RateDecision, RateLimiter};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RateClass {
-    Read,
-    Write,
-    Issue,
-}
+pub use crate::domain::RateClass;
 
-impl RateClass {
-    pub fn of(method: &Method, path: &str) -> Self {
-        if method == Method::POST && path == "/v1/personal-access-tokens" {
-            RateClass::Issue
-        } else if method == Method::GET || method == Method::HEAD {
-            RateClass::Read
-        } else {
-            RateClass::Write
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RateClass::Read => "read",
-            RateClass::Write => "write",
-            RateClass::Issue => "issue",
-        }
-    }
+/// The class of a request, before routing: its operation's (`domain::operation`), or, for a
+/// path and method that name none (a 404, a 405), its method's.
+pub fn rate_class(method: &Method, path: &str) -> RateClass {
+    operation::find(method.as_str(), path)
+        .map_or_else(|| RateClass::of_method(method.as_str()), |op| op.rate)
 }
 
 /// Limits and what to do when the limiter cannot be reached. Each `None` is no limit; a

@@ -94,7 +94,7 @@ pub fn build_app(
         .chain(&ops::DOCUMENT_PATHS)
         .copied()
         .collect();
-    let allowed = Arc::new(ops::AllowedMethods::of(&meta, &plain));
+    let allowed = Arc::new(ops::AllowedMethods::of(&plain));
     let guard = Arc::new(IdempotencyGuard::new(
         fast.idempotency,
         services.store().clone(),

@@ -16,12 +16,11 @@ use poem::endpoint::make_sync;
 use poem::http::{Method, StatusCode};
 use poem::web::{Html, Json};
 use poem::{Endpoint, IntoResponse, Request, Response, Route, get};
-use poem_openapi::registry::MetaApi;
 
 use super::context::client_address;
 use super::error::ApiFailure;
-use super::idempotency::shape;
 use super::metrics::HttpMetrics;
+use crate::domain::operation;
 use crate::service::{ServiceError, Services};
 use crate::storage::keys::{self, RateScope};
 use crate::storage::{Bucket, Rate, RateLimiter};
@@ -211,8 +210,9 @@ pub fn document_routes(
 }
 
 /// The routes: the methods each accepts, for the `Allow` header of a 405 (RFC 9110 §15.5.6),
-/// and the operation each method names, so a request refused before routing (a 429, a 401) is
-/// still counted under its operation.
+/// and the operation a request on each names, so a request refused before routing (a 429, a
+/// 401, a 405) is still counted under its operation. The v1 routes come from the operation
+/// table (`domain::operation`).
 pub struct AllowedMethods(Vec<RouteMethods>);
 
 struct RouteMethods {
@@ -222,18 +222,17 @@ struct RouteMethods {
 }
 
 impl AllowedMethods {
-    /// The document's operations, and the routes outside it (all `GET`).
-    pub fn of(apis: &[MetaApi], plain_get: &[&str]) -> Self {
+    /// The table's operations, and the routes outside it (all `GET`).
+    pub fn of(plain_get: &[&str]) -> Self {
         // Each route's segments, and its methods with the operation each names.
         type Methods = Vec<(Method, Option<&'static str>)>;
         let mut routes: Vec<(Vec<String>, Methods)> = Vec::new();
-        let documented = apis.iter().flat_map(|api| &api.paths).flat_map(|path| {
-            path.operations
-                .iter()
-                .map(move |op| (path.path.as_str(), op.method.clone(), op.operation_id))
+        let table = operation::OPERATIONS.iter().filter_map(|op| {
+            let method = Method::from_bytes(op.method.as_bytes()).ok()?;
+            Some((op.route, method, Some(op.id)))
         });
         let plain = plain_get.iter().map(|p| (*p, Method::GET, None));
-        for (path, method, id) in documented.chain(plain) {
+        for (path, method, id) in table.chain(plain) {
             let segments = segments_of(path);
             match routes.iter_mut().find(|(s, _)| *s == segments) {
                 Some((_, methods)) => methods.push((method, id)),
@@ -277,26 +276,37 @@ impl AllowedMethods {
         self.route(path).map(|route| route.allow.as_str())
     }
 
-    /// The operation `method` names on the route `path` matches (`HEAD` as its `GET`).
+    /// The operation a request names on the route `path` matches: its method's (`HEAD` as its
+    /// `GET`), or, for a method the route does not have (a 405), the route's first operation:
+    /// the request addressed that operation's resource, and its `method` label tells the rest.
+    /// `None` off every operation's route (a 404, the routes outside `/v1`).
     pub fn operation(&self, method: &Method, path: &str) -> Option<&'static str> {
         let method = if *method == Method::HEAD {
             &Method::GET
         } else {
             method
         };
-        self.route(path)?
-            .operations
+        let operations = &self.route(path)?.operations;
+        operations
             .iter()
             .find(|(m, _)| m == method)
+            .or_else(|| operations.first())
             .map(|(_, id)| *id)
     }
 }
 
-/// The route's segments with its variables unnamed, as the idempotency table names routes.
+/// The route's segments with its variables unnamed (`{}`), the document's `{id}` and the
+/// router's `:param0` alike.
 fn segments_of(path: &str) -> Vec<String> {
-    shape(path.trim_end_matches('/'))
+    path.trim_end_matches('/')
         .split('/')
-        .map(str::to_owned)
+        .map(|segment| {
+            if operation::is_variable(segment) {
+                "{}".to_owned()
+            } else {
+                segment.to_owned()
+            }
+        })
         .collect()
 }
 
@@ -328,46 +338,63 @@ mod tests {
     use super::*;
 
     fn table() -> AllowedMethods {
-        let mut routes = Vec::new();
-        for (path, methods) in [
-            (
-                "/v1/a/{id}",
-                vec![(Method::GET, "getA"), (Method::DELETE, "deleteA")],
-            ),
-            ("/v1/a/special", vec![(Method::POST, "special")]),
-        ] {
-            routes.push(RouteMethods {
-                segments: segments_of(path),
-                allow: allow_value(methods.iter().map(|(m, _)| m.clone()).collect()),
-                operations: methods,
-            });
-        }
-        AllowedMethods(routes)
+        AllowedMethods::of(&["/healthz", "/metrics"])
     }
 
     #[test]
     fn allow_lists_the_matched_routes_methods_with_head_for_get() {
         let table = table();
-        assert_eq!(table.allow("/v1/a/x1"), Some("GET, HEAD, DELETE"));
-        assert_eq!(table.allow("/v1/a/special"), Some("POST"));
-        assert_eq!(table.allow("/v1/a/"), None);
-        assert_eq!(table.allow("/v1/b/x1"), None);
+        assert_eq!(table.allow("/v1/workspaces/w1/activity"), Some("GET, HEAD"));
+        assert_eq!(table.allow("/v1/personal-access-tokens"), Some("POST"));
+        assert_eq!(
+            table.allow("/v1/marketplace/plugins/p1/reviews/me"),
+            Some("PUT")
+        );
+        assert_eq!(table.allow("/healthz"), Some("GET, HEAD"));
+        assert_eq!(table.allow("/v1/workspaces//activity"), None);
+        assert_eq!(table.allow("/v1/nothing"), None);
+    }
+
+    /// A 401 or a 429 is answered before the router runs, and a 405 by the router without an
+    /// operation: each is still counted under the operation its path and method name.
+    #[test]
+    fn a_request_refused_before_routing_names_its_operation() {
+        let table = table();
+        let operation = |method: Method, path| table.operation(&method, path);
+        assert_eq!(
+            operation(Method::GET, "/v1/workspaces/w1/activity"),
+            Some("listActivity")
+        );
+        assert_eq!(
+            operation(Method::HEAD, "/v1/workspaces/w1/activity"),
+            Some("listActivity")
+        );
+        assert_eq!(
+            operation(Method::DELETE, "/v1/workspaces/w1/access-tokens/t1"),
+            Some("revokeWorkspaceAccessToken")
+        );
+        assert_eq!(
+            operation(Method::POST, "/v1/runner/webhook-deliveries/d1/status"),
+            Some("reportDeliveryStatus")
+        );
+        // A 405: the route's operation, with the method label telling it apart.
+        assert_eq!(
+            operation(Method::PATCH, "/v1/personal-access-tokens"),
+            Some("issuePersonalAccessToken")
+        );
+        // No operation: a 404, the routes outside /v1.
+        assert_eq!(operation(Method::GET, "/v1/nothing"), None);
+        assert_eq!(operation(Method::GET, "/healthz"), None);
+        assert_eq!(operation(Method::POST, "/healthz"), None);
     }
 
     #[test]
-    fn a_path_names_its_operation_before_routing() {
+    fn every_operation_is_named_by_its_own_route_and_method() {
         let table = table();
-        assert_eq!(table.operation(&Method::GET, "/v1/a/x1"), Some("getA"));
-        assert_eq!(table.operation(&Method::HEAD, "/v1/a/x1"), Some("getA"));
-        assert_eq!(
-            table.operation(&Method::DELETE, "/v1/a/x1"),
-            Some("deleteA")
-        );
-        assert_eq!(
-            table.operation(&Method::POST, "/v1/a/special"),
-            Some("special")
-        );
-        assert_eq!(table.operation(&Method::POST, "/v1/a/x1"), None);
-        assert_eq!(table.operation(&Method::GET, "/v1/b"), None);
+        for op in &operation::OPERATIONS {
+            let path = op.route.replace(['{', '}'], "");
+            let method = Method::from_bytes(op.method.as_bytes()).unwrap();
+            assert_eq!(table.operation(&method, &path), Some(op.id), "{}", op.id);
+        }
     }
 }

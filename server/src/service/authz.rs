@@ -5,9 +5,11 @@
 //! `policies/authz` holds the scope table (docs/contract.md, "Operations at a glance") and the
 //! workspace-membership rule (docs/design.md, "Authorization and moderation").
 
+use crate::domain::operation::{self, OperationSpec};
 use crate::domain::{Principal, Scope};
 
-/// Every bearer-authenticated operation of the v1 interface.
+/// Every bearer-authenticated operation of the v1 interface: the bearer rows of the operation
+/// table (`domain::operation`), one variant each, so the service can name the one it asks about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operation {
     IssueToken,
@@ -22,50 +24,6 @@ pub enum Operation {
 }
 
 impl Operation {
-    /// The scope the operation requires: the table in docs/contract.md, "Operations at a glance".
-    pub fn required_scope(self) -> Scope {
-        match self {
-            Operation::IssueToken => Scope::TokensIssue,
-            Operation::RevokeToken => Scope::TokensRevoke,
-            Operation::DeleteRunnerPool => Scope::RunnerPoolsDelete,
-            Operation::SubmitRunnerCommand => Scope::RunnerCommandsSubmit,
-            Operation::ReadAuditStream => Scope::AuditRead,
-            Operation::ReadActivity => Scope::ActivityRead,
-            Operation::RequestWorkflowApproval => Scope::WorkflowsRequestApproval,
-            Operation::WriteReview => Scope::ReviewsWrite,
-            Operation::ReportReview => Scope::ReviewsReport,
-        }
-    }
-
-    /// HTTP method and route template, as the policy sees them.
-    pub fn http(self) -> (&'static str, &'static str) {
-        match self {
-            Operation::IssueToken => ("POST", "/v1/personal-access-tokens"),
-            Operation::RevokeToken => (
-                "DELETE",
-                "/v1/workspaces/{workspaceId}/access-tokens/{tokenId}",
-            ),
-            Operation::DeleteRunnerPool => (
-                "DELETE",
-                "/v1/workspaces/{workspaceId}/runner-pools/{poolId}",
-            ),
-            Operation::SubmitRunnerCommand => {
-                ("POST", "/v1/workspaces/{workspaceId}/runner-commands")
-            }
-            Operation::ReadAuditStream => ("GET", "/v1/workspaces/{workspaceId}/audit/stream"),
-            Operation::ReadActivity => ("GET", "/v1/workspaces/{workspaceId}/activity"),
-            Operation::RequestWorkflowApproval => (
-                "POST",
-                "/v1/workspaces/{workspaceId}/workflows/{workflowId}/revisions/{revisionId}/request-approval",
-            ),
-            Operation::WriteReview => ("PUT", "/v1/marketplace/plugins/{pluginId}/reviews/me"),
-            Operation::ReportReview => (
-                "POST",
-                "/v1/marketplace/plugins/{pluginId}/reviews/{reviewId}/report",
-            ),
-        }
-    }
-
     pub const ALL: [Operation; 9] = [
         Operation::IssueToken,
         Operation::RevokeToken,
@@ -78,20 +36,49 @@ impl Operation {
         Operation::ReportReview,
     ];
 
-    pub fn id(self) -> &'static str {
+    /// The operation's row in the table.
+    pub const fn spec(self) -> &'static OperationSpec {
         match self {
-            Operation::IssueToken => "issuePersonalAccessToken",
-            Operation::RevokeToken => "revokeWorkspaceAccessToken",
-            Operation::DeleteRunnerPool => "deleteRunnerPool",
-            Operation::SubmitRunnerCommand => "submitRunnerCommand",
-            Operation::ReadAuditStream => "streamAuditEvents",
-            Operation::ReadActivity => "listActivity",
-            Operation::RequestWorkflowApproval => "requestWorkflowRevisionApproval",
-            Operation::WriteReview => "putOwnPluginReview",
-            Operation::ReportReview => "reportPluginReview",
+            Operation::IssueToken => &operation::ISSUE_TOKEN,
+            Operation::RevokeToken => &operation::REVOKE_TOKEN,
+            Operation::DeleteRunnerPool => &operation::DELETE_RUNNER_POOL,
+            Operation::SubmitRunnerCommand => &operation::SUBMIT_RUNNER_COMMAND,
+            Operation::ReadAuditStream => &operation::STREAM_AUDIT_EVENTS,
+            Operation::ReadActivity => &operation::LIST_ACTIVITY,
+            Operation::RequestWorkflowApproval => &operation::REQUEST_WORKFLOW_APPROVAL,
+            Operation::WriteReview => &operation::WRITE_REVIEW,
+            Operation::ReportReview => &operation::REPORT_REVIEW,
         }
     }
+
+    /// The scope the operation requires (docs/contract.md, "Operations at a glance").
+    pub fn required_scope(self) -> Scope {
+        match self.spec().scope() {
+            Some(scope) => scope,
+            // Every variant names a bearer row: checked when this crate compiles, below.
+            None => unreachable!("a bearer operation without a scope"),
+        }
+    }
+
+    /// HTTP method and route template, as the policy sees them.
+    pub fn http(self) -> (&'static str, &'static str) {
+        let spec = self.spec();
+        (spec.method, spec.route)
+    }
+
+    pub fn id(self) -> &'static str {
+        self.spec().id
+    }
 }
+
+// Every variant names a bearer row, so `required_scope` cannot reach its `unreachable!`.
+const _: () = {
+    let mut i = 0;
+    while i < Operation::ALL.len() {
+        assert!(Operation::ALL[i].spec().scope().is_some());
+        i += 1;
+    }
+};
 
 /// One authorization question.
 #[derive(Debug, Clone)]

@@ -17,9 +17,9 @@
 //!   SQL differs, such as the read pool's queries on Postgres.
 //! - `postgres/`, `sqlite/`: the adapters, with the same file per port holding only what the
 //!   backend does its own way; `mod.rs` opens, migrates, maps errors and provides the primitives.
-//! - `rows.rs`: rows that decode the same on both backends; `rules.rs`: what the counts a
-//!   transaction takes under its lock mean (name taken, the token cap, lost access, a busy pool),
-//!   decided once.
+//! - `rows.rs`: rows that decode the same on both backends. What the counts a transaction takes
+//!   under its lock mean (name taken, the token cap, lost access, a busy pool) is decided once,
+//!   in `domain/rules.rs`.
 //! - `changes.rs`: the change-feed port (audit events appended, policies changed), implemented
 //!   by each adapter's `changes.rs` (Postgres LISTEN/NOTIFY, SQLite in process);
 //!   `audit_feed.rs`: the audit fan-out to stream subscribers, fed by it.
@@ -32,7 +32,6 @@ pub(crate) mod copy;
 mod ports;
 pub mod postgres;
 pub(crate) mod rows;
-pub(crate) mod rules;
 mod sqlite;
 
 use std::sync::Arc;

@@ -13,10 +13,10 @@ use uuid::Uuid;
 use super::audit::write_events;
 use super::throughput::{Kind, Ran};
 use super::{PostgresStore, map_err};
-use crate::domain::{CommandStatus, DeliveryStatus};
+use crate::domain::{CommandStatus, DeliveryStatus, rules};
 use crate::storage::WriteContext;
 use crate::storage::records::rows::{DeliveryRow, parse_state};
-use crate::storage::{DeliveryTransition, StoreError, rules};
+use crate::storage::{DeliveryTransition, StoreError};
 
 // Compiled once per SQL backend (see the layout in `storage/mod.rs`).
 #[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]

@@ -17,8 +17,7 @@ use self::shared::CredentialRow;
 use super::audit::write_events;
 use super::throughput::{Kind, Ran};
 use super::{PostgresStore, map_err};
-use crate::domain::NewAuditEvent;
-use crate::storage::records::rules;
+use crate::domain::{NewAuditEvent, rules};
 use crate::storage::{InsertTokenError, NewToken, StoreError, WriteContext};
 
 // Compiled once per SQL backend (see the layout in `storage/mod.rs`).

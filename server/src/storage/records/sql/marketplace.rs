@@ -8,11 +8,11 @@ use uuid::Uuid;
 use super::super::{
     Connection, FOR_UPDATE, Store, StringList, decode_list, insert_event, list_param, map_err,
 };
-use crate::domain::{NewAuditEvent, ReportReason, ReviewStatus};
+use crate::domain::{NewAuditEvent, ReportReason, ReviewStatus, rules};
 use crate::storage::records::rows::{PluginRow, parse_state, with_data};
 use crate::storage::{
     MarketplaceStore, ModerationBasis, Plugin, Report, ReportOutcome, RestoreOutcome, Review,
-    ReviewModeration, StoreError, WriteContext, rules,
+    ReviewModeration, StoreError, WriteContext,
 };
 
 #[derive(FromRow)]

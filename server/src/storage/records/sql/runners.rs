@@ -12,11 +12,10 @@ use super::super::{
     map_err,
 };
 use super::batch_transition_delivery;
-use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent};
+use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent, rules};
 use crate::storage::records::rows::{
     DeliveryRow, POOL_COLUMNS, PoolRow, open_statuses, parse_state, with_data,
 };
-use crate::storage::records::rules;
 use crate::storage::{
     CommandTimeout, DeletePool, DeletePoolOutcome, DeliveryContext, DeliveryTransition,
     OverdueCommand, Runner, RunnerCommand, RunnerKey, RunnerKeyLookup, RunnerPool, RunnerStore,

@@ -1,5 +1,5 @@
 //! Personal access tokens and their grants (shared by both SQL adapters; see the
-//! layout in `storage/mod.rs`). The issuance rules are decided by `storage::records::rules` on what the
+//! layout in `storage/mod.rs`). The issuance rules are decided by `domain::rules` on what the
 //! transaction counted under its locks.
 
 use async_trait::async_trait;
@@ -14,9 +14,8 @@ use super::super::{
     map_err,
 };
 use super::{TOKEN_COLUMNS, batch_insert_token, find_credential_row, insert_token_rows};
-use crate::domain::NewAuditEvent;
+use crate::domain::{NewAuditEvent, rules};
 use crate::storage::records::rows::with_data;
-use crate::storage::records::rules;
 use crate::storage::{
     InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, StoreError, StoredCredential,
     TokenFilter, TokenRecord, TokenStore, WriteContext,

@@ -6,7 +6,7 @@
 //! (issuances in `tokens.rs`, delivery reports in `runners.rs`) queues its writes here: one
 //! task per kind and store gathers those waiting into one transaction of a few statements,
 //! whatever their number. Each kind reads what its rules need for every write under row locks
-//! taken in id order, applies the rules (`storage::records::rules`) in queue order, each write seeing
+//! taken in id order, applies the rules (`domain::rules`) in queue order, each write seeing
 //! the ones accepted before it, and writes the accepted ones in one statement per table, so
 //! the outcome is the one the writes would have had one after another.
 //!

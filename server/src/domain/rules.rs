@@ -1,7 +1,10 @@
 //! The rules the records adapters enforce inside their transactions, decided here once.
 //!
 //! An adapter counts or reads under its lock (Postgres row locks, SQLite's write lock) and asks
-//! these functions what the counts mean, so a rule cannot drift between backends.
+//! these functions what the counts mean, so a rule cannot drift between backends. They are
+//! business rules, not storage, so they live in `domain`; they still take and return three of
+//! the storage ports' values (`TokenRecord`, `InsertTokenError`, `ModerationBasis`), the one
+//! place `domain` names `storage`.
 
 use chrono::{DateTime, Utc};
 

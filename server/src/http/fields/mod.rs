@@ -4,18 +4,28 @@
 //!
 //! Request bodies are declared with [`request_body!`]: one list of properties gives the
 //! struct, its reader (every field's errors, in order, then unknown properties) and its schema.
+//!
+//! Here: the request values and their readers. `responses.rs`: the values only responses hold
+//! (states, times). `body.rs`: the `request_body!` declaration. The bounds the readers apply
+//! are the domain's (`domain/bounds.rs`).
+
+mod body;
+mod responses;
+
+pub(crate) use body::request_body;
+pub use body::{description, property};
 
 use std::borrow::Cow;
 
 use poem_openapi::registry::{MetaSchema, MetaSchemaRef, Registry};
-use poem_openapi::types::{ParseError, ParseFromJSON, ParseResult, ToJSON, Type};
+use poem_openapi::types::{ToJSON, Type};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::domain::{
-    CommandStatus, DeliveryStatus, ExpiresInDays, FieldError, MIN_TEXT_CHARS, NO_NUL_PATTERN,
-    ReportReason, ReviewStatus, RevisionState, RevocationReason, Scope, TIMESTAMP_PATTERN,
-    Timestamp, TokenName, ValidationErrors, bounded_text, parse_uuid,
+    DeliveryStatus, ExpiresInDays, FieldError, MIN_TEXT_CHARS, NO_NUL_PATTERN, ReportReason,
+    RevocationReason, Scope, TokenName, ValidationErrors, bounded_arg, bounded_text, item_count,
+    parse_uuid,
 };
 use crate::service::{DeliveryStatusInput, ReviewInput, SubmitCommandInput};
 
@@ -133,6 +143,8 @@ macro_rules! value_type {
     };
 }
 
+use value_type;
+
 impl JsonValue for Uuid {
     fn parse(value: &Value) -> Result<Self, Invalid> {
         parse_uuid(string(value)?).ok_or_else(|| Invalid::Rule("must be a uuid".into()))
@@ -237,15 +249,9 @@ value_type!(
 
 impl JsonValue for CommandArg {
     fn parse(value: &Value) -> Result<Self, Invalid> {
-        let s = string(value)?;
-        if s.contains('\0') || s.chars().count() > SubmitCommandInput::MAX_ARG {
-            Err(Invalid::Rule(format!(
-                "must be at most {} characters without NUL",
-                SubmitCommandInput::MAX_ARG
-            )))
-        } else {
-            Ok(Self(s.to_owned()))
-        }
+        bounded_arg(string(value)?, SubmitCommandInput::MAX_ARG)
+            .map(|s| Self(s.to_owned()))
+            .map_err(Invalid::Rule)
     }
 }
 
@@ -411,19 +417,8 @@ impl<T: JsonValue, const MIN: usize, const MAX: usize> JsonField for List<T, MIN
         if !ok {
             return None;
         }
-        if out.len() < MIN {
-            let plural = if MIN == 1 { "" } else { "s" };
-            errors.push(FieldError::new(
-                field,
-                format!("must contain at least {MIN} item{plural}"),
-            ));
-            return None;
-        }
-        if out.len() > MAX {
-            errors.push(FieldError::new(
-                field,
-                format!("must have at most {MAX} items"),
-            ));
+        if let Err(reason) = item_count(out.len(), MIN, MAX) {
+            errors.push(FieldError::new(field, reason));
             return None;
         }
         Some(Self(out))
@@ -441,206 +436,3 @@ impl<T: ToJSON, const MIN: usize, const MAX: usize> ToJSON for List<T, MIN, MAX>
         self.0.to_json()
     }
 }
-
-/// `^(a|b|…)$`: how the document has always stated a response's state.
-fn pattern_of(values: impl Iterator<Item = &'static str>) -> String {
-    format!("^({})$", values.collect::<Vec<_>>().join("|"))
-}
-
-/// Response states, written from the domain's enums; the pattern lists the enum's values.
-macro_rules! state_type {
-    ($($ty:ident),+) => {$(
-        value_type!(
-            $ty,
-            stringify!($ty),
-            String::schema_ref().merge(MetaSchema {
-                pattern: Some(pattern_of($ty::ALL.iter().map(|s| s.as_str()))),
-                ..MetaSchema::ANY
-            })
-        );
-
-        impl ToJSON for $ty {
-            fn to_json(&self) -> Option<Value> {
-                Some(json!(self.as_str()))
-            }
-        }
-
-        // Only because `#[derive(Object)]` derives a reader too; responses are never read.
-        impl ParseFromJSON for $ty {
-            fn parse_from_json(value: Option<Value>) -> ParseResult<Self> {
-                let value = value.unwrap_or_default();
-                match value.as_str().map($ty::parse) {
-                    Some(Ok(state)) => Ok(state),
-                    Some(Err(reason)) => Err(ParseError::custom(reason)),
-                    None => Err(ParseError::expected_type(value)),
-                }
-            }
-        }
-    )+};
-}
-
-state_type!(CommandStatus, DeliveryStatus, RevisionState, ReviewStatus);
-
-// A response time: `date-time`, with the pattern stating the one shape the server writes.
-value_type!(
-    Timestamp,
-    "Timestamp",
-    MetaSchemaRef::Inline(Box::new(MetaSchema {
-        pattern: Some(TIMESTAMP_PATTERN.to_owned()),
-        ..MetaSchema::new_with_format("string", "date-time")
-    }))
-);
-
-impl ToJSON for Timestamp {
-    fn to_json(&self) -> Option<Value> {
-        Some(Value::String(self.to_string()))
-    }
-}
-
-// Only because `#[derive(Object)]` derives a reader too; responses are never read.
-impl ParseFromJSON for Timestamp {
-    fn parse_from_json(value: Option<Value>) -> ParseResult<Self> {
-        let value = value.unwrap_or_default();
-        match value.as_str().map(Timestamp::parse) {
-            Some(Ok(at)) => Ok(at),
-            Some(Err(e)) => Err(ParseError::custom(e)),
-            None => Err(ParseError::expected_type(value)),
-        }
-    }
-}
-
-/// The document's description of a type or property, from its doc comment: each line trimmed,
-/// joined by newlines (as poem-openapi's derive macros do).
-pub fn description(lines: &[&'static str]) -> Option<String> {
-    let lines: Vec<&str> = lines.iter().map(|l| l.trim()).collect();
-    (!lines.is_empty()).then(|| lines.join("\n"))
-}
-
-/// A property's schema: its type's, with the property's default and description. A property
-/// of a named type stays a bare `$ref`: merging would wrap it in an `allOf` of the reference
-/// and a description-only object, which openapi-python-client refuses ("Cannot take allOf a
-/// non-object"). Such a type carries its own description; `register_enum` sets it.
-pub fn property<T: Type>(
-    default: Option<Value>,
-    description: Option<&'static str>,
-) -> MetaSchemaRef {
-    let schema = T::schema_ref();
-    if matches!(schema, MetaSchemaRef::Reference(_)) {
-        return schema;
-    }
-    schema.merge(MetaSchema {
-        default,
-        description,
-        ..MetaSchema::ANY
-    })
-}
-
-/// Declares a request body: a struct whose properties are read in the order given (each
-/// failure recorded, then every property not declared refused) and documented with the
-/// schema of their types. A property is `required T`, `optional T` (an `Option<T>`) or
-/// `default T` (`T::default()` when absent, shown as the schema's default).
-macro_rules! request_body {
-    (
-        $(#[doc = $doc:literal])*
-        pub struct $name:ident {
-            $(
-                $(#[doc = $fdoc:literal])*
-                $json:literal => $field:ident: $kind:ident $ty:ty
-            ),* $(,)?
-        }
-    ) => {
-        $(#[doc = $doc])*
-        pub struct $name {
-            $(
-                $(#[doc = $fdoc])*
-                pub $field: request_body!(@type $kind $ty),
-            )*
-        }
-
-        impl $crate::http::payload::DeclaredBody for $name {
-            fn from_json(
-                value: ::serde_json::Value,
-            ) -> ::std::result::Result<Self, $crate::domain::ValidationErrors> {
-                let mut body = $crate::http::payload::JsonObject::new(value)?;
-                $(
-                    let $field = body.field::<$ty>($json, request_body!(@required $kind));
-                )*
-                body.finish()?;
-                Ok(Self {
-                    $( $field: request_body!(@value $kind $field $json), )*
-                })
-            }
-        }
-
-        impl ::poem_openapi::types::Type for $name {
-            const IS_REQUIRED: bool = true;
-            type RawValueType = Self;
-            type RawElementValueType = Self;
-
-            fn name() -> ::std::borrow::Cow<'static, str> {
-                stringify!($name).into()
-            }
-
-            fn schema_ref() -> ::poem_openapi::registry::MetaSchemaRef {
-                ::poem_openapi::registry::MetaSchemaRef::Reference(stringify!($name).into())
-            }
-
-            fn register(registry: &mut ::poem_openapi::registry::Registry) {
-                use ::std::sync::OnceLock;
-                use $crate::http::fields::{description, property};
-                registry.create_schema::<Self, _>(stringify!($name).into(), |registry| {
-                    $( <$ty as ::poem_openapi::types::Type>::register(registry); )*
-                    static DOC: OnceLock<Option<String>> = OnceLock::new();
-                    let mut required = Vec::new();
-                    $(
-                        if request_body!(@required $kind) {
-                            required.push($json);
-                        }
-                    )*
-                    ::poem_openapi::registry::MetaSchema {
-                        title: Some(stringify!($name).into()),
-                        description: DOC
-                            .get_or_init(|| description(&[$($doc),*]))
-                            .as_deref(),
-                        required,
-                        properties: vec![$(
-                            ($json, {
-                                static DOC: OnceLock<Option<String>> = OnceLock::new();
-                                property::<$ty>(
-                                    request_body!(@default $kind $ty),
-                                    DOC.get_or_init(|| description(&[$($fdoc),*])).as_deref(),
-                                )
-                            }),
-                        )*],
-                        ..::poem_openapi::registry::MetaSchema::new("object")
-                    }
-                })
-            }
-
-            fn as_raw_value(&self) -> Option<&Self> {
-                Some(self)
-            }
-
-            fn raw_element_iter<'a>(&'a self) -> Box<dyn Iterator<Item = &'a Self> + 'a> {
-                Box::new(self.as_raw_value().into_iter())
-            }
-        }
-    };
-    (@type required $ty:ty) => { $ty };
-    (@type default $ty:ty) => { $ty };
-    (@type optional $ty:ty) => { Option<$ty> };
-    (@required required) => { true };
-    (@required $other:ident) => { false };
-    (@default default $ty:ty) => {
-        ::poem_openapi::types::ToJSON::to_json(&<$ty as ::std::default::Default>::default())
-    };
-    (@default $other:ident $ty:ty) => { None };
-    (@value required $field:ident $json:literal) => {
-        // Recorded as an error already when absent; `finish` returned it.
-        $field.ok_or_else(|| $crate::domain::FieldError::new($json, "is required"))?
-    };
-    (@value optional $field:ident $json:literal) => { $field };
-    (@value default $field:ident $json:literal) => { $field.unwrap_or_default() };
-}
-
-pub(crate) use request_body;

@@ -1,0 +1,97 @@
+//! The server's background tasks, each a loop on a timer: following policy changes, purging
+//! expired idempotency outcomes, and failing overdue runner commands. Each holds no rule of
+//! its own; the service or the store decides what a tick does.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::service::Services;
+use crate::storage::{OutcomeStore, Topic};
+
+/// Keeps this process's policies in step with the store: reloads on every announcement, and
+/// polls regardless (an announcement can be lost while the listener reconnects). A store that
+/// does not announce other processes' changes (SQLite, or Postgres when LISTEN failed) is polled
+/// four times a second to stay within a second of `cpctl`.
+pub(super) fn watch_policies(services: Arc<Services>) {
+    tokio::spawn(async move {
+        let mut changes = services.store().changes(Topic::Policies).await;
+        let poll = if changes.announces_every_process() {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_millis(250)
+        };
+        let mut generation = None;
+        loop {
+            tokio::select! {
+                _ = changes.next() => {}
+                () = tokio::time::sleep(poll) => {}
+            }
+            match services.store().policy_state().await {
+                Ok(state) if Some(state.generation) == generation => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the policy state");
+                    continue;
+                }
+            }
+            match services.reload_policies().await {
+                Ok(g) => {
+                    if generation.is_some() {
+                        tracing::info!(generation = g, "policies reloaded");
+                    }
+                    generation = Some(g);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "could not reload policies; keeping the previous ones")
+                }
+            }
+        }
+    });
+}
+
+/// Deletes expired committed idempotency outcomes in the background, a batch at a time so no
+/// statement holds many rows.
+pub(super) fn purge_outcomes_every(store: Arc<dyn OutcomeStore>, every: Duration) {
+    const BATCH: i64 = 1000;
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            loop {
+                let now = chrono::Utc::now().timestamp_millis();
+                match store.purge_outcomes(now, BATCH).await {
+                    Ok(purged) if purged as i64 == BATCH => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not purge expired idempotency outcomes");
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Fails overdue runner commands every `every`; the rule (which are overdue, what they become,
+/// once across replicas) is the service's. A full batch that failed something is followed by
+/// the next at once; one that failed nothing (others got there first) waits for the tick.
+pub(super) fn sweep_timeouts(services: Arc<Services>, every: Duration) {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            loop {
+                match services.time_out_overdue_commands().await {
+                    Ok(sweep) if sweep.more && sweep.failed > 0 => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the command timeout sweep failed; retrying at the next tick");
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}

@@ -1,0 +1,169 @@
+//! The service layer from the configuration: its keys, its settings and its policy engine,
+//! with the built-in policies and then the store's active ones. The server and `cpctl` build
+//! it the same way (`open_services` is cpctl's, without fast state).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::stores::{key_encryption_key, open_store};
+use crate::config::ServerConfig;
+use crate::domain::KeyEncryptionKey;
+use crate::policy::{
+    Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
+};
+use crate::service::{
+    Authorizer, BreakerSettings, DeliverySettings, KeySource, NonceDeps, ServiceDeps,
+    ServiceSettings, Services, StreamLimits, load_secrets_cipher, load_token_hasher,
+    load_webhook_signer,
+};
+use crate::storage::{DisagreementRecord, SharedRecordStore};
+
+/// Opens the records store, applies migrations and builds the service layer without fast
+/// state (signed runner reports need it): what `cpctl` needs.
+pub async fn open_services(config: &ServerConfig) -> anyhow::Result<Arc<Services>> {
+    let kek = key_encryption_key(config)?;
+    let store = open_store(config).await?;
+    build_services(config, store, None, &kek).await
+}
+
+pub(super) async fn build_services(
+    config: &ServerConfig,
+    store: SharedRecordStore,
+    nonces: Option<NonceDeps>,
+    kek: &KeyEncryptionKey,
+) -> anyhow::Result<Arc<Services>> {
+    let (hasher, source) = load_token_hasher(store.as_ref(), kek, config.token_hash_key.as_deref())
+        .await
+        .context("could not load the token hashing key")?;
+    if source == KeySource::Generated {
+        tracing::warn!(
+            "no token hashing key configured: generated one and kept it in the records store; \
+             set CP_TOKEN_HASH_KEY in production"
+        );
+    }
+    let (webhook_signer, source) =
+        load_webhook_signer(store.as_ref(), kek, config.webhook_signing_keys.as_deref())
+            .await
+            .context("could not load the webhook signing keys")?;
+    if source == KeySource::Generated {
+        tracing::warn!(
+            "no webhook signing key configured: generated one and kept it in the records store; \
+             set CP_WEBHOOK_SIGNING_KEYS in production"
+        );
+    }
+    let secrets = load_secrets_cipher(store.as_ref(), kek)
+        .await
+        .context("could not load the runner secret key")?;
+    let settings = ServiceSettings {
+        max_active_tokens_per_user: config.max_active_tokens_per_user,
+        moderation_blocklist: config
+            .moderation_blocklist
+            .iter()
+            .map(|w| w.trim().to_lowercase())
+            .filter(|w| !w.is_empty())
+            .collect(),
+        audit_streams: StreamLimits {
+            per_token: config.audit_streams_per_token,
+            per_workspace: config.audit_streams_per_workspace,
+            per_organisation: config.audit_streams_per_organisation,
+            per_process: config.audit_streams_per_process,
+            max_age: Duration::from_secs(config.audit_stream_max_age_secs),
+            replay_page: config.audit_stream_replay_page,
+        },
+        deliveries: DeliverySettings {
+            egress: config.delivery_egress(),
+            schedule: config.delivery_retry_schedule.clone(),
+            connect_timeout: Duration::from_millis(config.delivery_connect_timeout_ms),
+            total_timeout: Duration::from_millis(config.delivery_timeout_ms),
+            concurrency: config.delivery_concurrency as usize,
+            per_pool: config.delivery_per_pool as usize,
+            per_organisation: config.delivery_per_organisation as usize,
+            breaker: BreakerSettings {
+                after: config.delivery_breaker_after,
+                cool_down: Duration::from_millis(config.delivery_breaker_cooldown_ms),
+                slow: Duration::from_millis(config.delivery_slow_ms),
+            },
+            poll: Duration::from_millis(config.delivery_poll_ms),
+        },
+    };
+    let deadline = Duration::from_millis(config.policy_deadline_ms);
+    let engine = PolicyEngine::new(EngineSettings {
+        deadline,
+        memory_bytes: config.policy_memory_mib << 20,
+        max_concurrent: config.policy_concurrency.max(1),
+        queue_timeout: config
+            .policy_queue_timeout_ms
+            .map(Duration::from_millis)
+            .unwrap_or_else(|| EngineSettings::default_queue_timeout(deadline)),
+        shadow_queue: config.policy_shadow_queue as usize,
+    })
+    .map_err(anyhow::Error::msg)?;
+    let authorizer_default = engine
+        .compile(PolicyKind::Authorizer, defaults::AUTHORIZER)
+        .map_err(|e| anyhow::anyhow!("the built-in authorizer does not compile: {e}"))?;
+    let moderator_default = engine
+        .compile(PolicyKind::Moderator, defaults::MODERATOR)
+        .map_err(|e| anyhow::anyhow!("the built-in moderator does not compile: {e}"))?;
+    let runtime = Arc::new(PolicyRuntime::new(
+        engine,
+        authorizer_default,
+        moderator_default,
+    )?);
+    let sink_store = store.clone();
+    runtime.set_disagreement_sink(Arc::new(move |d: Disagreement| {
+        let store = sink_store.clone();
+        let record = DisagreementRecord {
+            shadow_digest: d.shadow_digest,
+            operation: d.operation.to_owned(),
+            principal_id: d.principal_id,
+            active_decision: d.active,
+            shadow_decision: d.shadow,
+            occurred_at: chrono::Utc::now(),
+        };
+        tokio::spawn(async move {
+            if let Err(e) = store.record_disagreement(&record).await {
+                tracing::warn!(error = %e, "could not record a shadow disagreement");
+            }
+        });
+    }));
+    #[cfg(feature = "bench-allow-all")]
+    let authorizer: Arc<dyn Authorizer> = if config.authorizer == "allow-all" {
+        tracing::warn!("authorizer is allow-all: every request is authorized; for benchmarks only");
+        Arc::new(crate::service::AllowAllAuthorizer)
+    } else {
+        runtime.clone()
+    };
+    #[cfg(not(feature = "bench-allow-all"))]
+    let authorizer: Arc<dyn Authorizer> = runtime.clone();
+    let services = Arc::new(Services::new(ServiceDeps {
+        store,
+        authorizer,
+        hasher,
+        policies: Some(runtime),
+        nonces,
+        settings,
+        webhook_signer: Arc::new(webhook_signer),
+        secrets,
+    }));
+    services
+        .reload_policies()
+        .await
+        .context("could not load the active policies")?;
+    Ok(services)
+}
+
+/// A build without the `bench-allow-all` feature has no allow-all authorizer. A deployment that
+/// still sets `CP_AUTHORIZER` is refused at start-up rather than ignored, so nobody believes
+/// authorization is off (or on) by mistake; `--authorizer` is an unknown flag to clap.
+pub(super) fn refuse_allow_all() -> anyhow::Result<()> {
+    if cfg!(not(feature = "bench-allow-all")) && std::env::var_os("CP_AUTHORIZER").is_some() {
+        anyhow::bail!(
+            "CP_AUTHORIZER is not supported by this build: every request is authorized by the \
+             active policy (the allow-all authorizer exists only in benchmark builds, \
+             --features bench-allow-all); unset it"
+        );
+    }
+    Ok(())
+}

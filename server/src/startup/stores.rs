@@ -1,0 +1,114 @@
+//! Where the records and the fast state live: opening the records store (and locking an
+//! embedded one to this process), choosing the fast state, and the key-encryption key that
+//! unwraps every other key kept in the store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::config::ServerConfig;
+use crate::domain::KeyEncryptionKey;
+use crate::storage::{
+    FastState, MemoryFastState, OpenSettings, Opened, RedisFastState, SharedRecordStore,
+    SqliteFastState,
+};
+
+/// The embedded store keeps rate limits and the audit fan-out in this process, so a second
+/// server on the same file would split them: refuse it. `cpctl store copy` takes it too, so
+/// no server writes to a store while it is copied.
+pub fn lock_embedded_store(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".server-lock");
+    let file = crate::storage::embedded_files::open_private_file(std::path::Path::new(&lock_path))
+        .with_context(|| {
+            format!(
+                "could not open {}",
+                std::path::Path::new(&lock_path).display()
+            )
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another control-plane server is already using {}: the embedded store serves one \
+             process (rate limits live in it). To run several replicas, use \
+             Postgres and Redis (set DATABASE_URL and REDIS_URL; see docs/operations.md)",
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("could not lock {}", path.display()))
+        }
+    }
+}
+
+/// Opens the records store the configuration names and applies its migrations.
+pub async fn open_store(config: &ServerConfig) -> anyhow::Result<SharedRecordStore> {
+    Ok(open_records(config).await?.records)
+}
+
+pub(super) async fn open_records(config: &ServerConfig) -> anyhow::Result<Opened> {
+    let settings = OpenSettings {
+        max_connections: config.db_max_connections,
+    };
+    Ok(crate::storage::open(&config.records(), &settings).await?)
+}
+
+/// Where idempotency records, rate limits and nonces live: Redis when configured (shared by
+/// replicas); else the SQLite file for records and nonces, so a restart keeps them, with rate
+/// limits in process; else (Postgres without Redis) all in process, forgotten on restart.
+pub(super) fn fast_state(
+    config: &ServerConfig,
+    durable: Option<SqliteFastState>,
+) -> anyhow::Result<FastState> {
+    if let Some(url) = config.redis_url.as_deref() {
+        return Ok(FastState::redis(Arc::new(RedisFastState::new(
+            url,
+            Duration::from_secs(1),
+        )?)));
+    }
+    let in_process = Arc::new(MemoryFastState::default());
+    Ok(match durable {
+        Some(durable) => {
+            tracing::info!(
+                "no REDIS_URL: idempotency records and nonces live in the SQLite file, rate limits in this process (one replica only)"
+            );
+            durable.purge_every(Duration::from_secs(config.embedded_purge_secs));
+            FastState::embedded(Arc::new(durable), in_process)
+        }
+        None => {
+            tracing::info!(
+                "no REDIS_URL: idempotency records, rate limits and nonces live in this process (one replica only; a restart forgets them)"
+            );
+            FastState::memory(in_process)
+        }
+    })
+}
+
+/// The key-encryption key: configured, or read from its owner-only file, which is created with
+/// a new key on first start (and said once: replicas and `cpctl` need the same key).
+pub fn key_encryption_key(config: &ServerConfig) -> anyhow::Result<KeyEncryptionKey> {
+    if let Some(text) = config
+        .key_encryption_key
+        .as_deref()
+        .filter(|k| !k.trim().is_empty())
+    {
+        return KeyEncryptionKey::from_base64(text).map_err(anyhow::Error::msg);
+    }
+    let path = config.key_file();
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        crate::storage::embedded_files::create_private_dir(dir)
+            .with_context(|| format!("could not create {}", dir.display()))?;
+    }
+    let (text, created) = crate::storage::embedded_files::read_or_create_key_file(&path, || {
+        KeyEncryptionKey::generate().1
+    })
+    .map_err(anyhow::Error::msg)?;
+    if created {
+        tracing::warn!(
+            path = %path.display(),
+            "generated a key-encryption key: every replica and cpctl need the same one \
+             (CP_KEY_ENCRYPTION_KEY or this file); keep it apart from the records store's backups"
+        );
+    }
+    KeyEncryptionKey::from_base64(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
