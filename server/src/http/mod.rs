@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use poem::endpoint::BoxEndpoint;
 use poem::{EndpointExt, IntoEndpoint, Route};
-use poem_openapi::{OpenApi, OpenApiService};
+use poem_openapi::OpenApiService;
 
 pub use context::CORRELATION_HEADER;
 pub use limits::RateSettings;
@@ -28,7 +28,7 @@ use crate::domain::RecordCipher;
 use crate::service::Services;
 use crate::storage::{FastState, MemoryFastState, Rate, RateLimiter};
 use context::RequestContext;
-use idempotency::{Idempotency, IdempotencyGuard, Operations};
+use idempotency::{Idempotency, IdempotencyGuard};
 use limits::RateGuard;
 use metrics::HttpMetrics;
 
@@ -88,7 +88,6 @@ pub fn build_app(
             metrics.register(collector)?;
         }
     }
-    let meta = <api::AllApis as OpenApi>::meta();
     let plain: Vec<&str> = ops::OPERATOR_PATHS
         .iter()
         .chain(&ops::DOCUMENT_PATHS)
@@ -102,7 +101,6 @@ pub fn build_app(
         settings.key_prefix.clone(),
         settings.idempotency_quota,
         settings.idempotency_lease,
-        Operations::of(meta),
     ));
     let rates = Arc::new(RateGuard {
         limiter: fast.limiter,

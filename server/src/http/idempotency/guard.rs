@@ -62,7 +62,7 @@ use std::time::Duration;
 use poem::Response;
 use poem::http::StatusCode;
 
-use super::record::{IdempotentRequest, Operations, decode, encode};
+use super::record::{IdempotentRequest, decode, encode};
 use crate::domain::{IdempotencyKey, RecordCipher};
 use crate::http::error::ApiFailure;
 use crate::storage::{
@@ -81,7 +81,6 @@ pub struct IdempotencyGuard {
     ttl: Duration,
     /// Stored bytes per owner per window; `None`: no quota.
     quota: Option<u64>,
-    operations: Operations,
 }
 
 /// A claim held while the handler runs.
@@ -106,7 +105,6 @@ impl IdempotencyGuard {
         prefix: String,
         quota: Option<u64>,
         lease: Duration,
-        operations: Operations,
     ) -> Self {
         Self {
             store,
@@ -116,7 +114,6 @@ impl IdempotencyGuard {
             lease,
             ttl: Duration::from_secs(24 * 3600),
             quota,
-            operations,
         }
     }
 
@@ -149,10 +146,6 @@ impl IdempotencyGuard {
     /// the lease ends, so no retry runs while the first attempt's outcome may still land.
     pub(super) fn lease(&self) -> Duration {
         self.lease
-    }
-
-    pub(super) fn operations(&self) -> &Operations {
-        &self.operations
     }
 
     pub(super) fn handler_deadline(&self) -> Duration {

@@ -9,12 +9,11 @@
 //! signed report needs nothing more: its signature was verified against its live keys first.
 //!
 //! Nothing of the record's place or fingerprint is written by a handler: the operation id comes
-//! from the route poem matched, looked up in [`Operations`] (read once from the API's OpenAPI
-//! metadata); method and path are the request's as sent; the principal is the input's
-//! authenticated caller; the digest is the body's.
+//! from the route poem matched, looked up in the operation table (`domain/operation.rs`,
+//! [`operation_by_route`]); method and path are the request's as sent; the principal is the
+//! input's authenticated caller; the digest is the body's.
 //!
 //! [`Services::may_replay`]: crate::service::Services::may_replay
-//! [`Operations`]: super::Operations
 
 use std::sync::Arc;
 
@@ -26,6 +25,7 @@ use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions};
 use super::guard::Claimed;
 use super::record::IdempotentRequest;
 use super::{Stage, Ticket};
+use crate::domain::operation::operation_by_route;
 use crate::domain::{Actor, CorrelationId};
 use crate::http::auth::{AuthOutcome, token_subject};
 use crate::http::error::ApiFailure;
@@ -57,7 +57,8 @@ impl Ticket {
     ) -> Result<NextAction, poem::Error> {
         let operation = req
             .data::<PathPattern>()
-            .and_then(|pattern| self.guard.operations().find(req.method(), &pattern.0));
+            .and_then(|pattern| operation_by_route(req.method().as_str(), &pattern.0))
+            .map(|op| op.id);
         let (Some(operation), Some(principal)) = (operation, principal) else {
             tracing::error!("an idempotent request has no known operation or no principal");
             return Err(ApiFailure::internal().into());
@@ -120,7 +121,7 @@ pub trait Permitted {
 /// route's variables by position (`:param0`, `:param1`, as the route table's test shows), so
 /// the name is looked up in the operation's template.
 pub fn path_id<'a>(req: &'a Request, operation: Operation, name: &str) -> &'a str {
-    let (_, template) = operation.http();
+    let template = operation.spec().route;
     template
         .split('/')
         .filter(|segment| segment.starts_with('{'))

@@ -52,8 +52,6 @@ use crate::storage::OutcomeSlot;
 
 pub use self::guard::IdempotencyGuard;
 pub use self::input::{Idempotent, IdempotentInput, Permitted, path_id};
-pub use self::record::Operations;
-pub(super) use self::record::shape;
 
 pub const REPLAYED_HEADER: &str = "idempotency-replayed";
 

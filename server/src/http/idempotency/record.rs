@@ -1,11 +1,8 @@
 //! What an idempotency record holds and where it lives: the request's place and fingerprint,
-//! the operation ids by route, and the stored response's bytes.
+//! and the stored response's bytes.
 
-use std::collections::HashMap;
-
-use poem::http::{HeaderValue, Method, StatusCode, header};
+use poem::http::{HeaderValue, StatusCode, header};
 use poem::{Body, Response};
-use poem_openapi::registry::MetaApi;
 use sha2::{Digest, Sha256};
 
 use super::REPLAYED_HEADER;
@@ -54,44 +51,6 @@ impl IdempotentRequest<'_> {
     }
 }
 
-/// Operation ids by method and route, read once from the API's metadata: a route's id is
-/// written only in its `#[oai(...)]`.
-pub struct Operations(HashMap<(Method, String), &'static str>);
-
-impl Operations {
-    pub fn of(apis: Vec<MetaApi>) -> Self {
-        let mut ids = HashMap::new();
-        for path in apis.iter().flat_map(|api| &api.paths) {
-            for operation in &path.operations {
-                if let Some(id) = operation.operation_id {
-                    ids.insert((operation.method.clone(), shape(&path.path)), id);
-                }
-            }
-        }
-        Self(ids)
-    }
-
-    /// The operation of a route, by poem's pattern of it (`/v1/a/:param0`).
-    pub(super) fn find(&self, method: &Method, pattern: &str) -> Option<&'static str> {
-        self.0.get(&(method.clone(), shape(pattern))).copied()
-    }
-}
-
-/// A route with its variables unnamed: the document's `/a/{id}` and the router's `/a/:param0`
-/// are both `/a/{}`.
-pub(in crate::http) fn shape(path: &str) -> String {
-    path.split('/')
-        .map(|segment| {
-            if segment.starts_with(':') || (segment.starts_with('{') && segment.ends_with('}')) {
-                "{}"
-            } else {
-                segment
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("/")
-}
-
 /// status (2 bytes) | content-type length (2) | content-type | body
 pub(super) async fn encode(response: Response) -> (Response, Vec<u8>) {
     // The parts stay: the route's response data (its operation id) travels on.
@@ -134,29 +93,6 @@ pub(super) fn decode(plain: &[u8]) -> Option<Response> {
 mod tests {
     use super::super::REPLAYED_HEADER;
     use super::*;
-
-    #[test]
-    fn operations_are_found_by_the_route_poem_matched() {
-        let operations =
-            Operations::of(<crate::http::api::AllApis as poem_openapi::OpenApi>::meta());
-        let find = |method, pattern| operations.find(&method, pattern);
-        assert_eq!(
-            find(Method::POST, "/v1/personal-access-tokens"),
-            Some("issuePersonalAccessToken")
-        );
-        assert_eq!(
-            find(
-                Method::DELETE,
-                "/v1/workspaces/:param0/access-tokens/:param1"
-            ),
-            Some("revokeWorkspaceAccessToken")
-        );
-        assert_eq!(
-            find(Method::POST, "/v1/runner/webhook-deliveries/:param0/status"),
-            Some("reportDeliveryStatus")
-        );
-        assert_eq!(find(Method::PUT, "/v1/personal-access-tokens"), None);
-    }
 
     #[tokio::test]
     async fn records_decode_to_the_same_response() {
