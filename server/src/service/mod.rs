@@ -9,6 +9,7 @@ mod audit;
 mod authz;
 mod commands;
 mod deliveries;
+mod dispatcher;
 mod error;
 mod fair_share;
 mod keys;
@@ -39,7 +40,8 @@ pub use authz::{Authorizer, AuthzRequest, Decision, DenyStatus, Operation};
 pub use commands::{
     DeliveryStatusInput, SubmitCommandInput, TIMEOUT_BATCH, TimeoutSweep, command_deadline,
 };
-pub use deliveries::{AttemptAnswer, DeliverySettings, Dispatcher, dispatch_body};
+pub use deliveries::{AttemptAnswer, DeliverySettings, dispatch_body};
+pub use dispatcher::Dispatcher;
 pub use error::ServiceError;
 pub use fair_share::BreakerSettings;
 pub use keys::{
