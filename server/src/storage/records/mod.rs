@@ -64,6 +64,7 @@ pub trait RecordStore:
     + SettingsStore
     + PolicyStore
     + RunnerStore
+    + CommandStore
     + DeliveryStore
     + WorkflowStore
     + MarketplaceStore

@@ -3,6 +3,7 @@
 //! name.
 
 mod audit;
+mod commands;
 mod deliveries;
 mod directory;
 mod marketplace;
@@ -14,6 +15,7 @@ mod tokens;
 mod workflows;
 
 pub use audit::*;
+pub use commands::*;
 pub use deliveries::*;
 pub use directory::*;
 pub use marketplace::*;

@@ -1,5 +1,5 @@
 //! Runner pools, runners and keys, commands and their deliveries: the statements are shared
-//! (`storage/records/sql/runners.rs`); what is Postgres's own is that runners' reports run in batches
+//! (`storage/records/sql/runners.rs`, `sql/commands.rs`); what is Postgres's own is that runners' reports run in batches
 //! (`throughput/write_batcher.rs`). A batch of reports is four statements whatever its size: lock every delivery
 //! and its command in delivery id order and read their states, update the accepted deliveries
 //! and their commands, insert their events, commit. [`rules::report_applies`] decides each.
@@ -19,6 +19,9 @@ use crate::storage::records::rows::{DeliveryRow, parse_state};
 use crate::storage::{DeliveryTransition, StoreError};
 
 // Compiled once per SQL backend (see the layout in `storage/mod.rs`).
+#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
+#[path = "../sql/commands.rs"]
+mod commands;
 #[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
 #[path = "../sql/runners.rs"]
 mod shared;
