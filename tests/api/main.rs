@@ -18,7 +18,6 @@ mod framework_errors;
 mod hardening;
 mod idempotency;
 mod issue_token;
-mod issue_token_store;
 mod key_wrapping;
 mod lineage;
 mod operation_auth;
