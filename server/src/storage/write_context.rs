@@ -92,15 +92,18 @@ impl WriteContext {
         held.commit(None, 0).await
     }
 
-    /// Called by an adapter instead of committing: `Some(commit)` back when the context does
-    /// not hold, so the adapter commits it now.
-    pub(super) fn hold<C: HeldCommit + 'static>(&self, commit: C) -> Option<C> {
+    /// Called by an adapter's `commit` with the transaction it is done with: parked in the
+    /// slot for its outcome when this context holds, committed now otherwise.
+    pub(super) async fn commit_or_hold<C: HeldCommit + 'static>(
+        &self,
+        pending: C,
+    ) -> Result<(), StoreError> {
         match &self.outcome {
             Some(slot) => {
-                slot.put(Box::new(commit));
-                None
+                slot.put(Box::new(pending));
+                Ok(())
             }
-            None => Some(commit),
+            None => Box::new(pending).commit(None, 0).await,
         }
     }
 }

@@ -255,10 +255,7 @@ impl PostgresStore {
                 .then(|| (self.sequencer.clone(), self.pool.clone())),
             tx: tx.tx,
         };
-        match write.hold(pending) {
-            Some(now) => Box::new(now).commit(None, 0).await,
-            None => Ok(()),
-        }
+        write.commit_or_hold(pending).await
     }
 }
 

@@ -159,10 +159,7 @@ impl SqliteStore {
             tx,
             announced: self.announced.clone(),
         };
-        match write.hold(pending) {
-            Some(now) => Box::new(now).commit(None, 0).await,
-            None => Ok(()),
-        }
+        write.commit_or_hold(pending).await
     }
 }
 
