@@ -293,7 +293,7 @@ impl Services {
             actor: write.actor(),
             target_kind: "workflow_revision",
             target_id: revision_id,
-            correlation_id: cid.to_string(),
+            correlation_id: write.correlation_id().to_string(),
             occurred_at: now,
             data: json!({
                 "workflowId": current.workflow_id,

@@ -98,13 +98,19 @@ impl WriteContext {
         &self,
         pending: C,
     ) -> Result<(), StoreError> {
-        match &self.outcome {
-            Some(slot) => {
-                slot.put(Box::new(pending));
-                Ok(())
-            }
-            None => Box::new(pending).commit(None, 0).await,
+        let Some(slot) = &self.outcome else {
+            return Box::new(pending).commit(None, 0).await;
+        };
+        // Two writes of one keyed request held at once (no v1 operation does this): the
+        // earlier is committed without its outcome rather than dropped, which would roll back
+        // a change that already answered success.
+        if let Some(earlier) = slot.replace(Box::new(pending)) {
+            tracing::error!(
+                "two writes of one keyed request were held at once; the earlier was committed without its outcome"
+            );
+            earlier.commit(None, 0).await?;
         }
+        Ok(())
     }
 }
 
@@ -131,7 +137,11 @@ impl OutcomeSlot {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    fn put(&self, commit: Box<dyn HeldCommit>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(commit);
+    /// Parks `commit`, giving back one parked before it.
+    fn replace(&self, commit: Box<dyn HeldCommit>) -> Option<Box<dyn HeldCommit>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(commit)
     }
 }

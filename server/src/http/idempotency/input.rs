@@ -234,9 +234,9 @@ where
             .data::<CorrelationId>()
             .cloned()
             .unwrap_or_else(CorrelationId::generate);
+        // The route's authentication ran first; a caller it did not accept gets its 401.
         let Some(actor) = input.actor(request) else {
-            tracing::error!("an idempotent input has no authenticated caller");
-            return Err(ApiFailure::internal().into());
+            return Err(ApiFailure::from(crate::service::ServiceError::Unauthenticated).into());
         };
         let Some(ticket) = request.data::<Arc<Ticket>>() else {
             let write = WriteContext::immediate(correlation_id, actor);
