@@ -33,6 +33,7 @@ mod ports;
 pub mod postgres;
 pub(crate) mod rows;
 mod sqlite;
+mod write_tx;
 
 use std::sync::Arc;
 

@@ -25,7 +25,7 @@ pub(super) async fn insert_event(
     tx: &mut WriteTx,
     event: &NewAuditEvent,
 ) -> Result<(), StoreError> {
-    tx.wrote_workspace_events |= event.workspace_id.is_some();
+    tx.workspaces.extend(event.workspace_id);
     write_event(tx, event).await
 }
 
@@ -35,7 +35,8 @@ pub(super) async fn insert_events<'e>(
     events: impl IntoIterator<Item = &'e NewAuditEvent>,
 ) -> Result<(), StoreError> {
     let events: Vec<&NewAuditEvent> = events.into_iter().collect();
-    tx.wrote_workspace_events |= events.iter().any(|e| e.workspace_id.is_some());
+    tx.workspaces
+        .extend(events.iter().filter_map(|e| e.workspace_id));
     write_events(tx, events).await
 }
 

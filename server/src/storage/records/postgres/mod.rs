@@ -239,10 +239,7 @@ impl PostgresStore {
     async fn begin(&self, write: &WriteContext) -> Result<WriteTx, StoreError> {
         write.before_begin().await?;
         let tx = self.pool.begin().await.map_err(map_err)?;
-        Ok(WriteTx {
-            tx,
-            wrote_workspace_events: false,
-        })
+        Ok(WriteTx::new(tx, None))
     }
 
     /// Commits, or parks the transaction for its outcome when `write` holds. A transaction
@@ -250,8 +247,7 @@ impl PostgresStore {
     /// announces them by NOTIFY), so its writer reads them back at once.
     async fn commit(&self, tx: WriteTx, write: &WriteContext) -> Result<(), StoreError> {
         let pending = PendingCommit {
-            numbering: tx
-                .wrote_workspace_events
+            numbering: (!tx.workspaces.is_empty())
                 .then(|| (self.sequencer.clone(), self.pool.clone())),
             tx: tx.tx,
         };
@@ -259,27 +255,8 @@ impl PostgresStore {
     }
 }
 
-/// A write transaction, and whether it wrote workspace events (which its commit has
-/// numbered). Derefs to the connection, as a transaction does; events go in through
-/// `audit::insert_event`, which notes them.
-pub(crate) struct WriteTx {
-    tx: Transaction<'static, Postgres>,
-    wrote_workspace_events: bool,
-}
-
-impl std::ops::Deref for WriteTx {
-    type Target = PgConnection;
-
-    fn deref(&self) -> &PgConnection {
-        &self.tx
-    }
-}
-
-impl std::ops::DerefMut for WriteTx {
-    fn deref_mut(&mut self) -> &mut PgConnection {
-        &mut self.tx
-    }
-}
+/// A Postgres write transaction (see `records/write_tx.rs`).
+pub(crate) type WriteTx = super::write_tx::WriteTx<Postgres>;
 
 /// After a commit that wrote events: waits for their numbering. A failure here is not the
 /// write's (it committed; answering an error would invite a retry that runs it twice): it is

@@ -33,7 +33,7 @@ use std::time::Duration;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Sqlite, SqliteConnection, Transaction};
+use sqlx::{Sqlite, SqliteConnection};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
@@ -144,11 +144,7 @@ impl SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(map_err)?;
-        Ok(WriteTx {
-            tx,
-            _turn: turn,
-            workspaces: Vec::new(),
-        })
+        Ok(WriteTx::new(tx, Some(turn)))
     }
 
     /// Commits, then announces the workspaces whose events it wrote (never before: a rolled-back
@@ -163,28 +159,9 @@ impl SqliteStore {
     }
 }
 
-/// A write transaction with this process's writer turn, given back when it ends, and the
-/// workspaces whose events it wrote (`audit::insert_event` notes them). Derefs to the
-/// connection, as a transaction does.
-pub(crate) struct WriteTx {
-    tx: Transaction<'static, Sqlite>,
-    _turn: tokio::sync::OwnedMutexGuard<()>,
-    workspaces: Vec<Uuid>,
-}
-
-impl std::ops::Deref for WriteTx {
-    type Target = SqliteConnection;
-
-    fn deref(&self) -> &SqliteConnection {
-        &self.tx
-    }
-}
-
-impl std::ops::DerefMut for WriteTx {
-    fn deref_mut(&mut self) -> &mut SqliteConnection {
-        &mut self.tx
-    }
-}
+/// An SQLite write transaction, holding this process's writer turn (see
+/// `records/write_tx.rs`).
+pub(crate) type WriteTx = super::write_tx::WriteTx<Sqlite>;
 
 /// Tells this process's listeners which workspaces gained events, once each.
 fn announce(announced: &broadcast::Sender<Change>, workspaces: impl Iterator<Item = Uuid>) {
