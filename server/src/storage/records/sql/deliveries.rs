@@ -467,6 +467,17 @@ impl DeliveryStore for Store {
             latency_ms: Option<i32>,
             error: Option<String>,
         }
+        // Two statements, so two snapshots, the second no older than the first: the attempts
+        // first, so the delivery is never shown older than its attempts (a finished 202 beside
+        // the lease's `next_attempt_at` was seen in CI with the other order).
+        let attempts: Vec<AttemptRow> = sqlx::query_as(
+            "SELECT number, runner_id, url, started_at, finished_at, status_code, latency_ms, error
+             FROM webhook_attempts WHERE delivery_id = $1 ORDER BY number",
+        )
+        .bind(delivery_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
         let Some(row): Option<Row> = sqlx::query_as(
             "SELECT d.id, d.command_id, c.workspace_id, c.pool_id, d.status,
                     c.status AS command_status, d.detail, d.next_attempt_at
@@ -480,14 +491,6 @@ impl DeliveryStore for Store {
         else {
             return Ok(None);
         };
-        let attempts: Vec<AttemptRow> = sqlx::query_as(
-            "SELECT number, runner_id, url, started_at, finished_at, status_code, latency_ms, error
-             FROM webhook_attempts WHERE delivery_id = $1 ORDER BY number",
-        )
-        .bind(delivery_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
         Ok(Some(DeliveryReport {
             delivery_id: row.id,
             command_id: row.command_id,
