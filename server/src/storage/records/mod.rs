@@ -5,18 +5,15 @@
 //!   `policies`, `runners`, `deliveries`, `workflows`, `marketplace`, `outcomes`), its trait and
 //!   the records it carries; [`RecordStore`] lists them.
 //! - `sql/`: the implementations of those ports that both SQL backends share, one file per port.
-//!   Each is compiled twice, as a child module of the port file of the same name in `postgres/`
-//!   and in `sqlite/` (`#[path = "../sql/<port>.rs"] mod shared;`): one text serves both
-//!   backends without generics over `sqlx::Database`, whose bounds would name every bound type.
-//!   sqlx takes `$n` placeholders on both, and most statements read the same. What does not is
-//!   a primitive the shared code imports by name: from the adapter's root (`super::super`)
-//!   `Store`, `begin`/`commit`, `insert_event`, `map_err`, the row and list-column types with
-//!   `list_param`/`decode_list`/`json_param`, `in_uuid_list`, and the row-lock clauses
-//!   `FOR_UPDATE`/`FOR_SHARE` (empty on SQLite, whose write transactions hold the database's
-//!   write lock from their start); from the adapter's port file (`super`) the statements whose
-//!   SQL differs, such as the read pool's queries on Postgres.
-//! - `postgres/`, `sqlite/`: the adapters, with the same file per port holding only what the
-//!   backend does its own way; `mod.rs` opens, migrates, maps errors and provides the primitives.
+//!   It is compiled inside each adapter (`#[path = "../sql/mod.rs"] mod sql;`), where it names
+//!   its backend `Store` and reaches it only through [`dialect::Dialect`]: list and JSON column
+//!   types, the row-lock clauses (empty on SQLite, whose write transactions hold the database's
+//!   write lock from their start), transactions, audit events, the request path's reads and
+//!   the few statements whose SQL differs. Why it is compiled per backend rather than generic
+//!   over `sqlx::Database`: `docs/decisions.md`.
+//! - `postgres/`, `sqlite/`: the adapters: `mod.rs` opens, migrates and maps errors,
+//!   `dialect.rs` implements the contract, and a file per port holds what the backend does its
+//!   own way (Postgres batches issuances and reports; each writes audit events its way).
 //! - `rows.rs`: rows that decode the same on both backends. What the counts a transaction takes
 //!   under its lock mean (name taken, the token cap, lost access, a busy pool) is decided once,
 //!   in `domain/rules.rs`.
@@ -29,6 +26,7 @@
 mod audit_feed;
 mod changes;
 pub(crate) mod copy;
+pub(crate) mod dialect;
 mod ports;
 pub mod postgres;
 pub(crate) mod rows;

@@ -1,19 +1,13 @@
-//! The audit log: writing one event (numbered after commit by `throughput/event_numbering.rs`, which announces
-//! it with NOTIFY on [`AUDIT_CHANNEL`]), and the activity page read through the read pool; the
-//! rest is shared (`storage/records/sql/audit.rs`).
+//! Writing audit events, numbered after commit by `throughput/event_numbering.rs`, which
+//! announces them with NOTIFY on [`AUDIT_CHANNEL`]; reading them is shared
+//! (`storage/records/sql/audit.rs`).
 
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use self::shared::{EVENT_COLUMNS, EventRow};
-use super::{PostgresStore, WriteTx, map_err};
+use super::{WriteTx, map_err};
 use crate::domain::NewAuditEvent;
 use crate::storage::StoreError;
-
-// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
-#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
-#[path = "../sql/audit.rs"]
-mod shared;
 
 /// Channel on which new audit events are announced, as `<workspace id> <sequence>`.
 pub const AUDIT_CHANNEL: &str = "cp_audit";
@@ -30,11 +24,10 @@ pub(super) async fn insert_event(
 }
 
 /// Writes events in a write transaction, noting whether any is a workspace event.
-pub(super) async fn insert_events<'e>(
+pub(super) async fn insert_events(
     tx: &mut WriteTx,
-    events: impl IntoIterator<Item = &'e NewAuditEvent>,
+    events: &[NewAuditEvent],
 ) -> Result<(), StoreError> {
-    let events: Vec<&NewAuditEvent> = events.into_iter().collect();
     tx.workspaces
         .extend(events.iter().filter_map(|e| e.workspace_id));
     write_events(tx, events).await
@@ -115,28 +108,4 @@ pub(super) async fn write_events<'e>(
     .await
     .map_err(map_err)?;
     Ok(())
-}
-
-/// Numbers every committed event still waiting (after a process died between its commit and
-/// its sequencing pass).
-async fn settle_events(store: &PostgresStore) -> Result<(), StoreError> {
-    store.sequencer.settle(&store.pool).await
-}
-
-/// A page of a workspace's activity, newest first, through the read pool.
-async fn list_events_page(
-    store: &PostgresStore,
-    workspace_id: Uuid,
-    before: Option<i64>,
-    limit: u32,
-) -> Result<Vec<EventRow>, StoreError> {
-    let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {EVENT_COLUMNS} FROM audit_events
-         WHERE workspace_id = $1 AND seq IS NOT NULL AND ($2::bigint IS NULL OR seq < $2)
-         ORDER BY seq DESC LIMIT $3"
-    )))
-    .bind(workspace_id)
-    .bind(before)
-    .bind(i64::from(limit));
-    store.read_all(query).await
 }

@@ -12,24 +12,17 @@ use super::{PostgresStore, map_err};
 use crate::storage::StoreError;
 use crate::storage::records::copy::{Cell, Kind, Table};
 
-// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
-#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
-#[path = "../sql/copy.rs"]
-mod shared;
-
-pub(in crate::storage) use self::shared::{count, has_rows, rows, sequences, set, write};
-
-type Db = Postgres;
+pub(in crate::storage) use super::sql::copy::{count, has_rows, rows, sequences, set, write};
 
 /// jsonb is read as its text, so it crosses without being parsed.
-fn select_column(name: &str, kind: Kind) -> String {
+pub(super) fn select_column(name: &str, kind: Kind) -> String {
     match kind {
         Kind::Json => format!("CAST({name} AS TEXT)"),
         _ => name.to_owned(),
     }
 }
 
-fn decode(row: &PgRow, i: usize, kind: Kind) -> Result<Cell, StoreError> {
+pub(super) fn decode(row: &PgRow, i: usize, kind: Kind) -> Result<Cell, StoreError> {
     let get = map_err;
     Ok(match kind {
         Kind::Uuid => Cell::Uuid(row.try_get(i).map_err(get)?),
@@ -46,7 +39,7 @@ fn decode(row: &PgRow, i: usize, kind: Kind) -> Result<Cell, StoreError> {
     })
 }
 
-fn push_cell(query: &mut QueryBuilder<Postgres>, cell: Cell) -> Result<(), StoreError> {
+pub(super) fn push_cell(query: &mut QueryBuilder<Postgres>, cell: Cell) -> Result<(), StoreError> {
     match cell {
         Cell::Uuid(v) => query.push_bind(v),
         Cell::Text(v) => query.push_bind(v),

@@ -9,28 +9,24 @@
 mod audit;
 mod changes;
 pub(super) mod copy;
-mod deliveries;
-mod directory;
-mod marketplace;
-mod outcomes;
+mod dialect;
 mod policies;
 mod runners;
-mod settings;
+#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
+#[path = "../sql/mod.rs"]
+mod sql;
 mod throughput;
 mod tokens;
-mod workflows;
 
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{PgConnection, Postgres, Transaction};
-use uuid::Uuid;
+use sqlx::{Postgres, Transaction};
 
-use self::audit::insert_event;
 use self::throughput::{Batcher, ReadPool, Sequencer};
-use crate::storage::write_context::{HeldCommit, WriteContext};
+use crate::storage::write_context::HeldCommit;
 use crate::storage::{OutcomeRecord, StoreError};
 
 pub use self::audit::AUDIT_CHANNEL;
@@ -175,85 +171,8 @@ pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
     }
 }
 
-// What the implementations shared with SQLite (`storage/records/sql/`) need of this backend.
-
+/// The backend the shared SQL (`sql/`) is compiled for here.
 type Store = PostgresStore;
-type Connection = PgConnection;
-type Row = sqlx::postgres::PgRow;
-/// List columns are arrays.
-type StringList = Vec<String>;
-type UuidList = Vec<Uuid>;
-
-/// The row locks a check-then-write takes on the rows it reads.
-const FOR_UPDATE: &str = "FOR UPDATE";
-const FOR_SHARE: &str = "FOR SHARE";
-/// Leasing due deliveries skips the rows another replica is leasing instead of waiting.
-const LEASE_LOCK: &str = "FOR UPDATE OF d SKIP LOCKED";
-
-/// A list bound as an array.
-fn list_param<T>(list: &[T]) -> Result<&[T], StoreError> {
-    Ok(list)
-}
-
-fn decode_list<T>(list: Vec<T>) -> Result<Vec<T>, StoreError> {
-    Ok(list)
-}
-
-/// A value bound as jsonb.
-fn json_param<T: serde::Serialize + ?Sized>(value: &T) -> Result<serde_json::Value, StoreError> {
-    Ok(serde_json::to_value(value).unwrap_or(serde_json::Value::Null))
-}
-
-/// The predicate `<column> <this>`: the column is one of the uuids bound as `param` (see
-/// [`list_param`]).
-fn in_uuid_list(param: &str) -> String {
-    format!("= ANY({param})")
-}
-
-/// A statement of the request path's reads, before it runs.
-type ReadQuery<'q, O> = sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments>;
-
-impl PostgresStore {
-    /// Runs one of the request path's reads through the read pool (`throughput/read_pool.rs`): no pool ping,
-    /// and a client-side deadline.
-    async fn read_all<O>(&self, query: ReadQuery<'_, O>) -> Result<Vec<O>, StoreError>
-    where
-        O: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
-    {
-        let mut lease = self.reads.lease().await?;
-        let outcome =
-            tokio::time::timeout(self.reads.deadline(), query.fetch_all(lease.conn()?)).await;
-        lease.settle(outcome)
-    }
-
-    /// [`Self::read_all`] of a statement that returns at most one row.
-    async fn read_optional<O>(&self, query: ReadQuery<'_, O>) -> Result<Option<O>, StoreError>
-    where
-        O: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
-    {
-        Ok(self.read_all(query).await?.into_iter().next())
-    }
-
-    /// Begins a write transaction for `write` (which first commits one its keyed request
-    /// still holds: see `storage/write_context.rs`).
-    async fn begin(&self, write: &WriteContext) -> Result<WriteTx, StoreError> {
-        write.before_begin().await?;
-        let tx = self.pool.begin().await.map_err(map_err)?;
-        Ok(WriteTx::new(tx, None))
-    }
-
-    /// Commits, or parks the transaction for its outcome when `write` holds. A transaction
-    /// that wrote workspace events returns once they are numbered (the sequencer's pass
-    /// announces them by NOTIFY), so its writer reads them back at once.
-    async fn commit(&self, tx: WriteTx, write: &WriteContext) -> Result<(), StoreError> {
-        let pending = PendingCommit {
-            numbering: (!tx.workspaces.is_empty())
-                .then(|| (self.sequencer.clone(), self.pool.clone())),
-            tx: tx.tx,
-        };
-        write.commit_or_hold(pending).await
-    }
-}
 
 /// A Postgres write transaction (see `records/write_tx.rs`).
 pub(crate) type WriteTx = super::write_tx::WriteTx<Postgres>;
@@ -284,7 +203,7 @@ impl HeldCommit for PendingCommit {
     ) -> Result<(), StoreError> {
         let Self { mut tx, numbering } = *self;
         if let Some(outcome) = outcome {
-            outcomes::insert_outcome(&mut tx, outcome, now_ms).await?;
+            sql::outcomes::insert_outcome(&mut tx, outcome, now_ms).await?;
         }
         tx.commit().await.map_err(map_err)?;
         settle_after_commit(numbering).await;

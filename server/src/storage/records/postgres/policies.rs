@@ -7,16 +7,11 @@ use sqlx::PgConnection;
 use super::map_err;
 use crate::storage::StoreError;
 
-// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
-#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
-#[path = "../sql/policies.rs"]
-mod shared;
-
 /// Channel on which policy changes are announced.
 pub const POLICY_CHANNEL: &str = "cp_policy";
 
 /// Bumps the generation and notifies replicas; both take effect at commit.
-async fn policy_changed(conn: &mut PgConnection) -> Result<(), StoreError> {
+pub(super) async fn policy_changed(conn: &mut PgConnection) -> Result<(), StoreError> {
     sqlx::query("UPDATE policy_state SET generation = generation + 1 WHERE id = 1")
         .execute(&mut *conn)
         .await
@@ -30,7 +25,10 @@ async fn policy_changed(conn: &mut PgConnection) -> Result<(), StoreError> {
 }
 
 /// Serialises new versions of one name until commit.
-async fn serialise_versions(conn: &mut PgConnection, name: &str) -> Result<(), StoreError> {
+pub(super) async fn serialise_versions(
+    conn: &mut PgConnection,
+    name: &str,
+) -> Result<(), StoreError> {
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
         .bind(name)
         .execute(conn)

@@ -18,19 +18,11 @@ use crate::storage::WriteContext;
 use crate::storage::records::rows::{DeliveryRow, parse_state};
 use crate::storage::{DeliveryTransition, StoreError};
 
-// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
-#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
-#[path = "../sql/commands.rs"]
-mod commands;
-#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
-#[path = "../sql/runners.rs"]
-mod shared;
-
 /// Runners' delivery reports, in batches.
 pub(super) struct Reports;
 
 /// Runs a report in a batch; `None` when it must run alone (see `throughput/write_batcher.rs`).
-async fn batch_transition_delivery(
+pub(super) async fn batch_transition_delivery(
     store: &PostgresStore,
     write: &WriteContext,
     t: &DeliveryTransition,

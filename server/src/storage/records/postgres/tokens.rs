@@ -13,26 +13,24 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use self::shared::CredentialRow;
 use super::audit::write_events;
 use super::throughput::{Kind, Ran};
 use super::{PostgresStore, map_err};
 use crate::domain::{NewAuditEvent, rules};
 use crate::storage::{InsertTokenError, NewToken, StoreError, WriteContext};
 
-// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
-#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
-#[path = "../sql/tokens.rs"]
-mod shared;
-
 /// Active grants as an array, in grant order.
-const TOKEN_COLUMNS: &str = "t.id, t.public_id, t.user_id, t.organisation_id, t.name, t.scopes,
+pub(super) const TOKEN_COLUMNS: &str =
+    "t.id, t.public_id, t.user_id, t.organisation_id, t.name, t.scopes,
     ARRAY(SELECT tw.workspace_id FROM token_workspaces tw
           WHERE tw.token_id = t.id AND tw.revoked_at IS NULL ORDER BY tw.position) AS workspace_ids,
     t.environment_ids, t.created_at, t.expires_at, t.revoked_at, t.issued_by_token_id";
 
 /// The token and its grants in one round trip.
-async fn insert_token_rows(conn: &mut PgConnection, token: &NewToken) -> Result<(), StoreError> {
+pub(super) async fn insert_token_rows(
+    conn: &mut PgConnection,
+    token: &NewToken,
+) -> Result<(), StoreError> {
     let t = &token.record;
     sqlx::query(
         "WITH t AS (
@@ -61,18 +59,6 @@ async fn insert_token_rows(conn: &mut PgConnection, token: &NewToken) -> Result<
     Ok(())
 }
 
-/// Through the read pool: authentication is the request path's hottest read.
-async fn find_credential_row(
-    store: &PostgresStore,
-    public_id: &str,
-) -> Result<Option<CredentialRow>, StoreError> {
-    let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {TOKEN_COLUMNS}, t.secret_hash FROM tokens t WHERE t.public_id = $1"
-    )))
-    .bind(public_id);
-    store.read_optional(query).await
-}
-
 /// Issuances, in batches.
 pub(super) struct Issuances;
 
@@ -84,7 +70,7 @@ pub(super) struct Job {
 }
 
 /// Runs an issuance in a batch; `None` when it must run alone (see `throughput/write_batcher.rs`).
-async fn batch_insert_token(
+pub(super) async fn batch_insert_token(
     store: &PostgresStore,
     write: &WriteContext,
     token: &NewToken,

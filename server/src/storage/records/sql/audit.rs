@@ -6,18 +6,18 @@ use chrono::{DateTime, Utc};
 use sqlx::{FromRow, Row as _};
 use uuid::Uuid;
 
-use super::super::{Row, Store, map_err};
-use super::{list_events_page, settle_events};
+use super::{Row, Store};
 use crate::domain::AuditEvent;
+use crate::storage::records::dialect::Dialect;
 use crate::storage::{AuditStore, StoreError};
 
 /// The columns [`EventRow`] decodes, in its order. Data as text: readers pass event data
 /// through, so nothing parses it into a tree.
-pub(super) const EVENT_COLUMNS: &str = "id, organisation_id, workspace_id, seq, event_type,
+const EVENT_COLUMNS: &str = "id, organisation_id, workspace_id, seq, event_type,
     actor_kind, actor_id, target_kind, target_id, correlation_id, occurred_at,
     CAST(data AS TEXT) AS data";
 
-pub(super) struct EventRow {
+struct EventRow {
     id: Uuid,
     organisation_id: Uuid,
     workspace_id: Option<Uuid>,
@@ -82,7 +82,17 @@ impl AuditStore for Store {
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<AuditEvent>, StoreError> {
-        let rows = list_events_page(self, workspace_id, before, limit).await?;
+        // `seq IS NOT NULL`: Postgres numbers events after their commit (SQLite as it inserts).
+        let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {EVENT_COLUMNS} FROM audit_events
+             WHERE workspace_id = $1 AND seq IS NOT NULL
+               AND (CAST($2 AS BIGINT) IS NULL OR seq < $2)
+             ORDER BY seq DESC LIMIT $3"
+        )))
+        .bind(workspace_id)
+        .bind(before)
+        .bind(i64::from(limit));
+        let rows: Vec<EventRow> = self.read_all(query).await?;
         rows.into_iter().map(EventRow::into_event).collect()
     }
 
@@ -102,11 +112,11 @@ impl AuditStore for Store {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         rows.into_iter().map(EventRow::into_event).collect()
     }
 
     async fn settle_events(&self) -> Result<(), StoreError> {
-        settle_events(self).await
+        self.number_waiting_events().await
     }
 }

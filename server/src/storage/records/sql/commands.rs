@@ -6,9 +6,9 @@ use chrono::{DateTime, Utc};
 use sqlx::FromRow;
 use uuid::Uuid;
 
-use super::super::{FOR_SHARE, FOR_UPDATE, Store, insert_event, json_param, map_err};
-use super::batch_transition_delivery;
+use super::{FOR_SHARE, FOR_UPDATE, Store};
 use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent, rules};
+use crate::storage::records::dialect::Dialect;
 use crate::storage::records::rows::{DeliveryRow, open_statuses, parse_state};
 use crate::storage::{
     CommandStore, CommandTimeout, DeliveryContext, DeliveryTransition, OverdueCommand,
@@ -32,7 +32,7 @@ impl CommandStore for Store {
         .bind(command.workspace_id)
         .fetch_optional(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         match pool {
             None => return Ok(SubmitOutcome::PoolNotFound),
             Some((Some(_),)) => return Ok(SubmitOutcome::PoolDeleted),
@@ -48,7 +48,7 @@ impl CommandStore for Store {
         .bind(command.pool_id)
         .bind(command.environment_id)
         .bind(&command.command)
-        .bind(json_param(&command.args)?)
+        .bind(Store::json_param(&command.args)?)
         .bind(command.timeout_seconds)
         .bind(command.status.as_str())
         .bind(command.submitted_by)
@@ -56,7 +56,7 @@ impl CommandStore for Store {
         .bind(command.deadline_at)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         sqlx::query(
             "INSERT INTO webhook_deliveries
                  (id, command_id, status, created_at, updated_at, next_attempt_at)
@@ -68,8 +68,8 @@ impl CommandStore for Store {
         .bind(delivery.created_at)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?;
-        insert_event(&mut tx, event).await?;
+        .map_err(Store::map_err)?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await?;
         Ok(SubmitOutcome::Created)
     }
@@ -114,7 +114,7 @@ impl CommandStore for Store {
         write: &WriteContext,
         t: &DeliveryTransition,
     ) -> Result<Option<WebhookDelivery>, StoreError> {
-        if let Some(batched) = batch_transition_delivery(self, write, t).await {
+        if let Some(batched) = self.batch_transition_delivery(write, t).await {
             return batched?.map(TryInto::try_into).transpose();
         }
         let mut tx = self.begin(write).await?;
@@ -127,7 +127,7 @@ impl CommandStore for Store {
         .bind(t.delivery_id)
         .fetch_optional(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         let Some((delivery, command)) = state else {
             return Ok(None);
         };
@@ -151,15 +151,15 @@ impl CommandStore for Store {
         .bind(t.at)
         .fetch_one(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         sqlx::query("UPDATE runner_commands SET status = $2, updated_at = $3 WHERE id = $1")
             .bind(row.command_id)
             .bind(t.to.command_status().as_str())
             .bind(t.at)
             .execute(&mut *tx)
             .await
-            .map_err(map_err)?;
-        insert_event(&mut tx, &t.event).await?;
+            .map_err(Store::map_err)?;
+        Store::insert_event(&mut tx, &t.event).await?;
         self.commit(tx, write).await?;
         row.try_into().map(Some)
     }
@@ -196,7 +196,7 @@ impl CommandStore for Store {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         rows.into_iter()
             .map(|r| {
                 Ok(OverdueCommand {
@@ -236,7 +236,7 @@ impl CommandStore for Store {
         .bind(t.at)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?
+        .map_err(Store::map_err)?
         .rows_affected();
         if delivery == 0 {
             return Ok(false);
@@ -251,12 +251,12 @@ impl CommandStore for Store {
         .bind(t.at)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?
+        .map_err(Store::map_err)?
         .rows_affected();
         if command == 0 {
             return Ok(false);
         }
-        insert_event(&mut tx, &t.event).await?;
+        Store::insert_event(&mut tx, &t.event).await?;
         self.commit(tx, write).await?;
         Ok(true)
     }

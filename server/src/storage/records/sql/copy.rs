@@ -11,10 +11,10 @@ use sha2::{Digest, Sha256};
 use sqlx::{AssertSqlSafe, QueryBuilder};
 use uuid::Uuid;
 
-use super::super::{Connection, map_err};
-use super::{Db, decode, push_cell, select_column};
+use super::{Connection, Db, Store};
 use crate::storage::StoreError;
 use crate::storage::records::copy::{Cell, Sequence, Table};
+use crate::storage::records::dialect::Dialect;
 
 /// Every row of `table`, its columns in the table's order.
 pub(in crate::storage) fn rows<'c>(
@@ -24,18 +24,18 @@ pub(in crate::storage) fn rows<'c>(
     let columns: Vec<String> = table
         .columns
         .iter()
-        .map(|(name, kind)| select_column(name, *kind))
+        .map(|(name, kind)| Store::select_column(name, *kind))
         .collect();
     let sql = format!("SELECT {} FROM {}", columns.join(", "), table.name);
     sqlx::query::<Db>(AssertSqlSafe(sql))
         .fetch(conn)
         .map(move |row| -> Result<Vec<Cell>, StoreError> {
-            let row = row.map_err(map_err)?;
+            let row = row.map_err(Store::map_err)?;
             table
                 .columns
                 .iter()
                 .enumerate()
-                .map(|(i, (_, kind))| decode(&row, i, *kind))
+                .map(|(i, (_, kind))| Store::decode_cell(&row, i, *kind))
                 .collect()
         })
         .boxed()
@@ -57,11 +57,15 @@ pub(in crate::storage) async fn write(
                     query.push(", ");
                 }
                 query.push(format!("{} = ", table.columns[i + 1].0));
-                push_cell(&mut query, cell)?;
+                Store::push_cell(&mut query, cell)?;
             }
             query.push(format!(" WHERE {} = ", table.columns[0].0));
-            push_cell(&mut query, key)?;
-            let done = query.build().execute(&mut *conn).await.map_err(map_err)?;
+            Store::push_cell(&mut query, key)?;
+            let done = query
+                .build()
+                .execute(&mut *conn)
+                .await
+                .map_err(Store::map_err)?;
             if done.rows_affected() != 1 {
                 return Err(StoreError::Internal(format!(
                     "the target's {} has no row to update",
@@ -84,11 +88,15 @@ pub(in crate::storage) async fn write(
             if i > 0 {
                 query.push(", ");
             }
-            push_cell(&mut query, cell)?;
+            Store::push_cell(&mut query, cell)?;
         }
         query.push(")");
     }
-    let done = query.build().execute(&mut *conn).await.map_err(map_err)?;
+    let done = query
+        .build()
+        .execute(&mut *conn)
+        .await
+        .map_err(Store::map_err)?;
     Ok(done.rows_affected())
 }
 
@@ -104,10 +112,14 @@ pub(in crate::storage) async fn set(
         "UPDATE {} SET {} = ",
         table.name, table.columns[column].0
     ));
-    push_cell(&mut query, value)?;
+    Store::push_cell(&mut query, value)?;
     query.push(format!(" WHERE {} = ", table.columns[0].0));
-    push_cell(&mut query, key)?;
-    query.build().execute(&mut *conn).await.map_err(map_err)?;
+    Store::push_cell(&mut query, key)?;
+    query
+        .build()
+        .execute(&mut *conn)
+        .await
+        .map_err(Store::map_err)?;
     Ok(())
 }
 
@@ -119,7 +131,7 @@ pub(in crate::storage) async fn has_rows(
         sqlx::query_as(AssertSqlSafe(format!("SELECT 1 FROM {table} LIMIT 1")))
             .fetch_optional(&mut *conn)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
     Ok(row.is_some())
 }
 
@@ -130,7 +142,7 @@ pub(in crate::storage) async fn count(
     let (n,): (i64,) = sqlx::query_as(AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
         .fetch_one(&mut *conn)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
     Ok(n)
 }
 
@@ -141,7 +153,7 @@ pub(in crate::storage) async fn sequences(
     let counters: Vec<(Uuid, i64)> = sqlx::query_as("SELECT id, audit_seq FROM workspaces")
         .fetch_all(&mut *conn)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
     let mut digests: BTreeMap<Uuid, (Sequence, Sha256)> = counters
         .into_iter()
         .map(|(id, counter)| {
@@ -157,7 +169,7 @@ pub(in crate::storage) async fn sequences(
          ORDER BY workspace_id, seq",
     )
     .fetch(&mut *conn);
-    while let Some((workspace, seq, id)) = events.try_next().await.map_err(map_err)? {
+    while let Some((workspace, seq, id)) = events.try_next().await.map_err(Store::map_err)? {
         let (sequence, digest) = digests.entry(workspace).or_default();
         sequence.events += 1;
         sequence.first.get_or_insert(seq);

@@ -9,8 +9,9 @@ use chrono::{DateTime, Utc};
 use sqlx::{Acquire as _, FromRow};
 use uuid::Uuid;
 
-use super::super::{Connection, FOR_SHARE, LEASE_LOCK, Store, insert_event, map_err};
+use super::{Connection, FOR_SHARE, LEASE_LOCK, Store};
 use crate::domain::{CommandStatus, DeliveryStatus};
+use crate::storage::records::dialect::Dialect;
 use crate::storage::records::rows::parse_state;
 use crate::storage::{
     AttemptNext, AttemptRecord, AttemptRecorded, AttemptResult, DeliveryReport, DeliveryStore,
@@ -52,7 +53,7 @@ impl DeliveryStore for Store {
         .bind(now)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(row.is_some())
     }
 
@@ -113,7 +114,7 @@ impl DeliveryStore for Store {
         for id in q.skip_pools.iter().chain(q.skip_organisations) {
             query = query.bind(*id);
         }
-        let rows = query.fetch_all(&self.pool).await.map_err(map_err)?;
+        let rows = query.fetch_all(&self.pool).await.map_err(Store::map_err)?;
         Ok(rows
             .into_iter()
             .map(|(delivery_id, organisation_id, pool_id)| DueDelivery {
@@ -158,7 +159,7 @@ impl DeliveryStore for Store {
         for id in deliveries {
             query = query.bind(*id);
         }
-        let due: Vec<DueRow> = query.fetch_all(&mut *tx).await.map_err(map_err)?;
+        let due: Vec<DueRow> = query.fetch_all(&mut *tx).await.map_err(Store::map_err)?;
         let mut leased = Leased::default();
         let mut candidates: HashMap<Uuid, (Receivers, usize)> = HashMap::new();
         let mut chosen: Vec<(Uuid, bool)> = Vec::new();
@@ -170,7 +171,7 @@ impl DeliveryStore for Store {
                     .bind(row.id)
                     .execute(&mut *tx)
                     .await
-                    .map_err(map_err)?;
+                    .map_err(Store::map_err)?;
                 continue;
             }
             let (receivers, turn) = match candidates.entry(row.pool_id) {
@@ -185,7 +186,7 @@ impl DeliveryStore for Store {
                     .bind(row.pool_id)
                     .execute(&mut *tx)
                     .await
-                    .map_err(map_err)?;
+                    .map_err(Store::map_err)?;
                     slot.insert((pool_candidates(&mut tx, row.pool_id, now).await?, 0))
                 }
             };
@@ -200,7 +201,7 @@ impl DeliveryStore for Store {
                     .bind(true)
                     .execute(&mut *tx)
                     .await
-                    .map_err(map_err)?;
+                    .map_err(Store::map_err)?;
                     leased.waiting += 1;
                     continue;
                 }
@@ -230,7 +231,7 @@ impl DeliveryStore for Store {
                 .bind(ABANDONED)
                 .execute(&mut *tx)
                 .await
-                .map_err(map_err)?;
+                .map_err(Store::map_err)?;
             }
             sqlx::query(
                 "INSERT INTO webhook_attempts (delivery_id, number, runner_id, url, started_at)
@@ -243,7 +244,7 @@ impl DeliveryStore for Store {
             .bind(now)
             .execute(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
             sqlx::query(
                 "UPDATE webhook_deliveries SET attempts = $2, next_attempt_at = $3 WHERE id = $1",
             )
@@ -252,7 +253,7 @@ impl DeliveryStore for Store {
             .bind(lease_until)
             .execute(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
             let args: Vec<String> = serde_json::from_str(&row.args).map_err(|e| {
                 StoreError::Internal(format!("stored arguments are not a JSON list: {e}"))
             })?;
@@ -291,7 +292,7 @@ impl DeliveryStore for Store {
                     .bind(runner_id)
                     .bind(now)
             };
-            update.execute(&mut *tx).await.map_err(map_err)?;
+            update.execute(&mut *tx).await.map_err(Store::map_err)?;
         }
         self.commit(tx, write).await?;
         Ok(leased)
@@ -316,7 +317,7 @@ impl DeliveryStore for Store {
         .bind(&r.error)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         // Only while the delivery is still on this attempt (no later lease) and `pending`.
         let on_lease = "id = $1 AND attempts = $2 AND status = 'pending'";
         let applied = match &r.next {
@@ -328,7 +329,7 @@ impl DeliveryStore for Store {
                 .bind(r.number)
                 .execute(&mut *tx)
                 .await
-                .map_err(map_err)?
+                .map_err(Store::map_err)?
                 .rows_affected()
                     > 0
             }
@@ -341,7 +342,7 @@ impl DeliveryStore for Store {
                 .bind(at)
                 .execute(&mut *tx)
                 .await
-                .map_err(map_err)?
+                .map_err(Store::map_err)?
                 .rows_affected()
                     > 0
             }
@@ -355,7 +356,7 @@ impl DeliveryStore for Store {
                 // The delivery first, then the command, as a report moves them (one lock order);
                 // both or neither, so a savepoint takes the delivery's move back if the command
                 // moved meanwhile (a cancellation).
-                let mut both = (&mut *tx).begin().await.map_err(map_err)?;
+                let mut both = (&mut *tx).begin().await.map_err(Store::map_err)?;
                 let delivery = sqlx::query(sqlx::AssertSqlSafe(format!(
                     "UPDATE webhook_deliveries SET status = $3, detail = $4, updated_at = $5,
                          next_attempt_at = NULL
@@ -369,7 +370,7 @@ impl DeliveryStore for Store {
                 .bind(delivery_from.as_str())
                 .execute(&mut *both)
                 .await
-                .map_err(map_err)?
+                .map_err(Store::map_err)?
                 .rows_affected();
                 let command = if delivery > 0 {
                     sqlx::query(
@@ -382,18 +383,18 @@ impl DeliveryStore for Store {
                     .bind(r.finished_at)
                     .execute(&mut *both)
                     .await
-                    .map_err(map_err)?
+                    .map_err(Store::map_err)?
                     .rows_affected()
                 } else {
                     0
                 };
                 if command > 0 {
-                    both.commit().await.map_err(map_err)?;
+                    both.commit().await.map_err(Store::map_err)?;
                     // After the savepoint, in the transaction, which notes it for its commit.
-                    insert_event(&mut tx, event).await?;
+                    Store::insert_event(&mut tx, event).await?;
                     true
                 } else {
-                    both.rollback().await.map_err(map_err)?;
+                    both.rollback().await.map_err(Store::map_err)?;
                     false
                 }
             }
@@ -432,7 +433,7 @@ impl DeliveryStore for Store {
             )
             .bind(r.runner_id)
         };
-        update.execute(&mut *tx).await.map_err(map_err)?;
+        update.execute(&mut *tx).await.map_err(Store::map_err)?;
         self.commit(tx, write).await?;
         Ok(if applied {
             AttemptRecorded::Applied
@@ -477,7 +478,7 @@ impl DeliveryStore for Store {
         .bind(delivery_id)
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         let Some(row): Option<Row> = sqlx::query_as(
             "SELECT d.id, d.command_id, c.workspace_id, c.pool_id, d.status,
                     c.status AS command_status, d.detail, d.next_attempt_at
@@ -487,7 +488,7 @@ impl DeliveryStore for Store {
         .bind(delivery_id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?
+        .map_err(Store::map_err)?
         else {
             return Ok(None);
         };
@@ -550,7 +551,7 @@ async fn pool_candidates(
     .bind(pool_id)
     .fetch_all(&mut *conn)
     .await
-    .map_err(map_err)?;
+    .map_err(Store::map_err)?;
     if runners.is_empty() {
         return Ok(Receivers::None);
     }

@@ -5,8 +5,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::super::{Store, in_uuid_list, insert_event, list_param, map_err};
+use super::Store;
 use crate::domain::NewAuditEvent;
+use crate::storage::records::dialect::Dialect;
 use crate::storage::{
     DirectoryStore, Environment, Organisation, StoreError, TargetLookup, User, Workspace,
     WriteContext,
@@ -27,8 +28,8 @@ impl DirectoryStore for Store {
             .bind(org.created_at)
             .execute(&mut *tx)
             .await
-            .map_err(map_err)?;
-        insert_event(&mut tx, event).await?;
+            .map_err(Store::map_err)?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -38,7 +39,7 @@ impl DirectoryStore for Store {
         )
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(rows
             .into_iter()
             .map(|(id, name, created_at)| Organisation {
@@ -65,8 +66,8 @@ impl DirectoryStore for Store {
         .bind(ws.created_at)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?;
-        insert_event(&mut tx, event).await?;
+        .map_err(Store::map_err)?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -81,7 +82,7 @@ impl DirectoryStore for Store {
         .bind(organisation_id)
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(rows.into_iter().map(workspace).collect())
     }
 
@@ -101,8 +102,8 @@ impl DirectoryStore for Store {
         .bind(env.created_at)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?;
-        insert_event(&mut tx, event).await?;
+        .map_err(Store::map_err)?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -117,7 +118,7 @@ impl DirectoryStore for Store {
         .bind(workspace_id)
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(rows
             .into_iter()
             .map(|(id, workspace_id, name, created_at)| Environment {
@@ -147,8 +148,8 @@ impl DirectoryStore for Store {
         .bind(user.admin)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?;
-        insert_event(&mut tx, event).await?;
+        .map_err(Store::map_err)?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -160,7 +161,7 @@ impl DirectoryStore for Store {
         .bind(organisation_id)
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(rows.into_iter().map(user).collect())
     }
 
@@ -171,7 +172,7 @@ impl DirectoryStore for Store {
         .bind(id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(row.map(user))
     }
 
@@ -188,7 +189,7 @@ impl DirectoryStore for Store {
         .bind(email)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(row.map(user))
     }
 
@@ -199,7 +200,7 @@ impl DirectoryStore for Store {
         .bind(id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(row.map(workspace))
     }
 
@@ -218,12 +219,12 @@ impl DirectoryStore for Store {
              UNION ALL
              SELECT 2, id, workspace_id FROM environments WHERE id {}
              ORDER BY k, id",
-            in_uuid_list("$2"),
-            in_uuid_list("$3"),
+            Store::in_uuid_list("$2"),
+            Store::in_uuid_list("$3"),
         )))
         .bind(organisation_id)
-        .bind(list_param(workspace_ids)?)
-        .bind(list_param(environment_ids)?);
+        .bind(Store::list_param(workspace_ids)?)
+        .bind(Store::list_param(environment_ids)?);
         // Every issuance resolves its targets first: a request-path read.
         let rows: Vec<(i64, Uuid, Uuid)> = self.read_all(query).await?;
         let mut lookup = TargetLookup::default();

@@ -5,10 +5,9 @@ use chrono::{DateTime, Utc};
 use sqlx::FromRow;
 use uuid::Uuid;
 
-use super::super::{
-    Connection, FOR_UPDATE, Store, StringList, decode_list, insert_event, list_param, map_err,
-};
+use super::{Connection, FOR_UPDATE, List, Store};
 use crate::domain::{NewAuditEvent, ReportReason, ReviewStatus, rules};
+use crate::storage::records::dialect::Dialect;
 use crate::storage::records::rows::{PluginRow, parse_state, with_data};
 use crate::storage::{
     MarketplaceStore, ModerationBasis, Plugin, Report, ReportOutcome, RestoreOutcome, Review,
@@ -25,8 +24,8 @@ struct ReviewRow {
     title: String,
     body: String,
     status: String,
-    reasons: StringList,
-    labels: StringList,
+    reasons: List<String>,
+    labels: List<String>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -43,8 +42,8 @@ impl TryFrom<ReviewRow> for Review {
             title: r.title,
             body: r.body,
             status: parse_state(&r.status, ReviewStatus::parse)?,
-            reasons: decode_list(r.reasons)?,
-            labels: decode_list(r.labels)?,
+            reasons: Store::decode_list(r.reasons)?,
+            labels: Store::decode_list(r.labels)?,
             created_at: r.created_at,
             updated_at: r.updated_at,
         })
@@ -72,8 +71,8 @@ impl MarketplaceStore for Store {
         .bind(plugin.created_at)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?;
-        insert_event(&mut tx, event).await?;
+        .map_err(Store::map_err)?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -83,7 +82,7 @@ impl MarketplaceStore for Store {
         )
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
@@ -94,7 +93,7 @@ impl MarketplaceStore for Store {
         .bind(plugin_id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(row.map(Into::into))
     }
 
@@ -105,7 +104,7 @@ impl MarketplaceStore for Store {
         .bind(review_id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         row.map(TryInto::try_into).transpose()
     }
 
@@ -121,7 +120,7 @@ impl MarketplaceStore for Store {
         .bind(author_id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         row.map(TryInto::try_into).transpose()
     }
 
@@ -133,7 +132,7 @@ impl MarketplaceStore for Store {
         .bind(plugin_id)
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         rows.into_iter().map(TryInto::try_into).collect()
     }
 
@@ -145,7 +144,7 @@ impl MarketplaceStore for Store {
         .bind(review_id)
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         rows.into_iter()
             .map(
                 |(id, review_id, reporter_id, reason, comment, created_at)| {
@@ -171,7 +170,7 @@ impl MarketplaceStore for Store {
         let mut tx = self.begin(write).await?;
         // Postgres: the row lock orders this against reports and restores of the review
         // (SQLite: the write lock does), so a hide cannot be lost between read and write.
-        let stored: Option<(String, StringList, StringList)> =
+        let stored: Option<(String, List<String>, List<String>)> =
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT status, reasons, labels FROM plugin_reviews
                  WHERE plugin_id = $1 AND author_id = $2 {FOR_UPDATE}"
@@ -180,14 +179,14 @@ impl MarketplaceStore for Store {
             .bind(review.author_id)
             .fetch_optional(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
         let mut review = review.clone();
         if let Some((status, reasons, labels)) = stored {
             let status = parse_state(&status, ReviewStatus::parse)?;
             if rules::replacement_keeps_moderation(Some(status)) {
                 review.status = status;
-                review.reasons = decode_list(reasons)?;
-                review.labels = decode_list(labels)?;
+                review.reasons = Store::decode_list(reasons)?;
+                review.labels = Store::decode_list(labels)?;
             }
         }
         // The author's one review: a second one replaces it, keeping its id and creation time.
@@ -209,15 +208,15 @@ impl MarketplaceStore for Store {
         .bind(&review.title)
         .bind(&review.body)
         .bind(review.status.as_str())
-        .bind(list_param(&review.reasons)?)
-        .bind(list_param(&review.labels)?)
+        .bind(Store::list_param(&review.reasons)?)
+        .bind(Store::list_param(&review.labels)?)
         .bind(review.updated_at)
         .fetch_one(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         let mut event = with_data(event, "status", review.status.as_str().into());
         event.target_id = row.id;
-        insert_event(&mut tx, &event).await?;
+        Store::insert_event(&mut tx, &event).await?;
         self.commit(tx, write).await?;
         row.try_into()
     }
@@ -250,7 +249,7 @@ impl MarketplaceStore for Store {
         .bind(report.created_at)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?
+        .map_err(Store::map_err)?
         .rows_affected();
         if inserted == 0 {
             return Ok(ReportOutcome::AlreadyReported);
@@ -261,12 +260,12 @@ impl MarketplaceStore for Store {
         )))
         .bind(report.review_id)
         .bind(moderation.status.as_str())
-        .bind(list_param(&moderation.reasons)?)
-        .bind(list_param(&moderation.labels)?)
+        .bind(Store::list_param(&moderation.reasons)?)
+        .bind(Store::list_param(&moderation.labels)?)
         .fetch_one(&mut *tx)
         .await
-        .map_err(map_err)?;
-        insert_event(&mut tx, event).await?;
+        .map_err(Store::map_err)?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await?;
         row.try_into().map(ReportOutcome::Stored)
     }
@@ -287,7 +286,7 @@ impl MarketplaceStore for Store {
         .bind(review_id)
         .fetch_optional(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         let Some((status, updated_at)) = stored else {
             return Ok(RestoreOutcome::NotFound);
         };
@@ -303,7 +302,7 @@ impl MarketplaceStore for Store {
             .bind(review_id)
             .execute(&mut *tx)
             .await
-            .map_err(map_err)?
+            .map_err(Store::map_err)?
             .rows_affected();
         let row: ReviewRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "UPDATE plugin_reviews SET status = $2, reasons = $3, labels = $4, updated_at = $5
@@ -311,14 +310,14 @@ impl MarketplaceStore for Store {
         )))
         .bind(review_id)
         .bind(moderation.status.as_str())
-        .bind(list_param(&moderation.reasons)?)
-        .bind(list_param(&moderation.labels)?)
+        .bind(Store::list_param(&moderation.reasons)?)
+        .bind(Store::list_param(&moderation.labels)?)
         .bind(at)
         .fetch_one(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         let event = with_data(event, "dismissedReports", dismissed.into());
-        insert_event(&mut tx, &event).await?;
+        Store::insert_event(&mut tx, &event).await?;
         self.commit(tx, write).await?;
         Ok(RestoreOutcome::Restored {
             review: row.try_into()?,
@@ -339,7 +338,7 @@ async fn review_is_as_read(
     .bind(review_id)
     .fetch_optional(&mut *conn)
     .await
-    .map_err(map_err)?;
+    .map_err(Store::map_err)?;
     let Some((updated_at,)) = stored else {
         return Ok(false);
     };
@@ -348,6 +347,6 @@ async fn review_is_as_read(
             .bind(review_id)
             .fetch_one(&mut *conn)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
     Ok(rules::moderation_is_current(reports, updated_at, basis))
 }

@@ -3,7 +3,8 @@
 
 use async_trait::async_trait;
 
-use super::super::{Connection, Store, map_err};
+use super::{Connection, Store};
+use crate::storage::records::dialect::Dialect;
 use crate::storage::{OutcomeRecord, OutcomeStore, StoreError, StoredOutcome};
 
 /// Writes `outcome` in the caller's transaction. An expired outcome under the same place is
@@ -28,7 +29,7 @@ pub(in super::super) async fn insert_outcome(
     .bind(now_ms)
     .execute(&mut *conn)
     .await
-    .map_err(map_err)?
+    .map_err(Store::map_err)?
     .rows_affected();
     if written == 0 {
         return Err(StoreError::Conflict(
@@ -53,7 +54,7 @@ impl OutcomeStore for Store {
         .bind(now_ms)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(row.map(|(fingerprint, sealed)| StoredOutcome {
             fingerprint,
             sealed,
@@ -62,9 +63,9 @@ impl OutcomeStore for Store {
 
     async fn put_outcome(&self, outcome: &OutcomeRecord, now_ms: i64) -> Result<(), StoreError> {
         // Committed here, never held: this is the outcome's own transaction.
-        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        let mut tx = self.pool.begin().await.map_err(Store::map_err)?;
         insert_outcome(&mut tx, outcome, now_ms).await?;
-        tx.commit().await.map_err(map_err)
+        tx.commit().await.map_err(Store::map_err)
     }
 
     async fn purge_outcomes(&self, now_ms: i64, limit: i64) -> Result<u64, StoreError> {
@@ -76,7 +77,7 @@ impl OutcomeStore for Store {
         .bind(limit)
         .execute(&self.pool)
         .await
-        .map_err(map_err)?
+        .map_err(Store::map_err)?
         .rows_affected())
     }
 }

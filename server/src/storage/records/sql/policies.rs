@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::super::{Store, map_err};
-use super::{policy_changed, serialise_versions};
+use super::Store;
+use crate::storage::records::dialect::Dialect;
 use crate::storage::records::rows::{POLICY_COLUMNS, PolicyRow};
 use crate::storage::{
     DisagreementRecord, PolicyRecord, PolicyState, PolicyStore, StoreError, WriteContext,
@@ -22,7 +22,7 @@ impl Store {
         .bind(id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(row.map(Into::into))
     }
 }
@@ -38,7 +38,7 @@ impl PolicyStore for Store {
         bytes: &[u8],
     ) -> Result<PolicyRecord, StoreError> {
         let mut tx = self.begin(write).await?;
-        serialise_versions(&mut tx, name).await?;
+        Store::serialise_versions(&mut tx, name).await?;
         let row: PolicyRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "INSERT INTO policies (id, name, kind, version, digest, bytes, created_at)
              VALUES ($1, $2, $3, (SELECT coalesce(max(version), 0) + 1 FROM policies WHERE name = $2),
@@ -53,7 +53,7 @@ impl PolicyStore for Store {
         .bind(Utc::now())
         .fetch_one(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         self.commit(tx, write).await?;
         Ok(row.into())
     }
@@ -64,7 +64,7 @@ impl PolicyStore for Store {
         )))
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
@@ -80,7 +80,7 @@ impl PolicyStore for Store {
         .bind(version)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(row.map(Into::into))
     }
 
@@ -89,7 +89,7 @@ impl PolicyStore for Store {
             .bind(id)
             .fetch_optional(&self.pool)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
         Ok(row.map(|(b,)| b))
     }
 
@@ -107,8 +107,8 @@ impl PolicyStore for Store {
         .bind(Utc::now())
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?;
-        policy_changed(&mut tx).await?;
+        .map_err(Store::map_err)?;
+        Store::policy_changed(&mut tx).await?;
         self.commit(tx, write).await
     }
 
@@ -122,12 +122,12 @@ impl PolicyStore for Store {
         .bind(kind)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?
+        .map_err(Store::map_err)?
         .rows_affected();
         if updated == 0 {
             return Ok(false);
         }
-        policy_changed(&mut tx).await?;
+        Store::policy_changed(&mut tx).await?;
         self.commit(tx, write).await?;
         Ok(true)
     }
@@ -141,7 +141,7 @@ impl PolicyStore for Store {
         .bind(id)
         .execute(&self.pool)
         .await
-        .map_err(map_err)?
+        .map_err(Store::map_err)?
         .rows_affected();
         Ok(removed == 1)
     }
@@ -157,7 +157,7 @@ impl PolicyStore for Store {
             .bind(kind)
             .execute(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
         if let Some(policy) = policy {
             sqlx::query(
                 "INSERT INTO policy_shadows (kind, policy_id, started_at) VALUES ($1, $2, $3)",
@@ -167,9 +167,9 @@ impl PolicyStore for Store {
             .bind(Utc::now())
             .execute(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
         }
-        policy_changed(&mut tx).await?;
+        Store::policy_changed(&mut tx).await?;
         self.commit(tx, write).await
     }
 
@@ -189,7 +189,7 @@ impl PolicyStore for Store {
         )
         .fetch_one(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(PolicyState {
             generation,
             authorizer: self.policy_by_id(authorizer).await?,
@@ -212,7 +212,7 @@ impl PolicyStore for Store {
         .bind(d.occurred_at)
         .execute(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(())
     }
 
@@ -225,7 +225,7 @@ impl PolicyStore for Store {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(rows
             .into_iter()
             .map(

@@ -7,10 +7,9 @@ use serde_json::Value;
 use sqlx::FromRow;
 use uuid::Uuid;
 
-use super::super::{
-    Connection, FOR_UPDATE, Store, in_uuid_list, insert_event, list_param, map_err,
-};
+use super::{Connection, FOR_UPDATE, Store};
 use crate::domain::{CommandStatus, NewAuditEvent, rules};
+use crate::storage::records::dialect::Dialect;
 use crate::storage::records::rows::{POOL_COLUMNS, PoolRow, open_statuses, with_data};
 use crate::storage::{
     DeletePool, DeletePoolOutcome, Runner, RunnerKey, RunnerKeyLookup, RunnerPool, RunnerStore,
@@ -37,8 +36,8 @@ impl RunnerStore for Store {
         .bind(pool.created_at)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?;
-        insert_event(&mut tx, event).await?;
+        .map_err(Store::map_err)?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -50,7 +49,7 @@ impl RunnerStore for Store {
         .bind(workspace_id)
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
@@ -61,7 +60,7 @@ impl RunnerStore for Store {
         .bind(pool_id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(row.map(Into::into))
     }
 
@@ -86,12 +85,12 @@ impl RunnerStore for Store {
         .bind(sealed_secret)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         insert_key(&mut tx, key).await?;
         if runner.delivery_url.is_some() {
             wake_waiting_deliveries(&mut tx, runner.id, runner.created_at).await?;
         }
-        insert_event(&mut tx, event).await?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -116,7 +115,7 @@ impl RunnerStore for Store {
         .bind(url)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?
+        .map_err(Store::map_err)?
         .rows_affected();
         if updated == 0 {
             return Ok(false);
@@ -124,7 +123,7 @@ impl RunnerStore for Store {
         if url.is_some() {
             wake_waiting_deliveries(&mut tx, runner_id, at).await?;
         }
-        insert_event(&mut tx, event).await?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await?;
         Ok(true)
     }
@@ -136,7 +135,7 @@ impl RunnerStore for Store {
         .bind(runner_id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(
             row.map(|(id, pool_id, name, created_at, delivery_url)| Runner {
                 id,
@@ -168,13 +167,13 @@ impl RunnerStore for Store {
         .bind(previous_retires_at)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?
+        .map_err(Store::map_err)?
         .rows_affected()
             == 1;
         if !rotated {
             return Ok(false);
         }
-        insert_event(&mut tx, event).await?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await?;
         Ok(true)
     }
@@ -190,7 +189,7 @@ impl RunnerStore for Store {
         .bind(runner_id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(row.map(|(current, previous, retires)| SealedRunnerSecrets {
             current,
             previous: previous.zip(retires),
@@ -206,7 +205,7 @@ impl RunnerStore for Store {
         let mut tx = self.begin(write).await?;
         insert_key(&mut tx, key).await?;
         wake_waiting_deliveries(&mut tx, key.runner_id, key.created_at).await?;
-        insert_event(&mut tx, event).await?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -228,12 +227,12 @@ impl RunnerStore for Store {
         .bind(at)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?
+        .map_err(Store::map_err)?
         .rows_affected();
         if updated == 0 {
             return Ok(false);
         }
-        insert_event(&mut tx, event).await?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await?;
         Ok(true)
     }
@@ -295,7 +294,7 @@ impl RunnerStore for Store {
         .bind(delete.workspace_id)
         .fetch_optional(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         let Some(pool) = pool else {
             return Ok(DeletePoolOutcome::NotFound);
         };
@@ -307,13 +306,13 @@ impl RunnerStore for Store {
                  WHERE pool_id = $1 AND status IN {}
                    AND (environment_id IS NULL OR NOT (environment_id {}))",
                 open_statuses(),
-                in_uuid_list("$2"),
+                Store::in_uuid_list("$2"),
             )))
             .bind(pool.id)
-            .bind(list_param(&delete.limited_to)?)
+            .bind(Store::list_param(&delete.limited_to)?)
             .fetch_one(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
             outside
         };
         if !rules::pool_deletion_reaches(outside) {
@@ -332,7 +331,7 @@ impl RunnerStore for Store {
             .bind(delete.at)
             .execute(&mut *tx)
             .await
-            .map_err(map_err)?
+            .map_err(Store::map_err)?
             .rows_affected()
         } else {
             let (open,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -342,7 +341,7 @@ impl RunnerStore for Store {
             .bind(pool.id)
             .fetch_one(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
             if rules::pool_is_busy(open) {
                 return Ok(DeletePoolOutcome::Busy { open: open as u64 });
             }
@@ -354,9 +353,9 @@ impl RunnerStore for Store {
             .bind(&delete.reason)
             .execute(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
         let event = with_data(&delete.event, "cancelledCommands", Value::from(cancelled));
-        insert_event(&mut tx, &event).await?;
+        Store::insert_event(&mut tx, &event).await?;
         self.commit(tx, write).await?;
         let mut pool = RunnerPool::from(pool);
         pool.deleted_at = Some(delete.at);
@@ -374,7 +373,7 @@ async fn insert_key(conn: &mut Connection, key: &RunnerKey) -> Result<(), StoreE
     .bind(key.created_at)
     .execute(&mut *conn)
     .await
-    .map_err(map_err)?;
+    .map_err(Store::map_err)?;
     Ok(())
 }
 
@@ -388,7 +387,7 @@ async fn lock_pool_of(conn: &mut Connection, runner_id: Uuid) -> Result<(), Stor
     .bind(runner_id)
     .execute(&mut *conn)
     .await
-    .map_err(map_err)?;
+    .map_err(Store::map_err)?;
     Ok(())
 }
 
@@ -417,6 +416,6 @@ async fn wake_waiting_deliveries(
     .bind(false)
     .execute(&mut *conn)
     .await
-    .map_err(map_err)?;
+    .map_err(Store::map_err)?;
     Ok(())
 }

@@ -2,8 +2,9 @@
 
 use async_trait::async_trait;
 
-use super::super::{Store, insert_event, map_err};
+use super::Store;
 use crate::domain::NewAuditEvent;
+use crate::storage::records::dialect::Dialect;
 use crate::storage::{SettingsStore, StoreError, WriteContext};
 
 #[async_trait]
@@ -12,7 +13,7 @@ impl SettingsStore for Store {
         sqlx::query("SELECT 1")
             .execute(&self.pool)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
         Ok(())
     }
 
@@ -21,7 +22,7 @@ impl SettingsStore for Store {
             .bind(key)
             .fetch_optional(&self.pool)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
         Ok(row.map(|(v,)| v))
     }
 
@@ -39,14 +40,14 @@ impl SettingsStore for Store {
         .bind(candidate)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?
+        .map_err(Store::map_err)?
         .rows_affected()
             == 1;
         let (value,): (String,) = sqlx::query_as("SELECT value FROM settings WHERE key = $1")
             .bind(key)
             .fetch_one(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
         self.commit(tx, write).await?;
         Ok((value, inserted))
     }
@@ -65,7 +66,7 @@ impl SettingsStore for Store {
             .bind(value)
             .execute(&mut *tx)
             .await
-            .map_err(map_err)?
+            .map_err(Store::map_err)?
             .rows_affected()
             == 1;
         self.commit(tx, write).await?;
@@ -88,8 +89,8 @@ impl SettingsStore for Store {
         .bind(value)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?;
-        insert_event(&mut tx, event).await?;
+        .map_err(Store::map_err)?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 }

@@ -8,13 +8,9 @@ use serde_json::Value;
 use sqlx::FromRow;
 use uuid::Uuid;
 
-use super::super::audit::insert_events;
-use super::super::{
-    FOR_SHARE, FOR_UPDATE, Store, StringList, UuidList, decode_list, in_uuid_list, list_param,
-    map_err,
-};
-use super::{TOKEN_COLUMNS, batch_insert_token, find_credential_row, insert_token_rows};
+use super::{FOR_SHARE, FOR_UPDATE, List, Store, TOKEN_COLUMNS};
 use crate::domain::{NewAuditEvent, rules};
+use crate::storage::records::dialect::Dialect;
 use crate::storage::records::rows::with_data;
 use crate::storage::{
     InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, StoreError, StoredCredential,
@@ -23,15 +19,15 @@ use crate::storage::{
 
 /// A token as [`TOKEN_COLUMNS`] selects it.
 #[derive(FromRow)]
-pub(super) struct TokenRow {
+struct TokenRow {
     id: Uuid,
     public_id: String,
     user_id: Uuid,
     organisation_id: Uuid,
     name: String,
-    scopes: StringList,
-    workspace_ids: UuidList,
-    environment_ids: UuidList,
+    scopes: List<String>,
+    workspace_ids: List<Uuid>,
+    environment_ids: List<Uuid>,
     created_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
     revoked_at: Option<DateTime<Utc>>,
@@ -53,9 +49,9 @@ impl TryFrom<TokenRow> for TokenRecord {
             user_id: r.user_id,
             organisation_id: r.organisation_id,
             name: r.name,
-            scopes: decode_list(r.scopes)?,
-            workspace_ids: decode_list(r.workspace_ids)?,
-            environment_ids: decode_list(r.environment_ids)?,
+            scopes: Store::decode_list(r.scopes)?,
+            workspace_ids: Store::decode_list(r.workspace_ids)?,
+            environment_ids: Store::decode_list(r.environment_ids)?,
             created_at: r.created_at,
             expires_at: r.expires_at,
             revoked_at: r.revoked_at,
@@ -66,7 +62,7 @@ impl TryFrom<TokenRow> for TokenRecord {
 
 /// A token with the keyed hash of its secret: `SELECT {TOKEN_COLUMNS}, t.secret_hash`.
 #[derive(FromRow)]
-pub(super) struct CredentialRow {
+struct CredentialRow {
     #[sqlx(flatten)]
     token: TokenRow,
     secret_hash: Vec<u8>,
@@ -84,7 +80,9 @@ impl TokenStore for Store {
     ) -> Result<(), InsertTokenError> {
         // Postgres gathers concurrent issuances into one transaction (`postgres/tokens.rs`);
         // it answers None for a keyed request and for a batch that has to be retried alone.
-        if let Some(batched) = batch_insert_token(self, write, token, events, max_active, now).await
+        if let Some(batched) = self
+            .batch_insert_token(write, token, events, max_active, now)
+            .await
         {
             return batched;
         }
@@ -95,7 +93,12 @@ impl TokenStore for Store {
         &self,
         public_id: &str,
     ) -> Result<Option<StoredCredential>, StoreError> {
-        let row = find_credential_row(self, public_id).await?;
+        let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {TOKEN_COLUMNS}, t.secret_hash FROM tokens t WHERE t.public_id = $1"
+        )))
+        .bind(public_id);
+        // Authentication is the request path's hottest read.
+        let row: Option<CredentialRow> = self.read_optional(query).await?;
         row.map(|r| {
             Ok(StoredCredential {
                 token: r.token.try_into()?,
@@ -131,7 +134,7 @@ impl TokenStore for Store {
         .bind(root)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         let grants: Vec<(Uuid, Uuid)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT tw.token_id, tw.workspace_id FROM token_workspaces tw
              WHERE tw.revoked_at IS NULL AND ($2 IS NULL OR tw.workspace_id = $2)
@@ -143,7 +146,7 @@ impl TokenStore for Store {
         .bind(revoke.workspace_id)
         .fetch_all(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         if !grants.iter().any(|(token, _)| *token == root) {
             return Ok(None);
         }
@@ -166,14 +169,14 @@ impl TokenStore for Store {
             .bind(&revoke.reason)
             .execute(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
             let (left,): (i64,) = sqlx::query_as(
                 "SELECT count(*) FROM token_workspaces WHERE token_id = $1 AND revoked_at IS NULL",
             )
             .bind(token)
             .fetch_one(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(Store::map_err)?;
             let token_revoked = left == 0;
             if token_revoked {
                 sqlx::query(
@@ -183,7 +186,7 @@ impl TokenStore for Store {
                 .bind(revoke.revoked_at)
                 .execute(&mut *tx)
                 .await
-                .map_err(map_err)?;
+                .map_err(Store::map_err)?;
             }
             // A token's revocation is only known once its last grant in this batch is revoked.
             let last_of_token = ordered.get(i + 1).is_none_or(|(next, _)| next != token);
@@ -203,7 +206,7 @@ impl TokenStore for Store {
                 events.push(with_data(&event, "cascadedFrom", serde_json::json!(root)));
             }
         }
-        insert_events(&mut tx, &events).await?;
+        Store::insert_events(&mut tx, &events).await?;
         self.commit(tx, write).await?;
         Ok(Some(outcome))
     }
@@ -221,14 +224,14 @@ impl TokenStore for Store {
         .bind(filter.token_id)
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         rows.into_iter().map(TryInto::try_into).collect()
     }
 }
 
 /// One issuance in a transaction of its own: SQLite's only way, and Postgres's for a keyed
 /// request (its transaction is held for the outcome) or a batch that failed as a whole.
-pub(super) async fn insert_token_alone(
+async fn insert_token_alone(
     store: &Store,
     write: &WriteContext,
     token: &NewToken,
@@ -251,7 +254,7 @@ pub(super) async fn insert_token_alone(
     .bind(t.user_id)
     .execute(&mut *tx)
     .await
-    .map_err(map_err)?;
+    .map_err(Store::map_err)?;
     // A later statement, so a later snapshot (Postgres, read committed): it sees what a
     // revocation the locks waited for committed.
     let (issuer_grants, same_name, active): (i64, i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(
@@ -261,20 +264,20 @@ pub(super) async fn insert_token_alone(
                        AND tw.revoked_at IS NULL AND tw.workspace_id {}),
                     count(*) FILTER (WHERE name = $2), count(*)
              FROM tokens WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > $3",
-            in_uuid_list("$5")
+            Store::in_uuid_list("$5")
         ),
     ))
     .bind(t.user_id)
     .bind(&t.name)
     .bind(now)
     .bind(t.issued_by_token_id)
-    .bind(list_param(&t.workspace_ids)?)
+    .bind(Store::list_param(&t.workspace_ids)?)
     .fetch_one(&mut *tx)
     .await
-    .map_err(map_err)?;
+    .map_err(Store::map_err)?;
     rules::may_issue(t, issuer_grants, same_name, active, max_active)?;
-    insert_token_rows(&mut tx, token).await?;
-    insert_events(&mut tx, events).await?;
+    Store::insert_token_rows(&mut tx, token).await?;
+    Store::insert_events(&mut tx, events).await?;
     store.commit(tx, write).await?;
     Ok(())
 }

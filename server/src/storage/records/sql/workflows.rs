@@ -5,8 +5,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::super::{FOR_UPDATE, Store, insert_event, map_err};
+use super::{FOR_UPDATE, Store};
 use crate::domain::{NewAuditEvent, RevisionState};
+use crate::storage::records::dialect::Dialect;
 use crate::storage::records::rows::{RevisionRow, WorkflowRow, with_data};
 use crate::storage::{
     RevisionDecision, StoreError, Workflow, WorkflowRevision, WorkflowStore, WriteContext,
@@ -37,8 +38,8 @@ impl WorkflowStore for Store {
         .bind(workflow.created_at)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?;
-        insert_event(&mut tx, event).await?;
+        .map_err(Store::map_err)?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -53,7 +54,7 @@ impl WorkflowStore for Store {
         .bind(workspace_id)
         .fetch_all(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
@@ -64,7 +65,7 @@ impl WorkflowStore for Store {
         .bind(workflow_id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         Ok(row.map(Into::into))
     }
 
@@ -84,7 +85,7 @@ impl WorkflowStore for Store {
         .bind(workflow.id)
         .execute(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         let (number,): (i32,) = sqlx::query_as(
             "INSERT INTO workflow_revisions (id, workflow_id, number, state, created_at)
              SELECT $1, $2, COALESCE(max(number), 0) + 1, $3, $4
@@ -97,9 +98,9 @@ impl WorkflowStore for Store {
         .bind(at)
         .fetch_one(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         let event = with_data(event, "number", Value::from(number));
-        insert_event(&mut tx, &event).await?;
+        Store::insert_event(&mut tx, &event).await?;
         self.commit(tx, write).await?;
         Ok(WorkflowRevision {
             id,
@@ -127,7 +128,7 @@ impl WorkflowStore for Store {
         .bind(revision_id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         row.map(TryInto::try_into).transpose()
     }
 
@@ -156,11 +157,11 @@ impl WorkflowStore for Store {
         .bind(RevisionState::Draft.as_str())
         .fetch_optional(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         let Some(row) = row else {
             return Ok(None);
         };
-        insert_event(&mut tx, event).await?;
+        Store::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await?;
         row.try_into().map(Some)
     }
@@ -186,11 +187,11 @@ impl WorkflowStore for Store {
         .bind(d.from.as_str())
         .fetch_optional(&mut *tx)
         .await
-        .map_err(map_err)?;
+        .map_err(Store::map_err)?;
         let Some(row) = row else {
             return Ok(None);
         };
-        insert_event(&mut tx, &d.event).await?;
+        Store::insert_event(&mut tx, &d.event).await?;
         self.commit(tx, write).await?;
         row.try_into().map(Some)
     }

@@ -1,29 +1,12 @@
-//! The audit log: writing one event (announced after commit by `SqliteStore::commit`) and the
-//! activity page; the rest is shared (`storage/records/sql/audit.rs`).
+//! Writing one audit event, numbered as it is written and announced after its commit
+//! (`dialect.rs`); reading them is shared (`storage/records/sql/audit.rs`).
 
 use sqlx::SqliteConnection;
 use uuid::Uuid;
 
-use self::shared::{EVENT_COLUMNS, EventRow};
-use super::{SqliteStore, WriteTx, map_err};
+use super::{WriteTx, map_err};
 use crate::domain::NewAuditEvent;
 use crate::storage::StoreError;
-
-// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
-#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
-#[path = "../sql/audit.rs"]
-mod shared;
-
-/// Writes events in their order, each numbered as it is written.
-pub(super) async fn insert_events<'e>(
-    tx: &mut WriteTx,
-    events: impl IntoIterator<Item = &'e NewAuditEvent>,
-) -> Result<(), StoreError> {
-    for event in events {
-        insert_event(tx, event).await?;
-    }
-    Ok(())
-}
 
 /// Writes one audit event, giving a workspace event the next sequence of its workspace (the
 /// transaction holds the write lock, so sequences are gapless and unique). The transaction
@@ -69,29 +52,4 @@ pub(super) async fn insert_event(
     .await
     .map_err(map_err)?;
     Ok(())
-}
-
-/// Nothing waits: each event is numbered as it is inserted, under the single writer.
-async fn settle_events(_store: &SqliteStore) -> Result<(), StoreError> {
-    Ok(())
-}
-
-/// A page of a workspace's activity, newest first.
-async fn list_events_page(
-    store: &SqliteStore,
-    workspace_id: Uuid,
-    before: Option<i64>,
-    limit: u32,
-) -> Result<Vec<EventRow>, StoreError> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {EVENT_COLUMNS} FROM audit_events
-         WHERE workspace_id = $1 AND ($2 IS NULL OR seq < $2)
-         ORDER BY seq DESC LIMIT $3"
-    )))
-    .bind(workspace_id)
-    .bind(before)
-    .bind(i64::from(limit))
-    .fetch_all(&store.pool)
-    .await
-    .map_err(map_err)
 }

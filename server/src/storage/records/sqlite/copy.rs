@@ -11,20 +11,9 @@ use super::{SqliteStore, from_json, map_err, to_json};
 use crate::storage::StoreError;
 use crate::storage::records::copy::{Cell, Kind};
 
-// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
-#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
-#[path = "../sql/copy.rs"]
-mod shared;
+pub(in crate::storage) use super::sql::copy::{count, has_rows, rows, sequences, set, write};
 
-pub(in crate::storage) use self::shared::{count, has_rows, rows, sequences, set, write};
-
-type Db = Sqlite;
-
-fn select_column(name: &str, _kind: Kind) -> String {
-    name.to_owned()
-}
-
-fn decode(row: &SqliteRow, i: usize, kind: Kind) -> Result<Cell, StoreError> {
+pub(super) fn decode(row: &SqliteRow, i: usize, kind: Kind) -> Result<Cell, StoreError> {
     let list = |i| -> Result<Option<String>, StoreError> { row.try_get(i).map_err(map_err) };
     Ok(match kind {
         Kind::Uuid => Cell::Uuid(row.try_get(i).map_err(map_err)?),
@@ -41,7 +30,7 @@ fn decode(row: &SqliteRow, i: usize, kind: Kind) -> Result<Cell, StoreError> {
     })
 }
 
-fn push_cell(query: &mut QueryBuilder<Sqlite>, cell: Cell) -> Result<(), StoreError> {
+pub(super) fn push_cell(query: &mut QueryBuilder<Sqlite>, cell: Cell) -> Result<(), StoreError> {
     match cell {
         Cell::Uuid(v) => query.push_bind(v),
         Cell::Text(v) | Cell::Json(v) => query.push_bind(v),

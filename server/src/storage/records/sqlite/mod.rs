@@ -15,32 +15,26 @@
 mod audit;
 mod changes;
 pub(super) mod copy;
-mod deliveries;
-mod directory;
+mod dialect;
 pub mod files;
-mod marketplace;
-mod outcomes;
-mod policies;
-mod runners;
-mod settings;
+#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
+#[path = "../sql/mod.rs"]
+mod sql;
 mod tokens;
-mod workflows;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::Sqlite;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Sqlite, SqliteConnection};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use super::{Change, OutcomeRecord, StoreError};
-use crate::storage::{HeldCommit, WriteContext};
-
-use self::audit::insert_event;
+use crate::storage::HeldCommit;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
@@ -71,9 +65,6 @@ impl std::fmt::Debug for SqliteStore {
             .finish_non_exhaustive()
     }
 }
-
-/// A statement of the request path's reads, before it runs.
-type ReadQuery<'q, O> = sqlx::query::QueryAs<'q, sqlx::Sqlite, O, sqlx::sqlite::SqliteArguments>;
 
 impl SqliteStore {
     /// Opens (creating when missing, owner-only) the database file and its parent directory;
@@ -110,52 +101,6 @@ impl SqliteStore {
 
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
-    }
-
-    /// Runs one of the request path's reads (Postgres sends these through its read pool).
-    async fn read_all<O>(&self, query: ReadQuery<'_, O>) -> Result<Vec<O>, StoreError>
-    where
-        O: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>,
-    {
-        query.fetch_all(&self.pool).await.map_err(map_err)
-    }
-
-    /// [`Self::read_all`] of a statement that returns at most one row.
-    async fn read_optional<O>(&self, query: ReadQuery<'_, O>) -> Result<Option<O>, StoreError>
-    where
-        O: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>,
-    {
-        Ok(self.read_all(query).await?.into_iter().next())
-    }
-
-    /// Begins a write transaction for `write` holding the write lock from the start, so what
-    /// it reads cannot change before it writes; this process's writers take their turns in
-    /// order. A transaction its keyed request still holds is committed first
-    /// (`storage/write_context.rs`).
-    async fn begin(&self, write: &WriteContext) -> Result<WriteTx, StoreError> {
-        write.before_begin().await?;
-        let turn = tokio::time::timeout(BUSY_TIMEOUT, self.writers.clone().lock_owned())
-            .await
-            .map_err(|_| {
-                StoreError::Unavailable("timed out waiting for the writer's turn".into())
-            })?;
-        let tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(map_err)?;
-        Ok(WriteTx::new(tx, Some(turn)))
-    }
-
-    /// Commits, then announces the workspaces whose events it wrote (never before: a rolled-back
-    /// event must not be announced); or parks the transaction for its outcome when `write`
-    /// holds, announced when that commits.
-    async fn commit(&self, tx: WriteTx, write: &WriteContext) -> Result<(), StoreError> {
-        let pending = PendingCommit {
-            tx,
-            announced: self.announced.clone(),
-        };
-        write.commit_or_hold(pending).await
     }
 }
 
@@ -195,7 +140,7 @@ impl HeldCommit for PendingCommit {
     ) -> Result<(), StoreError> {
         let Self { mut tx, announced } = *self;
         if let Some(outcome) = outcome {
-            outcomes::insert_outcome(&mut tx, outcome, now_ms).await?;
+            sql::outcomes::insert_outcome(&mut tx, outcome, now_ms).await?;
         }
         let WriteTx { tx, workspaces, .. } = tx;
         tx.commit().await.map_err(map_err)?;
@@ -244,37 +189,5 @@ fn from_json<T: serde::de::DeserializeOwned>(raw: &str) -> Result<T, StoreError>
         .map_err(|e| StoreError::Internal(format!("stored list is not valid JSON: {e}")))
 }
 
-// What the implementations shared with Postgres (`storage/records/sql/`) need of this backend.
-
+/// The backend the shared SQL (`sql/`) is compiled for here.
 type Store = SqliteStore;
-type Connection = SqliteConnection;
-type Row = sqlx::sqlite::SqliteRow;
-/// List columns are JSON text.
-type StringList = String;
-type UuidList = String;
-
-/// No row locks: a write transaction holds the database's write lock from its BEGIN IMMEDIATE,
-/// which orders every check-then-write.
-const FOR_UPDATE: &str = "";
-const FOR_SHARE: &str = "";
-const LEASE_LOCK: &str = "";
-
-/// A list bound as JSON text.
-fn list_param<T: serde::Serialize>(list: &[T]) -> Result<String, StoreError> {
-    to_json(list)
-}
-
-fn decode_list<T: serde::de::DeserializeOwned>(raw: String) -> Result<Vec<T>, StoreError> {
-    from_json(&raw)
-}
-
-/// A value bound as JSON text.
-fn json_param<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, StoreError> {
-    to_json(value)
-}
-
-/// The predicate `<column> <this>`: the column is one of the uuids in the JSON array bound as
-/// `param` (see [`list_param`]).
-fn in_uuid_list(param: &str) -> String {
-    format!("IN (SELECT unhex(replace(value, '-', '')) FROM json_each({param}))")
-}

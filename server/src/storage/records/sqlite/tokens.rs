@@ -1,28 +1,21 @@
 //! Personal access tokens and their grants: the SQLite statements; the rest, with the issuance
 //! rules, is shared (`storage/records/sql/tokens.rs`).
 
-use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 
-use self::shared::CredentialRow;
-use super::{SqliteStore, map_err, to_json};
-use crate::domain::NewAuditEvent;
-use crate::storage::{InsertTokenError, NewToken, StoreError, WriteContext};
-
-// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
-#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
-#[path = "../sql/tokens.rs"]
-mod shared;
+use super::{map_err, to_json};
+use crate::storage::{NewToken, StoreError};
 
 /// Active grants in grant order, as a JSON array of hex uuids (JSON cannot hold BLOBs).
-const TOKEN_COLUMNS: &str = "t.id, t.public_id, t.user_id, t.organisation_id, t.name, t.scopes,
+pub(super) const TOKEN_COLUMNS: &str =
+    "t.id, t.public_id, t.user_id, t.organisation_id, t.name, t.scopes,
     (SELECT json_group_array(lower(hex(tw.workspace_id)) ORDER BY tw.position)
      FROM token_workspaces tw
      WHERE tw.token_id = t.id AND tw.revoked_at IS NULL) AS workspace_ids,
     t.environment_ids, t.created_at, t.expires_at, t.revoked_at, t.issued_by_token_id";
 
 /// The token, then its grants: json_each's key is the array index, the grant's position.
-async fn insert_token_rows(
+pub(super) async fn insert_token_rows(
     conn: &mut SqliteConnection,
     token: &NewToken,
 ) -> Result<(), StoreError> {
@@ -56,27 +49,4 @@ async fn insert_token_rows(
     .await
     .map_err(map_err)?;
     Ok(())
-}
-
-async fn find_credential_row(
-    store: &SqliteStore,
-    public_id: &str,
-) -> Result<Option<CredentialRow>, StoreError> {
-    let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {TOKEN_COLUMNS}, t.secret_hash FROM tokens t WHERE t.public_id = $1"
-    )))
-    .bind(public_id);
-    store.read_optional(query).await
-}
-
-/// SQLite has one writer and no round trips to save: every issuance goes alone.
-async fn batch_insert_token(
-    _store: &SqliteStore,
-    _write: &WriteContext,
-    _token: &NewToken,
-    _events: &[NewAuditEvent],
-    _max_active: u32,
-    _now: DateTime<Utc>,
-) -> Option<Result<(), InsertTokenError>> {
-    None
 }

@@ -1,6 +1,0 @@
-//! Plugins, reviews and reports: every statement is the same on both backends (`storage/records/sql/marketplace.rs`).
-
-// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
-#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
-#[path = "../sql/marketplace.rs"]
-mod shared;

@@ -1,0 +1,134 @@
+//! SQLite's side of the shared SQL's contract (`records/dialect.rs`): lists and JSON as JSON
+//! text, no row locks (a write transaction holds the database's write lock from its `BEGIN
+//! IMMEDIATE`, which orders every check-then-write), this process's writers taking turns, and
+//! audit events numbered as they are written. Every issuance and report runs alone: there is
+//! one writer and no round trip to save.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{FromRow, QueryBuilder, Sqlite, SqliteConnection};
+
+use super::{
+    BUSY_TIMEOUT, PendingCommit, SqliteStore, WriteTx, audit, copy, from_json, map_err, to_json,
+    tokens,
+};
+use crate::domain::NewAuditEvent;
+use crate::storage::records::copy::{Cell, Kind};
+use crate::storage::records::dialect::{Dialect, ReadQuery};
+use crate::storage::{NewToken, StoreError, WriteContext};
+
+impl Dialect for SqliteStore {
+    type DB = Sqlite;
+    type List<T> = String;
+    type ListParam<'a, T: 'a> = String;
+    type Json = String;
+
+    const FOR_UPDATE: &'static str = "";
+    const FOR_SHARE: &'static str = "";
+    const LEASE_LOCK: &'static str = "";
+    const TOKEN_COLUMNS: &'static str = tokens::TOKEN_COLUMNS;
+
+    fn map_err(e: sqlx::Error) -> StoreError {
+        map_err(e)
+    }
+
+    fn list_param<T: Serialize>(list: &[T]) -> Result<String, StoreError> {
+        to_json(list)
+    }
+
+    fn decode_list<T: DeserializeOwned>(raw: String) -> Result<Vec<T>, StoreError> {
+        from_json(&raw)
+    }
+
+    fn json_param<T: Serialize + ?Sized>(value: &T) -> Result<String, StoreError> {
+        to_json(value)
+    }
+
+    fn in_uuid_list(param: &str) -> String {
+        format!("IN (SELECT unhex(replace(value, '-', '')) FROM json_each({param}))")
+    }
+
+    /// Holds the write lock from the start, so what the transaction reads cannot change before
+    /// it writes; this process's writers take their turns in order.
+    async fn begin(&self, write: &WriteContext) -> Result<WriteTx, StoreError> {
+        write.before_begin().await?;
+        let turn = tokio::time::timeout(BUSY_TIMEOUT, self.writers.clone().lock_owned())
+            .await
+            .map_err(|_| {
+                StoreError::Unavailable("timed out waiting for the writer's turn".into())
+            })?;
+        let tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_err)?;
+        Ok(WriteTx::new(tx, Some(turn)))
+    }
+
+    /// Announces the workspaces whose events it wrote after the commit, never before: a
+    /// rolled-back event must not be announced.
+    async fn commit(&self, tx: WriteTx, write: &WriteContext) -> Result<(), StoreError> {
+        let pending = PendingCommit {
+            tx,
+            announced: self.announced.clone(),
+        };
+        write.commit_or_hold(pending).await
+    }
+
+    async fn read_all<O>(&self, query: ReadQuery<'_, Self, O>) -> Result<Vec<O>, StoreError>
+    where
+        O: Send + Unpin + for<'r> FromRow<'r, SqliteRow>,
+    {
+        query.fetch_all(&self.pool).await.map_err(map_err)
+    }
+
+    async fn insert_event(tx: &mut WriteTx, event: &NewAuditEvent) -> Result<(), StoreError> {
+        audit::insert_event(tx, event).await
+    }
+
+    async fn insert_events(tx: &mut WriteTx, events: &[NewAuditEvent]) -> Result<(), StoreError> {
+        for event in events {
+            audit::insert_event(tx, event).await?;
+        }
+        Ok(())
+    }
+
+    /// Nothing waits: each event is numbered as it is inserted, under the single writer.
+    async fn number_waiting_events(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn insert_token_rows(
+        conn: &mut SqliteConnection,
+        token: &NewToken,
+    ) -> Result<(), StoreError> {
+        tokens::insert_token_rows(conn, token).await
+    }
+
+    /// Bumps the generation, which every server polls to pick changes up.
+    async fn policy_changed(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+        sqlx::query("UPDATE policy_state SET generation = generation + 1 WHERE id = 1")
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    /// Nothing to do: the write lock, held since BEGIN IMMEDIATE, serialises versions of one
+    /// name.
+    async fn serialise_versions(
+        _conn: &mut SqliteConnection,
+        _name: &str,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn decode_cell(row: &SqliteRow, i: usize, kind: Kind) -> Result<Cell, StoreError> {
+        copy::decode(row, i, kind)
+    }
+
+    fn push_cell(query: &mut QueryBuilder<Sqlite>, cell: Cell) -> Result<(), StoreError> {
+        copy::push_cell(query, cell)
+    }
+}

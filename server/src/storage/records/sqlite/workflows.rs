@@ -1,6 +1,0 @@
-//! Workflows and their revisions: every statement is the same on both backends (`storage/records/sql/workflows.rs`).
-
-// Compiled once per SQL backend (see the layout in `storage/mod.rs`).
-#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
-#[path = "../sql/workflows.rs"]
-mod shared;
