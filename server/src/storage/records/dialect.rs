@@ -1,22 +1,23 @@
-//! The contract between the shared SQL (`sql/`) and the backend it runs on. `sql/` is compiled
-//! inside each adapter (one `#[path = "../sql/mod.rs"] mod sql;` in `postgres/mod.rs` and in
-//! `sqlite/mod.rs`) and reaches its backend only through `Store: Dialect`: the column and
-//! parameter types that differ, the row-lock clauses, transactions, audit events, the request
-//! path's reads, and the few statements whose SQL differs. The compiler holds both adapters to
-//! this trait; the shared statements are checked against each backend's types where they are
-//! compiled. Why the shared SQL is not generic over `sqlx::Database`: `docs/decisions.md`.
+//! The contract between the shared SQL (`sql/`) and the backend it runs on. The shared SQL is
+//! generic over `S: Dialect` and reaches its backend only through it: running a statement
+//! ([`sql::Stmt`](super::sql::Stmt) binds and runs through [`Dialect::bind`],
+//! [`Dialect::execute`], [`Dialect::fetch_all`]…), the row-lock clauses, transactions, audit
+//! events, the request path's reads, and the few statements whose SQL differs. Each adapter
+//! implements it once (`postgres/dialect.rs`, `sqlite/dialect.rs`); why the values and rows
+//! are the ones both backends encode rather than bounds over `sqlx::Database`:
+//! `docs/decisions.md`.
 
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use sqlx::query::QueryAs;
-use sqlx::{Database, FromRow, QueryBuilder};
+use futures_util::stream::BoxStream;
+use sqlx::{Database, Pool, QueryBuilder};
+use uuid::Uuid;
 
 use super::copy::{Cell, Kind};
 use super::rows::DeliveryRow;
-use super::write_tx::WriteTx;
+use super::sql::{Done, On, Param, Rows, Stmt};
+use super::write_tx::{PendingCommit, WriteTx};
 use super::{DeliveryTransition, InsertTokenError, NewToken, StoreError};
 use crate::domain::NewAuditEvent;
 use crate::storage::WriteContext;
@@ -25,20 +26,23 @@ use crate::storage::WriteContext;
 pub(crate) type Conn<D> = <<D as Dialect>::DB as Database>::Connection;
 /// A backend's row.
 pub(crate) type RowOf<D> = <<D as Dialect>::DB as Database>::Row;
-/// One of the request path's reads, before it runs ([`Dialect::read_all`]).
-pub(crate) type ReadQuery<'q, D, O> =
-    QueryAs<'q, <D as Dialect>::DB, O, <<D as Dialect>::DB as Database>::Arguments>;
+/// sqlx's query on a backend, with its arguments.
+pub(crate) type Query<'q, D> =
+    sqlx::query::Query<'q, <D as Dialect>::DB, <<D as Dialect>::DB as Database>::Arguments>;
+
+/// One token issuance, as the shared SQL hands it to a backend's batch.
+#[derive(Clone, Copy)]
+pub(crate) struct Issuance<'a> {
+    pub(crate) token: &'a NewToken,
+    pub(crate) events: &'a [NewAuditEvent],
+    pub(crate) max_active: u32,
+    pub(crate) now: DateTime<Utc>,
+}
 
 /// What the shared SQL needs of a backend. Each adapter implements it once (`postgres/dialect.rs`,
 /// `sqlite/dialect.rs`).
 pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     type DB: Database;
-    /// A list column as it decodes: an array on Postgres, JSON text on SQLite.
-    type List<T>;
-    /// A list as it binds.
-    type ListParam<'a, T: 'a>;
-    /// A JSON document as it binds: jsonb on Postgres, text on SQLite.
-    type Json;
 
     /// The row lock a check-then-write takes on the rows it reads. Empty on SQLite, whose
     /// write transactions hold the database's write lock from their start.
@@ -50,12 +54,34 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     const TOKEN_COLUMNS: &'static str;
 
     fn map_err(e: sqlx::Error) -> StoreError;
-    fn list_param<T: Serialize>(list: &[T]) -> Result<Self::ListParam<'_, T>, StoreError>;
-    fn decode_list<T: DeserializeOwned>(raw: Self::List<T>) -> Result<Vec<T>, StoreError>;
-    fn json_param<T: Serialize + ?Sized>(value: &T) -> Result<Self::Json, StoreError>;
-    /// The predicate `<column> <this>`: the column is one of the uuids bound as `param`
-    /// ([`Self::list_param`]).
+    /// The predicate `<column> <this>`: the column is one of the uuids bound as `param` (a
+    /// [`ListParam`](super::sql::ListParam)).
     fn in_uuid_list(param: &str) -> String;
+    fn pool(&self) -> &Pool<Self::DB>;
+
+    /// A statement of the shared SQL.
+    fn query<'q>(sql: impl sqlx::SqlSafeStr) -> Stmt<'q, Self> {
+        Stmt::new(sql)
+    }
+    fn bind<'q, 't, T: Param<'t>>(query: Query<'q, Self>, value: T) -> Query<'q, Self>;
+    fn execute<'q: 'a, 'a>(
+        query: Query<'q, Self>,
+        on: On<'a, Self>,
+    ) -> impl Future<Output = Result<Done, StoreError>> + Send + 'a;
+    fn fetch_all<'q: 'a, 'a, O: Rows>(
+        query: Query<'q, Self>,
+        on: On<'a, Self>,
+    ) -> impl Future<Output = Result<Vec<O>, StoreError>> + Send + 'a;
+    fn fetch_optional<'q: 'a, 'a, O: Rows>(
+        query: Query<'q, Self>,
+        on: On<'a, Self>,
+    ) -> impl Future<Output = Result<Option<O>, StoreError>> + Send + 'a;
+    fn decode_row<O: Rows>(row: &RowOf<Self>) -> Result<O, StoreError>;
+    /// Rows one by one, undecoded (`store copy`).
+    fn fetch_rows<'q: 'a, 'a>(
+        query: Query<'q, Self>,
+        conn: &'a mut Conn<Self>,
+    ) -> BoxStream<'a, Result<RowOf<Self>, StoreError>>;
 
     /// Begins a write transaction for `write`, first committing one its keyed request still
     /// holds (`storage/write_context.rs`).
@@ -63,29 +89,39 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
         &self,
         write: &WriteContext,
     ) -> impl Future<Output = Result<WriteTx<Self::DB>, StoreError>> + Send;
-    /// Commits, or parks the transaction for its outcome when `write` holds; the workspaces
-    /// whose events it wrote are announced once it commits.
+    /// What announcing a commit needs of the store, taken when the transaction is done.
+    type Announcer: Send + 'static;
+    fn announcer(&self) -> Self::Announcer;
+    /// After a commit that wrote events of `workspaces` (perhaps none): Postgres numbers them
+    /// (and announces them by NOTIFY), SQLite announces them in process.
+    fn announce(
+        announcer: Self::Announcer,
+        workspaces: Vec<Uuid>,
+    ) -> impl Future<Output = ()> + Send;
+    /// Commits, or parks the transaction for its outcome when `write` holds.
     fn commit(
         &self,
         tx: WriteTx<Self::DB>,
         write: &WriteContext,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let pending = PendingCommit::<Self> {
+            tx,
+            announcer: self.announcer(),
+        };
+        write.commit_or_hold(pending)
+    }
+
     /// Runs one of the request path's reads (on Postgres through its read pool: no ping, and a
     /// client-side deadline).
-    fn read_all<O>(
+    fn read_all<O: Rows>(
         &self,
-        query: ReadQuery<'_, Self, O>,
-    ) -> impl Future<Output = Result<Vec<O>, StoreError>> + Send
-    where
-        O: Send + Unpin + for<'r> FromRow<'r, RowOf<Self>>;
+        query: Stmt<'_, Self>,
+    ) -> impl Future<Output = Result<Vec<O>, StoreError>> + Send;
     /// [`Self::read_all`] of a statement that returns at most one row.
-    fn read_optional<O>(
+    fn read_optional<O: Rows>(
         &self,
-        query: ReadQuery<'_, Self, O>,
-    ) -> impl Future<Output = Result<Option<O>, StoreError>> + Send
-    where
-        O: Send + Unpin + for<'r> FromRow<'r, RowOf<Self>>,
-    {
+        query: Stmt<'_, Self>,
+    ) -> impl Future<Output = Result<Option<O>, StoreError>> + Send {
         async move { Ok(self.read_all(query).await?.into_iter().next()) }
     }
 
@@ -111,10 +147,7 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     fn batch_insert_token(
         &self,
         _write: &WriteContext,
-        _token: &NewToken,
-        _events: &[NewAuditEvent],
-        _max_active: u32,
-        _now: DateTime<Utc>,
+        _issuance: Issuance<'_>,
     ) -> impl Future<Output = Option<Result<(), InsertTokenError>>> + Send {
         async { None }
     }

@@ -4,13 +4,13 @@
 //! - `ports/`: one file per records port (`directory`, `tokens`, `audit`, `settings`,
 //!   `policies`, `runners`, `deliveries`, `workflows`, `marketplace`, `outcomes`), its trait and
 //!   the records it carries; [`RecordStore`] lists them.
-//! - `sql/`: the implementations of those ports that both SQL backends share, one file per port.
-//!   It is compiled inside each adapter (`#[path = "../sql/mod.rs"] mod sql;`), where it names
-//!   its backend `Store` and reaches it only through [`dialect::Dialect`]: list and JSON column
-//!   types, the row-lock clauses (empty on SQLite, whose write transactions hold the database's
-//!   write lock from their start), transactions, audit events, the request path's reads and
-//!   the few statements whose SQL differs. Why it is compiled per backend rather than generic
-//!   over `sqlx::Database`: `docs/decisions.md`.
+//! - `sql/`: the implementations of those ports that both SQL backends share, one file per port,
+//!   each generic over the backend's [`dialect::Dialect`]: statements are built and run as
+//!   `sql::Stmt`s, whose values and rows both backends encode and decode (a list column is a
+//!   `sql::List`, an array on Postgres and JSON text on SQLite). The dialect supplies the
+//!   row-lock clauses (empty on SQLite, whose write transactions hold the database's write lock
+//!   from their start), transactions, audit events, the request path's reads and the few
+//!   statements whose SQL differs.
 //! - `postgres/`, `sqlite/`: the adapters: `mod.rs` opens, migrates and maps errors,
 //!   `dialect.rs` implements the contract, and a file per port holds what the backend does its
 //!   own way (Postgres batches issuances and reports; each writes audit events its way).
@@ -30,6 +30,7 @@ pub(crate) mod dialect;
 mod ports;
 pub mod postgres;
 pub(crate) mod rows;
+mod sql;
 mod sqlite;
 mod write_tx;
 

@@ -25,7 +25,7 @@ use uuid::Uuid;
 
 mod tables;
 
-use super::{postgres, sqlite};
+use super::{PostgresStore, SqliteStore, postgres, sql, sqlite};
 use crate::storage::open::{Backend, open_backend};
 use crate::storage::{OpenError, OpenSettings, RecordsLocation, StoreError};
 
@@ -276,8 +276,8 @@ type Rows<'c> = futures_util::stream::BoxStream<'c, Result<Vec<Cell>, StoreError
 impl Tx {
     fn rows(&mut self, table: &'static Table) -> Rows<'_> {
         match self {
-            Tx::Postgres(tx) => postgres::copy::rows(tx, table),
-            Tx::Sqlite(tx) => sqlite::copy::rows(tx, table),
+            Tx::Postgres(tx) => sql::copy::rows::<PostgresStore>(tx, table),
+            Tx::Sqlite(tx) => sql::copy::rows::<SqliteStore>(tx, table),
         }
     }
 
@@ -287,8 +287,8 @@ impl Tx {
         }
         let rows = std::mem::take(rows);
         match self {
-            Tx::Postgres(tx) => postgres::copy::write(tx, table, rows).await,
-            Tx::Sqlite(tx) => sqlite::copy::write(tx, table, rows).await,
+            Tx::Postgres(tx) => sql::copy::write::<PostgresStore>(tx, table, rows).await,
+            Tx::Sqlite(tx) => sql::copy::write::<SqliteStore>(tx, table, rows).await,
         }
     }
 
@@ -300,29 +300,31 @@ impl Tx {
         value: Cell,
     ) -> Result<(), StoreError> {
         match self {
-            Tx::Postgres(tx) => postgres::copy::set(tx, table, key, column, value).await,
-            Tx::Sqlite(tx) => sqlite::copy::set(tx, table, key, column, value).await,
+            Tx::Postgres(tx) => {
+                sql::copy::set::<PostgresStore>(tx, table, key, column, value).await
+            }
+            Tx::Sqlite(tx) => sql::copy::set::<SqliteStore>(tx, table, key, column, value).await,
         }
     }
 
     async fn has_rows(&mut self, table: &str) -> Result<bool, StoreError> {
         Ok(match self {
-            Tx::Postgres(tx) => postgres::copy::has_rows(tx, table).await?,
-            Tx::Sqlite(tx) => sqlite::copy::has_rows(tx, table).await?,
+            Tx::Postgres(tx) => sql::copy::has_rows::<PostgresStore>(tx, table).await?,
+            Tx::Sqlite(tx) => sql::copy::has_rows::<SqliteStore>(tx, table).await?,
         })
     }
 
     async fn count(&mut self, table: &str) -> Result<i64, StoreError> {
         match self {
-            Tx::Postgres(tx) => postgres::copy::count(tx, table).await,
-            Tx::Sqlite(tx) => sqlite::copy::count(tx, table).await,
+            Tx::Postgres(tx) => sql::copy::count::<PostgresStore>(tx, table).await,
+            Tx::Sqlite(tx) => sql::copy::count::<SqliteStore>(tx, table).await,
         }
     }
 
     async fn sequences(&mut self) -> Result<BTreeMap<Uuid, Sequence>, StoreError> {
         match self {
-            Tx::Postgres(tx) => postgres::copy::sequences(tx).await,
-            Tx::Sqlite(tx) => sqlite::copy::sequences(tx).await,
+            Tx::Postgres(tx) => sql::copy::sequences::<PostgresStore>(tx).await,
+            Tx::Sqlite(tx) => sql::copy::sequences::<SqliteStore>(tx).await,
         }
     }
 

@@ -5,9 +5,10 @@
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::{WriteTx, map_err};
+use super::{PostgresStore, WriteTx, map_err};
 use crate::domain::NewAuditEvent;
 use crate::storage::StoreError;
+use crate::storage::records::sql::audit::insert_event_row;
 
 /// Channel on which new audit events are announced, as `<workspace id> <sequence>`.
 pub const AUDIT_CHANNEL: &str = "cp_audit";
@@ -20,7 +21,7 @@ pub(super) async fn insert_event(
     event: &NewAuditEvent,
 ) -> Result<(), StoreError> {
     tx.workspaces.extend(event.workspace_id);
-    write_event(tx, event).await
+    insert_event_row::<PostgresStore>(tx, event, None).await
 }
 
 /// Writes events in a write transaction, noting whether any is a workspace event.
@@ -33,29 +34,6 @@ pub(super) async fn insert_events(
     write_events(tx, events).await
 }
 
-async fn write_event(conn: &mut PgConnection, event: &NewAuditEvent) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO audit_events (id, organisation_id, workspace_id, event_type, actor_kind,
-             actor_id, target_kind, target_id, correlation_id, occurred_at, data)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-    )
-    .bind(Uuid::new_v4())
-    .bind(event.organisation_id)
-    .bind(event.workspace_id)
-    .bind(event.event_type)
-    .bind(event.actor.kind.as_str())
-    .bind(event.actor.id)
-    .bind(event.target_kind)
-    .bind(event.target_id)
-    .bind(&event.correlation_id)
-    .bind(event.occurred_at)
-    .bind(&event.data)
-    .execute(&mut *conn)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
-
 /// Writes events in their order, as [`insert_event`] does, in one statement whatever their
 /// number.
 pub(super) async fn write_events<'e>(
@@ -65,7 +43,7 @@ pub(super) async fn write_events<'e>(
     let events: Vec<&NewAuditEvent> = events.into_iter().collect();
     match events[..] {
         [] => return Ok(()),
-        [event] => return write_event(conn, event).await,
+        [event] => return insert_event_row::<PostgresStore>(conn, event, None).await,
         _ => {}
     }
     let each = || events.iter();

@@ -12,8 +12,6 @@ use super::{PostgresStore, map_err};
 use crate::storage::StoreError;
 use crate::storage::records::copy::{Cell, Kind, Table};
 
-pub(in crate::storage) use super::sql::copy::{count, has_rows, rows, sequences, set, write};
-
 /// jsonb is read as its text, so it crosses without being parsed.
 pub(super) fn select_column(name: &str, kind: Kind) -> String {
     match kind {

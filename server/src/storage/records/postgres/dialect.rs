@@ -1,28 +1,28 @@
-//! Postgres's side of the shared SQL's contract (`records/dialect.rs`): lists as arrays, JSON as
-//! jsonb, row locks, transactions whose events are numbered after their commit
+//! Postgres's side of the shared SQL's contract (`records/dialect.rs`): statements run on a
+//! connection or the pool, row locks, transactions whose events are numbered after their commit
 //! (`throughput/event_numbering.rs`), the request path's reads through the read pool, and
 //! issuances and reports gathered into batches (`tokens.rs`, `runners.rs`).
 
-use chrono::{DateTime, Utc};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use sqlx::postgres::PgRow;
-use sqlx::{FromRow, PgConnection, Postgres, QueryBuilder};
+use sqlx::postgres::{PgPool, PgRow};
+use sqlx::{PgConnection, Postgres, QueryBuilder};
 
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use super::throughput::Sequencer;
 use super::{
-    PendingCommit, PostgresStore, WriteTx, audit, copy, map_err, policies, runners, tokens,
+    PostgresStore, WriteTx, audit, copy, map_err, policies, runners, settle_after_commit, tokens,
 };
 use crate::domain::NewAuditEvent;
 use crate::storage::records::copy::{Cell, Kind};
-use crate::storage::records::dialect::{Dialect, ReadQuery};
+use crate::storage::records::dialect::{Dialect, Issuance};
 use crate::storage::records::rows::DeliveryRow;
+use crate::storage::records::sql::{Rows, Stmt, run_statements};
 use crate::storage::{DeliveryTransition, InsertTokenError, NewToken, StoreError, WriteContext};
 
 impl Dialect for PostgresStore {
     type DB = Postgres;
-    type List<T> = Vec<T>;
-    type ListParam<'a, T: 'a> = &'a [T];
-    type Json = serde_json::Value;
 
     const FOR_UPDATE: &'static str = "FOR UPDATE";
     const FOR_SHARE: &'static str = "FOR SHARE";
@@ -33,21 +33,15 @@ impl Dialect for PostgresStore {
         map_err(e)
     }
 
-    fn list_param<T: Serialize>(list: &[T]) -> Result<&[T], StoreError> {
-        Ok(list)
-    }
-
-    fn decode_list<T: DeserializeOwned>(raw: Vec<T>) -> Result<Vec<T>, StoreError> {
-        Ok(raw)
-    }
-
-    fn json_param<T: Serialize + ?Sized>(value: &T) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::to_value(value).unwrap_or(serde_json::Value::Null))
-    }
-
     fn in_uuid_list(param: &str) -> String {
         format!("= ANY({param})")
     }
+
+    fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    run_statements!(PgRow, PgConnection);
 
     async fn begin(&self, write: &WriteContext) -> Result<WriteTx, StoreError> {
         write.before_begin().await?;
@@ -55,23 +49,24 @@ impl Dialect for PostgresStore {
         Ok(WriteTx::new(tx, None))
     }
 
+    type Announcer = (Arc<Sequencer>, PgPool);
+
+    fn announcer(&self) -> Self::Announcer {
+        (self.sequencer.clone(), self.pool.clone())
+    }
+
     /// A transaction that wrote workspace events returns once they are numbered (the
     /// sequencer's pass announces them by NOTIFY), so its writer reads them back at once.
-    async fn commit(&self, tx: WriteTx, write: &WriteContext) -> Result<(), StoreError> {
-        let pending = PendingCommit {
-            numbering: (!tx.workspaces.is_empty())
-                .then(|| (self.sequencer.clone(), self.pool.clone())),
-            tx: tx.tx,
-        };
-        write.commit_or_hold(pending).await
+    async fn announce(numbering: Self::Announcer, workspaces: Vec<Uuid>) {
+        if !workspaces.is_empty() {
+            settle_after_commit(Some(numbering)).await;
+        }
     }
 
     /// Through the read pool (`throughput/read_pool.rs`): no pool ping, and a client-side
     /// deadline.
-    async fn read_all<O>(&self, query: ReadQuery<'_, Self, O>) -> Result<Vec<O>, StoreError>
-    where
-        O: Send + Unpin + for<'r> FromRow<'r, PgRow>,
-    {
+    async fn read_all<O: Rows>(&self, query: Stmt<'_, Self>) -> Result<Vec<O>, StoreError> {
+        let query = query.into_query().try_map(|row: PgRow| O::from_row(&row));
         let mut lease = self.reads.lease().await?;
         let outcome =
             tokio::time::timeout(self.reads.deadline(), query.fetch_all(lease.conn()?)).await;
@@ -100,12 +95,9 @@ impl Dialect for PostgresStore {
     async fn batch_insert_token(
         &self,
         write: &WriteContext,
-        token: &NewToken,
-        events: &[NewAuditEvent],
-        max_active: u32,
-        now: DateTime<Utc>,
+        issuance: Issuance<'_>,
     ) -> Option<Result<(), InsertTokenError>> {
-        tokens::batch_insert_token(self, write, token, events, max_active, now).await
+        tokens::batch_insert_token(self, write, issuance).await
     }
 
     async fn batch_transition_delivery(

@@ -12,9 +12,6 @@ pub(super) mod copy;
 mod dialect;
 mod policies;
 mod runners;
-#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
-#[path = "../sql/mod.rs"]
-mod sql;
 mod throughput;
 mod tokens;
 
@@ -22,12 +19,11 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Postgres, Transaction};
 
 use self::throughput::{Batcher, ReadPool, Sequencer};
-use crate::storage::write_context::HeldCommit;
-use crate::storage::{OutcomeRecord, StoreError};
+use crate::storage::StoreError;
 
 pub use self::audit::AUDIT_CHANNEL;
 pub use self::policies::POLICY_CHANNEL;
@@ -171,9 +167,6 @@ pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
     }
 }
 
-/// The backend the shared SQL (`sql/`) is compiled for here.
-type Store = PostgresStore;
-
 /// A Postgres write transaction (see `records/write_tx.rs`).
 pub(crate) type WriteTx = super::write_tx::WriteTx<Postgres>;
 
@@ -185,28 +178,5 @@ async fn settle_after_commit(numbering: Option<(Arc<Sequencer>, PgPool)>) {
         && let Err(e) = sequencer.settle(&pool).await
     {
         tracing::warn!(error = %e, "could not number audit events after a commit; retrying in the background");
-    }
-}
-
-/// A transaction its writer is done with, committed now or once its outcome is known.
-struct PendingCommit {
-    tx: Transaction<'static, Postgres>,
-    numbering: Option<(Arc<Sequencer>, PgPool)>,
-}
-
-#[async_trait::async_trait]
-impl HeldCommit for PendingCommit {
-    async fn commit(
-        self: Box<Self>,
-        outcome: Option<&OutcomeRecord>,
-        now_ms: i64,
-    ) -> Result<(), StoreError> {
-        let Self { mut tx, numbering } = *self;
-        if let Some(outcome) = outcome {
-            sql::outcomes::insert_outcome(&mut tx, outcome, now_ms).await?;
-        }
-        tx.commit().await.map_err(map_err)?;
-        settle_after_commit(numbering).await;
-        Ok(())
     }
 }

@@ -17,6 +17,7 @@ use super::audit::write_events;
 use super::throughput::{Kind, Ran};
 use super::{PostgresStore, map_err};
 use crate::domain::{NewAuditEvent, rules};
+use crate::storage::records::dialect::Issuance;
 use crate::storage::{InsertTokenError, NewToken, StoreError, WriteContext};
 
 /// Active grants as an array, in grant order.
@@ -73,16 +74,13 @@ pub(super) struct Job {
 pub(super) async fn batch_insert_token(
     store: &PostgresStore,
     write: &WriteContext,
-    token: &NewToken,
-    events: &[NewAuditEvent],
-    max_active: u32,
-    now: DateTime<Utc>,
+    issuance: Issuance<'_>,
 ) -> Option<Result<(), InsertTokenError>> {
     let job = Job {
-        token: token.clone(),
-        events: events.to_vec(),
-        max_active,
-        now,
+        token: issuance.token.clone(),
+        events: issuance.events.to_vec(),
+        max_active: issuance.max_active,
+        now: issuance.now,
     };
     let verdict = store
         .issuances

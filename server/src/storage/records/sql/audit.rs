@@ -3,12 +3,11 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, Row as _};
+use sqlx::{ColumnIndex, Decode, FromRow, Row, Type};
 use uuid::Uuid;
 
-use super::{Row, Store};
-use crate::domain::AuditEvent;
-use crate::storage::records::dialect::Dialect;
+use crate::domain::{AuditEvent, NewAuditEvent};
+use crate::storage::records::dialect::{Conn, Dialect};
 use crate::storage::{AuditStore, StoreError};
 
 /// The columns [`EventRow`] decodes, in its order. Data as text: readers pass event data
@@ -32,10 +31,17 @@ struct EventRow {
     data: String,
 }
 
-impl<'r> FromRow<'r, Row> for EventRow {
+impl<'r, R: Row> FromRow<'r, R> for EventRow
+where
+    usize: ColumnIndex<R>,
+    Uuid: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    DateTime<Utc>: Decode<'r, R::Database> + Type<R::Database>,
+{
     /// By position, in [`EVENT_COLUMNS`] order: a page is 51 rows, and looking each column up
     /// by name showed in profiles.
-    fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {
+    fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
         Ok(Self {
             id: row.try_get(0)?,
             organisation_id: row.try_get(1)?,
@@ -74,8 +80,37 @@ impl EventRow {
     }
 }
 
+/// Writes one audit event with the sequence its backend gave it: none for an organisation's
+/// event, and none yet on Postgres, which numbers events after their commit.
+pub(in super::super) async fn insert_event_row<S: Dialect>(
+    conn: &mut Conn<S>,
+    event: &NewAuditEvent,
+    seq: Option<i64>,
+) -> Result<(), StoreError> {
+    S::query(
+        "INSERT INTO audit_events (id, organisation_id, workspace_id, seq, event_type, actor_kind,
+             actor_id, target_kind, target_id, correlation_id, occurred_at, data)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    )
+    .bind(Uuid::new_v4())
+    .bind(event.organisation_id)
+    .bind(event.workspace_id)
+    .bind(seq)
+    .bind(event.event_type)
+    .bind(event.actor.kind.as_str())
+    .bind(event.actor.id)
+    .bind(event.target_kind)
+    .bind(event.target_id)
+    .bind(&event.correlation_id)
+    .bind(event.occurred_at)
+    .bind(sqlx::types::Json(&event.data))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 #[async_trait]
-impl AuditStore for Store {
+impl<S: Dialect> AuditStore for S {
     async fn list_events(
         &self,
         workspace_id: Uuid,
@@ -83,7 +118,7 @@ impl AuditStore for Store {
         limit: u32,
     ) -> Result<Vec<AuditEvent>, StoreError> {
         // `seq IS NOT NULL`: Postgres numbers events after their commit (SQLite as it inserts).
-        let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let query = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT {EVENT_COLUMNS} FROM audit_events
              WHERE workspace_id = $1 AND seq IS NOT NULL
                AND (CAST($2 AS BIGINT) IS NULL OR seq < $2)
@@ -102,7 +137,7 @@ impl AuditStore for Store {
         after: i64,
         limit: u32,
     ) -> Result<Vec<AuditEvent>, StoreError> {
-        let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let rows: Vec<EventRow> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT {EVENT_COLUMNS} FROM audit_events
              WHERE workspace_id = $1 AND seq > $2
              ORDER BY seq LIMIT $3"
@@ -110,9 +145,8 @@ impl AuditStore for Store {
         .bind(workspace_id)
         .bind(after)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_all(self.pool())
+        .await?;
         rows.into_iter().map(EventRow::into_event).collect()
     }
 

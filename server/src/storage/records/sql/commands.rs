@@ -6,7 +6,6 @@ use chrono::{DateTime, Utc};
 use sqlx::FromRow;
 use uuid::Uuid;
 
-use super::{FOR_SHARE, FOR_UPDATE, Store};
 use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent, rules};
 use crate::storage::records::dialect::Dialect;
 use crate::storage::records::rows::{DeliveryRow, open_statuses, parse_state};
@@ -16,7 +15,7 @@ use crate::storage::{
 };
 
 #[async_trait]
-impl CommandStore for Store {
+impl<S: Dialect> CommandStore for S {
     async fn submit_command(
         &self,
         write: &WriteContext,
@@ -25,20 +24,20 @@ impl CommandStore for Store {
         event: &NewAuditEvent,
     ) -> Result<SubmitOutcome, StoreError> {
         let mut tx = self.begin(write).await?;
-        let pool: Option<(Option<DateTime<Utc>>,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT deleted_at FROM runner_pools WHERE id = $1 AND workspace_id = $2 {FOR_SHARE}"
+        let pool: Option<(Option<DateTime<Utc>>,)> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT deleted_at FROM runner_pools WHERE id = $1 AND workspace_id = $2 {for_share}",
+            for_share = S::FOR_SHARE
         )))
         .bind(command.pool_id)
         .bind(command.workspace_id)
         .fetch_optional(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
+        .await?;
         match pool {
             None => return Ok(SubmitOutcome::PoolNotFound),
             Some((Some(_),)) => return Ok(SubmitOutcome::PoolDeleted),
             Some((None,)) => {}
         }
-        sqlx::query(
+        S::query(
             "INSERT INTO runner_commands (id, workspace_id, pool_id, environment_id, command, args,
                  timeout_seconds, status, submitted_by, created_at, updated_at, deadline_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11)",
@@ -48,16 +47,15 @@ impl CommandStore for Store {
         .bind(command.pool_id)
         .bind(command.environment_id)
         .bind(&command.command)
-        .bind(Store::json_param(&command.args)?)
+        .bind(sqlx::types::Json(&command.args))
         .bind(command.timeout_seconds)
         .bind(command.status.as_str())
         .bind(command.submitted_by)
         .bind(command.created_at)
         .bind(command.deadline_at)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        sqlx::query(
+        .await?;
+        S::query(
             "INSERT INTO webhook_deliveries
                  (id, command_id, status, created_at, updated_at, next_attempt_at)
              VALUES ($1, $2, $3, $4, $4, $4)",
@@ -67,9 +65,8 @@ impl CommandStore for Store {
         .bind(delivery.status.as_str())
         .bind(delivery.created_at)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        Store::insert_event(&mut tx, event).await?;
+        .await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await?;
         Ok(SubmitOutcome::Created)
     }
@@ -86,7 +83,7 @@ impl CommandStore for Store {
         }
         let row: Option<Row> = self
             .read_optional(
-                sqlx::query_as(
+                S::query(
                     "SELECT d.id, d.command_id, d.status, d.detail, d.exit_code, d.created_at,
                             d.updated_at, c.status AS command_status, c.pool_id, c.workspace_id,
                             w.organisation_id
@@ -120,14 +117,14 @@ impl CommandStore for Store {
         let mut tx = self.begin(write).await?;
         // The delivery and its command under their locks (the delivery first, as the timeout
         // sweep takes them), so the rule sees the state the writes below apply to.
-        let state: Option<(String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let state: Option<(String, String)> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT d.status, c.status FROM webhook_deliveries d
-             JOIN runner_commands c ON c.id = d.command_id WHERE d.id = $1 {FOR_UPDATE}"
+             JOIN runner_commands c ON c.id = d.command_id WHERE d.id = $1 {for_update}",
+            for_update = S::FOR_UPDATE
         )))
         .bind(t.delivery_id)
         .fetch_optional(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
+        .await?;
         let Some((delivery, command)) = state else {
             return Ok(None);
         };
@@ -138,7 +135,7 @@ impl CommandStore for Store {
         ) {
             return Ok(None);
         }
-        let row: DeliveryRow = sqlx::query_as(
+        let row: DeliveryRow = S::query(
             "UPDATE webhook_deliveries SET status = $2, detail = COALESCE($3, detail),
                  exit_code = COALESCE($4, exit_code), updated_at = $5, next_attempt_at = NULL
              WHERE id = $1
@@ -150,16 +147,14 @@ impl CommandStore for Store {
         .bind(t.exit_code)
         .bind(t.at)
         .fetch_one(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        sqlx::query("UPDATE runner_commands SET status = $2, updated_at = $3 WHERE id = $1")
+        .await?;
+        S::query("UPDATE runner_commands SET status = $2, updated_at = $3 WHERE id = $1")
             .bind(row.command_id)
             .bind(t.to.command_status().as_str())
             .bind(t.at)
             .execute(&mut *tx)
-            .await
-            .map_err(Store::map_err)?;
-        Store::insert_event(&mut tx, &t.event).await?;
+            .await?;
+        S::insert_event(&mut tx, &t.event).await?;
         self.commit(tx, write).await?;
         row.try_into().map(Some)
     }
@@ -182,7 +177,7 @@ impl CommandStore for Store {
             deadline_at: DateTime<Utc>,
         }
         // Through the partial index on open commands' deadlines.
-        let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let rows: Vec<Row> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT c.id AS command_id, c.workspace_id, w.organisation_id, c.pool_id,
                     d.id AS delivery_id, c.status, d.status AS delivery_status,
                     c.timeout_seconds, c.deadline_at
@@ -194,9 +189,8 @@ impl CommandStore for Store {
         )))
         .bind(now)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_all(self.pool())
+        .await?;
         rows.into_iter()
             .map(|r| {
                 Ok(OverdueCommand {
@@ -224,7 +218,7 @@ impl CommandStore for Store {
         // a report racing the sweep waits instead of deadlocking. Each UPDATE applies only from
         // the state read; on Postgres a second replica's UPDATE waits for the first's commit,
         // then finds the state changed and touches nothing.
-        let delivery = sqlx::query(
+        let delivery = S::query(
             "UPDATE webhook_deliveries SET status = $3, detail = $4, updated_at = $5,
                  next_attempt_at = NULL
              WHERE command_id = $1 AND status = $2",
@@ -235,13 +229,12 @@ impl CommandStore for Store {
         .bind(&t.detail)
         .bind(t.at)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?
+        .await?
         .rows_affected();
         if delivery == 0 {
             return Ok(false);
         }
-        let command = sqlx::query(
+        let command = S::query(
             "UPDATE runner_commands SET status = $3, updated_at = $4
              WHERE id = $1 AND status = $2 AND deadline_at <= $4",
         )
@@ -250,13 +243,12 @@ impl CommandStore for Store {
         .bind(t.to.as_str())
         .bind(t.at)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?
+        .await?
         .rows_affected();
         if command == 0 {
             return Ok(false);
         }
-        Store::insert_event(&mut tx, &t.event).await?;
+        S::insert_event(&mut tx, &t.event).await?;
         self.commit(tx, write).await?;
         Ok(true)
     }

@@ -9,9 +9,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{Acquire as _, FromRow};
 use uuid::Uuid;
 
-use super::{Connection, FOR_SHARE, LEASE_LOCK, Store};
 use crate::domain::{CommandStatus, DeliveryStatus};
-use crate::storage::records::dialect::Dialect;
+use crate::storage::records::dialect::{Conn, Dialect};
 use crate::storage::records::rows::parse_state;
 use crate::storage::{
     AttemptNext, AttemptRecord, AttemptRecorded, AttemptResult, DeliveryReport, DeliveryStore,
@@ -40,20 +39,19 @@ struct DueRow {
 }
 
 #[async_trait]
-impl DeliveryStore for Store {
+impl<S: Dialect> DeliveryStore for S {
     async fn any_due(&self, now: DateTime<Utc>) -> Result<bool, StoreError> {
         // Ordered, so the plan is the due index's first entry whatever the statistics say:
         // unordered, a table grown faster than its statistics got a sequential scan (9 ms a
         // poll at 50,000 deliveries, most of Postgres's time under runner reports).
-        let row: Option<(i32,)> = sqlx::query_as(
+        let row: Option<(i32,)> = S::query(
             "SELECT 1 FROM webhook_deliveries
              WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= $1
              ORDER BY next_attempt_at LIMIT 1",
         )
         .bind(now)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_optional(self.pool())
+        .await?;
         Ok(row.is_some())
     }
 
@@ -106,7 +104,7 @@ impl DeliveryStore for Store {
              SELECT id, organisation_id, pool_id FROM by_organisation
              WHERE turn <= $3 ORDER BY turn, next_attempt_at, id LIMIT $4"
         );
-        let mut query = sqlx::query_as::<_, (Uuid, Uuid, Uuid)>(sqlx::AssertSqlSafe(sql))
+        let mut query = S::query(sqlx::AssertSqlSafe(sql))
             .bind(q.now)
             .bind(i64::from(q.per_pool))
             .bind(i64::from(q.per_organisation))
@@ -114,7 +112,7 @@ impl DeliveryStore for Store {
         for id in q.skip_pools.iter().chain(q.skip_organisations) {
             query = query.bind(*id);
         }
-        let rows = query.fetch_all(&self.pool).await.map_err(Store::map_err)?;
+        let rows = query.fetch_all(self.pool()).await?;
         Ok(rows
             .into_iter()
             .map(|(delivery_id, organisation_id, pool_id)| DueDelivery {
@@ -143,7 +141,7 @@ impl DeliveryStore for Store {
         // Still due: another replica may have leased some since they were read. Rows another
         // replica is leasing are skipped, not waited for (Postgres); on SQLite this
         // transaction holds the write lock.
-        let mut query = sqlx::query_as::<_, DueRow>(sqlx::AssertSqlSafe(format!(
+        let mut query = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT d.id, d.attempts, d.status, c.id AS command_id, c.status AS command_status,
                     c.workspace_id, w.organisation_id, c.pool_id, c.command,
                     CAST(c.args AS TEXT) AS args, c.environment_id, c.timeout_seconds,
@@ -153,13 +151,14 @@ impl DeliveryStore for Store {
              JOIN workspaces w ON w.id = c.workspace_id
              WHERE d.next_attempt_at IS NOT NULL AND d.next_attempt_at <= $1
                AND d.id IN ({ids})
-             ORDER BY d.next_attempt_at, d.id {LEASE_LOCK}"
+             ORDER BY d.next_attempt_at, d.id {lease_lock}",
+            lease_lock = S::LEASE_LOCK
         )))
         .bind(now);
         for id in deliveries {
             query = query.bind(*id);
         }
-        let due: Vec<DueRow> = query.fetch_all(&mut *tx).await.map_err(Store::map_err)?;
+        let due: Vec<DueRow> = query.fetch_all(&mut *tx).await?;
         let mut leased = Leased::default();
         let mut candidates: HashMap<Uuid, (Receivers, usize)> = HashMap::new();
         let mut chosen: Vec<(Uuid, bool)> = Vec::new();
@@ -167,11 +166,10 @@ impl DeliveryStore for Store {
             let command_status = parse_state(&row.command_status, CommandStatus::parse)?;
             let status = parse_state(&row.status, DeliveryStatus::parse)?;
             if status != DeliveryStatus::Pending || !command_status.is_open() {
-                sqlx::query("UPDATE webhook_deliveries SET next_attempt_at = NULL WHERE id = $1")
+                S::query("UPDATE webhook_deliveries SET next_attempt_at = NULL WHERE id = $1")
                     .bind(row.id)
                     .execute(&mut *tx)
-                    .await
-                    .map_err(Store::map_err)?;
+                    .await?;
                 continue;
             }
             let (receivers, turn) = match candidates.entry(row.pool_id) {
@@ -180,19 +178,19 @@ impl DeliveryStore for Store {
                     // Shares the pool with other leases; a runner gaining a URL or a key locks
                     // it (`sql/runners.rs`), so a delivery is never left waiting for a runner
                     // that became able to receive while this lease looked.
-                    sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "SELECT id FROM runner_pools WHERE id = $1 {FOR_SHARE}"
+                    S::query(sqlx::AssertSqlSafe(format!(
+                        "SELECT id FROM runner_pools WHERE id = $1 {for_share}",
+                        for_share = S::FOR_SHARE
                     )))
                     .bind(row.pool_id)
                     .execute(&mut *tx)
-                    .await
-                    .map_err(Store::map_err)?;
-                    slot.insert((pool_candidates(&mut tx, row.pool_id, now).await?, 0))
+                    .await?;
+                    slot.insert((pool_candidates::<S>(&mut tx, row.pool_id, now).await?, 0))
                 }
             };
             let (runner_id, url, probe) = match receivers {
                 Receivers::None => {
-                    sqlx::query(
+                    S::query(
                         "UPDATE webhook_deliveries SET next_attempt_at = NULL,
                              waiting_for_runner = $2
                          WHERE id = $1",
@@ -200,8 +198,7 @@ impl DeliveryStore for Store {
                     .bind(row.id)
                     .bind(true)
                     .execute(&mut *tx)
-                    .await
-                    .map_err(Store::map_err)?;
+                    .await?;
                     leased.waiting += 1;
                     continue;
                 }
@@ -223,17 +220,16 @@ impl DeliveryStore for Store {
             let number = row.attempts + 1;
             // Only a delivery attempted before can have an attempt left unfinished.
             if row.attempts > 0 {
-                sqlx::query(
+                S::query(
                     "UPDATE webhook_attempts SET error = $2
                      WHERE delivery_id = $1 AND finished_at IS NULL AND error IS NULL",
                 )
                 .bind(row.id)
                 .bind(ABANDONED)
                 .execute(&mut *tx)
-                .await
-                .map_err(Store::map_err)?;
+                .await?;
             }
-            sqlx::query(
+            S::query(
                 "INSERT INTO webhook_attempts (delivery_id, number, runner_id, url, started_at)
                  VALUES ($1, $2, $3, $4, $5)",
             )
@@ -243,17 +239,15 @@ impl DeliveryStore for Store {
             .bind(&url)
             .bind(now)
             .execute(&mut *tx)
-            .await
-            .map_err(Store::map_err)?;
-            sqlx::query(
+            .await?;
+            S::query(
                 "UPDATE webhook_deliveries SET attempts = $2, next_attempt_at = $3 WHERE id = $1",
             )
             .bind(row.id)
             .bind(number)
             .bind(lease_until)
             .execute(&mut *tx)
-            .await
-            .map_err(Store::map_err)?;
+            .await?;
             let args: Vec<String> = serde_json::from_str(&row.args).map_err(|e| {
                 StoreError::Internal(format!("stored arguments are not a JSON list: {e}"))
             })?;
@@ -283,16 +277,16 @@ impl DeliveryStore for Store {
         chosen.dedup();
         for (runner_id, probe) in chosen {
             let update = if probe {
-                sqlx::query("UPDATE runners SET last_chosen_at = $2, held_until = $3 WHERE id = $1")
+                S::query("UPDATE runners SET last_chosen_at = $2, held_until = $3 WHERE id = $1")
                     .bind(runner_id)
                     .bind(now)
                     .bind(lease_until)
             } else {
-                sqlx::query("UPDATE runners SET last_chosen_at = $2 WHERE id = $1")
+                S::query("UPDATE runners SET last_chosen_at = $2 WHERE id = $1")
                     .bind(runner_id)
                     .bind(now)
             };
-            update.execute(&mut *tx).await.map_err(Store::map_err)?;
+            update.execute(&mut *tx).await?;
         }
         self.commit(tx, write).await?;
         Ok(leased)
@@ -304,7 +298,7 @@ impl DeliveryStore for Store {
         r: &AttemptResult,
     ) -> Result<AttemptRecorded, StoreError> {
         let mut tx = self.begin(write).await?;
-        sqlx::query(
+        S::query(
             "UPDATE webhook_attempts SET finished_at = $3, status_code = $4, latency_ms = $5,
                  error = $6
              WHERE delivery_id = $1 AND number = $2",
@@ -316,33 +310,30 @@ impl DeliveryStore for Store {
         .bind(r.latency_ms)
         .bind(&r.error)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
+        .await?;
         // Only while the delivery is still on this attempt (no later lease) and `pending`.
         let on_lease = "id = $1 AND attempts = $2 AND status = 'pending'";
         let applied = match &r.next {
             AttemptNext::Delivered => {
-                sqlx::query(sqlx::AssertSqlSafe(format!(
+                S::query(sqlx::AssertSqlSafe(format!(
                     "UPDATE webhook_deliveries SET next_attempt_at = NULL WHERE {on_lease}"
                 )))
                 .bind(r.delivery_id)
                 .bind(r.number)
                 .execute(&mut *tx)
-                .await
-                .map_err(Store::map_err)?
+                .await?
                 .rows_affected()
                     > 0
             }
             AttemptNext::RetryAt(at) => {
-                sqlx::query(sqlx::AssertSqlSafe(format!(
+                S::query(sqlx::AssertSqlSafe(format!(
                     "UPDATE webhook_deliveries SET next_attempt_at = $3 WHERE {on_lease}"
                 )))
                 .bind(r.delivery_id)
                 .bind(r.number)
                 .bind(at)
                 .execute(&mut *tx)
-                .await
-                .map_err(Store::map_err)?
+                .await?
                 .rows_affected()
                     > 0
             }
@@ -356,8 +347,8 @@ impl DeliveryStore for Store {
                 // The delivery first, then the command, as a report moves them (one lock order);
                 // both or neither, so a savepoint takes the delivery's move back if the command
                 // moved meanwhile (a cancellation).
-                let mut both = (&mut *tx).begin().await.map_err(Store::map_err)?;
-                let delivery = sqlx::query(sqlx::AssertSqlSafe(format!(
+                let mut both = (&mut tx.tx).begin().await.map_err(S::map_err)?;
+                let delivery = S::query(sqlx::AssertSqlSafe(format!(
                     "UPDATE webhook_deliveries SET status = $3, detail = $4, updated_at = $5,
                          next_attempt_at = NULL
                      WHERE {on_lease} AND status = $6"
@@ -369,11 +360,10 @@ impl DeliveryStore for Store {
                 .bind(r.finished_at)
                 .bind(delivery_from.as_str())
                 .execute(&mut *both)
-                .await
-                .map_err(Store::map_err)?
+                .await?
                 .rows_affected();
                 let command = if delivery > 0 {
-                    sqlx::query(
+                    S::query(
                         "UPDATE runner_commands SET status = $3, updated_at = $4
                          WHERE id = $1 AND status = $2",
                     )
@@ -382,19 +372,18 @@ impl DeliveryStore for Store {
                     .bind(CommandStatus::Failed.as_str())
                     .bind(r.finished_at)
                     .execute(&mut *both)
-                    .await
-                    .map_err(Store::map_err)?
+                    .await?
                     .rows_affected()
                 } else {
                     0
                 };
                 if command > 0 {
-                    both.commit().await.map_err(Store::map_err)?;
+                    both.commit().await.map_err(S::map_err)?;
                     // After the savepoint, in the transaction, which notes it for its commit.
-                    Store::insert_event(&mut tx, event).await?;
+                    S::insert_event(&mut tx, event).await?;
                     true
                 } else {
-                    both.rollback().await.map_err(Store::map_err)?;
+                    both.rollback().await.map_err(S::map_err)?;
                     false
                 }
             }
@@ -408,7 +397,7 @@ impl DeliveryStore for Store {
             } else {
                 "consecutive_failures + 1"
             };
-            sqlx::query(sqlx::AssertSqlSafe(format!(
+            S::query(sqlx::AssertSqlSafe(format!(
                 "UPDATE runners SET consecutive_failures = {failures},
                      slow_streak = slow_streak + 1,
                      held_until = CASE WHEN $2 > 0 AND slow_streak + 1 >= $2 THEN $3
@@ -419,21 +408,21 @@ impl DeliveryStore for Store {
             .bind(r.breaker.trip_after)
             .bind(r.breaker.hold_until)
         } else if r.error.is_none() {
-            sqlx::query(
+            S::query(
                 "UPDATE runners SET consecutive_failures = 0, slow_streak = 0, held_until = NULL
                  WHERE id = $1
                    AND (consecutive_failures <> 0 OR slow_streak <> 0 OR held_until IS NOT NULL)",
             )
             .bind(r.runner_id)
         } else {
-            sqlx::query(
+            S::query(
                 "UPDATE runners SET consecutive_failures = consecutive_failures + 1,
                      slow_streak = 0, held_until = NULL
                  WHERE id = $1",
             )
             .bind(r.runner_id)
         };
-        update.execute(&mut *tx).await.map_err(Store::map_err)?;
+        update.execute(&mut *tx).await?;
         self.commit(tx, write).await?;
         Ok(if applied {
             AttemptRecorded::Applied
@@ -471,24 +460,22 @@ impl DeliveryStore for Store {
         // Two statements, so two snapshots, the second no older than the first: the attempts
         // first, so the delivery is never shown older than its attempts (a finished 202 beside
         // the lease's `next_attempt_at` was seen in CI with the other order).
-        let attempts: Vec<AttemptRow> = sqlx::query_as(
+        let attempts: Vec<AttemptRow> = S::query(
             "SELECT number, runner_id, url, started_at, finished_at, status_code, latency_ms, error
              FROM webhook_attempts WHERE delivery_id = $1 ORDER BY number",
         )
         .bind(delivery_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
-        let Some(row): Option<Row> = sqlx::query_as(
+        .fetch_all(self.pool())
+        .await?;
+        let Some(row): Option<Row> = S::query(
             "SELECT d.id, d.command_id, c.workspace_id, c.pool_id, d.status,
                     c.status AS command_status, d.detail, d.next_attempt_at
              FROM webhook_deliveries d JOIN runner_commands c ON c.id = d.command_id
              WHERE d.id = $1",
         )
         .bind(delivery_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?
+        .fetch_optional(self.pool())
+        .await?
         else {
             return Ok(None);
         };
@@ -535,13 +522,13 @@ enum Receivers {
 /// [`FAILING_RUNNER_THRESHOLD`] times in a row when there are any (a failing runner is skipped
 /// while a healthy one exists); least recently chosen first. With no closed breaker, the
 /// least recently chosen runner whose cool-down ended is probed.
-async fn pool_candidates(
-    conn: &mut Connection,
+async fn pool_candidates<S: Dialect>(
+    conn: &mut Conn<S>,
     pool_id: Uuid,
     now: DateTime<Utc>,
 ) -> Result<Receivers, StoreError> {
     type Row = (Uuid, String, i32, Option<DateTime<Utc>>);
-    let runners: Vec<Row> = sqlx::query_as(
+    let runners: Vec<Row> = S::query(
         "SELECT r.id, r.delivery_url, r.consecutive_failures, r.held_until FROM runners r
          WHERE r.pool_id = $1 AND r.delivery_url IS NOT NULL
            AND EXISTS (SELECT 1 FROM runner_keys k
@@ -550,8 +537,7 @@ async fn pool_candidates(
     )
     .bind(pool_id)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(Store::map_err)?;
+    .await?;
     if runners.is_empty() {
         return Ok(Receivers::None);
     }

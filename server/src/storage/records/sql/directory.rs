@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::Store;
+use super::ListParam;
 use crate::domain::NewAuditEvent;
 use crate::storage::records::dialect::Dialect;
 use crate::storage::{
@@ -14,7 +14,7 @@ use crate::storage::{
 };
 
 #[async_trait]
-impl DirectoryStore for Store {
+impl<S: Dialect> DirectoryStore for S {
     async fn create_organisation(
         &self,
         write: &WriteContext,
@@ -22,24 +22,21 @@ impl DirectoryStore for Store {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
-        sqlx::query("INSERT INTO organisations (id, name, created_at) VALUES ($1, $2, $3)")
+        S::query("INSERT INTO organisations (id, name, created_at) VALUES ($1, $2, $3)")
             .bind(org.id)
             .bind(&org.name)
             .bind(org.created_at)
             .execute(&mut *tx)
-            .await
-            .map_err(Store::map_err)?;
-        Store::insert_event(&mut tx, event).await?;
+            .await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
     async fn list_organisations(&self) -> Result<Vec<Organisation>, StoreError> {
-        let rows: Vec<(Uuid, String, DateTime<Utc>)> = sqlx::query_as(
-            "SELECT id, name, created_at FROM organisations ORDER BY created_at, name",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        let rows: Vec<(Uuid, String, DateTime<Utc>)> =
+            S::query("SELECT id, name, created_at FROM organisations ORDER BY created_at, name")
+                .fetch_all(self.pool())
+                .await?;
         Ok(rows
             .into_iter()
             .map(|(id, name, created_at)| Organisation {
@@ -57,7 +54,7 @@ impl DirectoryStore for Store {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
-        sqlx::query(
+        S::query(
             "INSERT INTO workspaces (id, organisation_id, name, created_at) VALUES ($1, $2, $3, $4)",
         )
         .bind(ws.id)
@@ -65,9 +62,8 @@ impl DirectoryStore for Store {
         .bind(&ws.name)
         .bind(ws.created_at)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        Store::insert_event(&mut tx, event).await?;
+        .await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -75,14 +71,13 @@ impl DirectoryStore for Store {
         &self,
         organisation_id: Option<Uuid>,
     ) -> Result<Vec<Workspace>, StoreError> {
-        let rows: Vec<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+        let rows: Vec<(Uuid, Uuid, String, DateTime<Utc>)> = S::query(
             "SELECT id, organisation_id, name, created_at FROM workspaces
              WHERE $1 IS NULL OR organisation_id = $1 ORDER BY created_at, name",
         )
         .bind(organisation_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_all(self.pool())
+        .await?;
         Ok(rows.into_iter().map(workspace).collect())
     }
 
@@ -93,7 +88,7 @@ impl DirectoryStore for Store {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
-        sqlx::query(
+        S::query(
             "INSERT INTO environments (id, workspace_id, name, created_at) VALUES ($1, $2, $3, $4)",
         )
         .bind(env.id)
@@ -101,9 +96,8 @@ impl DirectoryStore for Store {
         .bind(&env.name)
         .bind(env.created_at)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        Store::insert_event(&mut tx, event).await?;
+        .await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -111,14 +105,13 @@ impl DirectoryStore for Store {
         &self,
         workspace_id: Option<Uuid>,
     ) -> Result<Vec<Environment>, StoreError> {
-        let rows: Vec<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+        let rows: Vec<(Uuid, Uuid, String, DateTime<Utc>)> = S::query(
             "SELECT id, workspace_id, name, created_at FROM environments
              WHERE $1 IS NULL OR workspace_id = $1 ORDER BY created_at, name",
         )
         .bind(workspace_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_all(self.pool())
+        .await?;
         Ok(rows
             .into_iter()
             .map(|(id, workspace_id, name, created_at)| Environment {
@@ -137,7 +130,7 @@ impl DirectoryStore for Store {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
-        sqlx::query(
+        S::query(
             "INSERT INTO users (id, organisation_id, email, created_at, admin)
              VALUES ($1, $2, $3, $4, $5)",
         )
@@ -147,32 +140,29 @@ impl DirectoryStore for Store {
         .bind(user.created_at)
         .bind(user.admin)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        Store::insert_event(&mut tx, event).await?;
+        .await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
     async fn list_users(&self, organisation_id: Option<Uuid>) -> Result<Vec<User>, StoreError> {
-        let rows: Vec<UserRow> = sqlx::query_as(
+        let rows: Vec<UserRow> = S::query(
             "SELECT id, organisation_id, email, created_at, admin FROM users
              WHERE $1 IS NULL OR organisation_id = $1 ORDER BY created_at, email",
         )
         .bind(organisation_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_all(self.pool())
+        .await?;
         Ok(rows.into_iter().map(user).collect())
     }
 
     async fn get_user(&self, id: Uuid) -> Result<Option<User>, StoreError> {
-        let row: Option<UserRow> = sqlx::query_as(
+        let row: Option<UserRow> = S::query(
             "SELECT id, organisation_id, email, created_at, admin FROM users WHERE id = $1",
         )
         .bind(id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_optional(self.pool())
+        .await?;
         Ok(row.map(user))
     }
 
@@ -181,26 +171,23 @@ impl DirectoryStore for Store {
         organisation_id: Uuid,
         email: &str,
     ) -> Result<Option<User>, StoreError> {
-        let row: Option<UserRow> = sqlx::query_as(
+        let row: Option<UserRow> = S::query(
             "SELECT id, organisation_id, email, created_at, admin FROM users
              WHERE organisation_id = $1 AND email = $2",
         )
         .bind(organisation_id)
         .bind(email)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_optional(self.pool())
+        .await?;
         Ok(row.map(user))
     }
 
     async fn get_workspace(&self, id: Uuid) -> Result<Option<Workspace>, StoreError> {
-        let row: Option<(Uuid, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
-            "SELECT id, organisation_id, name, created_at FROM workspaces WHERE id = $1",
-        )
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        let row: Option<(Uuid, Uuid, String, DateTime<Utc>)> =
+            S::query("SELECT id, organisation_id, name, created_at FROM workspaces WHERE id = $1")
+                .bind(id)
+                .fetch_optional(self.pool())
+                .await?;
         Ok(row.map(workspace))
     }
 
@@ -212,19 +199,19 @@ impl DirectoryStore for Store {
     ) -> Result<TargetLookup, StoreError> {
         // One row per thing found: (0, organisation), (1, workspace, its organisation),
         // (2, environment, its workspace).
-        let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let query = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT CAST(0 AS BIGINT) AS k, id, id AS parent FROM organisations WHERE id = $1
              UNION ALL
              SELECT 1, id, organisation_id FROM workspaces WHERE id {}
              UNION ALL
              SELECT 2, id, workspace_id FROM environments WHERE id {}
              ORDER BY k, id",
-            Store::in_uuid_list("$2"),
-            Store::in_uuid_list("$3"),
+            S::in_uuid_list("$2"),
+            S::in_uuid_list("$3"),
         )))
         .bind(organisation_id)
-        .bind(Store::list_param(workspace_ids)?)
-        .bind(Store::list_param(environment_ids)?);
+        .bind(ListParam(workspace_ids))
+        .bind(ListParam(environment_ids));
         // Every issuance resolves its targets first: a request-path read.
         let rows: Vec<(i64, Uuid, Uuid)> = self.read_all(query).await?;
         let mut lookup = TargetLookup::default();

@@ -5,9 +5,9 @@ use chrono::{DateTime, Utc};
 use sqlx::FromRow;
 use uuid::Uuid;
 
-use super::{Connection, FOR_UPDATE, List, Store};
+use super::{List, ListParam};
 use crate::domain::{NewAuditEvent, ReportReason, ReviewStatus, rules};
-use crate::storage::records::dialect::Dialect;
+use crate::storage::records::dialect::{Conn, Dialect};
 use crate::storage::records::rows::{PluginRow, parse_state, with_data};
 use crate::storage::{
     MarketplaceStore, ModerationBasis, Plugin, Report, ReportOutcome, RestoreOutcome, Review,
@@ -42,8 +42,8 @@ impl TryFrom<ReviewRow> for Review {
             title: r.title,
             body: r.body,
             status: parse_state(&r.status, ReviewStatus::parse)?,
-            reasons: Store::decode_list(r.reasons)?,
-            labels: Store::decode_list(r.labels)?,
+            reasons: r.reasons.into_vec(),
+            labels: r.labels.into_vec(),
             created_at: r.created_at,
             updated_at: r.updated_at,
         })
@@ -54,7 +54,7 @@ const REVIEW_COLUMNS: &str = "id, plugin_id, author_id, organisation_id, rating,
     status, reasons, labels, created_at, updated_at";
 
 #[async_trait]
-impl MarketplaceStore for Store {
+impl<S: Dialect> MarketplaceStore for S {
     async fn create_plugin(
         &self,
         write: &WriteContext,
@@ -62,7 +62,7 @@ impl MarketplaceStore for Store {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
-        sqlx::query(
+        S::query(
             "INSERT INTO plugins (id, organisation_id, name, created_at) VALUES ($1, $2, $3, $4)",
         )
         .bind(plugin.id)
@@ -70,41 +70,35 @@ impl MarketplaceStore for Store {
         .bind(&plugin.name)
         .bind(plugin.created_at)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        Store::insert_event(&mut tx, event).await?;
+        .await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
     async fn list_plugins(&self) -> Result<Vec<Plugin>, StoreError> {
-        let rows: Vec<PluginRow> = sqlx::query_as(
-            "SELECT id, organisation_id, name, created_at FROM plugins ORDER BY name",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        let rows: Vec<PluginRow> =
+            S::query("SELECT id, organisation_id, name, created_at FROM plugins ORDER BY name")
+                .fetch_all(self.pool())
+                .await?;
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
     async fn get_plugin(&self, plugin_id: Uuid) -> Result<Option<Plugin>, StoreError> {
-        let row: Option<PluginRow> = sqlx::query_as(
-            "SELECT id, organisation_id, name, created_at FROM plugins WHERE id = $1",
-        )
-        .bind(plugin_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        let row: Option<PluginRow> =
+            S::query("SELECT id, organisation_id, name, created_at FROM plugins WHERE id = $1")
+                .bind(plugin_id)
+                .fetch_optional(self.pool())
+                .await?;
         Ok(row.map(Into::into))
     }
 
     async fn find_review(&self, review_id: Uuid) -> Result<Option<Review>, StoreError> {
-        let row: Option<ReviewRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let row: Option<ReviewRow> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT {REVIEW_COLUMNS} FROM plugin_reviews WHERE id = $1"
         )))
         .bind(review_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_optional(self.pool())
+        .await?;
         row.map(TryInto::try_into).transpose()
     }
 
@@ -113,38 +107,35 @@ impl MarketplaceStore for Store {
         plugin_id: Uuid,
         author_id: Uuid,
     ) -> Result<Option<Review>, StoreError> {
-        let row: Option<ReviewRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let row: Option<ReviewRow> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT {REVIEW_COLUMNS} FROM plugin_reviews WHERE plugin_id = $1 AND author_id = $2"
         )))
         .bind(plugin_id)
         .bind(author_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_optional(self.pool())
+        .await?;
         row.map(TryInto::try_into).transpose()
     }
 
     async fn list_reviews(&self, plugin_id: Uuid) -> Result<Vec<Review>, StoreError> {
-        let rows: Vec<ReviewRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let rows: Vec<ReviewRow> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT {REVIEW_COLUMNS} FROM plugin_reviews WHERE plugin_id = $1
              ORDER BY updated_at DESC"
         )))
         .bind(plugin_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_all(self.pool())
+        .await?;
         rows.into_iter().map(TryInto::try_into).collect()
     }
 
     async fn list_reports(&self, review_id: Uuid) -> Result<Vec<Report>, StoreError> {
-        let rows: Vec<(Uuid, Uuid, Uuid, String, Option<String>, DateTime<Utc>)> = sqlx::query_as(
+        let rows: Vec<(Uuid, Uuid, Uuid, String, Option<String>, DateTime<Utc>)> = S::query(
             "SELECT id, review_id, reporter_id, reason, comment, created_at
              FROM review_reports WHERE review_id = $1 ORDER BY created_at",
         )
         .bind(review_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_all(self.pool())
+        .await?;
         rows.into_iter()
             .map(
                 |(id, review_id, reporter_id, reason, comment, created_at)| {
@@ -171,26 +162,26 @@ impl MarketplaceStore for Store {
         // Postgres: the row lock orders this against reports and restores of the review
         // (SQLite: the write lock does), so a hide cannot be lost between read and write.
         let stored: Option<(String, List<String>, List<String>)> =
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            S::query(sqlx::AssertSqlSafe(format!(
                 "SELECT status, reasons, labels FROM plugin_reviews
-                 WHERE plugin_id = $1 AND author_id = $2 {FOR_UPDATE}"
+                 WHERE plugin_id = $1 AND author_id = $2 {for_update}",
+                for_update = S::FOR_UPDATE
             )))
             .bind(review.plugin_id)
             .bind(review.author_id)
             .fetch_optional(&mut *tx)
-            .await
-            .map_err(Store::map_err)?;
+            .await?;
         let mut review = review.clone();
         if let Some((status, reasons, labels)) = stored {
             let status = parse_state(&status, ReviewStatus::parse)?;
             if rules::replacement_keeps_moderation(Some(status)) {
                 review.status = status;
-                review.reasons = Store::decode_list(reasons)?;
-                review.labels = Store::decode_list(labels)?;
+                review.reasons = reasons.into_vec();
+                review.labels = labels.into_vec();
             }
         }
         // The author's one review: a second one replaces it, keeping its id and creation time.
-        let row: ReviewRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let row: ReviewRow = S::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO plugin_reviews (id, plugin_id, author_id, organisation_id, rating, title,
                  body, status, reasons, labels, created_at, updated_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)
@@ -208,15 +199,14 @@ impl MarketplaceStore for Store {
         .bind(&review.title)
         .bind(&review.body)
         .bind(review.status.as_str())
-        .bind(Store::list_param(&review.reasons)?)
-        .bind(Store::list_param(&review.labels)?)
+        .bind(ListParam(&review.reasons))
+        .bind(ListParam(&review.labels))
         .bind(review.updated_at)
         .fetch_one(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
+        .await?;
         let mut event = with_data(event, "status", review.status.as_str().into());
         event.target_id = row.id;
-        Store::insert_event(&mut tx, &event).await?;
+        S::insert_event(&mut tx, &event).await?;
         self.commit(tx, write).await?;
         row.try_into()
     }
@@ -233,11 +223,11 @@ impl MarketplaceStore for Store {
         // Postgres: the review's row lock makes concurrent reports of it wait for each other,
         // and the count below, a statement after the lock, sees every report committed before
         // (SQLite: the write lock does both).
-        if !review_is_as_read(&mut tx, report.review_id, basis).await? {
+        if !review_is_as_read::<S>(&mut tx, report.review_id, basis).await? {
             return Ok(ReportOutcome::Stale);
         }
         // One report per reporter and review: a second one changes nothing.
-        let inserted = sqlx::query(
+        let inserted = S::query(
             "INSERT INTO review_reports (id, review_id, reporter_id, reason, comment, created_at)
              VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (review_id, reporter_id) DO NOTHING",
         )
@@ -248,24 +238,22 @@ impl MarketplaceStore for Store {
         .bind(&report.comment)
         .bind(report.created_at)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?
+        .await?
         .rows_affected();
         if inserted == 0 {
             return Ok(ReportOutcome::AlreadyReported);
         }
-        let row: ReviewRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let row: ReviewRow = S::query(sqlx::AssertSqlSafe(format!(
             "UPDATE plugin_reviews SET status = $2, reasons = $3, labels = $4
              WHERE id = $1 RETURNING {REVIEW_COLUMNS}"
         )))
         .bind(report.review_id)
         .bind(moderation.status.as_str())
-        .bind(Store::list_param(&moderation.reasons)?)
-        .bind(Store::list_param(&moderation.labels)?)
+        .bind(ListParam(&moderation.reasons))
+        .bind(ListParam(&moderation.labels))
         .fetch_one(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        Store::insert_event(&mut tx, event).await?;
+        .await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await?;
         row.try_into().map(ReportOutcome::Stored)
     }
@@ -280,13 +268,13 @@ impl MarketplaceStore for Store {
         event: &NewAuditEvent,
     ) -> Result<RestoreOutcome, StoreError> {
         let mut tx = self.begin(write).await?;
-        let stored: Option<(String, DateTime<Utc>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT status, updated_at FROM plugin_reviews WHERE id = $1 {FOR_UPDATE}"
+        let stored: Option<(String, DateTime<Utc>)> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT status, updated_at FROM plugin_reviews WHERE id = $1 {for_update}",
+            for_update = S::FOR_UPDATE
         )))
         .bind(review_id)
         .fetch_optional(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
+        .await?;
         let Some((status, updated_at)) = stored else {
             return Ok(RestoreOutcome::NotFound);
         };
@@ -298,26 +286,24 @@ impl MarketplaceStore for Store {
         if updated_at != basis.updated_at {
             return Ok(RestoreOutcome::Stale);
         }
-        let dismissed = sqlx::query("DELETE FROM review_reports WHERE review_id = $1")
+        let dismissed = S::query("DELETE FROM review_reports WHERE review_id = $1")
             .bind(review_id)
             .execute(&mut *tx)
-            .await
-            .map_err(Store::map_err)?
+            .await?
             .rows_affected();
-        let row: ReviewRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let row: ReviewRow = S::query(sqlx::AssertSqlSafe(format!(
             "UPDATE plugin_reviews SET status = $2, reasons = $3, labels = $4, updated_at = $5
              WHERE id = $1 RETURNING {REVIEW_COLUMNS}"
         )))
         .bind(review_id)
         .bind(moderation.status.as_str())
-        .bind(Store::list_param(&moderation.reasons)?)
-        .bind(Store::list_param(&moderation.labels)?)
+        .bind(ListParam(&moderation.reasons))
+        .bind(ListParam(&moderation.labels))
         .bind(at)
         .fetch_one(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
+        .await?;
         let event = with_data(event, "dismissedReports", dismissed.into());
-        Store::insert_event(&mut tx, &event).await?;
+        S::insert_event(&mut tx, &event).await?;
         self.commit(tx, write).await?;
         Ok(RestoreOutcome::Restored {
             review: row.try_into()?,
@@ -327,26 +313,24 @@ impl MarketplaceStore for Store {
 }
 
 /// Locks the review's row and tells whether it is still as the decision read it.
-async fn review_is_as_read(
-    conn: &mut Connection,
+async fn review_is_as_read<S: Dialect>(
+    conn: &mut Conn<S>,
     review_id: Uuid,
     basis: &ModerationBasis,
 ) -> Result<bool, StoreError> {
-    let stored: Option<(DateTime<Utc>,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT updated_at FROM plugin_reviews WHERE id = $1 {FOR_UPDATE}"
+    let stored: Option<(DateTime<Utc>,)> = S::query(sqlx::AssertSqlSafe(format!(
+        "SELECT updated_at FROM plugin_reviews WHERE id = $1 {for_update}",
+        for_update = S::FOR_UPDATE
     )))
     .bind(review_id)
     .fetch_optional(&mut *conn)
-    .await
-    .map_err(Store::map_err)?;
+    .await?;
     let Some((updated_at,)) = stored else {
         return Ok(false);
     };
-    let (reports,): (i64,) =
-        sqlx::query_as("SELECT count(*) FROM review_reports WHERE review_id = $1")
-            .bind(review_id)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(Store::map_err)?;
+    let (reports,): (i64,) = S::query("SELECT count(*) FROM review_reports WHERE review_id = $1")
+        .bind(review_id)
+        .fetch_one(&mut *conn)
+        .await?;
     Ok(rules::moderation_is_current(reports, updated_at, basis))
 }

@@ -1,10 +1,9 @@
-//! The statements both SQL backends run, one file per port. This module is compiled inside
-//! each adapter (`#[path = "../sql/mod.rs"] mod sql;` in `postgres/mod.rs` and `sqlite/mod.rs`),
-//! where `Store` is that adapter's store; everything it needs of the backend comes from
-//! `Store`'s [`Dialect`] implementation, bound here under the names the statements use.
-//! sqlx takes `$n` placeholders on both backends, and most statements read the same.
+//! The statements both SQL backends run, one file per port, generic over the backend's
+//! [`Dialect`](super::dialect::Dialect): each port is implemented once, for every `S: Dialect`.
+//! sqlx takes `$n` placeholders on both backends, and most statements read the same; what does
+//! not is the dialect's. Statements are built and run as [`Stmt`]s.
 
-mod audit;
+pub(super) mod audit;
 mod commands;
 pub(super) mod copy;
 mod deliveries;
@@ -14,19 +13,8 @@ pub(super) mod outcomes;
 mod policies;
 mod runners;
 mod settings;
+mod stmt;
 mod tokens;
 mod workflows;
 
-use super::Store;
-use crate::storage::records::dialect::{self, Dialect};
-
-type Db = <Store as Dialect>::DB;
-type Connection = dialect::Conn<Store>;
-type Row = dialect::RowOf<Store>;
-/// A list column as this backend decodes it ([`Dialect::decode_list`]).
-type List<T> = <Store as Dialect>::List<T>;
-
-const FOR_UPDATE: &str = <Store as Dialect>::FOR_UPDATE;
-const FOR_SHARE: &str = <Store as Dialect>::FOR_SHARE;
-const LEASE_LOCK: &str = <Store as Dialect>::LEASE_LOCK;
-const TOKEN_COLUMNS: &str = <Store as Dialect>::TOKEN_COLUMNS;
+pub(crate) use self::stmt::{Done, List, ListParam, On, Param, Rows, Stmt, run_statements};

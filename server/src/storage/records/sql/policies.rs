@@ -6,29 +6,28 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::Store;
 use crate::storage::records::dialect::Dialect;
 use crate::storage::records::rows::{POLICY_COLUMNS, PolicyRow};
 use crate::storage::{
     DisagreementRecord, PolicyRecord, PolicyState, PolicyStore, StoreError, WriteContext,
 };
 
-impl Store {
-    async fn policy_by_id(&self, id: Option<Uuid>) -> Result<Option<PolicyRecord>, StoreError> {
-        let Some(id) = id else { return Ok(None) };
-        let row: Option<PolicyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {POLICY_COLUMNS} FROM policies WHERE id = $1"
-        )))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
-        Ok(row.map(Into::into))
-    }
+async fn policy_by_id<S: Dialect>(
+    store: &S,
+    id: Option<Uuid>,
+) -> Result<Option<PolicyRecord>, StoreError> {
+    let Some(id) = id else { return Ok(None) };
+    let row: Option<PolicyRow> = S::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {POLICY_COLUMNS} FROM policies WHERE id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(store.pool())
+    .await?;
+    Ok(row.map(Into::into))
 }
 
 #[async_trait]
-impl PolicyStore for Store {
+impl<S: Dialect> PolicyStore for S {
     async fn insert_policy(
         &self,
         write: &WriteContext,
@@ -38,8 +37,8 @@ impl PolicyStore for Store {
         bytes: &[u8],
     ) -> Result<PolicyRecord, StoreError> {
         let mut tx = self.begin(write).await?;
-        Store::serialise_versions(&mut tx, name).await?;
-        let row: PolicyRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        S::serialise_versions(&mut tx, name).await?;
+        let row: PolicyRow = S::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO policies (id, name, kind, version, digest, bytes, created_at)
              VALUES ($1, $2, $3, (SELECT coalesce(max(version), 0) + 1 FROM policies WHERE name = $2),
                  $4, $5, $6)
@@ -52,19 +51,17 @@ impl PolicyStore for Store {
         .bind(bytes)
         .bind(Utc::now())
         .fetch_one(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
+        .await?;
         self.commit(tx, write).await?;
         Ok(row.into())
     }
 
     async fn list_policies(&self) -> Result<Vec<PolicyRecord>, StoreError> {
-        let rows: Vec<PolicyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let rows: Vec<PolicyRow> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT {POLICY_COLUMNS} FROM policies ORDER BY name, version"
         )))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_all(self.pool())
+        .await?;
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
@@ -73,23 +70,21 @@ impl PolicyStore for Store {
         name: &str,
         version: i32,
     ) -> Result<Option<PolicyRecord>, StoreError> {
-        let row: Option<PolicyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let row: Option<PolicyRow> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT {POLICY_COLUMNS} FROM policies WHERE name = $1 AND version = $2"
         )))
         .bind(name)
         .bind(version)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_optional(self.pool())
+        .await?;
         Ok(row.map(Into::into))
     }
 
     async fn policy_bytes(&self, id: Uuid) -> Result<Option<Vec<u8>>, StoreError> {
-        let row: Option<(Vec<u8>,)> = sqlx::query_as("SELECT bytes FROM policies WHERE id = $1")
+        let row: Option<(Vec<u8>,)> = S::query("SELECT bytes FROM policies WHERE id = $1")
             .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(Store::map_err)?;
+            .fetch_optional(self.pool())
+            .await?;
         Ok(row.map(|(b,)| b))
     }
 
@@ -99,49 +94,46 @@ impl PolicyStore for Store {
         policy: &PolicyRecord,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
-        sqlx::query(
+        S::query(
             "INSERT INTO policy_activations (kind, policy_id, activated_at) VALUES ($1, $2, $3)",
         )
         .bind(&policy.kind)
         .bind(policy.id)
         .bind(Utc::now())
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        Store::policy_changed(&mut tx).await?;
+        .await?;
+        S::policy_changed(&mut tx).await?;
         self.commit(tx, write).await
     }
 
     async fn rollback_policy(&self, write: &WriteContext, kind: &str) -> Result<bool, StoreError> {
         let mut tx = self.begin(write).await?;
-        let updated = sqlx::query(
+        let updated = S::query(
             "UPDATE policy_activations SET rolled_back = true
              WHERE id = (SELECT id FROM policy_activations WHERE kind = $1 AND NOT rolled_back
                          ORDER BY id DESC LIMIT 1)",
         )
         .bind(kind)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?
+        .await?
         .rows_affected();
         if updated == 0 {
             return Ok(false);
         }
-        Store::policy_changed(&mut tx).await?;
+        S::policy_changed(&mut tx).await?;
         self.commit(tx, write).await?;
         Ok(true)
     }
 
     async fn remove_policy(&self, id: Uuid) -> Result<bool, StoreError> {
-        let removed = sqlx::query(
+        let removed = S::query(
             "DELETE FROM policies WHERE id = $1
                AND NOT EXISTS (SELECT 1 FROM policy_activations WHERE policy_id = $1)
                AND NOT EXISTS (SELECT 1 FROM policy_shadows WHERE policy_id = $1)",
         )
         .bind(id)
-        .execute(&self.pool)
-        .await
-        .map_err(Store::map_err)?
+        .execute(self.pool())
+        .await?
         .rows_affected();
         Ok(removed == 1)
     }
@@ -153,23 +145,21 @@ impl PolicyStore for Store {
         policy: Option<&PolicyRecord>,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
-        sqlx::query("DELETE FROM policy_shadows WHERE kind = $1")
+        S::query("DELETE FROM policy_shadows WHERE kind = $1")
             .bind(kind)
             .execute(&mut *tx)
-            .await
-            .map_err(Store::map_err)?;
+            .await?;
         if let Some(policy) = policy {
-            sqlx::query(
+            S::query(
                 "INSERT INTO policy_shadows (kind, policy_id, started_at) VALUES ($1, $2, $3)",
             )
             .bind(kind)
             .bind(policy.id)
             .bind(Utc::now())
             .execute(&mut *tx)
-            .await
-            .map_err(Store::map_err)?;
+            .await?;
         }
-        Store::policy_changed(&mut tx).await?;
+        S::policy_changed(&mut tx).await?;
         self.commit(tx, write).await
     }
 
@@ -179,7 +169,7 @@ impl PolicyStore for Store {
             Option<Uuid>,
             Option<Uuid>,
             Option<Uuid>,
-        ) = sqlx::query_as(
+        ) = S::query(
             "SELECT (SELECT generation FROM policy_state WHERE id = 1),
                     (SELECT policy_id FROM policy_activations
                      WHERE kind = 'authorizer' AND NOT rolled_back ORDER BY id DESC LIMIT 1),
@@ -187,19 +177,18 @@ impl PolicyStore for Store {
                      WHERE kind = 'moderator' AND NOT rolled_back ORDER BY id DESC LIMIT 1),
                     (SELECT policy_id FROM policy_shadows WHERE kind = 'authorizer')",
         )
-        .fetch_one(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_one(self.pool())
+        .await?;
         Ok(PolicyState {
             generation,
-            authorizer: self.policy_by_id(authorizer).await?,
-            moderator: self.policy_by_id(moderator).await?,
-            shadow: self.policy_by_id(shadow).await?,
+            authorizer: policy_by_id(self, authorizer).await?,
+            moderator: policy_by_id(self, moderator).await?,
+            shadow: policy_by_id(self, shadow).await?,
         })
     }
 
     async fn record_disagreement(&self, d: &DisagreementRecord) -> Result<(), StoreError> {
-        sqlx::query(
+        S::query(
             "INSERT INTO shadow_disagreements (shadow_digest, operation, principal_id,
                  active_decision, shadow_decision, occurred_at)
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -210,22 +199,20 @@ impl PolicyStore for Store {
         .bind(&d.active_decision)
         .bind(&d.shadow_decision)
         .bind(d.occurred_at)
-        .execute(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .execute(self.pool())
+        .await?;
         Ok(())
     }
 
     async fn list_disagreements(&self, limit: u32) -> Result<Vec<DisagreementRecord>, StoreError> {
-        let rows: Vec<(String, String, String, String, String, DateTime<Utc>)> = sqlx::query_as(
+        let rows: Vec<(String, String, String, String, String, DateTime<Utc>)> = S::query(
             "SELECT shadow_digest, operation, principal_id, active_decision, shadow_decision,
                     occurred_at
              FROM shadow_disagreements ORDER BY id DESC LIMIT $1",
         )
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_all(self.pool())
+        .await?;
         Ok(rows
             .into_iter()
             .map(

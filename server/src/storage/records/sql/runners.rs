@@ -7,9 +7,9 @@ use serde_json::Value;
 use sqlx::FromRow;
 use uuid::Uuid;
 
-use super::{Connection, FOR_UPDATE, Store};
+use super::ListParam;
 use crate::domain::{CommandStatus, NewAuditEvent, rules};
-use crate::storage::records::dialect::Dialect;
+use crate::storage::records::dialect::{Conn, Dialect};
 use crate::storage::records::rows::{POOL_COLUMNS, PoolRow, open_statuses, with_data};
 use crate::storage::{
     DeletePool, DeletePoolOutcome, Runner, RunnerKey, RunnerKeyLookup, RunnerPool, RunnerStore,
@@ -19,7 +19,7 @@ use crate::storage::{
 type SecretsRow = (Option<Vec<u8>>, Option<Vec<u8>>, Option<DateTime<Utc>>);
 
 #[async_trait]
-impl RunnerStore for Store {
+impl<S: Dialect> RunnerStore for S {
     async fn create_pool(
         &self,
         write: &WriteContext,
@@ -27,7 +27,7 @@ impl RunnerStore for Store {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
-        sqlx::query(
+        S::query(
             "INSERT INTO runner_pools (id, workspace_id, name, created_at) VALUES ($1, $2, $3, $4)",
         )
         .bind(pool.id)
@@ -35,32 +35,29 @@ impl RunnerStore for Store {
         .bind(&pool.name)
         .bind(pool.created_at)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        Store::insert_event(&mut tx, event).await?;
+        .await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
     async fn list_pools(&self, workspace_id: Option<Uuid>) -> Result<Vec<RunnerPool>, StoreError> {
-        let rows: Vec<PoolRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let rows: Vec<PoolRow> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT {POOL_COLUMNS} FROM runner_pools
              WHERE ($1 IS NULL OR workspace_id = $1) ORDER BY created_at, name"
         )))
         .bind(workspace_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_all(self.pool())
+        .await?;
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
     async fn get_pool(&self, pool_id: Uuid) -> Result<Option<RunnerPool>, StoreError> {
-        let row: Option<PoolRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let row: Option<PoolRow> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT {POOL_COLUMNS} FROM runner_pools WHERE id = $1"
         )))
         .bind(pool_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_optional(self.pool())
+        .await?;
         Ok(row.map(Into::into))
     }
 
@@ -73,7 +70,7 @@ impl RunnerStore for Store {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
-        sqlx::query(
+        S::query(
             "INSERT INTO runners (id, pool_id, name, created_at, delivery_url, webhook_secret)
              VALUES ($1, $2, $3, $4, $5, $6)",
         )
@@ -84,13 +81,12 @@ impl RunnerStore for Store {
         .bind(&runner.delivery_url)
         .bind(sealed_secret)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        insert_key(&mut tx, key).await?;
+        .await?;
+        insert_key::<S>(&mut tx, key).await?;
         if runner.delivery_url.is_some() {
-            wake_waiting_deliveries(&mut tx, runner.id, runner.created_at).await?;
+            wake_waiting_deliveries::<S>(&mut tx, runner.id, runner.created_at).await?;
         }
-        Store::insert_event(&mut tx, event).await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -104,9 +100,9 @@ impl RunnerStore for Store {
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin(write).await?;
         // The pool before the runner, in the order a lease takes them.
-        lock_pool_of(&mut tx, runner_id).await?;
+        lock_pool_of::<S>(&mut tx, runner_id).await?;
         // A new URL is a fresh start: the failures and the breaker were the old address's.
-        let updated = sqlx::query(
+        let updated = S::query(
             "UPDATE runners SET delivery_url = $2, consecutive_failures = 0, slow_streak = 0,
                  held_until = NULL
              WHERE id = $1",
@@ -114,28 +110,26 @@ impl RunnerStore for Store {
         .bind(runner_id)
         .bind(url)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?
+        .await?
         .rows_affected();
         if updated == 0 {
             return Ok(false);
         }
         if url.is_some() {
-            wake_waiting_deliveries(&mut tx, runner_id, at).await?;
+            wake_waiting_deliveries::<S>(&mut tx, runner_id, at).await?;
         }
-        Store::insert_event(&mut tx, event).await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await?;
         Ok(true)
     }
 
     async fn get_runner(&self, runner_id: Uuid) -> Result<Option<Runner>, StoreError> {
-        let row: Option<(Uuid, Uuid, String, DateTime<Utc>, Option<String>)> = sqlx::query_as(
+        let row: Option<(Uuid, Uuid, String, DateTime<Utc>, Option<String>)> = S::query(
             "SELECT id, pool_id, name, created_at, delivery_url FROM runners WHERE id = $1",
         )
         .bind(runner_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_optional(self.pool())
+        .await?;
         Ok(
             row.map(|(id, pool_id, name, created_at, delivery_url)| Runner {
                 id,
@@ -157,7 +151,7 @@ impl RunnerStore for Store {
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin(write).await?;
         // Right-hand sides read the row as it was: the current secret becomes the previous one.
-        let rotated = sqlx::query(
+        let rotated = S::query(
             "UPDATE runners SET previous_webhook_secret = webhook_secret,
                  previous_retires_at = $3, webhook_secret = $2
              WHERE id = $1",
@@ -166,14 +160,13 @@ impl RunnerStore for Store {
         .bind(sealed)
         .bind(previous_retires_at)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?
+        .await?
         .rows_affected()
             == 1;
         if !rotated {
             return Ok(false);
         }
-        Store::insert_event(&mut tx, event).await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await?;
         Ok(true)
     }
@@ -182,14 +175,13 @@ impl RunnerStore for Store {
         &self,
         runner_id: Uuid,
     ) -> Result<Option<SealedRunnerSecrets>, StoreError> {
-        let row: Option<SecretsRow> = sqlx::query_as(
+        let row: Option<SecretsRow> = S::query(
             "SELECT webhook_secret, previous_webhook_secret, previous_retires_at
              FROM runners WHERE id = $1",
         )
         .bind(runner_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_optional(self.pool())
+        .await?;
         Ok(row.map(|(current, previous, retires)| SealedRunnerSecrets {
             current,
             previous: previous.zip(retires),
@@ -203,9 +195,9 @@ impl RunnerStore for Store {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
-        insert_key(&mut tx, key).await?;
-        wake_waiting_deliveries(&mut tx, key.runner_id, key.created_at).await?;
-        Store::insert_event(&mut tx, event).await?;
+        insert_key::<S>(&mut tx, key).await?;
+        wake_waiting_deliveries::<S>(&mut tx, key.runner_id, key.created_at).await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -218,7 +210,7 @@ impl RunnerStore for Store {
         event: &NewAuditEvent,
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin(write).await?;
-        let updated = sqlx::query(
+        let updated = S::query(
             "UPDATE runner_keys SET revoked_at = $3
              WHERE id = $1 AND runner_id = $2 AND revoked_at IS NULL",
         )
@@ -226,13 +218,12 @@ impl RunnerStore for Store {
         .bind(runner_id)
         .bind(at)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?
+        .await?
         .rows_affected();
         if updated == 0 {
             return Ok(false);
         }
-        Store::insert_event(&mut tx, event).await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await?;
         Ok(true)
     }
@@ -252,7 +243,7 @@ impl RunnerStore for Store {
         // Every signed request's first read: through the request path's reads.
         let row: Option<Row> = self
             .read_optional(
-                sqlx::query_as(
+                S::query(
                     "SELECT k.id, k.runner_id, k.public_key, k.created_at, k.revoked_at, r.pool_id,
                             p.workspace_id, w.organisation_id
                      FROM runner_keys k JOIN runners r ON r.id = k.runner_id
@@ -286,33 +277,32 @@ impl RunnerStore for Store {
         // Postgres: the pool's row lock orders this against submissions, which take it FOR
         // SHARE (SQLite: the write lock does), so no open command can be added between the
         // count (or the cancelling) and the delete.
-        let pool: Option<PoolRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let pool: Option<PoolRow> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT {POOL_COLUMNS} FROM runner_pools
-             WHERE id = $1 AND workspace_id = $2 AND deleted_at IS NULL {FOR_UPDATE}"
+             WHERE id = $1 AND workspace_id = $2 AND deleted_at IS NULL {for_update}",
+            for_update = S::FOR_UPDATE
         )))
         .bind(delete.pool_id)
         .bind(delete.workspace_id)
         .fetch_optional(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
+        .await?;
         let Some(pool) = pool else {
             return Ok(DeletePoolOutcome::NotFound);
         };
         let outside = if delete.limited_to.is_empty() {
             0
         } else {
-            let (outside,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            let (outside,): (i64,) = S::query(sqlx::AssertSqlSafe(format!(
                 "SELECT count(*) FROM runner_commands
                  WHERE pool_id = $1 AND status IN {}
                    AND (environment_id IS NULL OR NOT (environment_id {}))",
                 open_statuses(),
-                Store::in_uuid_list("$2"),
+                S::in_uuid_list("$2"),
             )))
             .bind(pool.id)
-            .bind(Store::list_param(&delete.limited_to)?)
+            .bind(ListParam(&delete.limited_to))
             .fetch_one(&mut *tx)
-            .await
-            .map_err(Store::map_err)?;
+            .await?;
             outside
         };
         if !rules::pool_deletion_reaches(outside) {
@@ -321,7 +311,7 @@ impl RunnerStore for Store {
             });
         }
         let cancelled = if delete.force {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
+            S::query(sqlx::AssertSqlSafe(format!(
                 "UPDATE runner_commands SET status = $2, updated_at = $3
                  WHERE pool_id = $1 AND status IN {}",
                 open_statuses()
@@ -330,32 +320,29 @@ impl RunnerStore for Store {
             .bind(CommandStatus::Cancelled.as_str())
             .bind(delete.at)
             .execute(&mut *tx)
-            .await
-            .map_err(Store::map_err)?
+            .await?
             .rows_affected()
         } else {
-            let (open,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            let (open,): (i64,) = S::query(sqlx::AssertSqlSafe(format!(
                 "SELECT count(*) FROM runner_commands WHERE pool_id = $1 AND status IN {}",
                 open_statuses()
             )))
             .bind(pool.id)
             .fetch_one(&mut *tx)
-            .await
-            .map_err(Store::map_err)?;
+            .await?;
             if rules::pool_is_busy(open) {
                 return Ok(DeletePoolOutcome::Busy { open: open as u64 });
             }
             0
         };
-        sqlx::query("UPDATE runner_pools SET deleted_at = $2, deleted_reason = $3 WHERE id = $1")
+        S::query("UPDATE runner_pools SET deleted_at = $2, deleted_reason = $3 WHERE id = $1")
             .bind(pool.id)
             .bind(delete.at)
             .bind(&delete.reason)
             .execute(&mut *tx)
-            .await
-            .map_err(Store::map_err)?;
+            .await?;
         let event = with_data(&delete.event, "cancelledCommands", Value::from(cancelled));
-        Store::insert_event(&mut tx, &event).await?;
+        S::insert_event(&mut tx, &event).await?;
         self.commit(tx, write).await?;
         let mut pool = RunnerPool::from(pool);
         pool.deleted_at = Some(delete.at);
@@ -363,8 +350,8 @@ impl RunnerStore for Store {
     }
 }
 
-async fn insert_key(conn: &mut Connection, key: &RunnerKey) -> Result<(), StoreError> {
-    sqlx::query(
+async fn insert_key<S: Dialect>(conn: &mut Conn<S>, key: &RunnerKey) -> Result<(), StoreError> {
+    S::query(
         "INSERT INTO runner_keys (id, runner_id, public_key, created_at) VALUES ($1, $2, $3, $4)",
     )
     .bind(key.id)
@@ -372,22 +359,21 @@ async fn insert_key(conn: &mut Connection, key: &RunnerKey) -> Result<(), StoreE
     .bind(&key.public_key)
     .bind(key.created_at)
     .execute(&mut *conn)
-    .await
-    .map_err(Store::map_err)?;
+    .await?;
     Ok(())
 }
 
 /// Locks the runner's pool (not the runner: a lease holding the pool shared updates the
 /// runners it chose, so locking both here could wait in a cycle).
-async fn lock_pool_of(conn: &mut Connection, runner_id: Uuid) -> Result<(), StoreError> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
+async fn lock_pool_of<S: Dialect>(conn: &mut Conn<S>, runner_id: Uuid) -> Result<(), StoreError> {
+    S::query(sqlx::AssertSqlSafe(format!(
         "SELECT id FROM runner_pools WHERE id = (SELECT pool_id FROM runners WHERE id = $1)
-         {FOR_UPDATE}"
+         {for_update}",
+        for_update = S::FOR_UPDATE
     )))
     .bind(runner_id)
     .execute(&mut *conn)
-    .await
-    .map_err(Store::map_err)?;
+    .await?;
     Ok(())
 }
 
@@ -395,13 +381,13 @@ async fn lock_pool_of(conn: &mut Connection, runner_id: Uuid) -> Result<(), Stor
 /// can now receive (a delivery URL and a live key). The pool's row is locked first: a lease
 /// that found no runner holds it shared while it marks deliveries waiting, so one of the two
 /// always sees the other.
-async fn wake_waiting_deliveries(
-    conn: &mut Connection,
+async fn wake_waiting_deliveries<S: Dialect>(
+    conn: &mut Conn<S>,
     runner_id: Uuid,
     at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    lock_pool_of(conn, runner_id).await?;
-    sqlx::query(sqlx::AssertSqlSafe(format!(
+    lock_pool_of::<S>(conn, runner_id).await?;
+    S::query(sqlx::AssertSqlSafe(format!(
         "UPDATE webhook_deliveries SET next_attempt_at = $2, waiting_for_runner = $3
          WHERE waiting_for_runner AND status = 'pending'
            AND command_id IN (SELECT c.id FROM runner_commands c JOIN runners r
@@ -415,7 +401,6 @@ async fn wake_waiting_deliveries(
     .bind(at)
     .bind(false)
     .execute(&mut *conn)
-    .await
-    .map_err(Store::map_err)?;
+    .await?;
     Ok(())
 }

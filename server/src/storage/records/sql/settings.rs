@@ -2,27 +2,22 @@
 
 use async_trait::async_trait;
 
-use super::Store;
 use crate::domain::NewAuditEvent;
 use crate::storage::records::dialect::Dialect;
 use crate::storage::{SettingsStore, StoreError, WriteContext};
 
 #[async_trait]
-impl SettingsStore for Store {
+impl<S: Dialect> SettingsStore for S {
     async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map_err(Store::map_err)?;
+        S::query("SELECT 1").execute(self.pool()).await?;
         Ok(())
     }
 
     async fn setting_get(&self, key: &str) -> Result<Option<String>, StoreError> {
-        let row: Option<(String,)> = sqlx::query_as("SELECT value FROM settings WHERE key = $1")
+        let row: Option<(String,)> = S::query("SELECT value FROM settings WHERE key = $1")
             .bind(key)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(Store::map_err)?;
+            .fetch_optional(self.pool())
+            .await?;
         Ok(row.map(|(v,)| v))
     }
 
@@ -33,21 +28,19 @@ impl SettingsStore for Store {
         candidate: &str,
     ) -> Result<(String, bool), StoreError> {
         let mut tx = self.begin(write).await?;
-        let inserted = sqlx::query(
+        let inserted = S::query(
             "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
         )
         .bind(key)
         .bind(candidate)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?
+        .await?
         .rows_affected()
             == 1;
-        let (value,): (String,) = sqlx::query_as("SELECT value FROM settings WHERE key = $1")
+        let (value,): (String,) = S::query("SELECT value FROM settings WHERE key = $1")
             .bind(key)
             .fetch_one(&mut *tx)
-            .await
-            .map_err(Store::map_err)?;
+            .await?;
         self.commit(tx, write).await?;
         Ok((value, inserted))
     }
@@ -60,13 +53,12 @@ impl SettingsStore for Store {
         value: &str,
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin(write).await?;
-        let replaced = sqlx::query("UPDATE settings SET value = $3 WHERE key = $1 AND value = $2")
+        let replaced = S::query("UPDATE settings SET value = $3 WHERE key = $1 AND value = $2")
             .bind(key)
             .bind(expected)
             .bind(value)
             .execute(&mut *tx)
-            .await
-            .map_err(Store::map_err)?
+            .await?
             .rows_affected()
             == 1;
         self.commit(tx, write).await?;
@@ -81,16 +73,15 @@ impl SettingsStore for Store {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
-        sqlx::query(
+        S::query(
             "INSERT INTO settings (key, value) VALUES ($1, $2)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         )
         .bind(key)
         .bind(value)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        Store::insert_event(&mut tx, event).await?;
+        .await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 }

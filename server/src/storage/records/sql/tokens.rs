@@ -8,9 +8,9 @@ use serde_json::Value;
 use sqlx::FromRow;
 use uuid::Uuid;
 
-use super::{FOR_SHARE, FOR_UPDATE, List, Store, TOKEN_COLUMNS};
+use super::{List, ListParam};
 use crate::domain::{NewAuditEvent, rules};
-use crate::storage::records::dialect::Dialect;
+use crate::storage::records::dialect::{Dialect, Issuance};
 use crate::storage::records::rows::with_data;
 use crate::storage::{
     InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, StoreError, StoredCredential,
@@ -49,9 +49,9 @@ impl TryFrom<TokenRow> for TokenRecord {
             user_id: r.user_id,
             organisation_id: r.organisation_id,
             name: r.name,
-            scopes: Store::decode_list(r.scopes)?,
-            workspace_ids: Store::decode_list(r.workspace_ids)?,
-            environment_ids: Store::decode_list(r.environment_ids)?,
+            scopes: r.scopes.into_vec(),
+            workspace_ids: r.workspace_ids.into_vec(),
+            environment_ids: r.environment_ids.into_vec(),
             created_at: r.created_at,
             expires_at: r.expires_at,
             revoked_at: r.revoked_at,
@@ -60,7 +60,7 @@ impl TryFrom<TokenRow> for TokenRecord {
     }
 }
 
-/// A token with the keyed hash of its secret: `SELECT {TOKEN_COLUMNS}, t.secret_hash`.
+/// A token with the keyed hash of its secret: `SELECT {token_columns}, t.secret_hash`.
 #[derive(FromRow)]
 struct CredentialRow {
     #[sqlx(flatten)]
@@ -69,7 +69,7 @@ struct CredentialRow {
 }
 
 #[async_trait]
-impl TokenStore for Store {
+impl<S: Dialect> TokenStore for S {
     async fn insert_token(
         &self,
         write: &WriteContext,
@@ -78,23 +78,27 @@ impl TokenStore for Store {
         max_active: u32,
         now: DateTime<Utc>,
     ) -> Result<(), InsertTokenError> {
+        let issuance = Issuance {
+            token,
+            events,
+            max_active,
+            now,
+        };
         // Postgres gathers concurrent issuances into one transaction (`postgres/tokens.rs`);
         // it answers None for a keyed request and for a batch that has to be retried alone.
-        if let Some(batched) = self
-            .batch_insert_token(write, token, events, max_active, now)
-            .await
-        {
+        if let Some(batched) = self.batch_insert_token(write, issuance).await {
             return batched;
         }
-        insert_token_alone(self, write, token, events, max_active, now).await
+        insert_token_alone(self, write, issuance).await
     }
 
     async fn find_credential(
         &self,
         public_id: &str,
     ) -> Result<Option<StoredCredential>, StoreError> {
-        let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {TOKEN_COLUMNS}, t.secret_hash FROM tokens t WHERE t.public_id = $1"
+        let query = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {token_columns}, t.secret_hash FROM tokens t WHERE t.public_id = $1",
+            token_columns = S::TOKEN_COLUMNS
         )))
         .bind(public_id);
         // Authentication is the request path's hottest read.
@@ -127,15 +131,15 @@ impl TokenStore for Store {
                 format!("{column} = $1")
             }
         };
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT 1 FROM tokens WHERE {} ORDER BY id {FOR_UPDATE}",
-            tokens("id")
+        S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT 1 FROM tokens WHERE {} ORDER BY id {for_update}",
+            tokens("id"),
+            for_update = S::FOR_UPDATE
         )))
         .bind(root)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        let grants: Vec<(Uuid, Uuid)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        .await?;
+        let grants: Vec<(Uuid, Uuid)> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT tw.token_id, tw.workspace_id FROM token_workspaces tw
              WHERE tw.revoked_at IS NULL AND ($2 IS NULL OR tw.workspace_id = $2)
                AND {}
@@ -145,8 +149,7 @@ impl TokenStore for Store {
         .bind(root)
         .bind(revoke.workspace_id)
         .fetch_all(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
+        .await?;
         if !grants.iter().any(|(token, _)| *token == root) {
             return Ok(None);
         }
@@ -159,7 +162,7 @@ impl TokenStore for Store {
             descendants_revoked: 0,
         };
         for (i, (token, workspace)) in ordered.iter().enumerate() {
-            sqlx::query(
+            S::query(
                 "UPDATE token_workspaces SET revoked_at = $3, revoked_reason = $4
                  WHERE token_id = $1 AND workspace_id = $2 AND revoked_at IS NULL",
             )
@@ -168,25 +171,20 @@ impl TokenStore for Store {
             .bind(revoke.revoked_at)
             .bind(&revoke.reason)
             .execute(&mut *tx)
-            .await
-            .map_err(Store::map_err)?;
-            let (left,): (i64,) = sqlx::query_as(
+            .await?;
+            let (left,): (i64,) = S::query(
                 "SELECT count(*) FROM token_workspaces WHERE token_id = $1 AND revoked_at IS NULL",
             )
             .bind(token)
             .fetch_one(&mut *tx)
-            .await
-            .map_err(Store::map_err)?;
+            .await?;
             let token_revoked = left == 0;
             if token_revoked {
-                sqlx::query(
-                    "UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
-                )
-                .bind(token)
-                .bind(revoke.revoked_at)
-                .execute(&mut *tx)
-                .await
-                .map_err(Store::map_err)?;
+                S::query("UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
+                    .bind(token)
+                    .bind(revoke.revoked_at)
+                    .execute(&mut *tx)
+                    .await?;
             }
             // A token's revocation is only known once its last grant in this batch is revoked.
             let last_of_token = ordered.get(i + 1).is_none_or(|(next, _)| next != token);
@@ -206,38 +204,40 @@ impl TokenStore for Store {
                 events.push(with_data(&event, "cascadedFrom", serde_json::json!(root)));
             }
         }
-        Store::insert_events(&mut tx, &events).await?;
+        S::insert_events(&mut tx, &events).await?;
         self.commit(tx, write).await?;
         Ok(Some(outcome))
     }
 
     async fn list_tokens(&self, filter: &TokenFilter) -> Result<Vec<TokenRecord>, StoreError> {
-        let rows: Vec<TokenRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {TOKEN_COLUMNS} FROM tokens t
+        let rows: Vec<TokenRow> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {token_columns} FROM tokens t
              WHERE ($3 IS NULL OR t.id = $3) AND ($1 IS NULL OR t.user_id = $1)
                AND ($2 IS NULL OR EXISTS (SELECT 1 FROM token_workspaces tw
                     WHERE tw.token_id = t.id AND tw.workspace_id = $2 AND tw.revoked_at IS NULL))
-             ORDER BY t.created_at, t.name"
+             ORDER BY t.created_at, t.name",
+            token_columns = S::TOKEN_COLUMNS
         )))
         .bind(filter.user_id)
         .bind(filter.workspace_id)
         .bind(filter.token_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_all(self.pool())
+        .await?;
         rows.into_iter().map(TryInto::try_into).collect()
     }
 }
 
 /// One issuance in a transaction of its own: SQLite's only way, and Postgres's for a keyed
 /// request (its transaction is held for the outcome) or a batch that failed as a whole.
-async fn insert_token_alone(
-    store: &Store,
+async fn insert_token_alone<S: Dialect>(
+    store: &S,
     write: &WriteContext,
-    token: &NewToken,
-    events: &[NewAuditEvent],
-    max_active: u32,
-    now: DateTime<Utc>,
+    Issuance {
+        token,
+        events,
+        max_active,
+        now,
+    }: Issuance<'_>,
 ) -> Result<(), InsertTokenError> {
     let t = &token.record;
     let mut tx = store.begin(write).await?;
@@ -245,39 +245,39 @@ async fn insert_token_alone(
     // revocation's FOR UPDATE, so one waits for the other; the owner's FOR UPDATE serialises
     // issuance per user, so the counts below still hold at the insert. SQLite: the write
     // lock, held since BEGIN, does both. Without an issuer (cpctl) `$1` is NULL.
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "WITH issuer AS (SELECT id FROM tokens WHERE id = $1 AND revoked_at IS NULL {FOR_SHARE}),
-              owner AS (SELECT id FROM users WHERE id = $2 {FOR_UPDATE})
-         SELECT (SELECT count(*) FROM issuer), (SELECT count(*) FROM owner)"
+    S::query(sqlx::AssertSqlSafe(format!(
+        "WITH issuer AS (SELECT id FROM tokens WHERE id = $1 AND revoked_at IS NULL {for_share}),
+              owner AS (SELECT id FROM users WHERE id = $2 {for_update})
+         SELECT (SELECT count(*) FROM issuer), (SELECT count(*) FROM owner)",
+        for_update = S::FOR_UPDATE,
+        for_share = S::FOR_SHARE
     )))
     .bind(t.issued_by_token_id)
     .bind(t.user_id)
     .execute(&mut *tx)
-    .await
-    .map_err(Store::map_err)?;
+    .await?;
     // A later statement, so a later snapshot (Postgres, read committed): it sees what a
     // revocation the locks waited for committed.
-    let (issuer_grants, same_name, active): (i64, i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(
+    let (issuer_grants, same_name, active): (i64, i64, i64) = S::query(sqlx::AssertSqlSafe(
         format!(
             "SELECT (SELECT count(*) FROM token_workspaces tw
                      WHERE tw.token_id = (SELECT id FROM tokens WHERE id = $4 AND revoked_at IS NULL)
                        AND tw.revoked_at IS NULL AND tw.workspace_id {}),
                     count(*) FILTER (WHERE name = $2), count(*)
              FROM tokens WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > $3",
-            Store::in_uuid_list("$5")
+            S::in_uuid_list("$5")
         ),
     ))
     .bind(t.user_id)
     .bind(&t.name)
     .bind(now)
     .bind(t.issued_by_token_id)
-    .bind(Store::list_param(&t.workspace_ids)?)
+    .bind(ListParam(&t.workspace_ids))
     .fetch_one(&mut *tx)
-    .await
-    .map_err(Store::map_err)?;
+    .await?;
     rules::may_issue(t, issuer_grants, same_name, active, max_active)?;
-    Store::insert_token_rows(&mut tx, token).await?;
-    Store::insert_events(&mut tx, events).await?;
+    S::insert_token_rows(&mut tx, token).await?;
+    S::insert_events(&mut tx, events).await?;
     store.commit(tx, write).await?;
     Ok(())
 }

@@ -5,7 +5,6 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{FOR_UPDATE, Store};
 use crate::domain::{NewAuditEvent, RevisionState};
 use crate::storage::records::dialect::Dialect;
 use crate::storage::records::rows::{RevisionRow, WorkflowRow, with_data};
@@ -21,7 +20,7 @@ const REVISION_COLUMNS: &str = "id, workflow_id,
     decided_at, decision_reason";
 
 #[async_trait]
-impl WorkflowStore for Store {
+impl<S: Dialect> WorkflowStore for S {
     async fn create_workflow(
         &self,
         write: &WriteContext,
@@ -29,7 +28,7 @@ impl WorkflowStore for Store {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
-        sqlx::query(
+        S::query(
             "INSERT INTO workflows (id, workspace_id, name, created_at) VALUES ($1, $2, $3, $4)",
         )
         .bind(workflow.id)
@@ -37,9 +36,8 @@ impl WorkflowStore for Store {
         .bind(&workflow.name)
         .bind(workflow.created_at)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        Store::insert_event(&mut tx, event).await?;
+        .await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -47,25 +45,22 @@ impl WorkflowStore for Store {
         &self,
         workspace_id: Option<Uuid>,
     ) -> Result<Vec<Workflow>, StoreError> {
-        let rows: Vec<WorkflowRow> = sqlx::query_as(
+        let rows: Vec<WorkflowRow> = S::query(
             "SELECT id, workspace_id, name, created_at FROM workflows
              WHERE ($1 IS NULL OR workspace_id = $1) ORDER BY created_at, name",
         )
         .bind(workspace_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_all(self.pool())
+        .await?;
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
     async fn get_workflow(&self, workflow_id: Uuid) -> Result<Option<Workflow>, StoreError> {
-        let row: Option<WorkflowRow> = sqlx::query_as(
-            "SELECT id, workspace_id, name, created_at FROM workflows WHERE id = $1",
-        )
-        .bind(workflow_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        let row: Option<WorkflowRow> =
+            S::query("SELECT id, workspace_id, name, created_at FROM workflows WHERE id = $1")
+                .bind(workflow_id)
+                .fetch_optional(self.pool())
+                .await?;
         Ok(row.map(Into::into))
     }
 
@@ -79,14 +74,14 @@ impl WorkflowStore for Store {
     ) -> Result<WorkflowRevision, StoreError> {
         let mut tx = self.begin(write).await?;
         // Postgres: the workflow's row lock serialises numbering (SQLite: the write lock does).
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT 1 FROM workflows WHERE id = $1 {FOR_UPDATE}"
+        S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT 1 FROM workflows WHERE id = $1 {for_update}",
+            for_update = S::FOR_UPDATE
         )))
         .bind(workflow.id)
         .execute(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
-        let (number,): (i32,) = sqlx::query_as(
+        .await?;
+        let (number,): (i32,) = S::query(
             "INSERT INTO workflow_revisions (id, workflow_id, number, state, created_at)
              SELECT $1, $2, COALESCE(max(number), 0) + 1, $3, $4
              FROM workflow_revisions WHERE workflow_id = $2
@@ -97,10 +92,9 @@ impl WorkflowStore for Store {
         .bind(RevisionState::Draft.as_str())
         .bind(at)
         .fetch_one(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
+        .await?;
         let event = with_data(event, "number", Value::from(number));
-        Store::insert_event(&mut tx, &event).await?;
+        S::insert_event(&mut tx, &event).await?;
         self.commit(tx, write).await?;
         Ok(WorkflowRevision {
             id,
@@ -122,13 +116,12 @@ impl WorkflowStore for Store {
         &self,
         revision_id: Uuid,
     ) -> Result<Option<WorkflowRevision>, StoreError> {
-        let row: Option<RevisionRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let row: Option<RevisionRow> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT {REVISION_COLUMNS} FROM workflow_revisions WHERE id = $1"
         )))
         .bind(revision_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Store::map_err)?;
+        .fetch_optional(self.pool())
+        .await?;
         row.map(TryInto::try_into).transpose()
     }
 
@@ -143,7 +136,7 @@ impl WorkflowStore for Store {
     ) -> Result<Option<WorkflowRevision>, StoreError> {
         let mut tx = self.begin(write).await?;
         // Only a draft moves: a revision already requested is a conflict.
-        let row: Option<RevisionRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let row: Option<RevisionRow> = S::query(sqlx::AssertSqlSafe(format!(
             "UPDATE workflow_revisions SET state = $2, requested_by = $3, requested_at = $4,
                  request_comment = $5
              WHERE id = $1 AND state = $6
@@ -156,12 +149,11 @@ impl WorkflowStore for Store {
         .bind(comment)
         .bind(RevisionState::Draft.as_str())
         .fetch_optional(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
+        .await?;
         let Some(row) = row else {
             return Ok(None);
         };
-        Store::insert_event(&mut tx, event).await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await?;
         row.try_into().map(Some)
     }
@@ -173,7 +165,7 @@ impl WorkflowStore for Store {
     ) -> Result<Option<WorkflowRevision>, StoreError> {
         let mut tx = self.begin(write).await?;
         // Applies only from the state the service read: a second decision is a conflict.
-        let row: Option<RevisionRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let row: Option<RevisionRow> = S::query(sqlx::AssertSqlSafe(format!(
             "UPDATE workflow_revisions SET state = $2, decided_by = $3, decided_at = $4,
                  decision_reason = $5
              WHERE id = $1 AND state = $6
@@ -186,12 +178,11 @@ impl WorkflowStore for Store {
         .bind(&d.reason)
         .bind(d.from.as_str())
         .fetch_optional(&mut *tx)
-        .await
-        .map_err(Store::map_err)?;
+        .await?;
         let Some(row) = row else {
             return Ok(None);
         };
-        Store::insert_event(&mut tx, &d.event).await?;
+        S::insert_event(&mut tx, &d.event).await?;
         self.commit(tx, write).await?;
         row.try_into().map(Some)
     }

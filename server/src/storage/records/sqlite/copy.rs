@@ -11,8 +11,6 @@ use super::{SqliteStore, from_json, map_err, to_json};
 use crate::storage::StoreError;
 use crate::storage::records::copy::{Cell, Kind};
 
-pub(in crate::storage) use super::sql::copy::{count, has_rows, rows, sequences, set, write};
-
 pub(super) fn decode(row: &SqliteRow, i: usize, kind: Kind) -> Result<Cell, StoreError> {
     let list = |i| -> Result<Option<String>, StoreError> { row.try_get(i).map_err(map_err) };
     Ok(match kind {

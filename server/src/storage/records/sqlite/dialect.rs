@@ -1,28 +1,23 @@
-//! SQLite's side of the shared SQL's contract (`records/dialect.rs`): lists and JSON as JSON
-//! text, no row locks (a write transaction holds the database's write lock from its `BEGIN
+//! SQLite's side of the shared SQL's contract (`records/dialect.rs`): no row locks (a write transaction holds the database's write lock from its `BEGIN
 //! IMMEDIATE`, which orders every check-then-write), this process's writers taking turns, and
 //! audit events numbered as they are written. Every issuance and report runs alone: there is
 //! one writer and no round trip to save.
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use sqlx::sqlite::SqliteRow;
-use sqlx::{FromRow, QueryBuilder, Sqlite, SqliteConnection};
+use sqlx::sqlite::{SqlitePool, SqliteRow};
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
-use super::{
-    BUSY_TIMEOUT, PendingCommit, SqliteStore, WriteTx, audit, copy, from_json, map_err, to_json,
-    tokens,
-};
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+use super::{BUSY_TIMEOUT, Change, SqliteStore, WriteTx, announce, audit, copy, map_err, tokens};
 use crate::domain::NewAuditEvent;
 use crate::storage::records::copy::{Cell, Kind};
-use crate::storage::records::dialect::{Dialect, ReadQuery};
+use crate::storage::records::dialect::Dialect;
+use crate::storage::records::sql::{Rows, Stmt, run_statements};
 use crate::storage::{NewToken, StoreError, WriteContext};
 
 impl Dialect for SqliteStore {
     type DB = Sqlite;
-    type List<T> = String;
-    type ListParam<'a, T: 'a> = String;
-    type Json = String;
 
     const FOR_UPDATE: &'static str = "";
     const FOR_SHARE: &'static str = "";
@@ -33,24 +28,16 @@ impl Dialect for SqliteStore {
         map_err(e)
     }
 
-    fn list_param<T: Serialize>(list: &[T]) -> Result<String, StoreError> {
-        to_json(list)
-    }
-
-    fn decode_list<T: DeserializeOwned>(raw: String) -> Result<Vec<T>, StoreError> {
-        from_json(&raw)
-    }
-
-    fn json_param<T: Serialize + ?Sized>(value: &T) -> Result<String, StoreError> {
-        to_json(value)
-    }
-
     fn in_uuid_list(param: &str) -> String {
         format!("IN (SELECT unhex(replace(value, '-', '')) FROM json_each({param}))")
     }
 
-    /// Holds the write lock from the start, so what the transaction reads cannot change before
-    /// it writes; this process's writers take their turns in order.
+    fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    run_statements!(SqliteRow, SqliteConnection);
+
     async fn begin(&self, write: &WriteContext) -> Result<WriteTx, StoreError> {
         write.before_begin().await?;
         let turn = tokio::time::timeout(BUSY_TIMEOUT, self.writers.clone().lock_owned())
@@ -66,21 +53,18 @@ impl Dialect for SqliteStore {
         Ok(WriteTx::new(tx, Some(turn)))
     }
 
-    /// Announces the workspaces whose events it wrote after the commit, never before: a
-    /// rolled-back event must not be announced.
-    async fn commit(&self, tx: WriteTx, write: &WriteContext) -> Result<(), StoreError> {
-        let pending = PendingCommit {
-            tx,
-            announced: self.announced.clone(),
-        };
-        write.commit_or_hold(pending).await
+    type Announcer = broadcast::Sender<Change>;
+
+    fn announcer(&self) -> Self::Announcer {
+        self.announced.clone()
     }
 
-    async fn read_all<O>(&self, query: ReadQuery<'_, Self, O>) -> Result<Vec<O>, StoreError>
-    where
-        O: Send + Unpin + for<'r> FromRow<'r, SqliteRow>,
-    {
-        query.fetch_all(&self.pool).await.map_err(map_err)
+    async fn announce(announced: Self::Announcer, workspaces: Vec<Uuid>) {
+        announce(&announced, workspaces.into_iter());
+    }
+
+    async fn read_all<O: Rows>(&self, query: Stmt<'_, Self>) -> Result<Vec<O>, StoreError> {
+        query.fetch_all(&self.pool).await
     }
 
     async fn insert_event(tx: &mut WriteTx, event: &NewAuditEvent) -> Result<(), StoreError> {

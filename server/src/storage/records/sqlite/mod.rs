@@ -17,9 +17,6 @@ mod changes;
 pub(super) mod copy;
 mod dialect;
 pub mod files;
-#[allow(clippy::duplicate_mod, reason = "one text, compiled for each backend")]
-#[path = "../sql/mod.rs"]
-mod sql;
 mod tokens;
 
 use std::path::Path;
@@ -33,8 +30,7 @@ use sqlx::sqlite::{
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use super::{Change, OutcomeRecord, StoreError};
-use crate::storage::HeldCommit;
+use super::{Change, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
@@ -125,30 +121,6 @@ fn announce(announced: &broadcast::Sender<Change>, workspaces: impl Iterator<Ite
     }
 }
 
-/// A transaction its writer is done with, committed now or once its outcome is known.
-struct PendingCommit {
-    tx: WriteTx,
-    announced: broadcast::Sender<Change>,
-}
-
-#[async_trait::async_trait]
-impl HeldCommit for PendingCommit {
-    async fn commit(
-        self: Box<Self>,
-        outcome: Option<&OutcomeRecord>,
-        now_ms: i64,
-    ) -> Result<(), StoreError> {
-        let Self { mut tx, announced } = *self;
-        if let Some(outcome) = outcome {
-            sql::outcomes::insert_outcome(&mut tx, outcome, now_ms).await?;
-        }
-        let WriteTx { tx, workspaces, .. } = tx;
-        tx.commit().await.map_err(map_err)?;
-        announce(&announced, workspaces.into_iter());
-        Ok(())
-    }
-}
-
 pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
     match &e {
         sqlx::Error::Database(db) if db.is_unique_violation() => {
@@ -188,6 +160,3 @@ fn from_json<T: serde::de::DeserializeOwned>(raw: &str) -> Result<T, StoreError>
     serde_json::from_str(raw)
         .map_err(|e| StoreError::Internal(format!("stored list is not valid JSON: {e}")))
 }
-
-/// The backend the shared SQL (`sql/`) is compiled for here.
-type Store = SqliteStore;

@@ -36,7 +36,7 @@ const SEQUENCER_LOCK: i64 = 0x6370_5f61_7564_6974;
 
 /// Numbers the events of every committed transaction, one pass at a time (see the module doc).
 #[derive(Debug, Default)]
-pub(in super::super) struct Sequencer {
+pub(crate) struct Sequencer {
     /// Tickets handed to writers that committed events; a pass covers every ticket issued
     /// before it started.
     issued: AtomicU64,
