@@ -26,6 +26,19 @@ pub enum KeySource {
     Generated,
 }
 
+impl KeySource {
+    /// The caller's one warning about a generated key: fine for a trial, but production
+    /// configures the `what` in `variable`.
+    pub fn warn_if_generated(self, what: &str, variable: &str) {
+        if self == KeySource::Generated {
+            tracing::warn!(
+                "no {what} configured: generated one and kept it in the records store; \
+                 set {variable} in production"
+            );
+        }
+    }
+}
+
 /// The 32-byte key kept under `name`, generated (and stored wrapped) when there is none.
 async fn stored_key(
     store: &dyn SettingsStore,

@@ -28,7 +28,7 @@ use self::stores::{fast_state, open_records};
 use crate::config::{RecordsLocation, ServerConfig};
 use crate::http::connections::{ConnectionLimits, LimitedAcceptor};
 use crate::http::{HttpSettings, RateSettings, build_app};
-use crate::service::{Dispatcher, KeySource, NonceDeps, Services, load_record_cipher};
+use crate::service::{Dispatcher, NonceDeps, Services, load_record_cipher};
 
 pub struct Application {
     acceptor: TcpAcceptor,
@@ -73,12 +73,7 @@ impl Application {
         )
         .await
         .context("could not load the idempotency encryption key")?;
-        if source == KeySource::Generated {
-            tracing::warn!(
-                "no idempotency encryption key configured: generated one and kept it in the records store; \
-                 set CP_IDEMPOTENCY_KEYS in production"
-            );
-        }
+        source.warn_if_generated("idempotency encryption key", "CP_IDEMPOTENCY_KEYS");
         let http = HttpSettings {
             body_limit: config.body_limit,
             rates: RateSettings {
