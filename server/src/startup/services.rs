@@ -15,7 +15,7 @@ use crate::policy::{
 };
 use crate::service::{
     Authorizer, BreakerSettings, DeliverySettings, NonceDeps, ServiceDeps, ServiceSettings,
-    Services, StreamLimits, load_secrets_cipher, load_token_hasher, load_webhook_signer,
+    Services, StreamLimits, WEBHOOK_KEYS, load_keys, load_secrets_cipher, load_token_hasher,
 };
 use crate::storage::{DisagreementRecord, SharedRecordStore};
 
@@ -37,10 +37,10 @@ pub(super) async fn build_services(
         .await
         .context("could not load the token hashing key")?;
     source.warn_if_generated("token hashing key", "CP_TOKEN_HASH_KEY");
-    let (webhook_signer, source) =
-        load_webhook_signer(store.as_ref(), kek, config.webhook_signing_keys.as_deref())
-            .await
-            .context("could not load the webhook signing keys")?;
+    let configured = config.webhook_signing_keys.as_deref();
+    let (webhook_signer, source) = load_keys(store.as_ref(), kek, configured, &WEBHOOK_KEYS)
+        .await
+        .context("could not load the webhook signing keys")?;
     source.warn_if_generated("webhook signing key", "CP_WEBHOOK_SIGNING_KEYS");
     let secrets = load_secrets_cipher(store.as_ref(), kek)
         .await
