@@ -28,6 +28,15 @@ pub fn bounded_text(raw: &str, max: usize) -> Result<String, String> {
     Ok(raw.to_owned())
 }
 
+/// The rule of every integer input with bounds: `min` to `max`, both included.
+pub fn bounded_integer(n: i64, min: i64, max: i64) -> Result<i64, String> {
+    if (min..=max).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!("must be an integer from {min} to {max}"))
+    }
+}
+
 /// An argument-like string: possibly empty, at most `max` characters, without NUL.
 pub fn bounded_arg(raw: &str, max: usize) -> Result<&str, String> {
     if raw.contains('\0') || raw.chars().count() > max {

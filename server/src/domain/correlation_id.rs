@@ -5,26 +5,15 @@ use std::fmt;
 pub struct CorrelationId(String);
 
 impl CorrelationId {
-    pub const MIN_LEN: usize = 8;
-    pub const MAX_LEN: usize = 128;
+    pub const LENGTH: (usize, usize) = (8, 128);
 
     pub fn parse(raw: &str) -> Result<Self, String> {
-        // The pattern is ASCII-only, so a byte length equals the character length of a valid id.
-        if !(Self::MIN_LEN..=Self::MAX_LEN).contains(&raw.len()) {
-            return Err(format!(
-                "must be {} to {} characters",
-                Self::MIN_LEN,
-                Self::MAX_LEN
-            ));
-        }
-        let mut bytes = raw.bytes();
-        let first_ok = bytes.next().is_some_and(|b| b.is_ascii_alphanumeric());
-        let rest_ok = bytes.all(super::ids::is_key_char);
-        if first_ok && rest_ok {
-            Ok(Self(raw.to_owned()))
-        } else {
-            Err("must match ^[A-Za-z0-9][A-Za-z0-9._:-]+$".to_owned())
-        }
+        let valid = |bytes: &[u8]| {
+            bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+                && bytes[1..].iter().all(|&b| super::ids::is_key_char(b))
+        };
+        let pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]+$";
+        super::ids::key_text(raw, Self::LENGTH, valid, pattern).map(Self)
     }
 
     pub fn generate() -> Self {

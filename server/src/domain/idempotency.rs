@@ -12,22 +12,12 @@ use sha2::{Digest, Sha256};
 pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {
-    pub const MIN_LEN: usize = 16;
-    pub const MAX_LEN: usize = 200;
+    pub const LENGTH: (usize, usize) = (16, 200);
 
     pub fn parse(raw: &str) -> Result<Self, String> {
-        if !(Self::MIN_LEN..=Self::MAX_LEN).contains(&raw.len()) {
-            return Err(format!(
-                "must be {} to {} characters",
-                Self::MIN_LEN,
-                Self::MAX_LEN
-            ));
-        }
-        if raw.bytes().all(super::ids::is_key_char) {
-            Ok(Self(raw.to_owned()))
-        } else {
-            Err("must match ^[A-Za-z0-9._:-]+$".to_owned())
-        }
+        let valid = |bytes: &[u8]| bytes.iter().all(|&b| super::ids::is_key_char(b));
+        let pattern = "^[A-Za-z0-9._:-]+$";
+        super::ids::key_text(raw, Self::LENGTH, valid, pattern).map(Self)
     }
 
     pub fn as_str(&self) -> &str {

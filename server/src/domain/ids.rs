@@ -15,6 +15,24 @@ pub(crate) fn is_key_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')
 }
 
+/// A correlation id or idempotency key: `raw` when it is `min` to `max` bytes long and
+/// `valid` takes its bytes, else the rule it breaks (`pattern`, the regex `valid` checks).
+/// Those characters are ASCII, so a byte length equals the character length of a valid key.
+pub(crate) fn key_text(
+    raw: &str,
+    (min, max): (usize, usize),
+    valid: impl FnOnce(&[u8]) -> bool,
+    pattern: &str,
+) -> Result<String, String> {
+    if !(min..=max).contains(&raw.len()) {
+        Err(format!("must be {min} to {max} characters"))
+    } else if valid(raw.as_bytes()) {
+        Ok(raw.to_owned())
+    } else {
+        Err(format!("must match {pattern}"))
+    }
+}
+
 /// A workspace sequence as a query parameter takes it (`cursor`, `after`): 1 to 18 digits, so
 /// every value fits an i64; empty is the same as absent. The document states it as written.
 pub const SEQUENCE_PATTERN: &str = "^([0-9]{1,18})?$";

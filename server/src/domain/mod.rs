@@ -22,7 +22,8 @@ mod webhook_secret;
 
 pub use audit::{Actor, ActorKind, AuditEvent, NewAuditEvent, text_digest};
 pub use bounds::{
-    MIN_TEXT_CHARS, NO_NUL_PATTERN, bounded_arg, bounded_text, item_count, reject_nul,
+    MIN_TEXT_CHARS, NO_NUL_PATTERN, bounded_arg, bounded_integer, bounded_text, item_count,
+    reject_nul,
 };
 pub use correlation_id::CorrelationId;
 pub use delivery::{DeliveryUrl, EgressPolicy, LINK_LOCAL_REFUSED, RetrySchedule, is_link_local};

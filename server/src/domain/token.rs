@@ -42,15 +42,7 @@ impl ExpiresInDays {
     pub const MAX: i64 = 90;
 
     pub fn parse(days: i64) -> Result<Self, String> {
-        if (Self::MIN..=Self::MAX).contains(&days) {
-            Ok(Self(days as u8))
-        } else {
-            Err(format!(
-                "must be an integer from {} to {}",
-                Self::MIN,
-                Self::MAX
-            ))
-        }
+        super::bounded_integer(days, Self::MIN, Self::MAX).map(|days| Self(days as u8))
     }
 
     pub fn days(self) -> i64 {

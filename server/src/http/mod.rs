@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use poem::endpoint::BoxEndpoint;
 use poem::{EndpointExt, IntoEndpoint, Route};
-use poem_openapi::OpenApiService;
+use poem_openapi::{OpenApi, OpenApiService};
 
 pub use context::CORRELATION_HEADER;
 pub use limits::RateSettings;
@@ -54,7 +54,7 @@ pub struct HttpSettings {
 
 pub const API_VERSION: &str = "0.5.0";
 
-fn openapi_service() -> OpenApiService<api::AllApis, ()> {
+fn openapi_service() -> OpenApiService<impl OpenApi, ()> {
     OpenApiService::new(api::all(), "Control plane", API_VERSION).description(docs::DESCRIPTION)
 }
 

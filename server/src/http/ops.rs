@@ -360,32 +360,41 @@ mod tests {
     #[test]
     fn a_request_refused_before_routing_names_its_operation() {
         let table = table();
-        let operation = |method: Method, path| table.operation(&method, path);
-        assert_eq!(
-            operation(Method::GET, "/v1/workspaces/w1/activity"),
-            Some("listActivity")
-        );
-        assert_eq!(
-            operation(Method::HEAD, "/v1/workspaces/w1/activity"),
-            Some("listActivity")
-        );
-        assert_eq!(
-            operation(Method::DELETE, "/v1/workspaces/w1/access-tokens/t1"),
-            Some("revokeWorkspaceAccessToken")
-        );
-        assert_eq!(
-            operation(Method::POST, "/v1/runner/webhook-deliveries/d1/status"),
-            Some("reportDeliveryStatus")
-        );
-        // A 405: the route's operation, with the method label telling it apart.
-        assert_eq!(
-            operation(Method::PATCH, "/v1/personal-access-tokens"),
-            Some("issuePersonalAccessToken")
-        );
-        // No operation: a 404, the routes outside /v1.
-        assert_eq!(operation(Method::GET, "/v1/nothing"), None);
-        assert_eq!(operation(Method::GET, "/healthz"), None);
-        assert_eq!(operation(Method::POST, "/healthz"), None);
+        let cases = [
+            (
+                Method::GET,
+                "/v1/workspaces/w1/activity",
+                Some("listActivity"),
+            ),
+            (
+                Method::HEAD,
+                "/v1/workspaces/w1/activity",
+                Some("listActivity"),
+            ),
+            (
+                Method::DELETE,
+                "/v1/workspaces/w1/access-tokens/t1",
+                Some("revokeWorkspaceAccessToken"),
+            ),
+            (
+                Method::POST,
+                "/v1/runner/webhook-deliveries/d1/status",
+                Some("reportDeliveryStatus"),
+            ),
+            // A 405: the route's operation, with the method label telling it apart.
+            (
+                Method::PATCH,
+                "/v1/personal-access-tokens",
+                Some("issuePersonalAccessToken"),
+            ),
+            // No operation: a 404, the routes outside /v1.
+            (Method::GET, "/v1/nothing", None),
+            (Method::GET, "/healthz", None),
+            (Method::POST, "/healthz", None),
+        ];
+        for (method, path, expected) in cases {
+            assert_eq!(table.operation(&method, path), expected, "{method} {path}");
+        }
     }
 
     #[test]

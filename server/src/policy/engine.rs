@@ -362,6 +362,24 @@ impl PolicyEngine {
             .unwrap_or(Err(PolicyFailure::Timeout))
     }
 
+    /// One decision in a fresh instance of a component, on the calling task and within the
+    /// deadline: `instantiate` makes the instance in a new store, `call` asks it. A failure to
+    /// instantiate is told apart from one of the call.
+    async fn decide<I, T>(
+        &self,
+        instantiate: impl AsyncFnOnce(&mut Store<Sandbox>) -> wasmtime::Result<I>,
+        call: impl AsyncFnOnce(I, &mut Store<Sandbox>) -> wasmtime::Result<T>,
+    ) -> Result<T, PolicyFailure> {
+        self.within_deadline(async {
+            let mut store = self.store();
+            let instance = instantiate(&mut store)
+                .await
+                .map_err(classify_instantiate)?;
+            call(instance, &mut store).await.map_err(classify)
+        })
+        .await
+    }
+
     /// One authorization decision in a fresh instance, on the calling task and within the
     /// deadline, without a decision slot (the case runner and benchmarks call it directly).
     pub async fn authorize_now(
@@ -372,17 +390,10 @@ impl PolicyEngine {
         let Pre::Authorizer(pre) = &policy.pre else {
             return Err(PolicyFailure::Instantiate("not an authorizer".into()));
         };
-        self.within_deadline(async {
-            let mut store = self.store();
-            let instance = pre
-                .instantiate_async(&mut store)
-                .await
-                .map_err(classify_instantiate)?;
-            instance
-                .call_authorize(&mut store, request)
-                .await
-                .map_err(classify)
-        })
+        self.decide(
+            async |store| pre.instantiate_async(store).await,
+            async |instance, store| instance.call_authorize(store, request).await,
+        )
         .await
     }
 
@@ -396,17 +407,10 @@ impl PolicyEngine {
         let Pre::Moderator(pre) = &policy.pre else {
             return Err(PolicyFailure::Instantiate("not a moderator".into()));
         };
-        self.within_deadline(async {
-            let mut store = self.store();
-            let instance = pre
-                .instantiate_async(&mut store)
-                .await
-                .map_err(classify_instantiate)?;
-            instance
-                .call_moderate(&mut store, request)
-                .await
-                .map_err(classify)
-        })
+        self.decide(
+            async |store| pre.instantiate_async(store).await,
+            async |instance, store| instance.call_moderate(store, request).await,
+        )
         .await
     }
 

@@ -54,12 +54,34 @@ fn allowed(engine: &PolicyEngine, policy: &super::CompiledPolicy, req: &a::Authz
     )
 }
 
+/// An authorizer compiled from `component`, which must compile.
+fn authorizer(engine: &PolicyEngine, component: &[u8]) -> super::CompiledPolicy {
+    engine
+        .compile(PolicyKind::Authorizer, component)
+        .expect("the authorizer compiles")
+}
+
+/// Checks that `policy` fails `req` as a timeout in less than `limit` of wall-clock time,
+/// which `why` explains.
+fn assert_stopped_within(
+    engine: &PolicyEngine,
+    policy: &super::CompiledPolicy,
+    req: &a::AuthzRequest,
+    limit: Duration,
+    why: &str,
+) {
+    let started = Instant::now();
+    assert_eq!(
+        block(engine.authorize_now(policy, req)),
+        Err(PolicyFailure::Timeout)
+    );
+    assert!(started.elapsed() < limit, "{why}: {:?}", started.elapsed());
+}
+
 #[test]
 fn the_default_authorizer_enforces_every_scope_and_workspace() {
     let engine = engine();
-    let policy = engine
-        .compile(PolicyKind::Authorizer, defaults::AUTHORIZER)
-        .expect("default compiles");
+    let policy = authorizer(&engine, defaults::AUTHORIZER);
     let all: Vec<&str> = crate::domain::Scope::ALL
         .iter()
         .map(|s| s.as_str())
@@ -186,37 +208,22 @@ fn the_default_moderator_applies_each_rule() {
 #[test]
 fn hostile_components_are_contained_and_the_default_still_answers() {
     let engine = engine();
-    let default = engine
-        .compile(PolicyKind::Authorizer, defaults::AUTHORIZER)
-        .expect("default");
+    let default = authorizer(&engine, defaults::AUTHORIZER);
     let req = request(Operation::ReadActivity, &["activity:read"], Some(WS));
 
-    let spin = engine
-        .compile(PolicyKind::Authorizer, fixtures::SPIN)
-        .expect("spin compiles");
-    let started = Instant::now();
-    assert_eq!(
-        block(engine.authorize_now(&spin, &req)),
-        Err(PolicyFailure::Timeout)
-    );
-    assert!(
-        started.elapsed() < Duration::from_millis(500),
-        "stopped near the 50 ms deadline: {:?}",
-        started.elapsed()
-    );
+    let spin = authorizer(&engine, fixtures::SPIN);
+    let limit = Duration::from_millis(500);
+    let why = "stopped near the 50 ms deadline";
+    assert_stopped_within(&engine, &spin, &req, limit, why);
 
-    let bomb = engine
-        .compile(PolicyKind::Authorizer, fixtures::BOMB)
-        .expect("bomb compiles");
+    let bomb = authorizer(&engine, fixtures::BOMB);
     let outcome = block(engine.authorize_now(&bomb, &req));
     assert!(
         matches!(outcome, Err(PolicyFailure::Memory | PolicyFailure::Trap(_))),
         "{outcome:?}"
     );
 
-    let trap = engine
-        .compile(PolicyKind::Authorizer, fixtures::TRAP)
-        .expect("trap compiles");
+    let trap = authorizer(&engine, fixtures::TRAP);
     assert!(matches!(
         block(engine.authorize_now(&trap, &req)),
         Err(PolicyFailure::Trap(_))
@@ -233,10 +240,7 @@ fn hostile_components_are_contained_and_the_default_still_answers() {
     assert!(engine.compile(PolicyKind::Authorizer, b"hello").is_err());
 
     for _ in 0..3 {
-        assert_eq!(
-            block(engine.authorize_now(&default, &req)),
-            Ok(a::AuthzDecision::Allow)
-        );
+        assert!(allowed(&engine, &default, &req));
     }
 }
 
@@ -245,12 +249,8 @@ fn no_state_survives_between_decisions() {
     // The same request twice gives the same answer from fresh instances, and a trap in between
     // changes nothing.
     let engine = engine();
-    let default = engine
-        .compile(PolicyKind::Authorizer, defaults::AUTHORIZER)
-        .expect("default");
-    let trap = engine
-        .compile(PolicyKind::Authorizer, fixtures::TRAP)
-        .expect("trap");
+    let default = authorizer(&engine, defaults::AUTHORIZER);
+    let trap = authorizer(&engine, fixtures::TRAP);
     let req = request(Operation::ReadActivity, &["activity:read"], Some(WS));
     let first = block(engine.authorize_now(&default, &req));
     let _ = block(engine.authorize_now(&trap, &req));
@@ -293,27 +293,13 @@ fn a_sleeping_policy_is_stopped_at_its_deadline() {
     // The guest blocks in a WASI clock wait for 30 s: a host call, where the epoch deadline
     // cannot reach it. The wall-clock deadline must.
     let engine = engine();
-    let sleep = engine
-        .compile(PolicyKind::Authorizer, fixtures::SLEEP)
-        .expect("sleep compiles");
+    let sleep = authorizer(&engine, fixtures::SLEEP);
     let req = request(Operation::ReadActivity, &["activity:read"], Some(WS));
-    let started = Instant::now();
-    assert_eq!(
-        block(engine.authorize_now(&sleep, &req)),
-        Err(PolicyFailure::Timeout)
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "stopped near the 50 ms deadline, not after the 30 s sleep: {:?}",
-        started.elapsed()
-    );
-    let default = engine
-        .compile(PolicyKind::Authorizer, defaults::AUTHORIZER)
-        .expect("default");
-    assert_eq!(
-        block(engine.authorize_now(&default, &req)),
-        Ok(a::AuthzDecision::Allow)
-    );
+    let limit = Duration::from_secs(2);
+    let why = "stopped near the 50 ms deadline, not after the 30 s sleep";
+    assert_stopped_within(&engine, &sleep, &req, limit, why);
+    let default = authorizer(&engine, defaults::AUTHORIZER);
+    assert!(allowed(&engine, &default, &req));
 }
 
 fn input() -> super::AuthzInput {

@@ -190,13 +190,7 @@ impl Services {
             name: parse_name("name", name)?,
             created_at: Self::now(),
         };
-        let workspace = self
-            .store
-            .list_workspaces(None)
-            .await?
-            .into_iter()
-            .find(|w| w.id == workspace_id)
-            .ok_or_else(|| ServiceError::not_found("no such workspace"))?;
+        let workspace = self.workspace(workspace_id).await?;
         let event = admin_event(
             workspace.organisation_id,
             Some(workspace_id),

@@ -7,7 +7,8 @@ use uuid::Uuid;
 use super::runners::user_event;
 use super::{Permission, RunnerPrincipal, ServiceError, Services};
 use crate::domain::{
-    CommandStatus, DeliveryStatus, NewAuditEvent, Principal, parse_uuid, text_digest,
+    CommandStatus, DeliveryStatus, NewAuditEvent, Principal, bounded_integer, parse_uuid,
+    text_digest,
 };
 use crate::storage::{
     CommandTimeout, DeliveryTransition, OverdueCommand, RunnerCommand, SubmitOutcome,
@@ -33,15 +34,7 @@ impl SubmitCommandInput {
     pub const MAX_TIMEOUT: i64 = 86_400;
 
     pub fn parse_timeout(n: i64) -> Result<i32, String> {
-        if (Self::MIN_TIMEOUT..=Self::MAX_TIMEOUT).contains(&n) {
-            Ok(n as i32)
-        } else {
-            Err(format!(
-                "must be an integer from {} to {}",
-                Self::MIN_TIMEOUT,
-                Self::MAX_TIMEOUT
-            ))
-        }
+        bounded_integer(n, Self::MIN_TIMEOUT, Self::MAX_TIMEOUT).map(|n| n as i32)
     }
 }
 

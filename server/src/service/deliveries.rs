@@ -16,8 +16,8 @@ use std::time::Duration;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::admin::admin_event;
 use super::fair_share::BreakerSettings;
+use super::runners::runner_event;
 use super::{ServiceError, Services};
 use crate::domain::{
     CorrelationId, DISPATCH_EVENT_TYPE, DeliveryStatus, DeliveryUrl, DispatchData, DispatchPayload,
@@ -170,16 +170,9 @@ impl Services {
         cid: &CorrelationId,
     ) -> Result<Runner, ServiceError> {
         let url = url.map(|u| self.delivery_url(u)).transpose()?;
-        let (runner, pool, workspace) = self.runner_with_owners(runner_id).await?;
-        let event = admin_event(
-            workspace.organisation_id,
-            Some(pool.workspace_id),
-            "runner.delivery_url_set",
-            "runner",
-            runner_id,
-            cid,
-            json!({ "deliveryOrigin": url.as_ref().map(|u| u.origin()) }),
-        );
+        let (runner, _, workspace) = self.runner_with_owners(runner_id).await?;
+        let data = json!({ "deliveryOrigin": url.as_ref().map(|u| u.origin()) });
+        let event = runner_event(&workspace, "runner.delivery_url_set", runner_id, cid, data);
         let url = url.map(|u| u.to_string());
         if !self
             .store

@@ -26,6 +26,19 @@ pub enum KeySource {
     Generated,
 }
 
+impl KeySource {
+    /// The caller's one warning about a generated key: fine for a trial, but production
+    /// configures the `what` in `variable`.
+    pub fn warn_if_generated(self, what: &str, variable: &str) {
+        if self == KeySource::Generated {
+            tracing::warn!(
+                "no {what} configured: generated one and kept it in the records store; \
+                 set {variable} in production"
+            );
+        }
+    }
+}
+
 /// The 32-byte key kept under `name`, generated (and stored wrapped) when there is none.
 async fn stored_key(
     store: &dyn SettingsStore,
@@ -133,37 +146,48 @@ pub async fn load_token_hasher(
     Ok((hasher, source))
 }
 
-/// The cipher of stored idempotent responses: from the configured keys (comma-separated
-/// base64, the first encrypts), or from one generated and kept in the records store.
-pub async fn load_record_cipher(
-    store: &dyn SettingsStore,
-    kek: &KeyEncryptionKey,
-    configured: Option<&str>,
-) -> Result<(RecordCipher, KeySource), ServiceError> {
-    if let Some(keys) = configured_list(configured, "an idempotency encryption key")? {
-        let cipher = RecordCipher::new(&keys).map_err(ServiceError::Internal)?;
-        return Ok((cipher, KeySource::Configured));
-    }
-    let (key, source) = stored_key(store, kek, RECORD_KEY_SETTING).await?;
-    let cipher = RecordCipher::new(&[key]).map_err(ServiceError::Internal)?;
-    Ok((cipher, source))
+/// A key set that is configured (comma-separated base64, the first current), or else one key
+/// generated once and kept in the records store, so every replica and `cpctl` use the same.
+pub struct KeySet<K> {
+    /// One of its keys, as an error names it.
+    what: &'static str,
+    /// Where the generated key is kept.
+    setting: &'static str,
+    build: fn(&[Vec<u8>]) -> Result<K, String>,
 }
 
-/// The signer of webhooks sent to runners: from the configured seeds (comma-separated base64,
-/// the first is current, all sign), or from one generated and kept in the records store, so
-/// every replica and `cpctl` publish the same key.
-pub async fn load_webhook_signer(
+/// The cipher of stored idempotent responses: the first key encrypts, every key decrypts.
+pub const RECORD_KEYS: KeySet<RecordCipher> = KeySet {
+    what: "an idempotency encryption key",
+    setting: RECORD_KEY_SETTING,
+    build: RecordCipher::new,
+};
+
+/// The signer of webhooks sent to runners: the first seed is current, all sign, and every
+/// replica and `cpctl` publish the same key.
+pub const WEBHOOK_KEYS: KeySet<WebhookSigner> = KeySet {
+    what: "a webhook signing key",
+    setting: WEBHOOK_KEY_SETTING,
+    build: WebhookSigner::from_seeds,
+};
+
+/// What `keys` builds from the configured keys, or from the stored one (generated when there
+/// is none).
+pub async fn load_keys<K>(
     store: &dyn SettingsStore,
     kek: &KeyEncryptionKey,
     configured: Option<&str>,
-) -> Result<(WebhookSigner, KeySource), ServiceError> {
-    if let Some(seeds) = configured_list(configured, "a webhook signing key")? {
-        let signer = WebhookSigner::from_seeds(&seeds).map_err(ServiceError::Internal)?;
-        return Ok((signer, KeySource::Configured));
-    }
-    let (seed, source) = stored_key(store, kek, WEBHOOK_KEY_SETTING).await?;
-    let signer = WebhookSigner::from_seeds(&[seed]).map_err(ServiceError::Internal)?;
-    Ok((signer, source))
+    keys: &KeySet<K>,
+) -> Result<(K, KeySource), ServiceError> {
+    let (list, source) = match configured_list(configured, keys.what)? {
+        Some(list) => (list, KeySource::Configured),
+        None => {
+            let (key, source) = stored_key(store, kek, keys.setting).await?;
+            (vec![key], source)
+        }
+    };
+    let built = (keys.build)(&list).map_err(ServiceError::Internal)?;
+    Ok((built, source))
 }
 
 /// The cipher that seals runners' webhook secrets: generated once and kept in the records

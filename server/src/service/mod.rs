@@ -45,7 +45,7 @@ pub use dispatcher::Dispatcher;
 pub use error::ServiceError;
 pub use fair_share::BreakerSettings;
 pub use keys::{
-    KeySource, load_record_cipher, load_secrets_cipher, load_token_hasher, load_webhook_signer,
+    KeySet, KeySource, RECORD_KEYS, WEBHOOK_KEYS, load_keys, load_secrets_cipher, load_token_hasher,
 };
 pub use permissions::Permission;
 pub use policies::{CompiledCache, parse_reference};

@@ -8,7 +8,7 @@ use super::admin::{admin_event, parse_name};
 use super::{Permission, ServiceError, Services};
 use crate::domain::{
     CorrelationId, FieldError, NewAuditEvent, Principal, ReportReason, ReviewStatus,
-    ValidationErrors, parse_uuid,
+    ValidationErrors, bounded_integer, parse_uuid,
 };
 use crate::policy::{ModerationInput, ReportInput, Verdict};
 use crate::storage::{
@@ -36,15 +36,7 @@ impl ReviewInput {
     pub const MAX_RATING: i64 = 5;
 
     pub fn parse_rating(n: i64) -> Result<u8, String> {
-        if (Self::MIN_RATING..=Self::MAX_RATING).contains(&n) {
-            Ok(n as u8)
-        } else {
-            Err(format!(
-                "must be an integer from {} to {}",
-                Self::MIN_RATING,
-                Self::MAX_RATING
-            ))
-        }
+        bounded_integer(n, Self::MIN_RATING, Self::MAX_RATING).map(|n| n as u8)
     }
 }
 

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::admin::admin_event;
+use super::runners::runner_event;
 use super::{ServiceError, Services};
 use crate::domain::{CorrelationId, FieldError, RunnerSecret, ValidationErrors};
 use crate::storage::WriteContext;
@@ -71,7 +71,7 @@ impl Services {
             ))
             .into());
         }
-        let (_, pool, workspace) = self.runner_with_owners(runner_id).await?;
+        let (_, _, workspace) = self.runner_with_owners(runner_id).await?;
         let had_one = self
             .store
             .runner_secrets(runner_id)
@@ -81,14 +81,13 @@ impl Services {
             + chrono::Duration::from_std(overlap)
                 .map_err(|e| ServiceError::Internal(e.to_string()))?;
         let previous_retires_at = had_one.then_some(retires_at);
-        let event = admin_event(
-            workspace.organisation_id,
-            Some(pool.workspace_id),
+        let data = json!({ "previousRetiresAt": previous_retires_at });
+        let event = runner_event(
+            &workspace,
             "runner.webhook_secret_rotated",
-            "runner",
             runner_id,
             cid,
-            json!({ "previousRetiresAt": previous_retires_at }),
+            data,
         );
         let (secret, sealed) = self.new_runner_secret(runner_id);
         if !self

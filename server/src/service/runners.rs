@@ -1,6 +1,7 @@
 //! Runner pools, runners and their keys: registered by the admin CLI, a pool deleted by a bearer
 //! token. Commands are in `commands.rs`, signed requests in `runner_auth.rs`.
 
+use chrono::{DateTime, Utc};
 use ed25519_dalek::VerifyingKey;
 use serde_json::json;
 use uuid::Uuid;
@@ -10,7 +11,9 @@ use super::{Permission, ServiceError, Services};
 use crate::domain::{
     CorrelationId, FieldError, NewAuditEvent, Principal, RunnerSecret, ValidationErrors, parse_uuid,
 };
-use crate::storage::{DeletePool, DeletePoolOutcome, Runner, RunnerKey, RunnerPool, WriteContext};
+use crate::storage::{
+    DeletePool, DeletePoolOutcome, Runner, RunnerKey, RunnerPool, Workspace, WriteContext,
+};
 
 pub use crate::domain::bounded_text;
 
@@ -72,6 +75,49 @@ fn public_key(raw: &[u8]) -> Result<VerifyingKey, ServiceError> {
         })
 }
 
+/// A new key of a runner: `public`, or a pair generated here whose private half is returned
+/// (shown once, never stored).
+fn new_runner_key(
+    runner_id: Uuid,
+    public: Option<&[u8]>,
+    created_at: DateTime<Utc>,
+) -> Result<(RunnerKey, Option<[u8; 32]>), ServiceError> {
+    let (public, private) = match public {
+        Some(bytes) => (public_key(bytes)?.to_bytes(), None),
+        None => {
+            let (private, public) = crate::domain::generate_keypair();
+            (public, Some(private))
+        }
+    };
+    let key = RunnerKey {
+        id: Uuid::new_v4(),
+        runner_id,
+        public_key: public.to_vec(),
+        created_at,
+        revoked_at: None,
+    };
+    Ok((key, private))
+}
+
+/// The event of an operator's change to a runner, in its pool's workspace.
+pub(super) fn runner_event(
+    workspace: &Workspace,
+    event_type: &'static str,
+    runner_id: Uuid,
+    cid: &CorrelationId,
+    data: serde_json::Value,
+) -> NewAuditEvent {
+    admin_event(
+        workspace.organisation_id,
+        Some(workspace.id),
+        event_type,
+        "runner",
+        runner_id,
+        cid,
+        data,
+    )
+}
+
 impl Services {
     // ---- admin (cpctl) ----
 
@@ -128,42 +174,23 @@ impl Services {
         let url = url.map(|u| self.delivery_url(u)).transpose()?;
         let pool = self.live_pool(pool_id).await?;
         let workspace = self.workspace(pool.workspace_id).await?;
-        let (public, private) = match public {
-            Some(bytes) => (public_key(bytes)?.to_bytes(), None),
-            None => {
-                let (private, public) = crate::domain::generate_keypair();
-                (public, Some(private))
-            }
-        };
         let now = Self::now();
+        let runner_id = Uuid::new_v4();
+        let (key, private) = new_runner_key(runner_id, public, now)?;
         let runner = Runner {
-            id: Uuid::new_v4(),
+            id: runner_id,
             pool_id,
             name: parse_name("name", name)?,
             created_at: now,
             delivery_url: url.as_ref().map(|u| u.to_string()),
         };
-        let key = RunnerKey {
-            id: Uuid::new_v4(),
-            runner_id: runner.id,
-            public_key: public.to_vec(),
-            created_at: now,
-            revoked_at: None,
-        };
-        let event = admin_event(
-            workspace.organisation_id,
-            Some(pool.workspace_id),
-            "runner.registered",
-            "runner",
-            runner.id,
-            cid,
-            json!({
-                "poolId": pool_id,
-                "name": runner.name,
-                "keyId": key.id,
-                "deliveryOrigin": url.as_ref().map(|u| u.origin()),
-            }),
-        );
+        let data = json!({
+            "poolId": pool_id,
+            "name": runner.name,
+            "keyId": key.id,
+            "deliveryOrigin": url.as_ref().map(|u| u.origin()),
+        });
+        let event = runner_event(&workspace, "runner.registered", runner.id, cid, data);
         let (webhook_secret, sealed) = self.new_runner_secret(runner.id);
         self.store
             .create_runner(&WriteContext::admin(cid), &runner, &key, &sealed, &event)
@@ -190,29 +217,9 @@ impl Services {
             .ok_or_else(|| ServiceError::not_found("no such runner"))?;
         let pool = self.live_pool(runner.pool_id).await?;
         let workspace = self.workspace(pool.workspace_id).await?;
-        let (public, private) = match public {
-            Some(bytes) => (public_key(bytes)?.to_bytes(), None),
-            None => {
-                let (private, public) = crate::domain::generate_keypair();
-                (public, Some(private))
-            }
-        };
-        let key = RunnerKey {
-            id: Uuid::new_v4(),
-            runner_id,
-            public_key: public.to_vec(),
-            created_at: Self::now(),
-            revoked_at: None,
-        };
-        let event = admin_event(
-            workspace.organisation_id,
-            Some(pool.workspace_id),
-            "runner.key_added",
-            "runner",
-            runner_id,
-            cid,
-            json!({ "keyId": key.id }),
-        );
+        let (key, private) = new_runner_key(runner_id, public, Self::now())?;
+        let data = json!({ "keyId": key.id });
+        let event = runner_event(&workspace, "runner.key_added", runner_id, cid, data);
         self.store
             .add_runner_key(&WriteContext::admin(cid), &key, &event)
             .await?;
@@ -225,16 +232,9 @@ impl Services {
         key_id: Uuid,
         cid: &CorrelationId,
     ) -> Result<(), ServiceError> {
-        let (_, pool, workspace) = self.runner_with_owners(runner_id).await?;
-        let event = admin_event(
-            workspace.organisation_id,
-            Some(pool.workspace_id),
-            "runner.key_revoked",
-            "runner",
-            runner_id,
-            cid,
-            json!({ "keyId": key_id }),
-        );
+        let (_, _, workspace) = self.runner_with_owners(runner_id).await?;
+        let data = json!({ "keyId": key_id });
+        let event = runner_event(&workspace, "runner.key_revoked", runner_id, cid, data);
         if self
             .store
             .revoke_runner_key(
@@ -258,7 +258,7 @@ impl Services {
     pub(super) async fn runner_with_owners(
         &self,
         runner_id: Uuid,
-    ) -> Result<(Runner, RunnerPool, crate::storage::Workspace), ServiceError> {
+    ) -> Result<(Runner, RunnerPool, Workspace), ServiceError> {
         let runner = self
             .store
             .get_runner(runner_id)
@@ -273,10 +273,7 @@ impl Services {
         Ok((runner, pool, workspace))
     }
 
-    pub(super) async fn workspace(
-        &self,
-        id: Uuid,
-    ) -> Result<crate::storage::Workspace, ServiceError> {
+    pub(super) async fn workspace(&self, id: Uuid) -> Result<Workspace, ServiceError> {
         self.store
             .get_workspace(id)
             .await?

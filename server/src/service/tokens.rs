@@ -245,11 +245,7 @@ impl Services {
         input: IssueTokenInput,
         correlation_id: &CorrelationId,
     ) -> Result<IssuedCredential, ServiceError> {
-        let user = self
-            .store
-            .get_user(user_id)
-            .await?
-            .ok_or_else(|| ServiceError::not_found("no such user"))?;
+        let user = self.get_user(user_id).await?;
         let found = self.check_targets_exist(&input, None).await?;
         if user.organisation_id != input.organisation_id {
             return Err(ServiceError::forbidden(
@@ -491,14 +487,7 @@ impl Services {
         correlation_id: &CorrelationId,
     ) -> Result<RevokeOutcome, ServiceError> {
         let organisation_id = match workspace_id {
-            Some(workspace_id) => self
-                .store
-                .list_workspaces(None)
-                .await?
-                .into_iter()
-                .find(|w| w.id == workspace_id)
-                .map(|w| w.organisation_id)
-                .ok_or_else(|| ServiceError::not_found("no such workspace"))?,
+            Some(workspace_id) => self.workspace(workspace_id).await?.organisation_id,
             None => self
                 .store
                 .list_tokens(&TokenFilter {

@@ -31,11 +31,7 @@ impl Services {
         name: &str,
         cid: &CorrelationId,
     ) -> Result<Workflow, ServiceError> {
-        let workspace = self
-            .store
-            .get_workspace(workspace_id)
-            .await?
-            .ok_or_else(|| ServiceError::not_found("no such workspace"))?;
+        let workspace = self.workspace(workspace_id).await?;
         let workflow = Workflow {
             id: Uuid::new_v4(),
             workspace_id,
@@ -79,11 +75,7 @@ impl Services {
             .get_workflow(workflow_id)
             .await?
             .ok_or_else(|| ServiceError::not_found("no such workflow"))?;
-        let workspace = self
-            .store
-            .get_workspace(workflow.workspace_id)
-            .await?
-            .ok_or_else(|| ServiceError::not_found("no such workspace"))?;
+        let workspace = self.workspace(workflow.workspace_id).await?;
         let id = Uuid::new_v4();
         let event = admin_event(
             workspace.organisation_id,
@@ -249,11 +241,7 @@ impl Services {
             .get_revision(revision_id)
             .await?
             .ok_or_else(|| ServiceError::not_found("no such workflow revision"))?;
-        let workspace = self
-            .store
-            .get_workspace(current.workspace_id)
-            .await?
-            .ok_or_else(|| ServiceError::not_found("no such workspace"))?;
+        let workspace = self.workspace(current.workspace_id).await?;
         let user = self.find_user(workspace.organisation_id, actor).await?;
         if !user.admin {
             return Err(ServiceError::forbidden(

@@ -49,24 +49,35 @@ pub(super) fn watch_policies(services: Arc<Services>) {
     });
 }
 
-/// Deletes expired committed idempotency outcomes in the background, a batch at a time so no
-/// statement holds many rows.
-pub(super) fn purge_outcomes_every(store: Arc<dyn OutcomeStore>, every: Duration) {
-    const BATCH: i64 = 1000;
+/// Runs `batch` on every tick of `every` (a late tick is delayed, not bunched), and again at
+/// once for as long as it answers that more is waiting.
+fn in_batches_every<F>(every: Duration, mut batch: impl FnMut() -> F + Send + 'static)
+where
+    F: Future<Output = bool> + Send,
+{
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            loop {
-                let now = chrono::Utc::now().timestamp_millis();
-                match store.purge_outcomes(now, BATCH).await {
-                    Ok(purged) if purged as i64 == BATCH => continue,
-                    Ok(_) => break,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not purge expired idempotency outcomes");
-                        break;
-                    }
+            while batch().await {}
+        }
+    });
+}
+
+/// Deletes expired committed idempotency outcomes in the background, a batch at a time so no
+/// statement holds many rows.
+pub(super) fn purge_outcomes_every(store: Arc<dyn OutcomeStore>, every: Duration) {
+    const BATCH: i64 = 1000;
+    in_batches_every(every, move || {
+        let store = store.clone();
+        async move {
+            let now = chrono::Utc::now().timestamp_millis();
+            match store.purge_outcomes(now, BATCH).await {
+                Ok(purged) => purged as i64 == BATCH,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not purge expired idempotency outcomes");
+                    false
                 }
             }
         }
@@ -77,19 +88,14 @@ pub(super) fn purge_outcomes_every(store: Arc<dyn OutcomeStore>, every: Duration
 /// once across replicas) is the service's. A full batch that failed something is followed by
 /// the next at once; one that failed nothing (others got there first) waits for the tick.
 pub(super) fn sweep_timeouts(services: Arc<Services>, every: Duration) {
-    tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(every);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticks.tick().await;
-            loop {
-                match services.time_out_overdue_commands().await {
-                    Ok(sweep) if sweep.more && sweep.failed > 0 => continue,
-                    Ok(_) => break,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the command timeout sweep failed; retrying at the next tick");
-                        break;
-                    }
+    in_batches_every(every, move || {
+        let services = services.clone();
+        async move {
+            match services.time_out_overdue_commands().await {
+                Ok(sweep) => sweep.more && sweep.failed > 0,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the command timeout sweep failed; retrying at the next tick");
+                    false
                 }
             }
         }

@@ -28,7 +28,7 @@ use self::stores::{fast_state, open_records};
 use crate::config::{RecordsLocation, ServerConfig};
 use crate::http::connections::{ConnectionLimits, LimitedAcceptor};
 use crate::http::{HttpSettings, RateSettings, build_app};
-use crate::service::{Dispatcher, KeySource, NonceDeps, Services, load_record_cipher};
+use crate::service::{Dispatcher, NonceDeps, RECORD_KEYS, Services, load_keys};
 
 pub struct Application {
     acceptor: TcpAcceptor,
@@ -66,19 +66,15 @@ impl Application {
         };
         let services = build_services(config, store, Some(nonces), &kek).await?;
         let bootstrapped = first_start(config, &services).await?;
-        let (cipher, source) = load_record_cipher(
+        let (cipher, source) = load_keys(
             services.store().as_ref(),
             &kek,
             config.idempotency_keys.as_deref(),
+            &RECORD_KEYS,
         )
         .await
         .context("could not load the idempotency encryption key")?;
-        if source == KeySource::Generated {
-            tracing::warn!(
-                "no idempotency encryption key configured: generated one and kept it in the records store; \
-                 set CP_IDEMPOTENCY_KEYS in production"
-            );
-        }
+        source.warn_if_generated("idempotency encryption key", "CP_IDEMPOTENCY_KEYS");
         let http = HttpSettings {
             body_limit: config.body_limit,
             rates: RateSettings {

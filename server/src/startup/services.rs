@@ -14,9 +14,8 @@ use crate::policy::{
     Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
 };
 use crate::service::{
-    Authorizer, BreakerSettings, DeliverySettings, KeySource, NonceDeps, ServiceDeps,
-    ServiceSettings, Services, StreamLimits, load_secrets_cipher, load_token_hasher,
-    load_webhook_signer,
+    Authorizer, BreakerSettings, DeliverySettings, NonceDeps, ServiceDeps, ServiceSettings,
+    Services, StreamLimits, WEBHOOK_KEYS, load_keys, load_secrets_cipher, load_token_hasher,
 };
 use crate::storage::{DisagreementRecord, SharedRecordStore};
 
@@ -37,22 +36,12 @@ pub(super) async fn build_services(
     let (hasher, source) = load_token_hasher(store.as_ref(), kek, config.token_hash_key.as_deref())
         .await
         .context("could not load the token hashing key")?;
-    if source == KeySource::Generated {
-        tracing::warn!(
-            "no token hashing key configured: generated one and kept it in the records store; \
-             set CP_TOKEN_HASH_KEY in production"
-        );
-    }
-    let (webhook_signer, source) =
-        load_webhook_signer(store.as_ref(), kek, config.webhook_signing_keys.as_deref())
-            .await
-            .context("could not load the webhook signing keys")?;
-    if source == KeySource::Generated {
-        tracing::warn!(
-            "no webhook signing key configured: generated one and kept it in the records store; \
-             set CP_WEBHOOK_SIGNING_KEYS in production"
-        );
-    }
+    source.warn_if_generated("token hashing key", "CP_TOKEN_HASH_KEY");
+    let configured = config.webhook_signing_keys.as_deref();
+    let (webhook_signer, source) = load_keys(store.as_ref(), kek, configured, &WEBHOOK_KEYS)
+        .await
+        .context("could not load the webhook signing keys")?;
+    source.warn_if_generated("webhook signing key", "CP_WEBHOOK_SIGNING_KEYS");
     let secrets = load_secrets_cipher(store.as_ref(), kek)
         .await
         .context("could not load the runner secret key")?;

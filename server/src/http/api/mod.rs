@@ -9,7 +9,7 @@ mod runners;
 mod tokens;
 mod workflows;
 
-use poem_openapi::Tags;
+use poem_openapi::{OpenApi, Tags};
 
 pub use activity::ActivityApi;
 pub use audit::{AuditApi, Heartbeat};
@@ -32,17 +32,8 @@ pub enum ApiTags {
     Marketplace,
 }
 
-pub type AllApis = (
-    TokensApi,
-    ActivityApi,
-    AuditApi,
-    RunnersApi,
-    WorkflowsApi,
-    ReviewsApi,
-);
-
 /// All v1 APIs, in the order they appear in the document.
-pub fn all() -> AllApis {
+pub fn all() -> impl OpenApi {
     (
         TokensApi,
         ActivityApi,

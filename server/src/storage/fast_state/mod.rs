@@ -313,48 +313,68 @@ pub mod contract {
     /// opener decides whether that fails the run). The guard lives until the test ends.
     macro_rules! contract_tests {
         ($open:expr) => {
-            #[tokio::test]
-            async fn claims_are_exclusive_and_records_replace_them() {
-                if let Some((_guard, ns, state)) = $open.await {
-                    $crate::storage::fast_state::contract::claims_are_exclusive_and_records_replace_them(
-                        &state, &ns,
-                    )
-                    .await;
+            $crate::storage::fast_state::contract::contract_tests!(
+                $open;
+                claims_are_exclusive_and_records_replace_them,
+                a_lapsed_lease_is_free_and_its_owner_can_no_longer_complete_or_release,
+                quota_counts_add_up_within_their_window_and_start_again_after_it,
+                a_nonce_is_spent_once_until_it_expires,
+            );
+        };
+        ($open:expr; $($promise:ident),+ $(,)?) => {
+            $(
+                #[tokio::test]
+                async fn $promise() {
+                    if let Some((_guard, ns, state)) = $open.await {
+                        $crate::storage::fast_state::contract::$promise(&state, &ns).await;
+                    }
                 }
-            }
-
-            #[tokio::test]
-            async fn a_lapsed_lease_is_free_and_its_owner_can_no_longer_complete_or_release() {
-                if let Some((_guard, ns, state)) = $open.await {
-                    $crate::storage::fast_state::contract::a_lapsed_lease_is_free_and_its_owner_can_no_longer_complete_or_release(
-                        &state, &ns,
-                    )
-                    .await;
-                }
-            }
-
-            #[tokio::test]
-            async fn quota_counts_add_up_within_their_window_and_start_again_after_it() {
-                if let Some((_guard, ns, state)) = $open.await {
-                    $crate::storage::fast_state::contract::quota_counts_add_up_within_their_window_and_start_again_after_it(
-                        &state, &ns,
-                    )
-                    .await;
-                }
-            }
-
-            #[tokio::test]
-            async fn a_nonce_is_spent_once_until_it_expires() {
-                if let Some((_guard, ns, state)) = $open.await {
-                    $crate::storage::fast_state::contract::a_nonce_is_spent_once_until_it_expires(
-                        &state, &ns,
-                    )
-                    .await;
-                }
-            }
+            )+
         };
     }
     pub(crate) use contract_tests;
+
+    /// `stranger`, who does not hold the claim on `key` (fingerprint `fp`), can neither
+    /// complete it (with `record`) nor release it: the claim is still in flight.
+    async fn a_stranger_changes_nothing(
+        state: &impl IdempotencyStore,
+        key: &str,
+        stranger: &str,
+        record: &[u8],
+    ) {
+        let lease = Duration::from_secs(5);
+        state
+            .complete(key, stranger, "fp", record, lease)
+            .await
+            .unwrap();
+        state.release(key, stranger, "fp").await.unwrap();
+        assert!(matches!(
+            state.claim(key, "fp", lease).await.unwrap(),
+            Claim::InFlight { .. }
+        ));
+    }
+
+    /// `owner` completes its claim on `key` (fingerprint `fp`); a claim with `fingerprint` then
+    /// finds the record.
+    async fn the_holder_completes(
+        state: &impl IdempotencyStore,
+        key: &str,
+        owner: &str,
+        fingerprint: &str,
+    ) {
+        let lease = Duration::from_secs(5);
+        state
+            .complete(key, owner, "fp", b"record", lease)
+            .await
+            .unwrap();
+        assert_eq!(
+            state.claim(key, fingerprint, lease).await.unwrap(),
+            Claim::Done {
+                fingerprint: "fp".into(),
+                record: b"record".to_vec()
+            }
+        );
+    }
 
     pub async fn claims_are_exclusive_and_records_replace_them(
         state: &impl IdempotencyStore,
@@ -371,29 +391,8 @@ pub mod contract {
                 fingerprint: "fp".into()
             }
         );
-        state
-            .complete(&key("k"), "someone-else", "fp", b"x", lease)
-            .await
-            .unwrap();
-        state
-            .release(&key("k"), "someone-else", "fp")
-            .await
-            .unwrap();
-        assert!(matches!(
-            state.claim(&key("k"), "fp", lease).await.unwrap(),
-            Claim::InFlight { .. }
-        ));
-        state
-            .complete(&key("k"), &owner, "fp", b"record", lease)
-            .await
-            .unwrap();
-        assert_eq!(
-            state.claim(&key("k"), "other", lease).await.unwrap(),
-            Claim::Done {
-                fingerprint: "fp".into(),
-                record: b"record".to_vec()
-            }
-        );
+        a_stranger_changes_nothing(state, &key("k"), "someone-else", b"x").await;
+        the_holder_completes(state, &key("k"), &owner, "other").await;
         // A record is not a claim: its owner's release leaves it; a discard removes it.
         state.release(&key("k"), &owner, "fp").await.unwrap();
         assert!(matches!(
@@ -435,26 +434,8 @@ pub mod contract {
             panic!("a lapsed lease frees the key")
         };
         assert_ne!(first, second);
-        state
-            .complete(&key("k"), &first, "fp", b"late", lease)
-            .await
-            .unwrap();
-        state.release(&key("k"), &first, "fp").await.unwrap();
-        assert!(matches!(
-            state.claim(&key("k"), "fp", lease).await.unwrap(),
-            Claim::InFlight { .. }
-        ));
-        state
-            .complete(&key("k"), &second, "fp", b"record", lease)
-            .await
-            .unwrap();
-        assert_eq!(
-            state.claim(&key("k"), "fp", lease).await.unwrap(),
-            Claim::Done {
-                fingerprint: "fp".into(),
-                record: b"record".to_vec()
-            }
-        );
+        a_stranger_changes_nothing(state, &key("k"), &first, b"late").await;
+        the_holder_completes(state, &key("k"), &second, "fp").await;
     }
 
     pub async fn quota_counts_add_up_within_their_window_and_start_again_after_it(

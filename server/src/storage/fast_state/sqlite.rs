@@ -50,12 +50,21 @@ fn after(now: i64, ttl: Duration) -> i64 {
     now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// One statement with its bound values.
+type Statement<'q> = sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>;
+
 fn unavailable(e: sqlx::Error) -> FastStateError {
     // sqlx names the failure, never a bound value: no record or key reaches the message.
     FastStateError::Unavailable(format!("embedded store: {e}"))
 }
 
 impl SqliteFastState {
+    /// Runs one statement on the pool; returns how many rows it changed.
+    async fn execute(&self, statement: Statement<'_>) -> Result<u64, FastStateError> {
+        let done = statement.execute(&self.pool).await.map_err(unavailable)?;
+        Ok(done.rows_affected())
+    }
+
     /// Deletes every expired record, quota count and nonce; returns how many rows went.
     pub async fn purge(&self) -> Result<u64, FastStateError> {
         let now = now_ms();
@@ -69,13 +78,8 @@ impl SqliteFastState {
              (SELECT rowid FROM embedded_nonces WHERE expires_at <= $1 LIMIT $2)",
         ] {
             loop {
-                let done = sqlx::query(statement)
-                    .bind(now)
-                    .bind(PURGE_BATCH)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(unavailable)?
-                    .rows_affected();
+                let batch = sqlx::query(statement).bind(now).bind(PURGE_BATCH);
+                let done = self.execute(batch).await?;
                 removed += done;
                 if done < PURGE_BATCH as u64 {
                     break;
@@ -180,7 +184,7 @@ impl IdempotencyStore for SqliteFastState {
     ) -> Result<(), FastStateError> {
         let now = now_ms();
         // Only our own live claim: a lease that ran out may belong to another request now.
-        sqlx::query(
+        let complete = sqlx::query(
             "UPDATE embedded_idempotency_records
              SET owner = NULL, fingerprint = $3, record = $4, expires_at = $5
              WHERE key = $1 AND owner = $2 AND expires_at > $6",
@@ -190,10 +194,8 @@ impl IdempotencyStore for SqliteFastState {
         .bind(fingerprint)
         .bind(record)
         .bind(after(now, ttl))
-        .bind(now)
-        .execute(&self.pool)
-        .await
-        .map_err(unavailable)?;
+        .bind(now);
+        self.execute(complete).await?;
         Ok(())
     }
 
@@ -203,21 +205,15 @@ impl IdempotencyStore for SqliteFastState {
         owner: &str,
         _fingerprint: &str,
     ) -> Result<(), FastStateError> {
-        sqlx::query("DELETE FROM embedded_idempotency_records WHERE key = $1 AND owner = $2")
-            .bind(key)
-            .bind(owner)
-            .execute(&self.pool)
-            .await
-            .map_err(unavailable)?;
+        let release =
+            sqlx::query("DELETE FROM embedded_idempotency_records WHERE key = $1 AND owner = $2");
+        self.execute(release.bind(key).bind(owner)).await?;
         Ok(())
     }
 
     async fn discard(&self, key: &str) -> Result<(), FastStateError> {
-        sqlx::query("DELETE FROM embedded_idempotency_records WHERE key = $1")
-            .bind(key)
-            .execute(&self.pool)
-            .await
-            .map_err(unavailable)?;
+        let discard = sqlx::query("DELETE FROM embedded_idempotency_records WHERE key = $1");
+        self.execute(discard.bind(key)).await?;
         Ok(())
     }
 
@@ -249,7 +245,7 @@ impl IdempotencyStore for SqliteFastState {
         let now = now_ms();
         // One statement: a window that has ended starts again from these bytes. SET reads the
         // old row on every right-hand side, so both columns see the same ended window.
-        sqlx::query(
+        let count = sqlx::query(
             "INSERT INTO embedded_idempotency_quotas (key, bytes, window_ends_at)
              VALUES ($1, $2, $3)
              ON CONFLICT (key) DO UPDATE SET
@@ -261,10 +257,8 @@ impl IdempotencyStore for SqliteFastState {
         .bind(key)
         .bind(i64::try_from(bytes).unwrap_or(i64::MAX))
         .bind(after(now, window))
-        .bind(now)
-        .execute(&self.pool)
-        .await
-        .map_err(unavailable)?;
+        .bind(now);
+        self.execute(count).await?;
         Ok(())
     }
 }
@@ -275,19 +269,15 @@ impl NonceStore for SqliteFastState {
         let now = now_ms();
         // One statement: a new key is inserted, an expired one taken again, a live one left
         // alone (no row changed: a replay).
-        let changed = sqlx::query(
+        let remember = sqlx::query(
             "INSERT INTO embedded_nonces (key, expires_at) VALUES ($1, $2)
              ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at
              WHERE embedded_nonces.expires_at <= $3",
         )
         .bind(key)
         .bind(after(now, ttl.max(Duration::from_millis(1))))
-        .bind(now)
-        .execute(&self.pool)
-        .await
-        .map_err(unavailable)?
-        .rows_affected();
-        Ok(changed == 1)
+        .bind(now);
+        Ok(self.execute(remember).await? == 1)
     }
 }
 
