@@ -25,7 +25,7 @@ mod write_context;
 use std::sync::Arc;
 
 pub use fast_state::{
-    Bucket, Claim, FastStateError, IdempotencyStore, MemoryFastState, NonceStore, Rate,
+    Bucket, Claim, FastStateError, HeldKey, IdempotencyStore, MemoryFastState, NonceStore, Rate,
     RateDecision, RateLimiter, RedisFastState, SqliteFastState, Verdict, keys,
 };
 pub use open::{OpenError, OpenSettings, Opened, RecordsLocation, open};

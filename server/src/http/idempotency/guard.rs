@@ -66,7 +66,8 @@ use super::record::{IdempotentRequest, decode, encode};
 use crate::domain::{IdempotencyKey, RecordCipher};
 use crate::http::error::ApiFailure;
 use crate::storage::{
-    Claim, FastStateError, IdempotencyStore, OutcomeRecord, OutcomeSlot, OutcomeStore, StoreError,
+    Claim, FastStateError, HeldKey, IdempotencyStore, OutcomeRecord, OutcomeSlot, OutcomeStore,
+    StoreError,
 };
 
 pub struct IdempotencyGuard {
@@ -90,6 +91,16 @@ pub(super) struct Held {
     fingerprint: String,
     /// The quota key the stored response counts against, when there is a quota.
     quota_key: Option<String>,
+}
+
+impl Held {
+    fn key(&self) -> HeldKey<'_> {
+        HeldKey {
+            key: &self.place,
+            owner: &self.owner,
+            fingerprint: &self.fingerprint,
+        }
+    }
 }
 
 pub(super) enum Claimed {
@@ -259,23 +270,11 @@ impl IdempotencyGuard {
 
     /// Stores the sealed response under the held claim in the fast state.
     async fn complete(&self, held: &Held, sealed: &[u8]) -> Result<(), FastStateError> {
-        self.store
-            .complete(
-                &held.place,
-                &held.owner,
-                &held.fingerprint,
-                sealed,
-                self.ttl,
-            )
-            .await
+        self.store.complete(held.key(), sealed, self.ttl).await
     }
 
     async fn release(&self, held: &Held) {
-        if let Err(e) = self
-            .store
-            .release(&held.place, &held.owner, &held.fingerprint)
-            .await
-        {
+        if let Err(e) = self.store.release(held.key()).await {
             tracing::warn!(error = %e, "could not release an idempotency claim; its lease will");
         }
     }

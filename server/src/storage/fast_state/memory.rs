@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::{Bucket, Claim, FastStateError, IdempotencyStore, RateLimiter, Verdict, gcra_all};
+use super::{
+    Bucket, Claim, FastResult, FastStateError, HeldKey, IdempotencyStore, RateLimiter, Verdict,
+    gcra_all,
+};
 
 /// Sweep expired entries every this many operations.
 const SWEEP_EVERY: u64 = 1024;
@@ -107,12 +110,7 @@ impl MemoryFastState {
 
 #[async_trait]
 impl IdempotencyStore for MemoryFastState {
-    async fn claim(
-        &self,
-        key: &str,
-        fingerprint: &str,
-        lease: Duration,
-    ) -> Result<Claim, FastStateError> {
+    async fn claim(&self, key: &str, fingerprint: &str, lease: Duration) -> FastResult<Claim> {
         self.maybe_sweep();
         let now = Instant::now();
         let mut records = self.records.lock().map_err(|_| poisoned())?;
@@ -145,14 +143,8 @@ impl IdempotencyStore for MemoryFastState {
         Ok(Claim::Acquired { owner })
     }
 
-    async fn complete(
-        &self,
-        key: &str,
-        owner: &str,
-        fingerprint: &str,
-        record: &[u8],
-        ttl: Duration,
-    ) -> Result<(), FastStateError> {
+    async fn complete(&self, held: HeldKey<'_>, record: &[u8], ttl: Duration) -> FastResult<()> {
+        let (key, owner, fingerprint) = (held.key, held.owner, held.fingerprint);
         let now = Instant::now();
         let mut records = self.records.lock().map_err(|_| poisoned())?;
         let ours = records.get(key).is_some_and(|e| {
@@ -174,12 +166,8 @@ impl IdempotencyStore for MemoryFastState {
         Ok(())
     }
 
-    async fn release(
-        &self,
-        key: &str,
-        owner: &str,
-        _fingerprint: &str,
-    ) -> Result<(), FastStateError> {
+    async fn release(&self, held: HeldKey<'_>) -> FastResult<()> {
+        let (key, owner) = (held.key, held.owner);
         let mut records = self.records.lock().map_err(|_| poisoned())?;
         if records
             .get(key)
@@ -190,12 +178,12 @@ impl IdempotencyStore for MemoryFastState {
         Ok(())
     }
 
-    async fn discard(&self, key: &str) -> Result<(), FastStateError> {
+    async fn discard(&self, key: &str) -> FastResult<()> {
         self.records.lock().map_err(|_| poisoned())?.remove(key);
         Ok(())
     }
 
-    async fn stored_bytes(&self, key: &str) -> Result<(u64, Duration), FastStateError> {
+    async fn stored_bytes(&self, key: &str) -> FastResult<(u64, Duration)> {
         let now = Instant::now();
         let quotas = self.quotas.lock().map_err(|_| poisoned())?;
         Ok(quotas
@@ -204,12 +192,7 @@ impl IdempotencyStore for MemoryFastState {
             .map_or((0, Duration::ZERO), |(bytes, ends)| (*bytes, *ends - now)))
     }
 
-    async fn count_stored(
-        &self,
-        key: &str,
-        bytes: u64,
-        window: Duration,
-    ) -> Result<(), FastStateError> {
+    async fn count_stored(&self, key: &str, bytes: u64, window: Duration) -> FastResult<()> {
         self.maybe_sweep();
         let now = Instant::now();
         let mut quotas = self.quotas.lock().map_err(|_| poisoned())?;

@@ -21,6 +21,17 @@ pub enum FastStateError {
     Unavailable(String),
 }
 
+pub type FastResult<T> = Result<T, FastStateError>;
+
+/// A claim a request holds on an idempotency key: the key, the claim's owner, and the
+/// fingerprint of the request that claimed it.
+#[derive(Debug, Clone, Copy)]
+pub struct HeldKey<'a> {
+    pub key: &'a str,
+    pub owner: &'a str,
+    pub fingerprint: &'a str,
+}
+
 /// What a claim on an idempotency key found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -38,42 +49,20 @@ pub enum Claim {
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync {
     /// Atomically reads the key, or claims it for `lease` when it is free.
-    async fn claim(
-        &self,
-        key: &str,
-        fingerprint: &str,
-        lease: Duration,
-    ) -> Result<Claim, FastStateError>;
+    async fn claim(&self, key: &str, fingerprint: &str, lease: Duration) -> FastResult<Claim>;
     /// Replaces `owner`'s claim with the finished record, kept for `ttl`. A claim whose lease
     /// ran out (and was perhaps taken by another request) is left alone.
-    async fn complete(
-        &self,
-        key: &str,
-        owner: &str,
-        fingerprint: &str,
-        record: &[u8],
-        ttl: Duration,
-    ) -> Result<(), FastStateError>;
+    async fn complete(&self, held: HeldKey<'_>, record: &[u8], ttl: Duration) -> FastResult<()>;
     /// Frees `owner`'s claim without a record: the request may be retried with the same key.
-    async fn release(
-        &self,
-        key: &str,
-        owner: &str,
-        fingerprint: &str,
-    ) -> Result<(), FastStateError>;
+    async fn release(&self, held: HeldKey<'_>) -> FastResult<()>;
     /// Removes whatever is stored under the key (a record that cannot be decrypted).
-    async fn discard(&self, key: &str) -> Result<(), FastStateError>;
+    async fn discard(&self, key: &str) -> FastResult<()>;
     /// The bytes counted under a quota key in its current window (0 when none is open), and
     /// how long that window has left.
-    async fn stored_bytes(&self, key: &str) -> Result<(u64, Duration), FastStateError>;
+    async fn stored_bytes(&self, key: &str) -> FastResult<(u64, Duration)>;
     /// Adds `bytes` to a quota key; the first bytes open a window of `window`, at whose end the
     /// count starts again from 0.
-    async fn count_stored(
-        &self,
-        key: &str,
-        bytes: u64,
-        window: Duration,
-    ) -> Result<(), FastStateError>;
+    async fn count_stored(&self, key: &str, bytes: u64, window: Duration) -> FastResult<()>;
 }
 
 /// A rate: `burst` requests per `period`, refilled evenly (GCRA).
@@ -344,10 +333,25 @@ pub mod contract {
     ) {
         let lease = Duration::from_secs(5);
         state
-            .complete(key, stranger, "fp", record, lease)
+            .complete(
+                HeldKey {
+                    key,
+                    owner: stranger,
+                    fingerprint: "fp",
+                },
+                record,
+                lease,
+            )
             .await
             .unwrap();
-        state.release(key, stranger, "fp").await.unwrap();
+        state
+            .release(HeldKey {
+                key,
+                owner: stranger,
+                fingerprint: "fp",
+            })
+            .await
+            .unwrap();
         assert!(matches!(
             state.claim(key, "fp", lease).await.unwrap(),
             Claim::InFlight { .. }
@@ -364,7 +368,15 @@ pub mod contract {
     ) {
         let lease = Duration::from_secs(5);
         state
-            .complete(key, owner, "fp", b"record", lease)
+            .complete(
+                HeldKey {
+                    key,
+                    owner,
+                    fingerprint: "fp",
+                },
+                b"record",
+                lease,
+            )
             .await
             .unwrap();
         assert_eq!(
@@ -394,7 +406,14 @@ pub mod contract {
         a_stranger_changes_nothing(state, &key("k"), "someone-else", b"x").await;
         the_holder_completes(state, &key("k"), &owner, "other").await;
         // A record is not a claim: its owner's release leaves it; a discard removes it.
-        state.release(&key("k"), &owner, "fp").await.unwrap();
+        state
+            .release(HeldKey {
+                key: &key("k"),
+                owner: &owner,
+                fingerprint: "fp",
+            })
+            .await
+            .unwrap();
         assert!(matches!(
             state.claim(&key("k"), "fp", lease).await.unwrap(),
             Claim::Done { .. }
@@ -408,7 +427,14 @@ pub mod contract {
         let Claim::Acquired { owner } = state.claim(&key("r"), "fp", lease).await.unwrap() else {
             panic!("free key")
         };
-        state.release(&key("r"), &owner, "fp").await.unwrap();
+        state
+            .release(HeldKey {
+                key: &key("r"),
+                owner: &owner,
+                fingerprint: "fp",
+            })
+            .await
+            .unwrap();
         assert!(matches!(
             state.claim(&key("r"), "fp", lease).await.unwrap(),
             Claim::Acquired { .. }

@@ -9,7 +9,10 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 
-use super::{Bucket, Claim, FastStateError, IdempotencyStore, RateDecision, RateLimiter, Verdict};
+use super::{
+    Bucket, Claim, FastResult, FastStateError, HeldKey, IdempotencyStore, RateDecision,
+    RateLimiter, Verdict,
+};
 
 const CLAIM: &str = r"
 local v = redis.call('GET', KEYS[1])
@@ -226,12 +229,7 @@ fn new_owner() -> String {
 
 #[async_trait]
 impl IdempotencyStore for RedisFastState {
-    async fn claim(
-        &self,
-        key: &str,
-        fingerprint: &str,
-        lease: Duration,
-    ) -> Result<Claim, FastStateError> {
+    async fn claim(&self, key: &str, fingerprint: &str, lease: Duration) -> FastResult<Claim> {
         let owner = new_owner();
         let mut invocation = self.claim.key(key);
         invocation
@@ -245,14 +243,8 @@ impl IdempotencyStore for RedisFastState {
         }
     }
 
-    async fn complete(
-        &self,
-        key: &str,
-        owner: &str,
-        fingerprint: &str,
-        record: &[u8],
-        ttl: Duration,
-    ) -> Result<(), FastStateError> {
+    async fn complete(&self, held: HeldKey<'_>, record: &[u8], ttl: Duration) -> FastResult<()> {
+        let (key, owner, fingerprint) = (held.key, held.owner, held.fingerprint);
         let mut invocation = self.complete.key(key);
         invocation
             .arg(in_flight(owner, fingerprint))
@@ -262,19 +254,15 @@ impl IdempotencyStore for RedisFastState {
         Ok(())
     }
 
-    async fn release(
-        &self,
-        key: &str,
-        owner: &str,
-        fingerprint: &str,
-    ) -> Result<(), FastStateError> {
+    async fn release(&self, held: HeldKey<'_>) -> FastResult<()> {
+        let (key, owner, fingerprint) = (held.key, held.owner, held.fingerprint);
         let mut invocation = self.release.key(key);
         invocation.arg(in_flight(owner, fingerprint));
         let _: i64 = self.run(invocation).await?;
         Ok(())
     }
 
-    async fn discard(&self, key: &str) -> Result<(), FastStateError> {
+    async fn discard(&self, key: &str) -> FastResult<()> {
         let mut conn = self.connection().await?;
         let _: i64 = redis::cmd("DEL")
             .arg(key)
@@ -284,7 +272,7 @@ impl IdempotencyStore for RedisFastState {
         Ok(())
     }
 
-    async fn stored_bytes(&self, key: &str) -> Result<(u64, Duration), FastStateError> {
+    async fn stored_bytes(&self, key: &str) -> FastResult<(u64, Duration)> {
         let reply: Vec<i64> = self.run(self.quota_read.key(key)).await?;
         let [bytes, left_ms] = reply[..] else {
             return Err(FastStateError::Unavailable("unexpected quota reply".into()));
@@ -295,12 +283,7 @@ impl IdempotencyStore for RedisFastState {
         ))
     }
 
-    async fn count_stored(
-        &self,
-        key: &str,
-        bytes: u64,
-        window: Duration,
-    ) -> Result<(), FastStateError> {
+    async fn count_stored(&self, key: &str, bytes: u64, window: Duration) -> FastResult<()> {
         let mut invocation = self.quota_count.key(key);
         invocation.arg(bytes).arg(window.as_millis().max(1) as u64);
         let _: i64 = self.run(invocation).await?;

@@ -16,7 +16,9 @@ use async_trait::async_trait;
 use sqlx::SqlitePool;
 
 use crate::storage::SqliteStore;
-use crate::storage::fast_state::{Claim, FastStateError, IdempotencyStore, NonceStore};
+use crate::storage::fast_state::{
+    Claim, FastResult, FastStateError, HeldKey, IdempotencyStore, NonceStore,
+};
 
 /// Rows deleted per purge statement: each holds the write lock briefly, so a large backlog of
 /// expired rows never stalls requests behind one long delete.
@@ -124,12 +126,7 @@ impl SqliteFastState {
 
 #[async_trait]
 impl IdempotencyStore for SqliteFastState {
-    async fn claim(
-        &self,
-        key: &str,
-        fingerprint: &str,
-        lease: Duration,
-    ) -> Result<Claim, FastStateError> {
+    async fn claim(&self, key: &str, fingerprint: &str, lease: Duration) -> FastResult<Claim> {
         let now = now_ms();
         // IMMEDIATE: the write lock from the start, so nothing changes between read and write.
         let mut tx = self
@@ -174,14 +171,8 @@ impl IdempotencyStore for SqliteFastState {
         Ok(claim)
     }
 
-    async fn complete(
-        &self,
-        key: &str,
-        owner: &str,
-        fingerprint: &str,
-        record: &[u8],
-        ttl: Duration,
-    ) -> Result<(), FastStateError> {
+    async fn complete(&self, held: HeldKey<'_>, record: &[u8], ttl: Duration) -> FastResult<()> {
+        let (key, owner, fingerprint) = (held.key, held.owner, held.fingerprint);
         let now = now_ms();
         // Only our own live claim: a lease that ran out may belong to another request now.
         let complete = sqlx::query(
@@ -199,25 +190,21 @@ impl IdempotencyStore for SqliteFastState {
         Ok(())
     }
 
-    async fn release(
-        &self,
-        key: &str,
-        owner: &str,
-        _fingerprint: &str,
-    ) -> Result<(), FastStateError> {
+    async fn release(&self, held: HeldKey<'_>) -> FastResult<()> {
+        let (key, owner) = (held.key, held.owner);
         let release =
             sqlx::query("DELETE FROM embedded_idempotency_records WHERE key = $1 AND owner = $2");
         self.execute(release.bind(key).bind(owner)).await?;
         Ok(())
     }
 
-    async fn discard(&self, key: &str) -> Result<(), FastStateError> {
+    async fn discard(&self, key: &str) -> FastResult<()> {
         let discard = sqlx::query("DELETE FROM embedded_idempotency_records WHERE key = $1");
         self.execute(discard.bind(key)).await?;
         Ok(())
     }
 
-    async fn stored_bytes(&self, key: &str) -> Result<(u64, Duration), FastStateError> {
+    async fn stored_bytes(&self, key: &str) -> FastResult<(u64, Duration)> {
         let now = now_ms();
         let row: Option<(i64, i64)> = sqlx::query_as(
             "SELECT bytes, window_ends_at FROM embedded_idempotency_quotas
@@ -236,12 +223,7 @@ impl IdempotencyStore for SqliteFastState {
         }))
     }
 
-    async fn count_stored(
-        &self,
-        key: &str,
-        bytes: u64,
-        window: Duration,
-    ) -> Result<(), FastStateError> {
+    async fn count_stored(&self, key: &str, bytes: u64, window: Duration) -> FastResult<()> {
         let now = now_ms();
         // One statement: a window that has ended starts again from these bytes. SET reads the
         // old row on every right-hand side, so both columns see the same ended window.
@@ -322,7 +304,15 @@ mod tests {
             panic!("free key")
         };
         state
-            .complete("k", &owner, "fp", b"sealed", long)
+            .complete(
+                HeldKey {
+                    key: "k",
+                    owner: &owner,
+                    fingerprint: "fp",
+                },
+                b"sealed",
+                long,
+            )
             .await
             .unwrap();
         state.claim("busy", "fp2", long).await.unwrap();
