@@ -218,8 +218,12 @@ fn hostile_components_are_contained_and_the_default_still_answers() {
 
     let bomb = authorizer(&engine, fixtures::BOMB);
     let outcome = block(engine.authorize_now(&bomb, &req));
+    // Contained either way: on a starved CPU the deadline can stop it before the memory cap.
     assert!(
-        matches!(outcome, Err(PolicyFailure::Memory | PolicyFailure::Trap(_))),
+        matches!(
+            outcome,
+            Err(PolicyFailure::Memory | PolicyFailure::Trap(_) | PolicyFailure::Timeout)
+        ),
         "{outcome:?}"
     );
 
