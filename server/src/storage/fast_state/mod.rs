@@ -297,6 +297,15 @@ mod tests {
 pub mod contract {
     use super::*;
 
+    /// The claim `owner` holds on `key`, for a request fingerprinted `fp`.
+    fn held<'a>(key: &'a str, owner: &'a str) -> HeldKey<'a> {
+        HeldKey {
+            key,
+            owner,
+            fingerprint: "fp",
+        }
+    }
+
     /// One `#[tokio::test]` per promise for an adapter. `$open` is an async expression giving
     /// `Some((guard, namespace, store))`, or `None` when the store is not there (a skip; the
     /// opener decides whether that fails the run). The guard lives until the test ends.
@@ -333,25 +342,10 @@ pub mod contract {
     ) {
         let lease = Duration::from_secs(5);
         state
-            .complete(
-                HeldKey {
-                    key,
-                    owner: stranger,
-                    fingerprint: "fp",
-                },
-                record,
-                lease,
-            )
+            .complete(held(key, stranger), record, lease)
             .await
             .unwrap();
-        state
-            .release(HeldKey {
-                key,
-                owner: stranger,
-                fingerprint: "fp",
-            })
-            .await
-            .unwrap();
+        state.release(held(key, stranger)).await.unwrap();
         assert!(matches!(
             state.claim(key, "fp", lease).await.unwrap(),
             Claim::InFlight { .. }
@@ -368,15 +362,7 @@ pub mod contract {
     ) {
         let lease = Duration::from_secs(5);
         state
-            .complete(
-                HeldKey {
-                    key,
-                    owner,
-                    fingerprint: "fp",
-                },
-                b"record",
-                lease,
-            )
+            .complete(held(key, owner), b"record", lease)
             .await
             .unwrap();
         assert_eq!(
@@ -406,14 +392,7 @@ pub mod contract {
         a_stranger_changes_nothing(state, &key("k"), "someone-else", b"x").await;
         the_holder_completes(state, &key("k"), &owner, "other").await;
         // A record is not a claim: its owner's release leaves it; a discard removes it.
-        state
-            .release(HeldKey {
-                key: &key("k"),
-                owner: &owner,
-                fingerprint: "fp",
-            })
-            .await
-            .unwrap();
+        state.release(held(&key("k"), &owner)).await.unwrap();
         assert!(matches!(
             state.claim(&key("k"), "fp", lease).await.unwrap(),
             Claim::Done { .. }
@@ -427,14 +406,7 @@ pub mod contract {
         let Claim::Acquired { owner } = state.claim(&key("r"), "fp", lease).await.unwrap() else {
             panic!("free key")
         };
-        state
-            .release(HeldKey {
-                key: &key("r"),
-                owner: &owner,
-                fingerprint: "fp",
-            })
-            .await
-            .unwrap();
+        state.release(held(&key("r"), &owner)).await.unwrap();
         assert!(matches!(
             state.claim(&key("r"), "fp", lease).await.unwrap(),
             Claim::Acquired { .. }
