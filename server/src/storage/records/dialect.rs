@@ -39,6 +39,14 @@ pub(crate) struct Issuance<'a> {
     pub(crate) now: DateTime<Utc>,
 }
 
+/// A failed migration as a [`StoreError`]: a statement's failure as the backend maps it.
+pub(crate) fn migration_failed<S: Dialect>(e: sqlx::migrate::MigrateError) -> StoreError {
+    match e {
+        sqlx::migrate::MigrateError::Execute(inner) => S::map_err(inner),
+        other => StoreError::Internal(other.to_string()),
+    }
+}
+
 /// What the shared SQL needs of a backend. Each adapter implements it once (`postgres/dialect.rs`,
 /// `sqlite/dialect.rs`).
 pub(crate) trait Dialect: Sized + Send + Sync + 'static {
@@ -52,6 +60,13 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     const LEASE_LOCK: &'static str;
     /// A token's columns (`t`), its active grants as a list in grant order.
     const TOKEN_COLUMNS: &'static str;
+    /// Inserts a token (`$1`..`$11`: id, public id, user, organisation, name, secret hash,
+    /// scopes, environments, created, expires, issuer) and, where the backend can in the same
+    /// statement, its grants (`$12`, in grant order).
+    const INSERT_TOKEN: &'static str;
+    /// Inserts the grants (`$1` token, `$2` workspaces in grant order) when
+    /// [`Self::INSERT_TOKEN`] does not.
+    const INSERT_GRANTS: Option<&'static str>;
 
     fn map_err(e: sqlx::Error) -> StoreError;
     /// The predicate `<column> <this>`: the column is one of the uuids bound as `param` (a
@@ -64,24 +79,24 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
         Stmt::new(sql)
     }
     fn bind<'q, 't, T: Param<'t>>(query: Query<'q, Self>, value: T) -> Query<'q, Self>;
-    fn execute<'q: 'a, 'a>(
+    fn execute<'q>(
         query: Query<'q, Self>,
-        on: On<'a, Self>,
-    ) -> impl Future<Output = Result<Done, StoreError>> + Send + 'a;
-    fn fetch_all<'q: 'a, 'a, O: Rows>(
+        on: On<'q, Self>,
+    ) -> impl Future<Output = Result<Done, StoreError>> + Send + 'q;
+    fn fetch_all<'q, O: Rows>(
         query: Query<'q, Self>,
-        on: On<'a, Self>,
-    ) -> impl Future<Output = Result<Vec<O>, StoreError>> + Send + 'a;
-    fn fetch_optional<'q: 'a, 'a, O: Rows>(
+        on: On<'q, Self>,
+    ) -> impl Future<Output = Result<Vec<O>, StoreError>> + Send + 'q;
+    fn fetch_optional<'q, O: Rows>(
         query: Query<'q, Self>,
-        on: On<'a, Self>,
-    ) -> impl Future<Output = Result<Option<O>, StoreError>> + Send + 'a;
+        on: On<'q, Self>,
+    ) -> impl Future<Output = Result<Option<O>, StoreError>> + Send + 'q;
     fn decode_row<O: Rows>(row: &RowOf<Self>) -> Result<O, StoreError>;
     /// Rows one by one, undecoded (`store copy`).
-    fn fetch_rows<'q: 'a, 'a>(
+    fn fetch_rows<'q>(
         query: Query<'q, Self>,
-        conn: &'a mut Conn<Self>,
-    ) -> BoxStream<'a, Result<RowOf<Self>, StoreError>>;
+        conn: &'q mut Conn<Self>,
+    ) -> BoxStream<'q, Result<RowOf<Self>, StoreError>>;
 
     /// Begins a write transaction for `write`, first committing one its keyed request still
     /// holds (`storage/write_context.rs`).
@@ -138,11 +153,6 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     /// Numbers every committed event still waiting for its sequence.
     fn number_waiting_events(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Inserts a token and its grants.
-    fn insert_token_rows(
-        conn: &mut Conn<Self>,
-        token: &NewToken,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Runs an issuance with others; `None` when it must run alone.
     fn batch_insert_token(
         &self,

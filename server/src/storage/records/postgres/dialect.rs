@@ -19,7 +19,7 @@ use crate::storage::records::copy::{Cell, Kind};
 use crate::storage::records::dialect::{Dialect, Issuance};
 use crate::storage::records::rows::DeliveryRow;
 use crate::storage::records::sql::{Rows, Stmt, run_statements};
-use crate::storage::{DeliveryTransition, InsertTokenError, NewToken, StoreError, WriteContext};
+use crate::storage::{DeliveryTransition, InsertTokenError, StoreError, WriteContext};
 
 impl Dialect for PostgresStore {
     type DB = Postgres;
@@ -28,6 +28,8 @@ impl Dialect for PostgresStore {
     const FOR_SHARE: &'static str = "FOR SHARE";
     const LEASE_LOCK: &'static str = "FOR UPDATE OF d SKIP LOCKED";
     const TOKEN_COLUMNS: &'static str = tokens::TOKEN_COLUMNS;
+    const INSERT_TOKEN: &'static str = tokens::INSERT_TOKEN;
+    const INSERT_GRANTS: Option<&'static str> = None;
 
     fn map_err(e: sqlx::Error) -> StoreError {
         map_err(e)
@@ -83,13 +85,6 @@ impl Dialect for PostgresStore {
 
     async fn number_waiting_events(&self) -> Result<(), StoreError> {
         self.sequencer.settle(&self.pool).await
-    }
-
-    async fn insert_token_rows(
-        conn: &mut PgConnection,
-        token: &NewToken,
-    ) -> Result<(), StoreError> {
-        tokens::insert_token_rows(conn, token).await
     }
 
     async fn batch_insert_token(

@@ -128,10 +128,8 @@ impl PostgresStore {
 
     /// Applies pending migrations; replicas starting together serialise on an advisory lock.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
-            sqlx::migrate::MigrateError::Execute(inner) => map_err(inner),
-            other => StoreError::Internal(other.to_string()),
-        })
+        let run = MIGRATOR.run(&self.pool).await;
+        run.map_err(super::dialect::migration_failed::<Self>)
     }
 
     pub fn pool(&self) -> &PgPool {

@@ -28,37 +28,14 @@ pub(super) const TOKEN_COLUMNS: &str =
     t.environment_ids, t.created_at, t.expires_at, t.revoked_at, t.issued_by_token_id";
 
 /// The token and its grants in one round trip.
-pub(super) async fn insert_token_rows(
-    conn: &mut PgConnection,
-    token: &NewToken,
-) -> Result<(), StoreError> {
-    let t = &token.record;
-    sqlx::query(
-        "WITH t AS (
-             INSERT INTO tokens (id, public_id, user_id, organisation_id, name, secret_hash, scopes,
-                 environment_ids, created_at, expires_at, issued_by_token_id)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $12) RETURNING id
-         )
-         INSERT INTO token_workspaces (token_id, workspace_id, position)
-         SELECT t.id, w.workspace_id, w.ord - 1 FROM t, unnest($11::uuid[]) WITH ORDINALITY AS w(workspace_id, ord)",
-    )
-    .bind(t.id)
-    .bind(&t.public_id)
-    .bind(t.user_id)
-    .bind(t.organisation_id)
-    .bind(&t.name)
-    .bind(&token.secret_hash)
-    .bind(&t.scopes)
-    .bind(&t.environment_ids)
-    .bind(t.created_at)
-    .bind(t.expires_at)
-    .bind(&t.workspace_ids)
-    .bind(t.issued_by_token_id)
-    .execute(conn)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
+pub(super) const INSERT_TOKEN: &str = "WITH t AS (
+         INSERT INTO tokens (id, public_id, user_id, organisation_id, name, secret_hash, scopes,
+             environment_ids, created_at, expires_at, issued_by_token_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id
+     )
+     INSERT INTO token_workspaces (token_id, workspace_id, position)
+     SELECT t.id, w.workspace_id, w.ord - 1
+     FROM t, unnest($12::uuid[]) WITH ORDINALITY AS w(workspace_id, ord)";
 
 /// Issuances, in batches.
 pub(super) struct Issuances;

@@ -100,40 +100,28 @@ impl<'q, S: Dialect> Stmt<'q, S> {
         self.query
     }
 
-    pub(crate) fn execute<'a>(
+    pub(crate) fn execute(
         self,
-        on: impl Exec<'a, S>,
-    ) -> impl Future<Output = Result<Done, StoreError>> + Send
-    where
-        'q: 'a,
-    {
+        on: impl Exec<'q, S>,
+    ) -> impl Future<Output = Result<Done, StoreError>> + Send {
         S::execute(self.query, on.on())
     }
 
-    pub(crate) fn fetch_all<'a, O: Rows>(
+    pub(crate) fn fetch_all<O: Rows>(
         self,
-        on: impl Exec<'a, S>,
-    ) -> impl Future<Output = Result<Vec<O>, StoreError>> + Send
-    where
-        'q: 'a,
-    {
+        on: impl Exec<'q, S>,
+    ) -> impl Future<Output = Result<Vec<O>, StoreError>> + Send {
         S::fetch_all(self.query, on.on())
     }
 
-    pub(crate) fn fetch_optional<'a, O: Rows>(
+    pub(crate) fn fetch_optional<O: Rows>(
         self,
-        on: impl Exec<'a, S>,
-    ) -> impl Future<Output = Result<Option<O>, StoreError>> + Send
-    where
-        'q: 'a,
-    {
+        on: impl Exec<'q, S>,
+    ) -> impl Future<Output = Result<Option<O>, StoreError>> + Send {
         S::fetch_optional(self.query, on.on())
     }
 
-    pub(crate) async fn fetch_one<'a, O: Rows>(self, on: impl Exec<'a, S>) -> Result<O, StoreError>
-    where
-        'q: 'a,
-    {
+    pub(crate) async fn fetch_one<O: Rows>(self, on: impl Exec<'q, S>) -> Result<O, StoreError> {
         let on = on.on();
         S::fetch_optional(self.query, on)
             .await?
@@ -245,9 +233,9 @@ macro_rules! run_statements {
             query.bind(value)
         }
 
-        async fn execute<'q: 'a, 'a>(
+        async fn execute<'q>(
             query: $crate::storage::records::dialect::Query<'q, Self>,
-            on: $crate::storage::records::sql::On<'a, Self>,
+            on: $crate::storage::records::sql::On<'q, Self>,
         ) -> Result<$crate::storage::records::sql::Done, $crate::storage::StoreError> {
             use $crate::storage::records::sql::On;
             let done = match on {
@@ -260,9 +248,9 @@ macro_rules! run_statements {
             ))
         }
 
-        async fn fetch_all<'q: 'a, 'a, O: $crate::storage::records::sql::Rows>(
+        async fn fetch_all<'q, O: $crate::storage::records::sql::Rows>(
             query: $crate::storage::records::dialect::Query<'q, Self>,
-            on: $crate::storage::records::sql::On<'a, Self>,
+            on: $crate::storage::records::sql::On<'q, Self>,
         ) -> Result<Vec<O>, $crate::storage::StoreError> {
             use $crate::storage::records::sql::On;
             let query = query.try_map(|row: $row| O::from_row(&row));
@@ -273,9 +261,9 @@ macro_rules! run_statements {
             .map_err(Self::map_err)
         }
 
-        async fn fetch_optional<'q: 'a, 'a, O: $crate::storage::records::sql::Rows>(
+        async fn fetch_optional<'q, O: $crate::storage::records::sql::Rows>(
             query: $crate::storage::records::dialect::Query<'q, Self>,
-            on: $crate::storage::records::sql::On<'a, Self>,
+            on: $crate::storage::records::sql::On<'q, Self>,
         ) -> Result<Option<O>, $crate::storage::StoreError> {
             use $crate::storage::records::sql::On;
             let query = query.try_map(|row: $row| O::from_row(&row));
@@ -292,10 +280,10 @@ macro_rules! run_statements {
             O::from_row(row).map_err(Self::map_err)
         }
 
-        fn fetch_rows<'q: 'a, 'a>(
+        fn fetch_rows<'q>(
             query: $crate::storage::records::dialect::Query<'q, Self>,
-            conn: &'a mut $conn,
-        ) -> futures_util::stream::BoxStream<'a, Result<$row, $crate::storage::StoreError>> {
+            conn: &'q mut $conn,
+        ) -> futures_util::stream::BoxStream<'q, Result<$row, $crate::storage::StoreError>> {
             use futures_util::StreamExt as _;
             query
                 .fetch(conn)

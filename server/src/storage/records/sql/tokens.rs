@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::{List, ListParam};
 use crate::domain::{NewAuditEvent, rules};
-use crate::storage::records::dialect::{Dialect, Issuance};
+use crate::storage::records::dialect::{Conn, Dialect, Issuance};
 use crate::storage::records::rows::with_data;
 use crate::storage::{
     InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, StoreError, StoredCredential,
@@ -276,8 +276,41 @@ async fn insert_token_alone<S: Dialect>(
     .fetch_one(&mut *tx)
     .await?;
     rules::may_issue(t, issuer_grants, same_name, active, max_active)?;
-    S::insert_token_rows(&mut tx, token).await?;
+    insert_token_rows::<S>(&mut tx, token).await?;
     S::insert_events(&mut tx, events).await?;
     store.commit(tx, write).await?;
+    Ok(())
+}
+
+/// The token and its grants: one statement where the backend can ([`Dialect::INSERT_TOKEN`]),
+/// else two.
+async fn insert_token_rows<S: Dialect>(
+    conn: &mut Conn<S>,
+    token: &NewToken,
+) -> Result<(), StoreError> {
+    let t = &token.record;
+    let insert = S::query(S::INSERT_TOKEN)
+        .bind(t.id)
+        .bind(&t.public_id)
+        .bind(t.user_id)
+        .bind(t.organisation_id)
+        .bind(&t.name)
+        .bind(&token.secret_hash)
+        .bind(ListParam(&t.scopes))
+        .bind(ListParam(&t.environment_ids))
+        .bind(t.created_at)
+        .bind(t.expires_at)
+        .bind(t.issued_by_token_id);
+    let grants = ListParam(&t.workspace_ids);
+    match S::INSERT_GRANTS {
+        None => {
+            insert.bind(grants).execute(&mut *conn).await?;
+        }
+        Some(insert_grants) => {
+            insert.execute(&mut *conn).await?;
+            let grants = S::query(insert_grants).bind(t.id).bind(grants);
+            grants.execute(&mut *conn).await?;
+        }
+    }
     Ok(())
 }

@@ -9,12 +9,19 @@ use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use super::{BUSY_TIMEOUT, Change, SqliteStore, WriteTx, announce, audit, copy, map_err, tokens};
+use super::{BUSY_TIMEOUT, Change, SqliteStore, WriteTx, announce, audit, copy, map_err};
 use crate::domain::NewAuditEvent;
 use crate::storage::records::copy::{Cell, Kind};
 use crate::storage::records::dialect::Dialect;
 use crate::storage::records::sql::{Rows, Stmt, run_statements};
-use crate::storage::{NewToken, StoreError, WriteContext};
+use crate::storage::{StoreError, WriteContext};
+
+/// Active grants in grant order, as a JSON array of hex uuids (JSON cannot hold BLOBs).
+const TOKEN_COLUMNS: &str = "t.id, t.public_id, t.user_id, t.organisation_id, t.name, t.scopes,
+    (SELECT json_group_array(lower(hex(tw.workspace_id)) ORDER BY tw.position)
+     FROM token_workspaces tw
+     WHERE tw.token_id = t.id AND tw.revoked_at IS NULL) AS workspace_ids,
+    t.environment_ids, t.created_at, t.expires_at, t.revoked_at, t.issued_by_token_id";
 
 impl Dialect for SqliteStore {
     type DB = Sqlite;
@@ -22,7 +29,16 @@ impl Dialect for SqliteStore {
     const FOR_UPDATE: &'static str = "";
     const FOR_SHARE: &'static str = "";
     const LEASE_LOCK: &'static str = "";
-    const TOKEN_COLUMNS: &'static str = tokens::TOKEN_COLUMNS;
+    const TOKEN_COLUMNS: &'static str = TOKEN_COLUMNS;
+    const INSERT_TOKEN: &'static str =
+        "INSERT INTO tokens (id, public_id, user_id, organisation_id,
+             name, secret_hash, scopes, environment_ids, created_at, expires_at, issued_by_token_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+    /// json_each's key is the array index, the grant's position.
+    const INSERT_GRANTS: Option<&'static str> = Some(
+        "INSERT INTO token_workspaces (token_id, workspace_id, position)
+         SELECT $1, unhex(replace(value, '-', '')), key FROM json_each($2)",
+    );
 
     fn map_err(e: sqlx::Error) -> StoreError {
         map_err(e)
@@ -83,14 +99,6 @@ impl Dialect for SqliteStore {
         Ok(())
     }
 
-    async fn insert_token_rows(
-        conn: &mut SqliteConnection,
-        token: &NewToken,
-    ) -> Result<(), StoreError> {
-        tokens::insert_token_rows(conn, token).await
-    }
-
-    /// Bumps the generation, which every server polls to pick changes up.
     async fn policy_changed(conn: &mut SqliteConnection) -> Result<(), StoreError> {
         sqlx::query("UPDATE policy_state SET generation = generation + 1 WHERE id = 1")
             .execute(&mut *conn)

@@ -17,7 +17,6 @@ mod changes;
 pub(super) mod copy;
 mod dialect;
 pub mod files;
-mod tokens;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -40,7 +39,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Announcements buffered for a change stream that does not read before it is told to resync.
 const ANNOUNCED_CAPACITY: usize = 1024;
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
     /// Told after commit of each workspace that gained audit events; SQLite has no NOTIFY, so
@@ -52,14 +51,6 @@ pub struct SqliteStore {
     /// what made the tail long (822 ms at p99 with 64 writers). Another process (`cpctl`) still
     /// meets the busy timeout.
     writers: Arc<tokio::sync::Mutex<()>>,
-}
-
-impl std::fmt::Debug for SqliteStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("pool", &self.pool)
-            .finish_non_exhaustive()
-    }
 }
 
 impl SqliteStore {
@@ -89,10 +80,8 @@ impl SqliteStore {
 
     /// Applies pending migrations.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
-            sqlx::migrate::MigrateError::Execute(inner) => map_err(inner),
-            other => StoreError::Internal(other.to_string()),
-        })
+        let run = MIGRATOR.run(&self.pool).await;
+        run.map_err(super::dialect::migration_failed::<Self>)
     }
 
     pub fn pool(&self) -> &SqlitePool {
