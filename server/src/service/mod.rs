@@ -139,6 +139,9 @@ pub struct Services {
     // audit: bumped each time this process's policies are reloaded, so open streams ask the
     // new authorizer at once.
     policy_reloads: tokio::sync::watch::Sender<u64>,
+    // policies: one reload at a time, so a slow one cannot install an older state after a
+    // newer one (the watcher and an explicit reload race on every change).
+    reloading: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Services {
@@ -166,6 +169,7 @@ impl Services {
             webhook_signer,
             secrets,
             policy_reloads: tokio::sync::watch::Sender::new(0),
+            reloading: Arc::default(),
         }
     }
 

@@ -181,6 +181,7 @@ impl Services {
     /// Loads what the store says is in force into this process's runtime. Idempotent; called
     /// at start-up and whenever a change is announced.
     pub async fn reload_policies(&self) -> Result<i64, ServiceError> {
+        let _one_at_a_time = self.reloading.lock().await;
         let cache = &self.compiled;
         let runtime = self.runtime()?;
         let state = self.store.policy_state().await?;
