@@ -82,7 +82,7 @@ impl EventRow {
 
 /// Writes one audit event with the sequence its backend gave it: none for an organisation's
 /// event, and none yet on Postgres, which numbers events after their commit.
-pub(in super::super) async fn insert_event_row<S: Dialect>(
+pub(in crate::storage::records) async fn insert_event_row<S: Dialect>(
     conn: &mut Conn<S>,
     event: &NewAuditEvent,
     seq: Option<i64>,

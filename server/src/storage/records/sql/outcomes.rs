@@ -9,7 +9,7 @@ use crate::storage::{OutcomeRecord, OutcomeStore, StoreError, StoredOutcome};
 /// Writes `outcome` in the caller's transaction. An expired outcome under the same place is
 /// replaced; a live one refuses the write, so the transaction carrying a second change under
 /// the same key fails and rolls back: the key's one change is already committed.
-pub(in super::super) async fn insert_outcome<S: Dialect>(
+pub(in crate::storage::records) async fn insert_outcome<S: Dialect>(
     conn: &mut Conn<S>,
     outcome: &OutcomeRecord,
     now_ms: i64,
