@@ -13,6 +13,7 @@ mod principal;
 pub(crate) mod rules;
 mod scope;
 mod signature;
+mod span;
 mod states;
 mod timestamp;
 mod token;
@@ -38,6 +39,7 @@ pub use signature::{
     CLOCK_TOLERANCE_SECS, Nonce, RunnerSignature, SignedHeaders, generate_keypair, public_key_of,
     sign_request, signing_message,
 };
+pub use span::Span;
 pub use states::{CommandStatus, DeliveryStatus, ReportReason, ReviewStatus, RevisionState};
 pub use timestamp::{TIMESTAMP_PATTERN, Timestamp};
 pub use token::{
