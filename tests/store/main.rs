@@ -2,6 +2,7 @@
 //! against both adapters (a fresh Postgres database and a fresh SQLite file) in one run, so a
 //! promise of a port is checked on every backend without a second test run.
 
+mod audit_chain;
 mod support;
 mod token_issuance;
 mod write_context;

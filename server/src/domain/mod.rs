@@ -1,6 +1,7 @@
 //! Domain types: values that are valid by construction.
 
 mod audit;
+mod audit_chain;
 mod bounds;
 mod correlation_id;
 mod delivery;
@@ -22,6 +23,7 @@ mod webhook;
 mod webhook_secret;
 
 pub use audit::{Actor, ActorKind, AuditEvent, NewAuditEvent, text_digest};
+pub use audit_chain::{EventJson, GENESIS_HASH, UnhashableEvent, chain_hash, chain_hash_new};
 pub use bounds::{
     MIN_TEXT_CHARS, NO_NUL_PATTERN, bounded_arg, bounded_integer, bounded_text, item_count,
     reject_nul,

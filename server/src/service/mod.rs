@@ -6,6 +6,7 @@
 mod activity;
 mod admin;
 mod audit;
+pub mod audit_integrity;
 mod authz;
 mod commands;
 mod deliveries;

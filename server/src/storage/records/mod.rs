@@ -61,6 +61,7 @@ pub trait RecordStore:
     DirectoryStore
     + TokenStore
     + AuditStore
+    + AuditIntegrityStore
     + SettingsStore
     + PolicyStore
     + RunnerStore

@@ -106,7 +106,15 @@ const CREATED: (&str, Kind) = ("created_at", Time);
 /// Every copied table, each after the tables it refers to.
 pub(crate) const TABLES: &[Table] = &[
     Table::new("settings", &[("key", Text), ("value", Text), CREATED]),
-    Table::new("organisations", &[ID, ("name", Text), CREATED]),
+    Table::new(
+        "organisations",
+        &[
+            ID,
+            ("name", Text),
+            CREATED,
+            ("audit_retention_seconds", I64),
+        ],
+    ),
     Table::new(
         "workspaces",
         &[
@@ -116,6 +124,8 @@ pub(crate) const TABLES: &[Table] = &[
             // The last sequence handed out: the target's next event continues after it.
             ("audit_seq", I64),
             CREATED,
+            // The head of the hash chain: the target's next event links to it.
+            ("audit_hash", Bytes),
         ],
     ),
     Table::new(
@@ -178,6 +188,19 @@ pub(crate) const TABLES: &[Table] = &[
             ("occurred_at", Time),
             ("data", Json),
             ("appended", I64),
+            // The chain hash covers the event as readers see it, never the stored bytes, so
+            // it holds in the target whatever the JSON's stored form.
+            ("hash", Bytes),
+        ],
+    ),
+    Table::new(
+        "audit_checkpoints",
+        &[
+            ("workspace_id", Kind::Uuid),
+            ("last_seq", I64),
+            ("hash", Bytes),
+            ("removed", I64),
+            CREATED,
         ],
     ),
     Table::new(

@@ -3,6 +3,7 @@
 //! name.
 
 mod audit;
+mod audit_integrity;
 mod commands;
 mod deliveries;
 mod directory;
@@ -15,6 +16,7 @@ mod tokens;
 mod workflows;
 
 pub use audit::*;
+pub use audit_integrity::*;
 pub use commands::*;
 pub use deliveries::*;
 pub use directory::*;

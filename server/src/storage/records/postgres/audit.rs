@@ -21,7 +21,7 @@ pub(super) async fn insert_event(
     event: &NewAuditEvent,
 ) -> Result<(), StoreError> {
     tx.workspaces.extend(event.workspace_id);
-    insert_event_row::<PostgresStore>(tx, event, None).await
+    insert_event_row::<PostgresStore>(tx, event, Uuid::new_v4(), None).await
 }
 
 /// Writes events in a write transaction, noting whether any is a workspace event.
@@ -43,7 +43,9 @@ pub(super) async fn write_events<'e>(
     let events: Vec<&NewAuditEvent> = events.into_iter().collect();
     match events[..] {
         [] => return Ok(()),
-        [event] => return insert_event_row::<PostgresStore>(conn, event, None).await,
+        [event] => {
+            return insert_event_row::<PostgresStore>(conn, event, Uuid::new_v4(), None).await;
+        }
         _ => {}
     }
     let each = || events.iter();

@@ -12,11 +12,12 @@ use crate::storage::{AuditStore, StoreError};
 
 /// The columns [`EventRow`] decodes, in its order. Data as text: readers pass event data
 /// through, so nothing parses it into a tree.
-const EVENT_COLUMNS: &str = "id, organisation_id, workspace_id, seq, event_type,
+pub(in crate::storage::records) const EVENT_COLUMNS: &str =
+    "id, organisation_id, workspace_id, seq, event_type,
     actor_kind, actor_id, target_kind, target_id, correlation_id, occurred_at,
     CAST(data AS TEXT) AS data";
 
-struct EventRow {
+pub(in crate::storage::records) struct EventRow {
     id: Uuid,
     organisation_id: Uuid,
     workspace_id: Option<Uuid>,
@@ -60,7 +61,7 @@ where
 }
 
 impl EventRow {
-    fn into_event(self) -> Result<AuditEvent, StoreError> {
+    pub(in crate::storage::records) fn into_event(self) -> Result<AuditEvent, StoreError> {
         let data = serde_json::value::RawValue::from_string(self.data)
             .map_err(|e| StoreError::Internal(format!("stored event data is not JSON: {e}")))?;
         Ok(AuditEvent {
@@ -80,22 +81,24 @@ impl EventRow {
     }
 }
 
-/// Writes one audit event with the sequence its backend gave it: none for an organisation's
-/// event, and none yet on Postgres, which numbers events after their commit.
+/// Writes one audit event with the sequence and chain hash its backend gave it: none for an
+/// organisation's event, and none yet on Postgres, which numbers (and hashes) events after
+/// their commit.
 pub(in crate::storage::records) async fn insert_event_row<S: Dialect>(
     conn: &mut Conn<S>,
     event: &NewAuditEvent,
-    seq: Option<i64>,
+    id: Uuid,
+    chained: Option<(i64, [u8; 32])>,
 ) -> Result<(), StoreError> {
     S::query(
         "INSERT INTO audit_events (id, organisation_id, workspace_id, seq, event_type, actor_kind,
-             actor_id, target_kind, target_id, correlation_id, occurred_at, data)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+             actor_id, target_kind, target_id, correlation_id, occurred_at, data, hash)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
     )
-    .bind(Uuid::new_v4())
+    .bind(id)
     .bind(event.organisation_id)
     .bind(event.workspace_id)
-    .bind(seq)
+    .bind(chained.map(|(seq, _)| seq))
     .bind(event.event_type)
     .bind(event.actor.kind.as_str())
     .bind(event.actor.id)
@@ -104,6 +107,7 @@ pub(in crate::storage::records) async fn insert_event_row<S: Dialect>(
     .bind(&event.correlation_id)
     .bind(event.occurred_at)
     .bind(sqlx::types::Json(&event.data))
+    .bind(chained.map(|(_, hash)| hash.to_vec()))
     .execute(conn)
     .await?;
     Ok(())

@@ -4,6 +4,7 @@
 //! not is the dialect's. Statements are built and run as [`Stmt`]s.
 
 pub(super) mod audit;
+mod audit_integrity;
 mod commands;
 pub(super) mod copy;
 mod deliveries;

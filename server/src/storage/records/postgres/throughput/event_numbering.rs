@@ -23,13 +23,17 @@
 //! dies between its commit and a pass leaves events unnumbered: the next pass of any replica
 //! (the audit feed runs one every second) numbers them.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sqlx::PgPool;
 use tokio::sync::Mutex;
+use uuid::Uuid;
 
 use super::super::map_err;
+use crate::domain::{GENESIS_HASH, chain_hash};
 use crate::storage::StoreError;
+use crate::storage::records::sql::audit::{EVENT_COLUMNS, EventRow};
 
 /// The advisory lock key that orders sequencing passes across replicas ("cp audit").
 const SEQUENCER_LOCK: i64 = 0x6370_5f61_7564_6974;
@@ -65,8 +69,14 @@ impl Sequencer {
     }
 }
 
-/// One pass: numbers every committed, unnumbered event and announces each workspace's head;
-/// returns how many workspaces gained events.
+/// One pass: numbers every committed, unnumbered event, links it into its workspace's hash
+/// chain (`domain/audit_chain.rs`), and announces each workspace's head; returns how many
+/// workspaces gained events.
+///
+/// The chain is why a pass reads the waiting events whole (the old pass numbered them in one
+/// statement without reading them): the hash covers every field, so it is computed here, in
+/// Rust, under the pass's lock. A pass is three statements (the events, the heads, one write)
+/// and one SHA-256 per event.
 pub(in super::super) async fn number_pending(pool: &PgPool) -> Result<u64, StoreError> {
     let mut tx = pool.begin().await.map_err(map_err)?;
     // A plain index scan of the waiting events, never a bitmap scan: each pass leaves its
@@ -79,24 +89,73 @@ pub(in super::super) async fn number_pending(pool: &PgPool) -> Result<u64, Store
         .await
         .map_err(map_err)?;
     // Read after the lock: a pass that waited sees what the previous one numbered.
+    let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {EVENT_COLUMNS} FROM audit_events
+         WHERE seq IS NULL AND workspace_id IS NOT NULL
+         ORDER BY appended, id"
+    )))
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(map_err)?;
+    let waiting = rows
+        .into_iter()
+        .map(EventRow::into_event)
+        .collect::<Result<Vec<_>, _>>()?;
+    if waiting.is_empty() {
+        tx.commit().await.map_err(map_err)?;
+        return Ok(0);
+    }
+    let mut workspaces: Vec<Uuid> = waiting.iter().filter_map(|e| e.workspace_id).collect();
+    workspaces.sort_unstable();
+    workspaces.dedup();
+    let rows: Vec<(Uuid, i64, Option<Vec<u8>>)> =
+        sqlx::query_as("SELECT id, audit_seq, audit_hash FROM workspaces WHERE id = ANY($1)")
+            .bind(&workspaces)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+    let mut heads: HashMap<Uuid, (i64, Vec<u8>)> = rows
+        .into_iter()
+        .map(|(id, seq, hash)| (id, (seq, hash.unwrap_or_else(|| GENESIS_HASH.to_vec()))))
+        .collect();
+    let (mut ids, mut seqs, mut hashes) = (Vec::new(), Vec::new(), Vec::new());
+    for mut event in waiting {
+        let Some(head) = event.workspace_id.and_then(|w| heads.get_mut(&w)) else {
+            continue;
+        };
+        let seq = head.0 + 1;
+        event.sequence = Some(seq);
+        let hash = chain_hash(&head.1, &event).map_err(|e| StoreError::Internal(e.to_string()))?;
+        *head = (seq, hash.to_vec());
+        ids.push(event.id);
+        seqs.push(seq);
+        hashes.push(hash.to_vec());
+    }
+    let (mut head_ids, mut head_seqs, mut head_hashes) = (Vec::new(), Vec::new(), Vec::new());
+    for (id, (seq, hash)) in heads {
+        head_ids.push(id);
+        head_seqs.push(seq);
+        head_hashes.push(hash);
+    }
     let workspaces = sqlx::query(
-        "WITH pending AS (
-             SELECT id, workspace_id,
-                    row_number() OVER (PARTITION BY workspace_id ORDER BY appended, id) AS rn
-             FROM audit_events WHERE seq IS NULL AND workspace_id IS NOT NULL
-         ), counts AS (
-             SELECT workspace_id, count(*) AS n FROM pending GROUP BY workspace_id
+        "WITH numbered AS (
+             UPDATE audit_events e SET seq = u.seq, hash = u.hash
+             FROM unnest($1::uuid[], $2::bigint[], $3::bytea[]) AS u(id, seq, hash)
+             WHERE e.id = u.id
          ), bumped AS (
-             UPDATE workspaces w SET audit_seq = w.audit_seq + c.n
-             FROM counts c WHERE w.id = c.workspace_id
-             RETURNING w.id, w.audit_seq - c.n AS base, w.audit_seq AS head
-         ), numbered AS (
-             UPDATE audit_events e SET seq = b.base + p.rn
-             FROM pending p JOIN bumped b ON b.id = p.workspace_id
-             WHERE e.id = p.id
+             UPDATE workspaces w SET audit_seq = h.seq, audit_hash = h.hash
+             FROM unnest($4::uuid[], $5::bigint[], $6::bytea[]) AS h(id, seq, hash)
+             WHERE w.id = h.id AND w.audit_seq < h.seq
+             RETURNING w.id, w.audit_seq AS head
          )
          SELECT pg_notify('cp_audit', b.id::text || ' ' || b.head::text) FROM bumped b",
     )
+    .bind(&ids)
+    .bind(&seqs)
+    .bind(&hashes)
+    .bind(&head_ids)
+    .bind(&head_seqs)
+    .bind(&head_hashes)
     .execute(&mut *tx)
     .await
     .map_err(map_err)?

@@ -1,0 +1,224 @@
+//! The audit log's chain, checkpoints, retention and export (shared by both SQL adapters;
+//! the port is `ports/audit_integrity.rs`, the rules `service/audit_integrity.rs`).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::audit::{EVENT_COLUMNS, EventRow};
+use crate::domain::{AuditEvent, NewAuditEvent};
+use crate::storage::records::dialect::Dialect;
+use crate::storage::{
+    AuditCheckpoint, AuditHead, AuditIntegrityStore, ChainedEvent, StoreError, TimeWindow,
+    WriteContext,
+};
+
+/// An event row followed by its stored hash.
+struct ChainedRow(EventRow, Option<Vec<u8>>);
+
+impl<'r, R: sqlx::Row> sqlx::FromRow<'r, R> for ChainedRow
+where
+    EventRow: sqlx::FromRow<'r, R>,
+    usize: sqlx::ColumnIndex<R>,
+    Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
+        Ok(Self(EventRow::from_row(row)?, row.try_get(12)?))
+    }
+}
+
+type CheckpointRow = (Uuid, i64, Option<Vec<u8>>, i64, DateTime<Utc>);
+
+fn checkpoint(
+    (workspace_id, last_seq, hash, removed, created_at): CheckpointRow,
+) -> AuditCheckpoint {
+    AuditCheckpoint {
+        workspace_id,
+        last_seq,
+        hash,
+        removed,
+        created_at,
+    }
+}
+
+#[async_trait]
+impl<S: Dialect> AuditIntegrityStore for S {
+    async fn chained_events(
+        &self,
+        workspace_id: Uuid,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<ChainedEvent>, StoreError> {
+        let rows: Vec<ChainedRow> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {EVENT_COLUMNS}, hash FROM audit_events
+             WHERE workspace_id = $1 AND seq > $2
+             ORDER BY seq LIMIT $3"
+        )))
+        .bind(workspace_id)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter()
+            .map(|ChainedRow(row, hash)| {
+                Ok(ChainedEvent {
+                    event: row.into_event()?,
+                    hash,
+                })
+            })
+            .collect()
+    }
+
+    async fn audit_head(&self, workspace_id: Uuid) -> Result<Option<AuditHead>, StoreError> {
+        let row: Option<(i64, Option<Vec<u8>>)> =
+            S::query("SELECT audit_seq, audit_hash FROM workspaces WHERE id = $1")
+                .bind(workspace_id)
+                .fetch_optional(self.pool())
+                .await?;
+        Ok(row.map(|(seq, hash)| AuditHead { seq, hash }))
+    }
+
+    async fn latest_checkpoint(
+        &self,
+        workspace_id: Uuid,
+    ) -> Result<Option<AuditCheckpoint>, StoreError> {
+        let row: Option<CheckpointRow> = S::query(
+            "SELECT workspace_id, last_seq, hash, removed, created_at FROM audit_checkpoints
+             WHERE workspace_id = $1 ORDER BY last_seq DESC LIMIT 1",
+        )
+        .bind(workspace_id)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(checkpoint))
+    }
+
+    async fn removed_through(&self, workspace_id: Uuid) -> Result<Option<i64>, StoreError> {
+        let row: Option<(i64,)> = S::query(
+            "SELECT last_seq FROM audit_checkpoints WHERE workspace_id = $1 AND removed > 0
+             ORDER BY last_seq DESC LIMIT 1",
+        )
+        .bind(workspace_id)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(|(seq,)| seq))
+    }
+
+    async fn export_events(
+        &self,
+        workspace_id: Uuid,
+        after: i64,
+        window: TimeWindow,
+        limit: u32,
+    ) -> Result<Vec<AuditEvent>, StoreError> {
+        let rows: Vec<EventRow> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {EVENT_COLUMNS} FROM audit_events
+             WHERE workspace_id = $1 AND seq > $2
+               AND ($3 IS NULL OR occurred_at >= $3)
+               AND ($4 IS NULL OR occurred_at < $4)
+             ORDER BY seq LIMIT $5"
+        )))
+        .bind(workspace_id)
+        .bind(after)
+        .bind(window.since)
+        .bind(window.until)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter().map(EventRow::into_event).collect()
+    }
+
+    async fn set_audit_retention(
+        &self,
+        write: &WriteContext,
+        organisation_id: Uuid,
+        seconds: Option<i64>,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin(write).await?;
+        let found = S::query("UPDATE organisations SET audit_retention_seconds = $2 WHERE id = $1")
+            .bind(organisation_id)
+            .bind(seconds)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        if !found {
+            return Ok(false);
+        }
+        S::insert_event(&mut tx, event).await?;
+        self.commit(tx, write).await?;
+        Ok(true)
+    }
+
+    async fn retention_workspaces(&self) -> Result<Vec<(Uuid, i64)>, StoreError> {
+        S::query(
+            "SELECT w.id, o.audit_retention_seconds FROM workspaces w
+             JOIN organisations o ON o.id = w.organisation_id
+             WHERE o.audit_retention_seconds IS NOT NULL",
+        )
+        .fetch_all(self.pool())
+        .await
+    }
+
+    async fn remove_expired_events(
+        &self,
+        workspace_id: Uuid,
+        cutoff: DateTime<Utc>,
+        batch: u32,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        let write = WriteContext::system();
+        let mut tx = self.begin(&write).await?;
+        // One remover per workspace at a time, across replicas (SQLite has one writer anyway).
+        let locked: Option<(i64,)> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT audit_seq FROM workspaces WHERE id = $1 {}",
+            S::FOR_UPDATE
+        )))
+        .bind(workspace_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if locked.is_none() {
+            return Ok(0);
+        }
+        let oldest: Vec<(i64, DateTime<Utc>, Option<Vec<u8>>)> = S::query(
+            "SELECT seq, occurred_at, hash FROM audit_events
+             WHERE workspace_id = $1 AND seq IS NOT NULL ORDER BY seq LIMIT $2",
+        )
+        .bind(workspace_id)
+        .bind(i64::from(batch))
+        .fetch_all(&mut *tx)
+        .await?;
+        // Only a run from the oldest: the log stays a suffix, which the chain verifies.
+        let run: Vec<_> = oldest
+            .into_iter()
+            .take_while(|(_, at, _)| *at < cutoff)
+            .collect();
+        let Some((last_seq, _, hash)) = run.last().cloned() else {
+            return Ok(0);
+        };
+        let removed = S::query(
+            "DELETE FROM audit_events WHERE workspace_id = $1 AND seq IS NOT NULL AND seq <= $2",
+        )
+        .bind(workspace_id)
+        .bind(last_seq)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        S::query(
+            "INSERT INTO audit_checkpoints (workspace_id, last_seq, hash, removed, created_at)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (workspace_id, last_seq) DO UPDATE
+             SET removed = audit_checkpoints.removed + excluded.removed,
+                 created_at = excluded.created_at",
+        )
+        .bind(workspace_id)
+        .bind(last_seq)
+        .bind(hash)
+        .bind(removed as i64)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        self.commit(tx, &write).await?;
+        Ok(removed)
+    }
+}
