@@ -101,3 +101,24 @@ pub(super) fn sweep_timeouts(services: Arc<Services>, every: Duration) {
         }
     });
 }
+
+/// How often the audit retention pass runs.
+const AUDIT_RETENTION_EVERY: Duration = Duration::from_secs(60);
+
+/// Removes audit events older than their organisation's retention, 500 a transaction, behind a
+/// checkpoint (`service/audit_integrity.rs`); a pass that removed some is followed by the next
+/// at once. Replicas may run it together: each batch locks its workspace's row.
+pub(super) fn purge_expired_audit(services: Arc<Services>) {
+    in_batches_every(AUDIT_RETENTION_EVERY, move || {
+        let services = services.clone();
+        async move {
+            match services.purge_expired_audit(chrono::Utc::now()).await {
+                Ok(removed) => removed > 0,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the audit retention pass failed; retrying at the next tick");
+                    false
+                }
+            }
+        }
+    });
+}
