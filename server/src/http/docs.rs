@@ -20,7 +20,9 @@ one is a 400 whose body and header carry a freshly generated id.
 nothing ran; see `retry-after`), `rate_limited`, \
 `policy_error` (the authorization policy failed; denied), `invalid_signature` (a runner \
 signature was refused), `pool_busy`, `pool_deleted`, `invalid_transition`, \
-`already_reported`, `unavailable`, `internal`. `error.details` names the failing field \
+`already_reported`, `cursor_expired` (410: an activity cursor or a stream's `Last-Event-ID` \
+points into audit events the organisation's retention removed; `details.oldestSequence` is the \
+oldest kept), `unavailable`, `internal`. `error.details` names the failing field \
 (`field`, `reason`, and `errors` listing all of them).
 * Rate limits: a bearer request spends its token's, its user's and its organisation's \
 budgets at once; `x-ratelimit-limit` and `x-ratelimit-remaining` describe the budget that \

@@ -263,6 +263,13 @@ impl From<ServiceError> for ApiFailure {
                 rate: None,
                 retry_after: None,
             },
+            ServiceError::CursorExpired { oldest } => Self::new(
+                StatusCode::GONE,
+                "cursor_expired",
+                "the events this cursor points at were removed by retention; start again from \
+                 the newest page, or resume after details.oldestSequence - 1",
+            )
+            .with_details(json!({ "oldestSequence": oldest })),
             ServiceError::PolicyError => Self::new(
                 StatusCode::FORBIDDEN,
                 "policy_error",
@@ -318,6 +325,7 @@ fn describe(status: u16) -> &'static str {
         403 => "The credentials do not permit this operation",
         404 => "A referenced resource does not exist or is not visible",
         409 => "Conflicts with the current state",
+        410 => "The cursor or Last-Event-ID points into audit events removed by retention",
         413 => "The request body exceeds the size limit",
         429 => "Rate limit exceeded",
         500 => "Internal error",

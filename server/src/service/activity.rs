@@ -97,6 +97,22 @@ pub struct ActivityPage {
 }
 
 impl Services {
+    /// Refuses a position whose next event retention removed: the client would otherwise miss
+    /// events without knowing (410 `cursor_expired`, docs/decisions.md). `next` is the sequence
+    /// the client reads next (a page cursor's minus one, a `Last-Event-ID`'s plus one).
+    pub(super) async fn check_not_expired(
+        &self,
+        workspace_id: Uuid,
+        next: i64,
+    ) -> Result<(), ServiceError> {
+        match self.store.removed_through(workspace_id).await? {
+            Some(removed) if next <= removed => Err(ServiceError::CursorExpired {
+                oldest: removed + 1,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     pub async fn list_activity(
         &self,
         principal: &Principal,
@@ -113,8 +129,14 @@ impl Services {
         let (limit, batch) = (page.limit as usize, page.limit + 1);
         let mut items = Vec::with_capacity(batch as usize);
         let mut before = page.before;
-        for _ in 0..SCAN_READS {
+        for read in 0..SCAN_READS {
             let events = self.store.list_events(workspace_id, before, batch).await?;
+            if read == 0 && events.is_empty() {
+                // Only an empty first read can be a cursor into removed events: one more read.
+                if let Some(before) = page.before {
+                    self.check_not_expired(workspace_id, before - 1).await?;
+                }
+            }
             let exhausted = events.len() < batch as usize;
             for event in events {
                 before = event.sequence;

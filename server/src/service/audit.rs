@@ -330,6 +330,11 @@ impl Services {
         .await?;
         let workspace_id = crate::domain::parse_uuid(workspace)
             .ok_or_else(|| ServiceError::forbidden("no access"))?;
+        // A resumed stream whose next events retention removed is refused, not given a gap;
+        // `after=0` (the whole log) starts at the oldest event kept.
+        if let Some(after) = request.after.filter(|after| *after > 0) {
+            self.check_not_expired(workspace_id, after + 1).await?;
+        }
         // After authorization, so a caller without access is told so rather than to wait.
         let permit = self
             .stream_permits

@@ -30,6 +30,10 @@ pub enum ServiceError {
         message: String,
         details: Option<Value>,
     },
+    /// A cursor or `Last-Event-ID` points into audit events retention has removed; `oldest` is
+    /// the oldest sequence still kept.
+    #[error("the cursor points into audit events that were removed; the oldest kept is {oldest}")]
+    CursorExpired { oldest: i64 },
     /// The authorization policy could not decide (trap, timeout, memory): denied.
     #[error("the authorization policy failed; access denied")]
     PolicyError,

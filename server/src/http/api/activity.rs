@@ -10,11 +10,10 @@ use poem_openapi::types::Type;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde::Serialize;
 use serde_json::Value;
-use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::ApiTags;
-use crate::domain::{AuditEvent, Timestamp};
+use crate::domain::Timestamp;
 use crate::http::auth::BearerAuth;
 use crate::http::error::{ApiFailure, error_responses};
 use crate::service::{PageRequest, Services};
@@ -76,52 +75,9 @@ struct Page<'a> {
     next_cursor: Option<&'a str>,
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct Item<'a> {
-    id: Uuid,
-    sequence: i64,
-    #[serde(rename = "type")]
-    event_type: &'a str,
-    actor: Actor<'a>,
-    target: Target<'a>,
-    correlation_id: &'a str,
-    occurred_at: Timestamp,
-    data: &'a RawValue,
-}
-
-#[derive(Serialize)]
-struct Actor<'a> {
-    kind: &'a str,
-    id: Option<Uuid>,
-}
-
-#[derive(Serialize)]
-struct Target<'a> {
-    kind: &'a str,
-    id: Uuid,
-}
-
-impl<'a> From<&'a AuditEvent> for Item<'a> {
-    fn from(e: &'a AuditEvent) -> Self {
-        Self {
-            id: e.id,
-            sequence: e.sequence.unwrap_or_default(),
-            event_type: &e.event_type,
-            actor: Actor {
-                kind: &e.actor_kind,
-                id: e.actor_id,
-            },
-            target: Target {
-                kind: &e.target_kind,
-                id: e.target_id,
-            },
-            correlation_id: &e.correlation_id,
-            occurred_at: Timestamp::new(e.occurred_at),
-            data: &e.data,
-        }
-    }
-}
+/// One item: the one serialisation of an event (`domain/audit_chain.rs`), which the stream and
+/// `cpctl audit export` write too.
+pub(super) use crate::domain::EventJson as Item;
 
 /// 200 with an `ActivityPageBody`, serialised straight from the events.
 pub struct ActivityResponse(Vec<u8>);
@@ -155,7 +111,7 @@ impl IntoResponse for ActivityResponse {
     }
 }
 
-error_responses!(ActivityErrors: 400, 401, 403, 413, 429, 500, 503);
+error_responses!(ActivityErrors: 400, 401, 403, 410, 413, 429, 500, 503);
 
 pub struct ActivityApi;
 
@@ -169,6 +125,9 @@ impl ActivityApi {
     /// whose data names another `environmentId`), nor events of commands sent to no
     /// environment; its page may then hold fewer than `limit` items, even none, while
     /// `nextCursor` says more of the log remains.
+    ///
+    /// A cursor into events removed by the organisation's retention is a 410 `cursor_expired`
+    /// (`details.oldestSequence` is the oldest kept): start again from the first page.
     #[oai(
         path = "/workspaces/:workspaceId/activity",
         method = "get",
@@ -210,7 +169,10 @@ impl ActivityApi {
 mod tests {
     use std::collections::BTreeSet;
 
+    use serde_json::value::RawValue;
+
     use super::*;
+    use crate::domain::AuditEvent;
 
     /// The page is written by hand (`Page`/`Item`) for speed and documented by the `Object`
     /// types above: every object must carry exactly the properties its schema names.

@@ -126,7 +126,7 @@ impl IntoResponse for AuditStreamResponse {
     }
 }
 
-error_responses!(AuditStreamErrors: 400, 401, 403, 413, 429, 500, 503);
+error_responses!(AuditStreamErrors: 400, 401, 403, 410, 413, 429, 500, 503);
 
 pub struct AuditApi;
 
@@ -156,6 +156,10 @@ impl AuditApi {
     /// `details` with the `scope` (`token`, `workspace` or `process`) and its `limit`. A stream
     /// frees its place when it ends, or when a write to its vanished client fails (within two
     /// heartbeats). The replay is read from the log a page at a time.
+    ///
+    /// A `Last-Event-ID` (or `after` other than 0) whose next events were removed by the
+    /// organisation's retention is a 410 `cursor_expired` (`details.oldestSequence` is the
+    /// oldest kept) rather than a replay with a gap; `after=0` replays what is kept.
     #[oai(
         path = "/workspaces/:workspaceId/audit/stream",
         method = "get",
