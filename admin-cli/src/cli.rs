@@ -118,6 +118,9 @@ pub enum Command {
     /// Runners, their keys, and signing a report as a runner.
     #[command(subcommand)]
     Runners(crate::runners::RunnersCommand),
+    /// The audit log: verify its hash chain, export it, retention.
+    #[command(subcommand)]
+    Audit(crate::audit::AuditCommand),
     /// Webhook deliveries of runner commands and their attempts.
     #[command(subcommand)]
     Deliveries(crate::deliveries::DeliveriesCommand),

@@ -176,6 +176,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Policies(command) => policies(&services, out, command).await?,
         Command::Webhooks(WebhooksCommand::Keys) => webhook_keys(&services, out),
         Command::Pools(command) => crate::pools::pools(&services, out, &cid, command).await?,
+        Command::Audit(command) => crate::audit::audit(&services, out, &cid, command).await?,
         Command::Runners(command) => crate::runners::runners(&services, out, &cid, command).await?,
         Command::Deliveries(command) => {
             crate::deliveries::deliveries(&services, out, command).await?

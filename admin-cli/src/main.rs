@@ -1,5 +1,6 @@
 //! `cpctl`: the admin CLI. Commands are thin adapters over the service layer.
 
+mod audit;
 mod cli;
 mod commands;
 mod deliveries;

@@ -168,6 +168,8 @@ fn failure(o: &Output) -> String {
 }
 
 // The tests, by concern; declared last so that `needs_postgres!` is in scope in each.
+#[path = "cli/audit.rs"]
+mod audit;
 #[path = "cli/decisions.rs"]
 mod decisions;
 #[path = "cli/policies.rs"]

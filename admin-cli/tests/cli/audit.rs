@@ -1,0 +1,146 @@
+//! `cpctl audit`: verify (exit status, `-o json`, the break it names), export (ndjson in
+//! sequence order, CSV's shape), retention and a purge after which verify still passes, and
+//! one-line errors for bad input.
+
+use super::*;
+
+/// A bootstrapped store with a few more workspace events (pools); returns (workspace, org).
+fn log(db: &Db) -> (String, String) {
+    let boot = bootstrap(db);
+    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
+    let org = boot["organisationId"].as_str().unwrap().to_owned();
+    for n in 0..4 {
+        assert_ok(&db.run(&format!("pools create --workspace {ws} pool-{n}")));
+    }
+    (ws, org)
+}
+
+async fn exec(db: &Db, sql: &str) {
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    conn.execute(sqlx::AssertSqlSafe(sql.to_owned()))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn verify_passes_then_names_a_changed_event_with_a_failing_status() {
+    needs_postgres!();
+    let db = Db::new().await;
+    let (ws, _) = log(&db);
+    let report = json_of(&db.run(&format!("audit verify --workspace {ws} -o json")));
+    assert_eq!(report["intact"], true, "{report}");
+    assert_eq!(report["verified"], report["headSequence"]);
+    let table = db.run(&format!("audit verify --workspace {ws}"));
+    assert_ok(&table);
+    assert!(stdout(&table).starts_with("ok: "), "{}", stdout(&table));
+
+    exec(
+        &db,
+        r#"UPDATE audit_events SET data = '{"name": "forged"}' WHERE seq = 3"#,
+    )
+    .await;
+    let out = db.run(&format!("audit verify --workspace {ws} -o json"));
+    let err = failure(&out);
+    assert!(err.contains("changed at sequence 3"), "{err}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["intact"], false);
+    assert_eq!(report["broken"]["problem"], "changed");
+    assert_eq!(report["broken"]["sequence"], 3);
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn export_writes_every_event_in_order_as_ndjson_and_csv() {
+    needs_postgres!();
+    let db = Db::new().await;
+    let (ws, _) = log(&db);
+    let out = db.run(&format!("audit export --workspace {ws} --format ndjson"));
+    assert_ok(&out);
+    let lines: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seqs: Vec<i64> = lines
+        .iter()
+        .map(|l| l["sequence"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=lines.len() as i64).collect::<Vec<_>>());
+    assert!(lines.len() >= 6, "{lines:?}");
+    assert_eq!(lines[0]["type"], "workspace.created");
+    assert!(is_api_time(lines[0]["occurredAt"].as_str().unwrap()));
+
+    let csv = stdout(&db.run(&format!("audit export --workspace {ws} --format csv")));
+    let rows: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        rows[0],
+        "id,sequence,type,actor_kind,actor_id,target_kind,target_id,correlation_id,occurred_at,data"
+    );
+    assert_eq!(rows.len(), lines.len() + 1);
+    // `data` is the last column, a quoted JSON string.
+    let last = rows[2];
+    let data_at = last.find(",\"{").expect("a quoted JSON data column");
+    let data = last[data_at + 2..last.len() - 1].replace("\"\"", "\"");
+    let data: Value = serde_json::from_str(&data).unwrap();
+    assert_eq!(data, lines[1]["data"]);
+
+    // A window that ends before everything: nothing.
+    let none = db.run(&format!(
+        "audit export --workspace {ws} --until 2000-01-01T00:00:00Z"
+    ));
+    assert_ok(&none);
+    assert_eq!(stdout(&none), "");
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn after_retention_and_a_purge_the_chain_still_verifies() {
+    needs_postgres!();
+    let db = Db::new().await;
+    let (ws, org) = log(&db);
+    // A week keeps everything; then, a second later, a retention of 1s removes every event.
+    let set = json_of(&db.run(&format!("audit retention {org} 7d -o json")));
+    assert_eq!(set["retention"], "1w");
+    assert_eq!(set["retentionSeconds"], 604_800);
+    let purged = json_of(&db.run("audit purge -o json"));
+    assert_eq!(purged["removed"], 0);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_ok(&db.run(&format!("audit retention {org} 1s")));
+    let purged = json_of(&db.run("audit purge -o json"));
+    assert!(purged["removed"].as_i64().unwrap() >= 6, "{purged}");
+    assert_ok(&db.run(&format!("pools create --workspace {ws} after")));
+    let report = json_of(&db.run(&format!("audit verify --workspace {ws} -o json")));
+    assert_eq!(report["intact"], true, "{report}");
+    assert_eq!(report["verified"], 1);
+    assert_eq!(report["checkpointSequence"], purged["removed"]);
+    let off = json_of(&db.run(&format!("audit retention {org} none -o json")));
+    assert!(off["retention"].is_null());
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_one_line_errors() {
+    needs_postgres!();
+    let db = Db::new().await;
+    let (ws, org) = log(&db);
+    for (line, says) in [
+        ("audit verify --workspace nope".to_owned(), "not a uuid"),
+        (
+            format!("audit verify --workspace {}", uuid::Uuid::new_v4()),
+            "no such workspace",
+        ),
+        (
+            format!("audit export --workspace {ws} --since yesterday"),
+            "not an RFC 3339 time",
+        ),
+        (format!("audit retention {org} 90x"), "not a length of time"),
+        (format!("audit retention {org} 0d"), "longer than 0s"),
+        (
+            format!("audit retention {} 90d", uuid::Uuid::new_v4()),
+            "no such organisation",
+        ),
+    ] {
+        let err = failure(&db.run(&line));
+        assert!(err.contains(says), "{line}: {err}");
+    }
+    db.drop_db().await;
+}
