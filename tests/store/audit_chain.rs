@@ -123,11 +123,11 @@ async fn a_deleted_event_is_named() {
 
         // The newest one too: the workspace's head still counts it.
         let tenant = log_of(&db, 5).await;
-        db.exec(&format!(
+        db.exec(
             "DELETE FROM audit_events WHERE seq = 5 AND event_type = 'test.event' \
              AND correlation_id = 'chain-0005' AND workspace_id = \
-             (SELECT id FROM workspaces WHERE audit_seq = 5)"
-        ))
+             (SELECT id FROM workspaces WHERE audit_seq = 5)",
+        )
         .await;
         let report = verify(&db, &tenant).await;
         assert_eq!(
