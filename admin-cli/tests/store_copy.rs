@@ -352,6 +352,12 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
     assert_eq!(resumed[0].0, last + 1);
     target.stop().await;
 
+    // The hash chain came across and goes on: SQLite's JSON text became jsonb, and the chain
+    // hashes the event as read, so it verifies to the event written after the move.
+    let verified = json_of(&db.url, &["audit", "verify", "--workspace", &ws]);
+    assert_eq!(verified["intact"], true, "{verified}");
+    assert_eq!(verified["verified"], last + 1, "{verified}");
+
     // Serial ids continue after the copied ones: a new activation is a new row.
     ok(cpctl(&db.url, &["policies", "rollback", "authorizer"]));
     ok(cpctl(&db.url, &["policies", "activate", "std@1"]));
@@ -362,6 +368,8 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
     let listed_pg = listings(&db.url, &ws, &plugin);
     ok(store_copy(&db.url, &back));
     assert_eq!(listings(&back, &ws, &plugin), listed_pg);
+    let verified = json_of(&back, &["audit", "verify", "--workspace", &ws]);
+    assert_eq!(verified["intact"], true, "{verified}");
     db.drop_db().await;
 }
 
