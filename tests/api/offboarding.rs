@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::support::sse::{Sse, logged_events, reader, stream_path};
 use crate::support::{
-    Call, ServerProcess, Tenant, TestApp, needs, spawn_app_with, sql_all, tenant_app,
+    Call, ServerProcess, Tenant, TestApp, needs, spawn_app_with, sql_all, sql_exec, tenant_app,
 };
 
 /// What `cpctl` opens: its own `Services` (its own pool) on the app's records.
@@ -268,7 +268,7 @@ async fn a_rotation_without_grace_stops_the_old_secret_and_its_stream_at_once() 
 }
 
 #[tokio::test]
-async fn a_revoked_token_a_disabled_users_token_and_a_long_grace_are_refused() {
+async fn rotating_a_revoked_expired_or_disabled_users_token_or_with_a_long_grace_is_refused() {
     let (app, tenant) = tenant_app().await;
     let member = member(&app, &tenant).await;
     let (_, id) = reader(&app, &member, &[member.workspace_id]).await;
@@ -303,6 +303,22 @@ async fn a_revoked_token_a_disabled_users_token_and_a_long_grace_are_refused() {
         .unwrap();
     let revoked = cpctl.rotate_token(id, span("1h"), &cid).await.unwrap_err();
     assert!(revoked.to_string().contains("is revoked"), "{revoked}");
+
+    let (_, expiring) = token_of(&app, &member).await;
+    let past = chrono::Utc::now() - chrono::TimeDelta::seconds(1);
+    let updated = sql_exec!(
+        &mut app.db().await,
+        "UPDATE tokens SET expires_at = $1 WHERE id = $2",
+        past,
+        expiring
+    )
+    .unwrap();
+    assert_eq!(updated, 1);
+    let expired = cpctl
+        .rotate_token(expiring, span("1h"), &cid)
+        .await
+        .unwrap_err();
+    assert!(expired.to_string().contains("has expired"), "{expired}");
 }
 
 #[tokio::test]
