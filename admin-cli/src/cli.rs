@@ -4,6 +4,8 @@ use std::path::PathBuf;
 use clap_complete::Shell;
 use uuid::Uuid;
 
+use control_plane::domain::{RevocationReason, Span};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
     Table,
@@ -214,6 +216,25 @@ pub enum UsersCommand {
         #[arg(long)]
         org: Option<Uuid>,
     },
+    /// Disable a user: none of its tokens authenticates, on any replica, until `enable`.
+    /// Disabling a disabled user changes nothing (its first time and reason are kept).
+    Disable {
+        #[arg(value_name = "USER_ID")]
+        user: Uuid,
+        /// Why, kept with the user and in the `user.disabled` audit event.
+        #[arg(long, value_parser = RevocationReason::parse)]
+        reason: Option<RevocationReason>,
+    },
+    /// Enable a disabled user: its tokens that are not revoked or expired authenticate again.
+    Enable {
+        #[arg(value_name = "USER_ID")]
+        user: Uuid,
+    },
+    /// Show a user, whether and why it is disabled, and its tokens.
+    Show {
+        #[arg(value_name = "USER_ID")]
+        user: Uuid,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -243,6 +264,15 @@ pub enum TokensCommand {
         /// Revoke the whole token and all its descendants (each grant with its audit event).
         #[arg(long)]
         cascade: bool,
+    },
+    /// Give a token a new secret (printed once), keeping everything else; the old secret
+    /// works until the grace ends (without `--grace`, it stops at once).
+    Rotate {
+        #[arg(value_name = "TOKEN_ID")]
+        token: Uuid,
+        /// How long the old secret keeps working: `90s`, `15m`, `24h`, `7d` (at most 30d).
+        #[arg(long)]
+        grace: Option<Span>,
     },
 }
 

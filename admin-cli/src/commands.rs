@@ -152,6 +152,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Users(UsersCommand::List { org }) => {
             output::list(out, &services.list_users(org).await?)
         }
+        Command::Users(command) => crate::users::users(&services, out, &cid, command).await?,
+        Command::Tokens(TokensCommand::Rotate { token, grace }) => {
+            crate::users::rotate(&services, out, &cid, token, grace).await?
+        }
         Command::Tokens(TokensCommand::Issue(args)) => {
             let user = services.get_user(args.user).await?;
             let scopes = args

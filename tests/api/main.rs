@@ -21,6 +21,7 @@ mod idempotency;
 mod issue_token;
 mod key_wrapping;
 mod lineage;
+mod offboarding;
 mod operation_auth;
 mod ops_endpoints;
 mod outcomes;

@@ -214,6 +214,7 @@ pub async fn tenant(store: &dyn RecordStore) -> Tenant {
         email: format!("{}@example.test", Uuid::new_v4().simple()),
         created_at: now,
         admin: false,
+        disabled: None,
     };
     let created = event(org.id, None, "user.created", user.id);
     store.create_user(&write, &user, &created).await.unwrap();

@@ -241,6 +241,7 @@ impl Services {
             email: parse_email(email)?,
             created_at: Self::now(),
             admin,
+            disabled: None,
         };
         self.require_organisation(organisation_id).await?;
         // The email is personal data: the event names the user by id only.

@@ -21,7 +21,8 @@
 //! - **The active policy now denies it**: every reload of this process's policies (on an
 //!   activation's announcement) re-asks the authorizer for every open stream at once.
 //! - **Anything else that makes authenticating with the token fail** (a revocation that writes no
-//!   event in this workspace, an `expires_at` brought forward): the backstop below.
+//!   event in this workspace, an `expires_at` brought forward, its user disabled, the grace of a
+//!   secret a rotation replaced ending): the backstop below.
 //!
 //! The backstop: every [`RECHECK`] each open stream re-reads its token as authentication does
 //! (`find_credential`: one indexed read through the read pool) and re-asks the authorizer (one

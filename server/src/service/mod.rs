@@ -14,9 +14,11 @@ mod dispatcher;
 mod error;
 mod fair_share;
 mod keys;
+mod offboarding;
 mod permissions;
 mod policies;
 mod reviews;
+mod rotation;
 mod runner_auth;
 mod runner_secrets;
 mod runners;
@@ -48,9 +50,11 @@ pub use fair_share::BreakerSettings;
 pub use keys::{
     KeySet, KeySource, RECORD_KEYS, WEBHOOK_KEYS, load_keys, load_secrets_cipher, load_token_hasher,
 };
+pub use offboarding::{USER_DISABLED, USER_ENABLED, UserChange, UserOverview};
 pub use permissions::Permission;
 pub use policies::{CompiledCache, parse_reference};
 pub use reviews::{ModeratedReview, ReportReviewInput, ReviewInput, decision_of};
+pub use rotation::{MAX_ROTATION_GRACE_DAYS, RotatedToken, TOKEN_ROTATED};
 pub use runner_auth::{RunnerPrincipal, SignedRequest};
 pub use runner_secrets::{MAX_SECRET_OVERLAP, RotatedSecret};
 pub use runners::{DeletePoolInput, RegisteredRunner, bounded_text};

@@ -138,6 +138,10 @@ impl Services {
             tracing::info!(reason = "mismatch", prefix = %public_id.display_prefix(), "authentication failed");
             return Err(ServiceError::Unauthenticated);
         }
+        if !stored.usable_at(Self::now()) {
+            tracing::info!(reason = "user_disabled_or_rotated", prefix = %public_id.display_prefix(), "authentication failed");
+            return Err(ServiceError::Unauthenticated);
+        }
         match Self::live_principal(stored.token) {
             Some(principal) => Ok(principal),
             None => {
@@ -157,6 +161,7 @@ impl Services {
             .store
             .find_credential(&principal.public_id)
             .await?
+            .filter(|stored| stored.usable_at(Self::now()))
             .map(|stored| stored.token)
             .filter(|token| token.id == principal.token_id))
     }

@@ -140,6 +140,8 @@ pub(crate) const TABLES: &[Table] = &[
             ("email", Text),
             CREATED,
             ("admin", Bool),
+            ("disabled_at", Time),
+            ("disabled_reason", Text),
         ],
     ),
     Table {
@@ -162,6 +164,16 @@ pub(crate) const TABLES: &[Table] = &[
             ],
         )
     },
+    Table::new(
+        "token_previous_secrets",
+        &[
+            ("public_id", Text),
+            ("token_id", Kind::Uuid),
+            ("secret_hash", Bytes),
+            ("replaced_at", Time),
+            ("valid_until", Time),
+        ],
+    ),
     Table::new(
         "token_workspaces",
         &[

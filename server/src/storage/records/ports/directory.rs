@@ -39,6 +39,15 @@ pub struct User {
     pub created_at: DateTime<Utc>,
     /// An administrator of its organisation: may decide workflow approvals.
     pub admin: bool,
+    /// Set by `cpctl users disable`: none of the user's tokens authenticates meanwhile.
+    pub disabled: Option<UserDisabled>,
+}
+
+/// When and why a user was disabled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserDisabled {
+    pub at: DateTime<Utc>,
+    pub reason: Option<String>,
 }
 
 /// Which of the referenced organisation, workspaces and environments exist, and where.
@@ -89,6 +98,15 @@ pub trait DirectoryStore: Send + Sync {
     ) -> Result<(), StoreError>;
     async fn list_users(&self, organisation_id: Option<Uuid>) -> Result<Vec<User>, StoreError>;
     async fn get_user(&self, id: Uuid) -> Result<Option<User>, StoreError>;
+    /// Disables (`Some`) or enables (`None`) the user and writes `event`, unless it already is
+    /// so: then nothing is written and the answer is `false`.
+    async fn set_user_disabled(
+        &self,
+        write: &WriteContext,
+        user_id: Uuid,
+        disabled: Option<&UserDisabled>,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError>;
     /// The user of that organisation with that email (emails are unique per organisation).
     async fn find_user_by_email(
         &self,

@@ -29,11 +29,39 @@ pub struct TokenRecord {
     pub issued_by_token_id: Option<Uuid>,
 }
 
-/// What authentication needs: the record and the keyed hash of its secret.
+/// What authentication needs: the record and the keyed hash of its secret. Its
+/// `token.public_id` is the public id asked for: after a rotation, a replaced one during its
+/// grace, so that a principal re-checked later (an open audit stream) re-reads that secret.
 #[derive(Debug, Clone)]
 pub struct StoredCredential {
     pub token: TokenRecord,
     pub secret_hash: Vec<u8>,
+    /// For a secret a rotation replaced: until when it still authenticates.
+    pub valid_until: Option<DateTime<Utc>>,
+    /// The token's user is disabled (`cpctl users disable`): no secret of it authenticates.
+    pub user_disabled: bool,
+}
+
+impl StoredCredential {
+    /// Whether this secret may authenticate at `now` as far as its user and rotation go (the
+    /// token's own revocation and expiry are the principal's to check).
+    pub fn usable_at(&self, now: DateTime<Utc>) -> bool {
+        !self.user_disabled && self.valid_until.is_none_or(|until| until > now)
+    }
+}
+
+/// A rotation: the token keeps its id, grants, scopes, expiry, environments and lineage, and
+/// gets `public_id` and `secret_hash`; the replaced ones authenticate until `previous_valid_until`.
+#[derive(Debug, Clone)]
+pub struct RotateToken {
+    pub token_id: Uuid,
+    pub public_id: String,
+    pub secret_hash: Vec<u8>,
+    pub rotated_at: DateTime<Utc>,
+    /// `rotated_at` itself for a rotation without grace.
+    pub previous_valid_until: DateTime<Utc>,
+    /// One per workspace the token reaches.
+    pub events: Vec<NewAuditEvent>,
 }
 
 #[derive(Debug, Clone)]
@@ -109,4 +137,11 @@ pub trait TokenStore: Send + Sync {
         revoke: &RevokeGrant,
     ) -> Result<Option<RevokeOutcome>, StoreError>;
     async fn list_tokens(&self, filter: &TokenFilter) -> Result<Vec<TokenRecord>, StoreError>;
+    /// Replaces the token's secret; `false` (nothing written) when the token is revoked or
+    /// expired at `rotated_at`. Any earlier replaced secret still in its grace stops then.
+    async fn rotate_token(
+        &self,
+        write: &WriteContext,
+        rotate: &RotateToken,
+    ) -> Result<bool, StoreError>;
 }

@@ -9,8 +9,8 @@ use super::ListParam;
 use crate::domain::NewAuditEvent;
 use crate::storage::records::dialect::Dialect;
 use crate::storage::{
-    DirectoryStore, Environment, Organisation, StoreError, TargetLookup, User, Workspace,
-    WriteContext,
+    DirectoryStore, Environment, Organisation, StoreError, TargetLookup, User, UserDisabled,
+    Workspace, WriteContext,
 };
 
 #[async_trait]
@@ -147,7 +147,7 @@ impl<S: Dialect> DirectoryStore for S {
 
     async fn list_users(&self, organisation_id: Option<Uuid>) -> Result<Vec<User>, StoreError> {
         let rows: Vec<UserRow> = S::query(
-            "SELECT id, organisation_id, email, created_at, admin FROM users
+            "SELECT id, organisation_id, email, created_at, admin, disabled_at, disabled_reason FROM users
              WHERE $1 IS NULL OR organisation_id = $1 ORDER BY created_at, email",
         )
         .bind(organisation_id)
@@ -158,12 +158,51 @@ impl<S: Dialect> DirectoryStore for S {
 
     async fn get_user(&self, id: Uuid) -> Result<Option<User>, StoreError> {
         let row: Option<UserRow> = S::query(
-            "SELECT id, organisation_id, email, created_at, admin FROM users WHERE id = $1",
+            "SELECT id, organisation_id, email, created_at, admin, disabled_at, disabled_reason FROM users WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(self.pool())
         .await?;
         Ok(row.map(user))
+    }
+
+    async fn set_user_disabled(
+        &self,
+        write: &WriteContext,
+        user_id: Uuid,
+        disabled: Option<&UserDisabled>,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin(write).await?;
+        // The state it changes from is in the WHERE: of two concurrent disables, one changes it.
+        let done = match disabled {
+            Some(d) => {
+                S::query(
+                    "UPDATE users SET disabled_at = $2, disabled_reason = $3
+                     WHERE id = $1 AND disabled_at IS NULL",
+                )
+                .bind(user_id)
+                .bind(d.at)
+                .bind(d.reason.as_deref())
+                .execute(&mut *tx)
+                .await?
+            }
+            None => {
+                S::query(
+                    "UPDATE users SET disabled_at = NULL, disabled_reason = NULL
+                     WHERE id = $1 AND disabled_at IS NOT NULL",
+                )
+                .bind(user_id)
+                .execute(&mut *tx)
+                .await?
+            }
+        };
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        S::insert_event(&mut tx, event).await?;
+        self.commit(tx, write).await?;
+        Ok(true)
     }
 
     async fn find_user_by_email(
@@ -172,7 +211,7 @@ impl<S: Dialect> DirectoryStore for S {
         email: &str,
     ) -> Result<Option<User>, StoreError> {
         let row: Option<UserRow> = S::query(
-            "SELECT id, organisation_id, email, created_at, admin FROM users
+            "SELECT id, organisation_id, email, created_at, admin, disabled_at, disabled_reason FROM users
              WHERE organisation_id = $1 AND email = $2",
         )
         .bind(organisation_id)
@@ -237,14 +276,28 @@ fn workspace(
     }
 }
 
-type UserRow = (Uuid, Uuid, String, DateTime<Utc>, bool);
+type UserRow = (
+    Uuid,
+    Uuid,
+    String,
+    DateTime<Utc>,
+    bool,
+    Option<DateTime<Utc>>,
+    Option<String>,
+);
 
-fn user((id, organisation_id, email, created_at, admin): UserRow) -> User {
+fn user(
+    (id, organisation_id, email, created_at, admin, disabled_at, disabled_reason): UserRow,
+) -> User {
     User {
         id,
         organisation_id,
         email,
         created_at,
         admin,
+        disabled: disabled_at.map(|at| UserDisabled {
+            at,
+            reason: disabled_reason,
+        }),
     }
 }

@@ -13,8 +13,8 @@ use crate::domain::{NewAuditEvent, rules};
 use crate::storage::records::dialect::{Conn, Dialect, Issuance};
 use crate::storage::records::rows::with_data;
 use crate::storage::{
-    InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, StoreError, StoredCredential,
-    TokenFilter, TokenRecord, TokenStore, WriteContext,
+    InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, RotateToken, StoreError,
+    StoredCredential, TokenFilter, TokenRecord, TokenStore, WriteContext,
 };
 
 /// A token as [`TOKEN_COLUMNS`] selects it.
@@ -60,12 +60,15 @@ impl TryFrom<TokenRow> for TokenRecord {
     }
 }
 
-/// A token with the keyed hash of its secret: `SELECT {token_columns}, t.secret_hash`.
+/// A token with the keyed hash of a secret, until when that secret is valid when a rotation
+/// replaced it, and whether its user is disabled.
 #[derive(FromRow)]
 struct CredentialRow {
     #[sqlx(flatten)]
     token: TokenRow,
     secret_hash: Vec<u8>,
+    valid_until: Option<DateTime<Utc>>,
+    user_disabled: bool,
 }
 
 #[async_trait]
@@ -96,20 +99,85 @@ impl<S: Dialect> TokenStore for S {
         &self,
         public_id: &str,
     ) -> Result<Option<StoredCredential>, StoreError> {
+        // The token's current secret, or one a rotation replaced; either way with its user's
+        // disabled state, read in the same statement so nothing can serve a stale answer.
         let query = S::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {token_columns}, t.secret_hash FROM tokens t WHERE t.public_id = $1",
-            token_columns = S::TOKEN_COLUMNS
+            "SELECT {token_columns}, t.secret_hash, NULL AS valid_until,
+                    u.disabled_at IS NOT NULL AS user_disabled
+             FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.public_id = $1
+             UNION ALL
+             SELECT {token_columns}, p.secret_hash, p.valid_until,
+                    u.disabled_at IS NOT NULL AS user_disabled
+             FROM token_previous_secrets p JOIN tokens t ON t.id = p.token_id
+                  JOIN users u ON u.id = t.user_id
+             WHERE p.public_id = $1",
+            token_columns = S::TOKEN_COLUMNS,
         )))
         .bind(public_id);
         // Authentication is the request path's hottest read.
         let row: Option<CredentialRow> = self.read_optional(query).await?;
         row.map(|r| {
+            let mut token: TokenRecord = r.token.try_into()?;
+            token.public_id = public_id.to_owned();
             Ok(StoredCredential {
-                token: r.token.try_into()?,
+                token,
                 secret_hash: r.secret_hash,
+                valid_until: r.valid_until,
+                user_disabled: r.user_disabled,
             })
         })
         .transpose()
+    }
+
+    async fn rotate_token(
+        &self,
+        write: &WriteContext,
+        rotate: &RotateToken,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin(write).await?;
+        // Locked, so a concurrent rotation or revocation goes first or after, never between.
+        let current: Option<(String, Vec<u8>)> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT public_id, secret_hash FROM tokens
+             WHERE id = $1 AND revoked_at IS NULL AND expires_at > $2 {for_update}",
+            for_update = S::FOR_UPDATE
+        )))
+        .bind(rotate.token_id)
+        .bind(rotate.rotated_at)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((previous_id, previous_hash)) = current else {
+            return Ok(false);
+        };
+        // A rotation within an earlier one's grace ends that grace: at most two secrets live.
+        S::query(
+            "UPDATE token_previous_secrets SET valid_until = $2
+             WHERE token_id = $1 AND valid_until > $2",
+        )
+        .bind(rotate.token_id)
+        .bind(rotate.rotated_at)
+        .execute(&mut *tx)
+        .await?;
+        S::query(
+            "INSERT INTO token_previous_secrets
+                 (public_id, token_id, secret_hash, replaced_at, valid_until)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&previous_id)
+        .bind(rotate.token_id)
+        .bind(&previous_hash)
+        .bind(rotate.rotated_at)
+        .bind(rotate.previous_valid_until)
+        .execute(&mut *tx)
+        .await?;
+        S::query("UPDATE tokens SET public_id = $2, secret_hash = $3 WHERE id = $1")
+            .bind(rotate.token_id)
+            .bind(&rotate.public_id)
+            .bind(&rotate.secret_hash)
+            .execute(&mut *tx)
+            .await?;
+        S::insert_events(&mut tx, &rotate.events).await?;
+        self.commit(tx, write).await?;
+        Ok(true)
     }
 
     async fn revoke_grant(

@@ -1,0 +1,109 @@
+//! Offboarding: `cpctl users disable` and `enable`.
+//!
+//! Disabling a user is a state of the user, not a revocation of its tokens: authentication reads
+//! the user's state with the credential in one statement (`find_credential`), on every request
+//! and on every replica, so every token of a disabled user answers 401 at once, and an open
+//! audit stream of one ends at its next re-check (`service/audit.rs`, every second). Tokens issued
+//! by a token belong to the same user, so the lineage needs no cascade: they stop with it. Enabling
+//! the user brings back every token that is otherwise live (not revoked, not expired); nothing
+//! about the tokens themselves was changed.
+
+use serde_json::json;
+use uuid::Uuid;
+
+use super::admin::admin_event;
+use super::{ServiceError, Services};
+use crate::domain::{CorrelationId, RevocationReason};
+use crate::storage::{TokenFilter, TokenRecord, User, UserDisabled, WriteContext};
+
+/// A user after `disable` or `enable`; `changed` is false when it already was so (an idempotent
+/// repeat: nothing written, no event, the first disabling's time and reason kept).
+#[derive(Debug, Clone)]
+pub struct UserChange {
+    pub user: User,
+    pub changed: bool,
+}
+
+/// A user and every token it holds (revoked and expired ones included), for `cpctl users show`.
+#[derive(Debug, Clone)]
+pub struct UserOverview {
+    pub user: User,
+    pub tokens: Vec<TokenRecord>,
+}
+
+pub const USER_DISABLED: &str = "user.disabled";
+pub const USER_ENABLED: &str = "user.enabled";
+
+impl Services {
+    /// Stops every token of the user from authenticating, until [`Services::enable_user`].
+    pub async fn disable_user(
+        &self,
+        user_id: Uuid,
+        reason: Option<RevocationReason>,
+        cid: &CorrelationId,
+    ) -> Result<UserChange, ServiceError> {
+        let user = self.get_user(user_id).await?;
+        let disabled = UserDisabled {
+            at: Self::now(),
+            reason: reason.map(|r| r.as_str().to_owned()),
+        };
+        let event = admin_event(
+            user.organisation_id,
+            None,
+            USER_DISABLED,
+            "user",
+            user.id,
+            cid,
+            json!({ "userId": user.id, "reason": disabled.reason }),
+        );
+        self.set_disabled(user, Some(&disabled), &event, cid).await
+    }
+
+    /// Lets the user's tokens authenticate again, those not revoked or expired.
+    pub async fn enable_user(
+        &self,
+        user_id: Uuid,
+        cid: &CorrelationId,
+    ) -> Result<UserChange, ServiceError> {
+        let user = self.get_user(user_id).await?;
+        let event = admin_event(
+            user.organisation_id,
+            None,
+            USER_ENABLED,
+            "user",
+            user.id,
+            cid,
+            json!({ "userId": user.id }),
+        );
+        self.set_disabled(user, None, &event, cid).await
+    }
+
+    async fn set_disabled(
+        &self,
+        user: User,
+        disabled: Option<&UserDisabled>,
+        event: &crate::domain::NewAuditEvent,
+        cid: &CorrelationId,
+    ) -> Result<UserChange, ServiceError> {
+        let changed = self
+            .store
+            .set_user_disabled(&WriteContext::admin(cid), user.id, disabled, event)
+            .await?;
+        tracing::info!(user_id = %user.id, disabled = disabled.is_some(), changed, "user state set");
+        Ok(UserChange {
+            user: self.get_user(user.id).await?,
+            changed,
+        })
+    }
+
+    pub async fn user_overview(&self, user_id: Uuid) -> Result<UserOverview, ServiceError> {
+        let user = self.get_user(user_id).await?;
+        let tokens = self
+            .list_tokens(&TokenFilter {
+                user_id: Some(user.id),
+                ..TokenFilter::default()
+            })
+            .await?;
+        Ok(UserOverview { user, tokens })
+    }
+}
