@@ -8,6 +8,7 @@ mod output;
 mod pools;
 mod runners;
 mod store;
+mod tokens;
 mod workflows;
 
 use std::process::ExitCode;
@@ -16,7 +17,17 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        // A value that does not parse (a span such as `7x`) is one line, as every other
+        // error; usage errors, help and version print as clap prints them.
+        Err(e) if e.kind() == clap::error::ErrorKind::ValueValidation => {
+            let rendered = e.render().to_string();
+            eprintln!("{}", rendered.lines().next().unwrap_or_default());
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
     // The example runner logs one line per delivery; every other command only warnings.
     let serving = matches!(
         cli.command,
