@@ -3,5 +3,6 @@
 //! promise of a port is checked on every backend without a second test run.
 
 mod support;
+mod token_hygiene;
 mod token_issuance;
 mod write_context;
