@@ -118,3 +118,69 @@ async fn expiry_notices_are_claimed_once_for_live_tokens_in_the_window() {
     })
     .await;
 }
+
+/// `TokenFilter`'s time filters, in SQL on both backends: live tokens only, expiring by a
+/// time, unused since a time (never used counting from issuance).
+#[tokio::test]
+async fn list_filters_select_by_expiry_and_last_use() {
+    each_backend(test_name!(), |db| async move {
+        let store = &db.store;
+        let tenant = tenant(store.as_ref()).await;
+        let write = WriteContext::system();
+        let now = now();
+        let month_ago = now - Duration::days(31);
+        // Issued a month ago (expiring in 1 day from then: expired), or now (expiring in a day).
+        let expired = token(&tenant, "expired", None, month_ago);
+        let idle = token(&tenant, "idle", None, now);
+        let busy = token(&tenant, "busy", None, now);
+        let fresh = token(&tenant, "fresh", None, now);
+        for t in [&expired, &idle, &busy, &fresh] {
+            store.insert_token(&write, t, &[], 100, now).await.unwrap();
+        }
+        // idle: issued a month ago and never used; busy: issued a month ago, used just now.
+        db.exec(
+            "UPDATE tokens SET created_at = (SELECT created_at FROM tokens WHERE name = 'expired')
+             WHERE name IN ('idle', 'busy')",
+        )
+        .await;
+        store
+            .record_last_uses(&write, &[used(busy.record.id, now, "192.0.2.3")])
+            .await
+            .unwrap();
+        let names = |filter: TokenFilter| async move {
+            let mut names: Vec<String> = store
+                .list_tokens(&filter)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|t| t.name)
+                .collect();
+            names.sort();
+            names
+        };
+        let unused = TokenFilter {
+            live_at: Some(now),
+            unused_since: Some(now - Duration::days(30)),
+            ..TokenFilter::default()
+        };
+        assert_eq!(names(unused).await, ["idle"], "{:?}", db.backend);
+        let expiring = TokenFilter {
+            live_at: Some(now),
+            expires_by: Some(now + Duration::days(2)),
+            ..TokenFilter::default()
+        };
+        assert_eq!(
+            names(expiring).await,
+            ["busy", "fresh", "idle"],
+            "{:?}: live ones only",
+            db.backend
+        );
+        let narrow = TokenFilter {
+            live_at: Some(now),
+            expires_by: Some(now + Duration::hours(1)),
+            ..TokenFilter::default()
+        };
+        assert!(names(narrow).await.is_empty(), "{:?}", db.backend);
+    })
+    .await;
+}
