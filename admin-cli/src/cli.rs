@@ -241,13 +241,21 @@ pub enum UsersCommand {
 pub enum TokensCommand {
     /// Issue a token for a user; prints the secret once.
     Issue(IssueArgs),
+    /// List tokens, oldest first, with their last use; every filter narrows the list.
     List {
         #[arg(long)]
         user: Option<Uuid>,
         #[arg(long)]
         workspace: Option<Uuid>,
+        /// Only live tokens expiring within this length of time (`7d`, `48h`).
+        #[arg(long, value_name = "SPAN")]
+        expiring_within: Option<Span>,
+        /// Only live tokens not used for this length of time (`30d`); a token never used
+        /// counts once it is older than that.
+        #[arg(long, value_name = "SPAN")]
+        unused_for: Option<Span>,
     },
-    /// Show one token, with the token that issued it.
+    /// Show one token, with the token that issued it and its last use.
     Show {
         #[arg(long)]
         id: Uuid,

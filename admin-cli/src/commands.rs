@@ -8,7 +8,6 @@ use control_plane::config::ServerConfig;
 use control_plane::domain::{CorrelationId, ExpiresInDays, RevocationReason, Scope, TokenName};
 use control_plane::service::{BootstrapInput, IssueTokenInput, Services};
 use control_plane::startup::{base_url, cpctl_invocation, first_steps, open_services};
-use control_plane::storage::TokenFilter;
 
 use crate::cli::PoliciesCommand;
 use crate::cli::{
@@ -194,22 +193,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reviews(command) => {
             crate::marketplace::reviews(&services, out, &cid, command).await?
         }
-        Command::Tokens(TokensCommand::List { user, workspace }) => {
-            let filter = TokenFilter {
-                token_id: None,
-                user_id: user,
-                workspace_id: workspace,
-            };
-            output::list(out, &services.list_tokens(&filter).await?)
+        Command::Tokens(TokensCommand::List {
+            user,
+            workspace,
+            expiring_within,
+            unused_for,
+        }) => {
+            crate::tokens::list(&services, out, user, workspace, expiring_within, unused_for)
+                .await?
         }
         Command::Tokens(TokensCommand::Show { id }) => {
-            let filter = TokenFilter {
-                token_id: Some(id),
-                ..TokenFilter::default()
-            };
-            let token = services.list_tokens(&filter).await?.into_iter().next();
-            let token = token.ok_or_else(|| anyhow::anyhow!("no such token"))?;
-            output::show(out, &token);
+            crate::tokens::show(&services, out, id).await?
         }
         Command::Tokens(TokensCommand::Revoke {
             token,

@@ -9,6 +9,7 @@ mod output;
 mod pools;
 mod runners;
 mod store;
+mod tokens;
 mod users;
 mod workflows;
 

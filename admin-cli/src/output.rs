@@ -164,6 +164,9 @@ impl Render for TokenRecord {
             "expiresAt": Timestamp::new(self.expires_at),
             "revokedAt": self.revoked_at.map(Timestamp::new),
             "issuedByTokenId": self.issued_by_token_id,
+            "lastUsedAt": self.last_use.as_ref().map(|u| Timestamp::new(u.at)),
+            "lastUsedAddress": self.last_use.as_ref().map(|u| &u.address),
+            "lastUsedUserAgent": self.last_use.as_ref().and_then(|u| u.user_agent.as_ref()),
         })
     }
     fn headers() -> &'static [&'static str] {
@@ -176,6 +179,8 @@ impl Render for TokenRecord {
             "EXPIRES",
             "REVOKED",
             "ISSUED BY",
+            "LAST USED",
+            "FROM",
         ]
     }
     fn row(&self) -> Vec<String> {
@@ -191,6 +196,14 @@ impl Render for TokenRecord {
                 .unwrap_or_else(|| "-".into()),
             self.issued_by_token_id
                 .map(|t| t.to_string())
+                .unwrap_or_else(|| "-".into()),
+            self.last_use
+                .as_ref()
+                .map(|u| Timestamp::new(u.at).to_string())
+                .unwrap_or_else(|| "never".into()),
+            self.last_use
+                .as_ref()
+                .map(|u| u.address.clone())
                 .unwrap_or_else(|| "-".into()),
         ]
     }

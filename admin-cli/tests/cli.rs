@@ -180,3 +180,5 @@ mod policies;
 mod resources;
 #[path = "cli/setup.rs"]
 mod setup;
+#[path = "cli/tokens.rs"]
+mod tokens;

@@ -189,6 +189,18 @@ pub struct ServerConfig {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub command_timeout_sweep_secs: u64,
 
+    /// How long before its expiry a live token gets a `token.expiring` audit event, once, in
+    /// every workspace it still has access to (so a stream or export consumer can warn its
+    /// owner): a length of time such as `7d` or `48h`. `0s` gives no notice.
+    #[arg(long, env = "CP_TOKEN_EXPIRY_NOTICE", default_value = "7d")]
+    pub token_expiry_notice: crate::domain::Span,
+
+    /// Seconds between passes that give tokens their expiry notice. Every replica runs them;
+    /// each token gets its notice once, from one of them.
+    #[arg(long, env = "CP_TOKEN_EXPIRY_NOTICE_SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub token_expiry_notice_secs: u64,
+
     /// Hosts (comma-separated names or addresses) that runner delivery URLs may reach over plain
     /// http; every other delivery URL must be https. Empty: https only. Unset: loopback
     /// (`localhost,127.0.0.1,::1`) with `--dev`, https only without.

@@ -41,5 +41,6 @@ mod support;
 mod tenancy;
 mod time_format;
 mod timeouts;
+mod token_hygiene;
 mod webhook_keys;
 mod workflows;

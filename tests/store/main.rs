@@ -4,5 +4,6 @@
 
 mod audit_chain;
 mod support;
+mod token_hygiene;
 mod token_issuance;
 mod write_context;

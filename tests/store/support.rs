@@ -241,6 +241,7 @@ pub fn token(tenant: &Tenant, name: &str, issuer: Option<Uuid>, now: DateTime<Ut
             expires_at: now + chrono::Duration::days(1),
             revoked_at: None,
             issued_by_token_id: issuer,
+            last_use: None,
         },
         secret_hash: vec![0; 32],
     }

@@ -18,7 +18,7 @@ use super::limits::{Caller, RateGuard, RouteDecision, rate_class, tightest};
 use super::metrics::HttpMetrics;
 use super::ops::AllowedMethods;
 use crate::domain::{CorrelationId, FieldError, IdempotencyKey, ValidationErrors};
-use crate::service::{ServiceError, Services};
+use crate::service::{LastUseRecorder, ServiceError, Services};
 use crate::storage::RateDecision;
 
 pub const CORRELATION_HEADER: &str = "x-correlation-id";
@@ -35,6 +35,7 @@ pub struct RequestContext<E> {
     rates: Arc<RateGuard>,
     body_limit: usize,
     allowed: Option<Arc<AllowedMethods>>,
+    last_use: Option<Arc<LastUseRecorder>>,
 }
 
 impl<E> RequestContext<E> {
@@ -52,7 +53,14 @@ impl<E> RequestContext<E> {
             rates,
             body_limit,
             allowed: None,
+            last_use: None,
         }
+    }
+
+    /// Notes each token's use after it authenticates (recorded in the background).
+    pub fn with_last_use(mut self, recorder: Arc<LastUseRecorder>) -> Self {
+        self.last_use = Some(recorder);
+        self
     }
 
     /// The methods of each route, for the `Allow` header of a 405.
@@ -160,6 +168,14 @@ impl<E: Endpoint> RequestContext<E> {
             None => None,
         };
         let address = client_address(req);
+        if let (Some(AuthOutcome::Authenticated(p)), Some(recorder)) = (&outcome, &self.last_use) {
+            // Synchronous and bounded: no store or fast-state round trip on this path.
+            let agent = req
+                .headers()
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok());
+            recorder.observe(p.token_id, &address, agent);
+        }
         let decision = match &outcome {
             Some(AuthOutcome::Authenticated(p)) => self.rates.check(Caller::Token(p), class),
             _ => self.rates.check(Caller::Address(&address), class),

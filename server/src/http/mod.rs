@@ -25,7 +25,7 @@ pub use context::CORRELATION_HEADER;
 pub use limits::RateSettings;
 
 use crate::domain::RecordCipher;
-use crate::service::Services;
+use crate::service::{LastUseRecorder, Services};
 use crate::storage::{FastState, MemoryFastState, Rate, RateLimiter};
 use context::RequestContext;
 use idempotency::{Idempotency, IdempotencyGuard};
@@ -157,8 +157,17 @@ pub fn build_app(
         .data(api::Heartbeat(settings.heartbeat))
         // A panic becomes a bare 500 here, which the request context renders as an ApiError.
         .with(poem::middleware::CatchPanic::new());
+    let last_use = LastUseRecorder::start(
+        services.store().clone(),
+        fast.use_claims,
+        settings.key_prefix.clone(),
+    )?;
+    for collector in last_use.collectors() {
+        metrics.register(collector)?;
+    }
     let api = RequestContext::new(routes, metrics, services, rates, settings.body_limit)
         .with_allowed(allowed)
+        .with_last_use(last_use)
         .boxed();
     Ok(AppEndpoints {
         api,

@@ -23,6 +23,7 @@ mod runner_auth;
 mod runner_secrets;
 mod runners;
 mod stream_permits;
+mod token_hygiene;
 mod tokens;
 mod workflows;
 
@@ -60,6 +61,10 @@ pub use runner_secrets::{MAX_SECRET_OVERLAP, RotatedSecret};
 pub use runners::{DeletePoolInput, RegisteredRunner, bounded_text};
 pub use stream_permits::{
     STREAM_RETRY_AFTER, StreamCapReached, StreamLimits, StreamPermit, StreamPermits, StreamScope,
+};
+pub use token_hygiene::{
+    LAST_USE_WINDOW, LastUseRecorder, TOKEN_EXPIRING, TokenListing, USER_AGENT_MAX,
+    bounded_user_agent,
 };
 pub use tokens::{IssueTokenInput, IssuedCredential};
 pub use workflows::DECISION_REASON_MAX;

@@ -346,6 +346,7 @@ impl Services {
             expires_at: capped_expiry(now, input.expires_in_days, issuer.map(|(_, at)| at)),
             revoked_at: None,
             issued_by_token_id: issuer.map(|(id, _)| id),
+            last_use: None,
         };
         let events: Vec<NewAuditEvent> = record
             .workspace_ids
@@ -453,7 +454,7 @@ impl Services {
                 .list_tokens(&TokenFilter {
                     token_id: Some(token_id),
                     workspace_id: Some(workspace_id),
-                    user_id: None,
+                    ..TokenFilter::default()
                 })
                 .await?
                 .into_iter()

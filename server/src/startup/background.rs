@@ -1,10 +1,12 @@
 //! The server's background tasks, each a loop on a timer: following policy changes, purging
-//! expired idempotency outcomes, and failing overdue runner commands. Each holds no rule of
-//! its own; the service or the store decides what a tick does.
+//! expired idempotency outcomes, failing overdue runner commands, and giving tokens near their
+//! expiry their notice. Each holds no rule of its own; the service or the store decides what a
+//! tick does.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::domain::Span;
 use crate::service::Services;
 use crate::storage::{OutcomeStore, Topic};
 
@@ -116,6 +118,26 @@ pub(super) fn purge_expired_audit(services: Arc<Services>) {
                 Ok(removed) => removed > 0,
                 Err(e) => {
                     tracing::warn!(error = %e, "the audit retention pass failed; retrying at the next tick");
+                    false
+                }
+            }
+        }
+    });
+}
+
+/// Gives tokens near their expiry their `token.expiring` events every `every`; the rule (which
+/// tokens, once across replicas, which workspaces) is the service's.
+pub(super) fn notice_expiring_tokens(services: Arc<Services>, notice: Span, every: Duration) {
+    if notice.is_zero() {
+        return;
+    }
+    in_batches_every(every, move || {
+        let services = services.clone();
+        async move {
+            match services.notice_expiring_tokens(notice).await {
+                Ok((_, more)) => more,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the token expiry notice failed; retrying at the next tick");
                     false
                 }
             }

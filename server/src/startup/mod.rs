@@ -20,7 +20,10 @@ use anyhow::Context;
 use poem::Server;
 use poem::listener::TcpAcceptor;
 
-use self::background::{purge_expired_audit, purge_outcomes_every, sweep_timeouts, watch_policies};
+use self::background::{
+    notice_expiring_tokens, purge_expired_audit, purge_outcomes_every, sweep_timeouts,
+    watch_policies,
+};
 use self::first_start::first_start;
 use self::listeners::{bind, connection_limits, port_of, serve_ops, shutdown_signal};
 use self::services::{build_services, refuse_allow_all};
@@ -104,6 +107,11 @@ impl Application {
             Duration::from_secs(config.command_timeout_sweep_secs),
         );
         purge_expired_audit(services.clone());
+        notice_expiring_tokens(
+            services.clone(),
+            config.token_expiry_notice,
+            Duration::from_secs(config.token_expiry_notice_secs),
+        );
         services.audit_feed().follow();
         Dispatcher::new(services.clone())?.spawn();
         let endpoints = build_app(services.clone(), &http, fast, cipher)?;

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 pub use fast_state::{
     Bucket, Claim, FastStateError, HeldKey, IdempotencyStore, MemoryFastState, NonceStore, Rate,
-    RateDecision, RateLimiter, RedisFastState, SqliteFastState, Verdict, keys,
+    RateDecision, RateLimiter, RedisFastState, SqliteFastState, UseClaims, Verdict, keys,
 };
 pub use open::{OpenError, OpenSettings, Opened, RecordsLocation, open};
 pub use records::*;
@@ -38,6 +38,8 @@ pub struct FastState {
     pub idempotency: Arc<dyn IdempotencyStore>,
     pub limiter: Arc<dyn RateLimiter>,
     pub nonces: Arc<dyn NonceStore>,
+    /// Who writes each token's last use in the current window.
+    pub use_claims: Arc<dyn UseClaims>,
 }
 
 impl FastState {
@@ -45,7 +47,8 @@ impl FastState {
         Self {
             idempotency: state.clone(),
             limiter: state.clone(),
-            nonces: state,
+            nonces: state.clone(),
+            use_claims: state,
         }
     }
 
@@ -53,17 +56,20 @@ impl FastState {
         Self {
             idempotency: state.clone(),
             limiter: state.clone(),
-            nonces: state,
+            nonces: state.clone(),
+            use_claims: state,
         }
     }
 
     /// The embedded default: idempotency records and nonces in the SQLite file, so a restart
-    /// keeps them; rate limits in process, where a restart only grants a fresh budget.
+    /// keeps them; rate limits in process, where a restart only grants a fresh budget. Last-use
+    /// claims in the file too, so a restart does not write every token's last use again at once.
     pub fn embedded(durable: Arc<SqliteFastState>, limiter: Arc<MemoryFastState>) -> Self {
         Self {
             idempotency: durable.clone(),
             limiter,
-            nonces: durable,
+            nonces: durable.clone(),
+            use_claims: durable,
         }
     }
 }

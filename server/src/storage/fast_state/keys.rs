@@ -8,9 +8,10 @@
 //! the same keys, so both adapters see the same layout.
 //!
 //! The layouts are pinned by the tests below: changing one orphans every stored record
-//! (idempotency records live 24 hours, nonces 660 s, quota counts 24 hours) and splits running
-//! replicas. (The rate-limit buckets moved under the organisation's tag with the per-user and
-//! per-organisation budgets: an upgrade starts each token's bucket afresh, once.)
+//! (idempotency records live 24 hours, nonces 660 s, quota counts 24 hours, last-use claims
+//! 60 s) and splits running replicas. (The rate-limit buckets moved under the organisation's
+//! tag with the per-user and per-organisation budgets: an upgrade starts each token's bucket
+//! afresh, once.)
 
 use uuid::Uuid;
 
@@ -81,6 +82,11 @@ pub fn idempotency_quota(prefix: &str, owner: &str) -> String {
 /// A runner signature nonce, remembered so it is spent once.
 pub fn runner_nonce(prefix: &str, runner_id: Uuid, nonce: &str) -> String {
     format!("{prefix}nonce:{{{runner_id}}}:{nonce}")
+}
+
+/// The claim on writing a token's last use in the current window (`service::token_hygiene`).
+pub fn token_last_use(prefix: &str, token_id: Uuid) -> String {
+    format!("{prefix}last-use:{{tok:{token_id}}}")
 }
 
 #[cfg(test)]
@@ -159,6 +165,15 @@ mod tests {
         assert_eq!(
             runner_nonce("test-1:", runner, "n-0123456789abcdef"),
             "test-1:nonce:{1f0e6b2c-3c4d-4e5f-8a9b-0c1d2e3f4a5b}:n-0123456789abcdef"
+        );
+    }
+
+    #[test]
+    fn last_use_claims_are_tagged_by_token() {
+        let token = Uuid::parse_str("1f0e6b2c-3c4d-4e5f-8a9b-0c1d2e3f4a5b").unwrap();
+        assert_eq!(
+            token_last_use("cp:", token),
+            "cp:last-use:{tok:1f0e6b2c-3c4d-4e5f-8a9b-0c1d2e3f4a5b}"
         );
     }
 }

@@ -151,6 +151,17 @@ pub trait NonceStore: Send + Sync {
     async fn remember(&self, key: &str, ttl: Duration) -> Result<bool, FastStateError>;
 }
 
+/// Claims that coalesce many callers into one per window: the last-use record of a token is
+/// written by whoever wins its claim, at most once a window across every process sharing the
+/// store. The same atomic "set if absent, with a TTL" as a nonce, under a port of its own so
+/// that a change to one cannot break the other's promise.
+#[async_trait]
+pub trait UseClaims: Send + Sync {
+    /// True for the one caller that finds `key` free, which then holds it for `ttl`; false for
+    /// every other caller until then. Atomic across every process sharing the store.
+    async fn claim_window(&self, key: &str, ttl: Duration) -> Result<bool, FastStateError>;
+}
+
 /// GCRA on a theoretical arrival time `tat` (ms): shared by the in-process adapter and, in Lua,
 /// by the Redis one. Returns the decision and the new `tat` to store when allowed.
 pub fn gcra(now_ms: u64, tat_ms: Option<u64>, rate: Rate) -> (RateDecision, Option<u64>) {
@@ -317,6 +328,7 @@ pub mod contract {
                 a_lapsed_lease_is_free_and_its_owner_can_no_longer_complete_or_release,
                 quota_counts_add_up_within_their_window_and_start_again_after_it,
                 a_nonce_is_spent_once_until_it_expires,
+                a_use_claim_is_won_once_per_window,
             );
         };
         ($open:expr; $($promise:ident),+ $(,)?) => {
@@ -459,6 +471,34 @@ pub mod contract {
             state.stored_bytes(&key("q")).await.unwrap().0,
             7,
             "a new window"
+        );
+    }
+
+    pub async fn a_use_claim_is_won_once_per_window(state: &impl UseClaims, ns: &str) {
+        let key = |name: &str| format!("{ns}{name}");
+        let ttl = Duration::from_millis(500);
+        assert!(state.claim_window(&key("t"), ttl).await.unwrap());
+        assert!(
+            !state.claim_window(&key("t"), ttl).await.unwrap(),
+            "a second caller within the window loses"
+        );
+        assert!(
+            state.claim_window(&key("other"), ttl).await.unwrap(),
+            "keys are independent"
+        );
+        // Concurrent callers: exactly one wins.
+        let key_c = key("c");
+        let claims = (0..8).map(|_| state.claim_window(&key_c, ttl));
+        let won = futures_util::future::join_all(claims)
+            .await
+            .into_iter()
+            .filter(|r| *r.as_ref().unwrap())
+            .count();
+        assert_eq!(won, 1, "one winner among concurrent callers");
+        tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+        assert!(
+            state.claim_window(&key("t"), ttl).await.unwrap(),
+            "free again after the window"
         );
     }
 

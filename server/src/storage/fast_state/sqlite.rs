@@ -263,6 +263,14 @@ impl NonceStore for SqliteFastState {
     }
 }
 
+#[async_trait]
+impl super::UseClaims for SqliteFastState {
+    /// The nonce's atomic set-if-absent, under the claim's own key.
+    async fn claim_window(&self, key: &str, ttl: Duration) -> Result<bool, FastStateError> {
+        super::NonceStore::remember(self, key, ttl).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

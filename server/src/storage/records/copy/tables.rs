@@ -161,6 +161,10 @@ pub(crate) const TABLES: &[Table] = &[
                 ("expires_at", Time),
                 ("revoked_at", Time),
                 ("issued_by_token_id", Kind::Uuid),
+                ("last_used_at", Time),
+                ("last_used_address", Text),
+                ("last_used_agent", Text),
+                ("expiry_notice_at", Time),
             ],
         )
     },

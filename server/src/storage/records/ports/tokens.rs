@@ -27,6 +27,25 @@ pub struct TokenRecord {
     /// workspace are re-checked in the insert's transaction, so a revocation racing the
     /// issuance cannot be escaped.
     pub issued_by_token_id: Option<Uuid>,
+    /// The last use recorded (about once a minute at most); `None` before the first.
+    pub last_use: Option<TokenUse>,
+}
+
+/// One use of a token, as the last-use record keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenUse {
+    pub at: DateTime<Utc>,
+    /// The client address the request came from.
+    pub address: String,
+    /// The `User-Agent` it sent, bounded (`service::token_hygiene`); stored, never logged.
+    pub user_agent: Option<String>,
+}
+
+/// A use of a token to record as its last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastUseWrite {
+    pub token_id: Uuid,
+    pub used: TokenUse,
 }
 
 /// What authentication needs: the record and the keyed hash of its secret. Its
@@ -87,7 +106,28 @@ pub struct TokenFilter {
     pub token_id: Option<Uuid>,
     pub user_id: Option<Uuid>,
     pub workspace_id: Option<Uuid>,
+    /// Only tokens live at this instant: not revoked, not expired.
+    pub live_at: Option<DateTime<Utc>>,
+    /// Only tokens expiring at or before this instant.
+    pub expires_by: Option<DateTime<Utc>>,
+    /// Only tokens not used since this instant: last used before it, or never used and
+    /// created before it.
+    pub unused_since: Option<DateTime<Utc>>,
 }
+
+/// Live tokens whose expiry is near and which have had no notice yet, claimed by the one
+/// writer that marks them noticed: at most `limit` of them, expiring after `now` and at or
+/// before `until`.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpiringTokens {
+    pub now: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+    pub limit: i64,
+}
+
+/// The events of one token's expiry notice, given the token as it is in the claiming
+/// transaction (its `workspace_ids` are the grants still active).
+pub type NoticeEvents = dyn Fn(&TokenRecord) -> Vec<NewAuditEvent> + Send + Sync;
 
 /// Revocation of one token's access to one workspace, or (`workspace_id: None`) to all of them.
 #[derive(Debug, Clone)]
@@ -144,4 +184,20 @@ pub trait TokenStore: Send + Sync {
         write: &WriteContext,
         rotate: &RotateToken,
     ) -> Result<bool, StoreError>;
+    /// Records each use as its token's last, in one transaction, unless a later one is already
+    /// recorded. Returns the tokens whose row changed.
+    async fn record_last_uses(
+        &self,
+        write: &WriteContext,
+        uses: &[LastUseWrite],
+    ) -> Result<u64, StoreError>;
+    /// Claims the tokens `due` selects (a conditional update, so concurrent callers share none)
+    /// and writes each one's `events` with the claim, in one transaction. Returns how many were
+    /// claimed.
+    async fn notice_expiring_tokens(
+        &self,
+        write: &WriteContext,
+        due: ExpiringTokens,
+        events: &NoticeEvents,
+    ) -> Result<usize, StoreError>;
 }

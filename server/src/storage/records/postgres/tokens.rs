@@ -25,7 +25,8 @@ pub(super) const TOKEN_COLUMNS: &str =
     "t.id, t.public_id, t.user_id, t.organisation_id, t.name, t.scopes,
     ARRAY(SELECT tw.workspace_id FROM token_workspaces tw
           WHERE tw.token_id = t.id AND tw.revoked_at IS NULL ORDER BY tw.position) AS workspace_ids,
-    t.environment_ids, t.created_at, t.expires_at, t.revoked_at, t.issued_by_token_id";
+    t.environment_ids, t.created_at, t.expires_at, t.revoked_at, t.issued_by_token_id,
+    t.last_used_at, t.last_used_address, t.last_used_agent";
 
 /// The token and its grants in one round trip.
 pub(super) const INSERT_TOKEN: &str = "WITH t AS (

@@ -13,8 +13,9 @@ use crate::domain::{NewAuditEvent, rules};
 use crate::storage::records::dialect::{Conn, Dialect, Issuance};
 use crate::storage::records::rows::with_data;
 use crate::storage::{
-    InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, RotateToken, StoreError,
-    StoredCredential, TokenFilter, TokenRecord, TokenStore, WriteContext,
+    ExpiringTokens, InsertTokenError, LastUseWrite, NewToken, NoticeEvents, RevokeGrant,
+    RevokeOutcome, RotateToken, StoreError, StoredCredential, TokenFilter, TokenRecord, TokenStore,
+    TokenUse, WriteContext,
 };
 
 /// A token as [`TOKEN_COLUMNS`] selects it.
@@ -32,6 +33,9 @@ struct TokenRow {
     expires_at: DateTime<Utc>,
     revoked_at: Option<DateTime<Utc>>,
     issued_by_token_id: Option<Uuid>,
+    last_used_at: Option<DateTime<Utc>>,
+    last_used_address: Option<String>,
+    last_used_agent: Option<String>,
 }
 
 /// Every token issued by `$1`, transitively (not `$1` itself).
@@ -56,6 +60,11 @@ impl TryFrom<TokenRow> for TokenRecord {
             expires_at: r.expires_at,
             revoked_at: r.revoked_at,
             issued_by_token_id: r.issued_by_token_id,
+            last_use: r.last_used_at.map(|at| TokenUse {
+                at,
+                address: r.last_used_address.unwrap_or_default(),
+                user_agent: r.last_used_agent,
+            }),
         })
     }
 }
@@ -283,15 +292,97 @@ impl<S: Dialect> TokenStore for S {
              WHERE ($3 IS NULL OR t.id = $3) AND ($1 IS NULL OR t.user_id = $1)
                AND ($2 IS NULL OR EXISTS (SELECT 1 FROM token_workspaces tw
                     WHERE tw.token_id = t.id AND tw.workspace_id = $2 AND tw.revoked_at IS NULL))
+               AND ($4 IS NULL OR (t.revoked_at IS NULL AND t.expires_at > $4))
+               AND ($5 IS NULL OR t.expires_at <= $5)
+               AND ($6 IS NULL OR t.last_used_at < $6
+                    OR (t.last_used_at IS NULL AND t.created_at < $6))
              ORDER BY t.created_at, t.name",
             token_columns = S::TOKEN_COLUMNS
         )))
         .bind(filter.user_id)
         .bind(filter.workspace_id)
         .bind(filter.token_id)
+        .bind(filter.live_at)
+        .bind(filter.expires_by)
+        .bind(filter.unused_since)
         .fetch_all(self.pool())
         .await?;
         rows.into_iter().map(TryInto::try_into).collect()
+    }
+
+    async fn record_last_uses(
+        &self,
+        write: &WriteContext,
+        uses: &[LastUseWrite],
+    ) -> Result<u64, StoreError> {
+        if uses.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.begin(write).await?;
+        let mut changed = 0;
+        for u in uses {
+            // A use older than the one recorded (a slow replica's) changes nothing.
+            changed += S::query(
+                "UPDATE tokens SET last_used_at = $2, last_used_address = $3, last_used_agent = $4
+                 WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2)",
+            )
+            .bind(u.token_id)
+            .bind(u.used.at)
+            .bind(&u.used.address)
+            .bind(u.used.user_agent.as_deref())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        }
+        self.commit(tx, write).await?;
+        Ok(changed)
+    }
+
+    async fn notice_expiring_tokens(
+        &self,
+        write: &WriteContext,
+        due: ExpiringTokens,
+        events: &NoticeEvents,
+    ) -> Result<usize, StoreError> {
+        let mut tx = self.begin(write).await?;
+        // The claim: a replica running the same pass waits on these rows (Postgres) or on the
+        // write lock (SQLite), then finds `expiry_notice_at` set and takes none of them.
+        let claimed: Vec<(Uuid,)> = S::query(
+            "UPDATE tokens SET expiry_notice_at = $1
+             WHERE id IN (SELECT id FROM tokens
+                          WHERE revoked_at IS NULL AND expiry_notice_at IS NULL
+                            AND expires_at > $1 AND expires_at <= $2
+                          ORDER BY expires_at LIMIT $3)
+               AND revoked_at IS NULL AND expiry_notice_at IS NULL
+             RETURNING id",
+        )
+        .bind(due.now)
+        .bind(due.until)
+        .bind(due.limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        if claimed.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<Uuid> = claimed.into_iter().map(|(id,)| id).collect();
+        // Read in the claiming transaction, after the claim's locks: a revocation committed
+        // before it is seen, one after it waits.
+        let rows: Vec<TokenRow> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {token_columns} FROM tokens t WHERE t.id {ids} ORDER BY t.expires_at, t.id",
+            token_columns = S::TOKEN_COLUMNS,
+            ids = S::in_uuid_list("$1"),
+        )))
+        .bind(ListParam(&ids))
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut written = Vec::new();
+        for row in rows {
+            let token: TokenRecord = row.try_into()?;
+            written.extend(events(&token));
+        }
+        S::insert_events(&mut tx, &written).await?;
+        self.commit(tx, write).await?;
+        Ok(ids.len())
     }
 }
 

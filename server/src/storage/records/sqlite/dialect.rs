@@ -21,7 +21,8 @@ const TOKEN_COLUMNS: &str = "t.id, t.public_id, t.user_id, t.organisation_id, t.
     (SELECT json_group_array(lower(hex(tw.workspace_id)) ORDER BY tw.position)
      FROM token_workspaces tw
      WHERE tw.token_id = t.id AND tw.revoked_at IS NULL) AS workspace_ids,
-    t.environment_ids, t.created_at, t.expires_at, t.revoked_at, t.issued_by_token_id";
+    t.environment_ids, t.created_at, t.expires_at, t.revoked_at, t.issued_by_token_id,
+    t.last_used_at, t.last_used_address, t.last_used_agent";
 
 impl Dialect for SqliteStore {
     type DB = Sqlite;
