@@ -66,6 +66,8 @@ pub trait RecordStore:
     + RunnerStore
     + CommandStore
     + DeliveryStore
+    + RunnerAdminStore
+    + DeliveryAdminStore
     + WorkflowStore
     + MarketplaceStore
     + OutcomeStore
