@@ -16,6 +16,7 @@ mod keys;
 mod permissions;
 mod policies;
 mod reviews;
+mod runner_admin;
 mod runner_auth;
 mod runner_secrets;
 mod runners;
@@ -50,6 +51,7 @@ pub use keys::{
 pub use permissions::Permission;
 pub use policies::{CompiledCache, parse_reference};
 pub use reviews::{ModeratedReview, ReportReviewInput, ReviewInput, decision_of};
+pub use runner_admin::{DisableRule, RECOVER_LIMIT, Resent};
 pub use runner_auth::{RunnerPrincipal, SignedRequest};
 pub use runner_secrets::{MAX_SECRET_OVERLAP, RotatedSecret};
 pub use runners::{DeletePoolInput, RegisteredRunner, bounded_text};
