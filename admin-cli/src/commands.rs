@@ -178,7 +178,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pools(command) => crate::pools::pools(&services, out, &cid, command).await?,
         Command::Runners(command) => crate::runners::runners(&services, out, &cid, command).await?,
         Command::Deliveries(command) => {
-            crate::deliveries::deliveries(&services, out, command).await?
+            crate::deliveries::deliveries(&services, out, &cid, command).await?
         }
         Command::Workflows(command) => {
             crate::workflows::workflows(&services, out, &cid, command).await?

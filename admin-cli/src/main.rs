@@ -3,6 +3,7 @@
 mod cli;
 mod commands;
 mod deliveries;
+mod fleet;
 mod marketplace;
 mod output;
 mod pools;

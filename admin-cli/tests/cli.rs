@@ -170,6 +170,8 @@ fn failure(o: &Output) -> String {
 // The tests, by concern; declared last so that `needs_postgres!` is in scope in each.
 #[path = "cli/decisions.rs"]
 mod decisions;
+#[path = "cli/fleet.rs"]
+mod fleet;
 #[path = "cli/policies.rs"]
 mod policies;
 #[path = "cli/resources.rs"]
