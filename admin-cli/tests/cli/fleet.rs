@@ -87,6 +87,12 @@ async fn runners_are_listed_disabled_enabled_and_removed_from_the_cli() {
     assert!(err.contains("already removed"), "{err}");
     let err = failure(&db.run(&format!("runners enable {runner}")));
     assert!(err.contains("removed"), "{err}");
+    // A removed runner gets no key back (its reports would count again).
+    let err = failure(&db.run(&format!("runners keys add --runner {runner}")));
+    assert!(
+        err.contains("invalid_state: the runner is removed"),
+        "{err}"
+    );
     db.drop_db().await;
 }
 

@@ -313,8 +313,10 @@ impl Services {
         };
         let failed = result.error.is_some();
         let recorded = self.store.finish_attempt(&write, &result).await?;
-        if failed {
-            self.apply_disable_rule(attempt).await?;
+        // The attempt is recorded whatever this says: a failure here is logged, not returned
+        // (the dispatcher would take it for an unrecorded attempt); the next failure asks again.
+        if failed && let Err(e) = self.apply_disable_rule(attempt).await {
+            tracing::warn!(runner_id = %attempt.runner_id, error = %e, "could not apply the runner disable rule");
         }
         Ok(recorded)
     }
