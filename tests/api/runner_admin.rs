@@ -264,7 +264,11 @@ async fn a_resent_pending_delivery_is_a_new_attempt_with_the_same_webhook_id() {
     a.wait_for(1).await;
     until("the first attempt's answer is recorded", async || {
         let report = app.services.delivery_report(delivery).await.unwrap();
-        report.attempts.first().is_some_and(|a| a.finished_at.is_some()) && report.next_attempt_at.is_none()
+        report
+            .attempts
+            .first()
+            .is_some_and(|a| a.finished_at.is_some())
+            && report.next_attempt_at.is_none()
     })
     .await;
     let resent = app
