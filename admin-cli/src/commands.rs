@@ -182,7 +182,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Audit(command) => crate::audit::audit(&services, out, &cid, command).await?,
         Command::Runners(command) => crate::runners::runners(&services, out, &cid, command).await?,
         Command::Deliveries(command) => {
-            crate::deliveries::deliveries(&services, out, command).await?
+            crate::deliveries::deliveries(&services, out, &cid, command).await?
         }
         Command::Workflows(command) => {
             crate::workflows::workflows(&services, out, &cid, command).await?

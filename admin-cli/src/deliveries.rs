@@ -5,7 +5,7 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use control_plane::domain::Timestamp;
+use control_plane::domain::{CorrelationId, DeliveryStatus, Timestamp};
 use control_plane::service::Services;
 use control_plane::storage::{AttemptRecord, DeliveryReport};
 
@@ -17,14 +17,53 @@ pub enum DeliveriesCommand {
     /// A webhook delivery: its state, its command's, when the next attempt is due, and every
     /// attempt (runner, URL, status, latency, error).
     Show { id: Uuid },
+    /// A pool's deliveries, last changed first.
+    List {
+        #[arg(long)]
+        pool: Uuid,
+        /// pending, received, running, succeeded or failed.
+        #[arg(long, value_parser = crate::fleet::delivery_state)]
+        state: Option<DeliveryStatus>,
+        /// Changed at or after: an RFC 3339 time, or a length of time ago (24h, 7d).
+        #[arg(long)]
+        since: Option<crate::fleet::Since>,
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        limit: u32,
+    },
+    /// Send a delivery again with the same webhook-id: a pending one now; a failed one as a new
+    /// command (the failed command stays failed).
+    Resend { id: Uuid },
+    /// Resend every delivery of the pool that failed since T (not resent yet), each once.
+    Recover {
+        #[arg(long)]
+        pool: Uuid,
+        /// An RFC 3339 time, or a length of time ago (24h, 7d).
+        #[arg(long)]
+        since: crate::fleet::Since,
+    },
 }
 
 pub async fn deliveries(
     services: &Services,
     out: OutputFormat,
+    cid: &CorrelationId,
     command: DeliveriesCommand,
 ) -> anyhow::Result<()> {
-    let DeliveriesCommand::Show { id } = command;
+    let id = match command {
+        DeliveriesCommand::Show { id } => id,
+        DeliveriesCommand::List {
+            pool,
+            state,
+            since,
+            limit,
+        } => return crate::fleet::list_deliveries(services, out, pool, state, since, limit).await,
+        DeliveriesCommand::Resend { id } => {
+            return crate::fleet::resend(services, out, cid, id).await;
+        }
+        DeliveriesCommand::Recover { pool, since } => {
+            return crate::fleet::recover(services, out, cid, pool, since).await;
+        }
+    };
     let report = services.delivery_report(id).await?;
     match out {
         OutputFormat::Json => println!("{}", delivery_json(&report)),

@@ -4,6 +4,7 @@ mod audit;
 mod cli;
 mod commands;
 mod deliveries;
+mod fleet;
 mod marketplace;
 mod output;
 mod pools;

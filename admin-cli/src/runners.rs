@@ -53,6 +53,19 @@ pub enum RunnersCommand {
         #[arg(long, default_value_t = 24, requires = "rotate_secret")]
         overlap_hours: u64,
     },
+    /// A pool's runners: URL, state (enabled, held by its breaker, disabled, removed), failures
+    /// in a row, last success and failure, keys.
+    List {
+        #[arg(long)]
+        pool: Uuid,
+    },
+    /// Stop choosing a runner for deliveries (reason `admin`), until `runners enable`.
+    Disable { runner: Uuid },
+    /// Choose a disabled runner again, its failures forgotten.
+    Enable { runner: Uuid },
+    /// Remove a runner for good: its keys are revoked (its signed reports are refused), and its
+    /// pending deliveries go to another runner of the pool (or wait for one).
+    Remove { runner: Uuid },
     /// A runner's keys: add one for rotation, revoke an old one.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -198,6 +211,16 @@ pub async fn runners(
     command: RunnersCommand,
 ) -> anyhow::Result<()> {
     match command {
+        RunnersCommand::List { pool } => crate::fleet::list_runners(services, out, pool).await?,
+        RunnersCommand::Disable { runner } => {
+            crate::fleet::change_runner(services, out, cid, runner, "disable").await?
+        }
+        RunnersCommand::Enable { runner } => {
+            crate::fleet::change_runner(services, out, cid, runner, "enable").await?
+        }
+        RunnersCommand::Remove { runner } => {
+            crate::fleet::change_runner(services, out, cid, runner, "remove").await?
+        }
         RunnersCommand::Register {
             pool,
             name,

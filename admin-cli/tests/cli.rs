@@ -172,6 +172,8 @@ fn failure(o: &Output) -> String {
 mod audit;
 #[path = "cli/decisions.rs"]
 mod decisions;
+#[path = "cli/fleet.rs"]
+mod fleet;
 #[path = "cli/offboarding.rs"]
 mod offboarding;
 #[path = "cli/policies.rs"]

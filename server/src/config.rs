@@ -260,6 +260,19 @@ pub struct ServerConfig {
           value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
     pub delivery_breaker_cooldown_ms: u64,
 
+    /// Failed delivery attempts in a row after which a runner is disabled (never chosen until
+    /// `cpctl runners enable`), once `--runner-disable-failing-secs` have also passed since
+    /// the first of them; `0`: never.
+    #[arg(long, env = "CP_RUNNER_DISABLE_AFTER_FAILURES", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub runner_disable_after_failures: u32,
+
+    /// Seconds a runner must have been failing (since the first failure in a row) before
+    /// `--runner-disable-after-failures` disables it.
+    #[arg(long, env = "CP_RUNNER_DISABLE_FAILING_SECS", default_value_t = 900,
+          value_parser = clap::value_parser!(u64).range(0..=604_800))]
+    pub runner_disable_failing_secs: u64,
+
     /// Milliseconds between looks for due deliveries when no change was announced (a
     /// submission on this replica, or on any replica with Postgres, is announced at once).
     #[arg(long, env = "CP_DELIVERY_POLL_MS", default_value_t = 1000,

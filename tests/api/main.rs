@@ -32,6 +32,7 @@ mod replicas;
 mod response_schemas;
 mod reviews;
 mod revoke_token;
+mod runner_admin;
 mod runners;
 mod secrets;
 #[path = "../support/services.rs"]

@@ -17,6 +17,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::fair_share::BreakerSettings;
+use super::runner_admin::DisableRule;
 use super::runners::runner_event;
 use super::{ServiceError, Services};
 use crate::domain::{
@@ -43,6 +44,8 @@ pub struct DeliverySettings {
     pub per_pool: usize,
     pub per_organisation: usize,
     pub breaker: BreakerSettings,
+    /// When a failing runner is disabled (see `runner_admin.rs`).
+    pub disable: DisableRule,
     /// How often a replica looks for due deliveries when nothing announced one.
     pub poll: Duration,
 }
@@ -58,6 +61,7 @@ impl Default for DeliverySettings {
             per_pool: 8,
             per_organisation: 16,
             breaker: BreakerSettings::default(),
+            disable: DisableRule::default(),
             poll: Duration::from_secs(1),
         }
     }
@@ -307,7 +311,14 @@ impl Services {
             breaker,
             next,
         };
-        Ok(self.store.finish_attempt(&write, &result).await?)
+        let failed = result.error.is_some();
+        let recorded = self.store.finish_attempt(&write, &result).await?;
+        // The attempt is recorded whatever this says: a failure here is logged, not returned
+        // (the dispatcher would take it for an unrecorded attempt); the next failure asks again.
+        if failed && let Err(e) = self.apply_disable_rule(attempt).await {
+            tracing::warn!(runner_id = %attempt.runner_id, error = %e, "could not apply the runner disable rule");
+        }
+        Ok(recorded)
     }
 }
 

@@ -182,7 +182,7 @@ impl Dispatcher {
             }
         };
         let body = serde_json::to_string(&dispatch_body(attempt)).unwrap_or_default();
-        let msg_id = attempt.delivery_id.to_string();
+        let msg_id = attempt.webhook_id.to_string();
         let timestamp = chrono::Utc::now().timestamp();
         let signature =
             self.services

@@ -216,6 +216,19 @@ impl Services {
             .await?
             .ok_or_else(|| ServiceError::not_found("no such runner"))?;
         let pool = self.live_pool(runner.pool_id).await?;
+        // A removed runner's keys stay revoked: a new one would make its reports count again.
+        if self
+            .store
+            .runner_health(runner_id)
+            .await?
+            .is_some_and(|h| h.removed)
+        {
+            return Err(ServiceError::Conflict {
+                code: "invalid_state",
+                message: "the runner is removed".into(),
+                details: None,
+            });
+        }
         let workspace = self.workspace(pool.workspace_id).await?;
         let (key, private) = new_runner_key(runner_id, public, Self::now())?;
         let data = json!({ "keyId": key.id });

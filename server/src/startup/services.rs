@@ -14,8 +14,9 @@ use crate::policy::{
     Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
 };
 use crate::service::{
-    Authorizer, BreakerSettings, DeliverySettings, NonceDeps, ServiceDeps, ServiceSettings,
-    Services, StreamLimits, WEBHOOK_KEYS, load_keys, load_secrets_cipher, load_token_hasher,
+    Authorizer, BreakerSettings, DeliverySettings, DisableRule, NonceDeps, ServiceDeps,
+    ServiceSettings, Services, StreamLimits, WEBHOOK_KEYS, load_keys, load_secrets_cipher,
+    load_token_hasher,
 };
 use crate::storage::{DisagreementRecord, SharedRecordStore};
 
@@ -73,6 +74,10 @@ pub(super) async fn build_services(
                 after: config.delivery_breaker_after,
                 cool_down: Duration::from_millis(config.delivery_breaker_cooldown_ms),
                 slow: Duration::from_millis(config.delivery_slow_ms),
+            },
+            disable: DisableRule {
+                failures: config.runner_disable_after_failures,
+                failing_for: Duration::from_secs(config.runner_disable_failing_secs),
             },
             poll: Duration::from_millis(config.delivery_poll_ms),
         },

@@ -67,6 +67,8 @@ pub trait RecordStore:
     + RunnerStore
     + CommandStore
     + DeliveryStore
+    + RunnerAdminStore
+    + DeliveryAdminStore
     + WorkflowStore
     + MarketplaceStore
     + OutcomeStore

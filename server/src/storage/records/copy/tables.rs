@@ -291,6 +291,10 @@ pub(crate) const TABLES: &[Table] = &[
             ("previous_retires_at", Time),
             ("slow_streak", I32),
             ("held_until", Time),
+            ("failing_since", Time),
+            ("disabled_at", Time),
+            ("disabled_reason", Text),
+            ("removed_at", Time),
         ],
     ),
     Table::new(
@@ -333,6 +337,8 @@ pub(crate) const TABLES: &[Table] = &[
             ("attempts", I32),
             ("next_attempt_at", Time),
             ("waiting_for_runner", Bool),
+            ("webhook_id", Kind::Uuid),
+            ("resent_as", Kind::Uuid),
         ],
     ),
     Table::new(

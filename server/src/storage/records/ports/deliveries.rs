@@ -64,6 +64,9 @@ pub struct BreakerStep {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeasedAttempt {
     pub delivery_id: Uuid,
+    /// What it carries as `webhook-id`: the delivery's id, or for a delivery created by
+    /// resending a failed one, the failed one's.
+    pub webhook_id: Uuid,
     pub command_id: Uuid,
     pub workspace_id: Uuid,
     pub organisation_id: Uuid,

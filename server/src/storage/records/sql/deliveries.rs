@@ -18,12 +18,21 @@ use crate::storage::{
     WriteContext,
 };
 
+/// A failed attempt's `runners.failing_since` (`at`: the placeholder of the attempt's end): it
+/// starts a run of failures when none was under way, and otherwise stays when that run began.
+fn failing_since(at: &str) -> String {
+    format!(
+        "CASE WHEN consecutive_failures = 0 OR failing_since IS NULL THEN {at} ELSE failing_since END"
+    )
+}
+
 /// Why an attempt has no answer: the replica sending it stopped before recording one.
 const ABANDONED: &str = "abandoned: the replica sending it stopped before recording an answer";
 
 #[derive(FromRow)]
 struct DueRow {
     id: Uuid,
+    webhook_id: Uuid,
     attempts: i32,
     status: String,
     command_id: Uuid,
@@ -81,8 +90,10 @@ impl<S: Dialect> DeliveryStore for S {
             "WITH held AS (
                  SELECT DISTINCT r.pool_id FROM runners r
                  WHERE r.held_until > $1 AND r.delivery_url IS NOT NULL
+                   AND r.disabled_at IS NULL AND r.removed_at IS NULL
                    AND NOT EXISTS (SELECT 1 FROM runners o
                                    WHERE o.pool_id = r.pool_id AND o.delivery_url IS NOT NULL
+                                     AND o.disabled_at IS NULL AND o.removed_at IS NULL
                                      AND (o.held_until IS NULL OR o.held_until <= $1))
              ),
              by_pool AS (
@@ -142,7 +153,7 @@ impl<S: Dialect> DeliveryStore for S {
         // replica is leasing are skipped, not waited for (Postgres); on SQLite this
         // transaction holds the write lock.
         let mut query = S::query(sqlx::AssertSqlSafe(format!(
-            "SELECT d.id, d.attempts, d.status, c.id AS command_id, c.status AS command_status,
+            "SELECT d.id, COALESCE(d.webhook_id, d.id) AS webhook_id, d.attempts, d.status, c.id AS command_id, c.status AS command_status,
                     c.workspace_id, w.organisation_id, c.pool_id, c.command,
                     CAST(c.args AS TEXT) AS args, c.environment_id, c.timeout_seconds,
                     c.deadline_at
@@ -253,6 +264,7 @@ impl<S: Dialect> DeliveryStore for S {
             })?;
             leased.attempts.push(LeasedAttempt {
                 delivery_id: row.id,
+                webhook_id: row.webhook_id,
                 command_id: row.command_id,
                 workspace_id: row.workspace_id,
                 organisation_id: row.organisation_id,
@@ -314,12 +326,16 @@ impl<S: Dialect> DeliveryStore for S {
         // Only while the delivery is still on this attempt (no later lease) and `pending`.
         let on_lease = "id = $1 AND attempts = $2 AND status = 'pending'";
         let applied = match &r.next {
+            // A 2xx from a runner removed meanwhile delivers nothing: it can no longer report.
             AttemptNext::Delivered => {
                 S::query(sqlx::AssertSqlSafe(format!(
-                    "UPDATE webhook_deliveries SET next_attempt_at = NULL WHERE {on_lease}"
+                    "UPDATE webhook_deliveries SET next_attempt_at = NULL WHERE {on_lease}
+                       AND NOT EXISTS (SELECT 1 FROM runners
+                                       WHERE id = $3 AND removed_at IS NOT NULL)"
                 )))
                 .bind(r.delivery_id)
                 .bind(r.number)
+                .bind(r.runner_id)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected()
@@ -392,13 +408,17 @@ impl<S: Dialect> DeliveryStore for S {
         // delivery. A healthy runner's row is left alone: rewriting it on every success queued
         // each finish on that row behind the others (and behind the lease's `last_chosen_at`).
         let update = if r.breaker.slow {
-            let failures = if r.error.is_none() {
-                "0"
+            // `$4` is read either way: every bound value must be used (Postgres).
+            let (failures, since) = if r.error.is_none() {
+                (
+                    "0",
+                    "CASE WHEN $4 IS NULL THEN failing_since END".to_owned(),
+                )
             } else {
-                "consecutive_failures + 1"
+                ("consecutive_failures + 1", failing_since("$4"))
             };
             S::query(sqlx::AssertSqlSafe(format!(
-                "UPDATE runners SET consecutive_failures = {failures},
+                "UPDATE runners SET consecutive_failures = {failures}, failing_since = {since},
                      slow_streak = slow_streak + 1,
                      held_until = CASE WHEN $2 > 0 AND slow_streak + 1 >= $2 THEN $3
                                        ELSE held_until END
@@ -407,6 +427,7 @@ impl<S: Dialect> DeliveryStore for S {
             .bind(r.runner_id)
             .bind(r.breaker.trip_after)
             .bind(r.breaker.hold_until)
+            .bind(r.finished_at)
         } else if r.error.is_none() {
             S::query(
                 "UPDATE runners SET consecutive_failures = 0, slow_streak = 0, held_until = NULL
@@ -415,12 +436,14 @@ impl<S: Dialect> DeliveryStore for S {
             )
             .bind(r.runner_id)
         } else {
-            S::query(
+            S::query(sqlx::AssertSqlSafe(format!(
                 "UPDATE runners SET consecutive_failures = consecutive_failures + 1,
-                     slow_streak = 0, held_until = NULL
+                     failing_since = {since}, slow_streak = 0, held_until = NULL
                  WHERE id = $1",
-            )
+                since = failing_since("$2")
+            )))
             .bind(r.runner_id)
+            .bind(r.finished_at)
         };
         update.execute(&mut *tx).await?;
         self.commit(tx, write).await?;
@@ -531,6 +554,7 @@ async fn pool_candidates<S: Dialect>(
     let runners: Vec<Row> = S::query(
         "SELECT r.id, r.delivery_url, r.consecutive_failures, r.held_until FROM runners r
          WHERE r.pool_id = $1 AND r.delivery_url IS NOT NULL
+           AND r.disabled_at IS NULL AND r.removed_at IS NULL
            AND EXISTS (SELECT 1 FROM runner_keys k
                        WHERE k.runner_id = r.id AND k.revoked_at IS NULL)
          ORDER BY r.last_chosen_at NULLS FIRST, r.id",

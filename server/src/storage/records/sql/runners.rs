@@ -365,7 +365,10 @@ async fn insert_key<S: Dialect>(conn: &mut Conn<S>, key: &RunnerKey) -> Result<(
 
 /// Locks the runner's pool (not the runner: a lease holding the pool shared updates the
 /// runners it chose, so locking both here could wait in a cycle).
-async fn lock_pool_of<S: Dialect>(conn: &mut Conn<S>, runner_id: Uuid) -> Result<(), StoreError> {
+pub(super) async fn lock_pool_of<S: Dialect>(
+    conn: &mut Conn<S>,
+    runner_id: Uuid,
+) -> Result<(), StoreError> {
     S::query(sqlx::AssertSqlSafe(format!(
         "SELECT id FROM runner_pools WHERE id = (SELECT pool_id FROM runners WHERE id = $1)
          {for_update}",
@@ -381,7 +384,7 @@ async fn lock_pool_of<S: Dialect>(conn: &mut Conn<S>, runner_id: Uuid) -> Result
 /// can now receive (a delivery URL and a live key). The pool's row is locked first: a lease
 /// that found no runner holds it shared while it marks deliveries waiting, so one of the two
 /// always sees the other.
-async fn wake_waiting_deliveries<S: Dialect>(
+pub(super) async fn wake_waiting_deliveries<S: Dialect>(
     conn: &mut Conn<S>,
     runner_id: Uuid,
     at: DateTime<Utc>,
