@@ -73,7 +73,9 @@ async fn openapi_document_states_statuses_and_closed_bodies() {
             .collect();
     assert_eq!(
         activity,
-        ["200", "400", "401", "403", "413", "429", "500", "503"]
+        [
+            "200", "400", "401", "403", "410", "413", "429", "500", "503"
+        ]
     );
     let paths = doc["paths"].as_object().unwrap();
     assert_eq!(paths.len(), 10, "every v1 route is documented");
