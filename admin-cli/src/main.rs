@@ -22,11 +22,19 @@ use clap::Parser;
 async fn main() -> ExitCode {
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
-        // A value that does not parse (a malformed id, `--grace 5x`) is one line, as every other
-        // error of cpctl; help, usage and the rest keep clap's own rendering.
-        Err(e) if e.kind() == clap::error::ErrorKind::ValueValidation => {
+        // Bad input (a malformed id, `--grace 5x`, `--state lost`, a missing argument) is one
+        // line, as every other error of cpctl; help and version keep clap's own rendering.
+        Err(e)
+            if e.use_stderr()
+                && e.kind() != clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
+            // The message is what comes before clap's first blank line, and its tips ("a similar
+            // argument exists"); the usage lines are left out.
             let rendered = e.render().to_string();
-            eprintln!("{}", rendered.lines().next().unwrap_or_default());
+            let mut lines = rendered.lines().map(str::trim);
+            let mut message: Vec<&str> = lines.by_ref().take_while(|l| !l.is_empty()).collect();
+            message.extend(lines.filter(|l| l.starts_with("tip:")));
+            eprintln!("{}", message.join(" "));
             return ExitCode::from(2);
         }
         Err(e) => e.exit(),

@@ -191,6 +191,46 @@ fn an_unusable_store_is_a_one_line_error() {
     assert!(err.contains("/proc/cp-cannot-live-here"), "{err}");
 }
 
+#[test]
+fn every_input_clap_refuses_is_one_line_naming_what_was_wrong() {
+    for (args, names) in [
+        (&["runners", "list"][..], "--pool"),
+        (&["tokens", "rotate"][..], "TOKEN_ID"),
+        (&["deliveries", "list", "--pool", "x"][..], "'x'"),
+        (
+            &["tokens", "list", "--unused-for", "5x"][..],
+            "`5x` is not a length of time",
+        ),
+        (
+            &["tokens", "list", "--unsed-for", "5d"][..],
+            "'--unused-for'",
+        ),
+        (
+            &[
+                "deliveries",
+                "recover",
+                "--pool",
+                "00000000-0000-0000-0000-000000000001",
+                "--since",
+                "someday",
+            ][..],
+            "someday",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_cpctl"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(names),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_hashing_key_other_than_the_stores_is_refused() {
     needs_postgres!();
