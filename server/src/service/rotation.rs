@@ -15,7 +15,7 @@ use super::{IssuedCredential, ServiceError, Services};
 use crate::domain::{
     CorrelationId, FieldError, NewAuditEvent, Span, Timestamp, TokenSecret, ValidationErrors,
 };
-use crate::storage::{RotateToken, TokenFilter, WriteContext};
+use crate::storage::{RotateToken, WriteContext};
 
 /// The longest grace a rotation may give the replaced secret.
 pub const MAX_ROTATION_GRACE_DAYS: i64 = 30;
@@ -44,15 +44,7 @@ impl Services {
             ))
             .into());
         }
-        let token = self
-            .list_tokens(&TokenFilter {
-                token_id: Some(token_id),
-                ..TokenFilter::default()
-            })
-            .await?
-            .into_iter()
-            .next()
-            .ok_or_else(|| ServiceError::not_found("no such token"))?;
+        let token = self.token_record(token_id).await?;
         let now = Self::now();
         let refuse = |why: &str| ServiceError::Conflict {
             code: "conflict",

@@ -494,17 +494,7 @@ impl Services {
     ) -> Result<RevokeOutcome, ServiceError> {
         let organisation_id = match workspace_id {
             Some(workspace_id) => self.workspace(workspace_id).await?.organisation_id,
-            None => self
-                .store
-                .list_tokens(&TokenFilter {
-                    token_id: Some(token_id),
-                    ..TokenFilter::default()
-                })
-                .await?
-                .into_iter()
-                .next()
-                .map(|t| t.organisation_id)
-                .ok_or_else(|| ServiceError::not_found("no such token"))?,
+            None => self.token_record(token_id).await?.organisation_id,
         };
         self.revoke_grant(
             organisation_id,
@@ -565,6 +555,20 @@ impl Services {
         filter: &TokenFilter,
     ) -> Result<Vec<TokenRecord>, ServiceError> {
         Ok(self.store.list_tokens(filter).await?)
+    }
+
+    /// One token by id, whatever its state; 404 `no such token` when there is none.
+    pub(super) async fn token_record(&self, token_id: Uuid) -> Result<TokenRecord, ServiceError> {
+        let filter = TokenFilter {
+            token_id: Some(token_id),
+            ..TokenFilter::default()
+        };
+        self.store
+            .list_tokens(&filter)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| ServiceError::not_found("no such token"))
     }
 }
 
