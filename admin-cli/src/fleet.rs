@@ -85,14 +85,14 @@ pub async fn change_runner(
     runner: Uuid,
     verb: &str,
 ) -> anyhow::Result<()> {
-    let mut shown = json!({ "runnerId": runner });
+    let mut shown = json!({ "runnerId": runner, "changed": true });
     match verb {
         "disable" => {
-            services.disable_runner(runner, cid).await?;
+            shown["changed"] = json!(services.disable_runner(runner, cid).await?);
             shown["state"] = json!("disabled");
         }
         "enable" => {
-            services.enable_runner(runner, cid).await?;
+            shown["changed"] = json!(services.enable_runner(runner, cid).await?);
             shown["state"] = json!("enabled");
         }
         _ => {
@@ -110,7 +110,12 @@ pub async fn change_runner(
                 shown["keysRevoked"], shown["deliveriesMoved"]
             ),
             _ => println!(
-                "runner {runner} {}",
+                "runner {runner} {}{}",
+                if shown["changed"] == true {
+                    ""
+                } else {
+                    "was already "
+                },
                 shown["state"].as_str().unwrap_or_default()
             ),
         },

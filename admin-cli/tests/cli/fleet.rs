@@ -59,16 +59,19 @@ async fn runners_are_listed_disabled_enabled_and_removed_from_the_cli() {
     let listed = json_of(&db.run(&format!("runners list --pool {pool} -o json")));
     assert_eq!(listed[0]["state"], "disabled");
     assert_eq!(listed[0]["disabledReason"], "admin");
-    let err = failure(&db.run(&format!("runners disable {runner}")));
-    assert!(
-        err.contains("invalid_state") && err.contains("already disabled"),
-        "{err}"
+    // A repeat changes nothing and says so, as `users disable` does.
+    let again = stdout(&db.run(&format!("runners disable {runner}")));
+    assert_eq!(
+        again.trim(),
+        format!("runner {runner} was already disabled")
     );
+    let again = json_of(&db.run(&format!("runners disable {runner} -o json")));
+    assert_eq!(again["changed"], false);
 
     let enabled = stdout(&db.run(&format!("runners enable {runner}")));
     assert_eq!(enabled.trim(), format!("runner {runner} enabled"));
-    let err = failure(&db.run(&format!("runners enable {runner}")));
-    assert!(err.contains("not disabled"), "{err}");
+    let again = stdout(&db.run(&format!("runners enable {runner}")));
+    assert_eq!(again.trim(), format!("runner {runner} was already enabled"));
     let err = failure(&db.run(&format!("runners enable {}", uuid::Uuid::new_v4())));
     assert!(err.contains("no such runner"), "{err}");
     let err = failure(&db.run(&format!(

@@ -102,19 +102,20 @@ impl Services {
             .ok_or_else(|| ServiceError::not_found("no such runner"))
     }
 
-    /// An administrator's disable (`reason: admin`).
+    /// An administrator's disable (`reason: admin`). Like `users disable`, a repeat changes
+    /// nothing and says so (`Ok(false)`), keeping the first disabling's reason.
     pub async fn disable_runner(
         &self,
         runner_id: Uuid,
         cid: &CorrelationId,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<bool, ServiceError> {
         let (_, _, workspace) = self.runner_with_owners(runner_id).await?;
         let state = self.runner_state(runner_id).await?;
         if state.removed {
             return Err(wrong_state("the runner is removed".into()));
         }
         if state.disabled {
-            return Err(wrong_state("the runner is already disabled".into()));
+            return Ok(false);
         }
         let data = json!({ "reason": REASON_ADMIN });
         let event = runner_event(&workspace, "runner.disabled", runner_id, cid, data);
@@ -124,26 +125,24 @@ impl Services {
             .disable_runner(&write, runner_id, REASON_ADMIN, Self::now(), &event)
             .await?
         {
-            return Err(wrong_state(
-                "the runner is already disabled or removed".into(),
-            ));
+            return self.unchanged_unless_removed(runner_id).await;
         }
-        Ok(())
+        Ok(true)
     }
 
-    /// Brings a disabled runner back, its failures forgotten.
+    /// Brings a disabled runner back, its failures forgotten; `Ok(false)` when it was enabled.
     pub async fn enable_runner(
         &self,
         runner_id: Uuid,
         cid: &CorrelationId,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<bool, ServiceError> {
         let (_, _, workspace) = self.runner_with_owners(runner_id).await?;
         let state = self.runner_state(runner_id).await?;
         if state.removed {
             return Err(wrong_state("the runner is removed".into()));
         }
         if !state.disabled {
-            return Err(wrong_state("the runner is not disabled".into()));
+            return Ok(false);
         }
         let event = runner_event(&workspace, "runner.enabled", runner_id, cid, json!({}));
         let write = WriteContext::admin(cid);
@@ -152,9 +151,18 @@ impl Services {
             .enable_runner(&write, runner_id, Self::now(), &event)
             .await?
         {
-            return Err(wrong_state("the runner is not disabled".into()));
+            return self.unchanged_unless_removed(runner_id).await;
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// A disable or enable that lost a race: another one did the same (no change), or a
+    /// removal came first (refused).
+    async fn unchanged_unless_removed(&self, runner_id: Uuid) -> Result<bool, ServiceError> {
+        match self.runner_state(runner_id).await?.removed {
+            true => Err(wrong_state("the runner is removed".into())),
+            false => Ok(false),
+        }
     }
 
     /// Removes a runner for good: its keys revoked (its signed reports are refused), never
