@@ -15,9 +15,6 @@ use control_plane::storage::TimeWindow;
 
 use crate::cli::OutputFormat;
 
-/// A progress line on stderr every this many exported events.
-const PROGRESS_EVERY: u64 = 10_000;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ExportFormat {
     /// One JSON object per line, exactly as the activity page writes each item.
@@ -46,6 +43,9 @@ pub enum AuditCommand {
         until: Option<String>,
         #[arg(long, value_enum, default_value = "ndjson")]
         format: ExportFormat,
+        /// A progress line on stderr every this many events (hidden: tests lower it).
+        #[arg(long, default_value_t = 10_000, hide = true, value_parser = clap::value_parser!(u64).range(1..))]
+        progress_every: u64,
     },
     /// How long an organisation keeps its audit events: a length such as 90d, or `none`
     /// (forever).
@@ -98,13 +98,14 @@ pub async fn audit(
             since,
             until,
             format,
+            progress_every,
         } => {
             let workspace = uuid_arg("--workspace", &workspace)?;
             let window = TimeWindow {
                 since: time_arg("--since", since.as_deref())?,
                 until: time_arg("--until", until.as_deref())?,
             };
-            export(services, workspace, window, format).await?;
+            export(services, workspace, window, format, progress_every).await?;
         }
         AuditCommand::Retention {
             organisation,
@@ -215,6 +216,7 @@ async fn export(
     workspace: Uuid,
     window: TimeWindow,
     format: ExportFormat,
+    progress_every: u64,
 ) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
@@ -236,14 +238,15 @@ async fn export(
                 ExportFormat::Csv => writeln!(w, "{}", csv_line(event))?,
             }
             written += 1;
-            if written.is_multiple_of(PROGRESS_EVERY) {
+            if written.is_multiple_of(progress_every) {
                 w.flush()?;
-                eprintln!("exported {written} events (up to sequence {after})");
+                let at = event.sequence.unwrap_or(after);
+                eprintln!("exported {written} events (up to sequence {at})");
             }
         }
     }
     w.flush()?;
-    if written >= PROGRESS_EVERY {
+    if written >= progress_every {
         eprintln!("exported {written} events in all");
     }
     Ok(())

@@ -83,6 +83,18 @@ async fn export_writes_every_event_in_order_as_ndjson_and_csv() {
     let data: Value = serde_json::from_str(&data).unwrap();
     assert_eq!(data, lines[1]["data"]);
 
+    // A long export says how far it got on stderr, never on stdout.
+    let long = db.run(&format!("audit export --workspace {ws} --progress-every 2"));
+    assert_ok(&long);
+    assert_eq!(stdout(&long).lines().count(), lines.len());
+    let progress = String::from_utf8_lossy(&long.stderr).into_owned();
+    assert!(
+        progress.contains("exported 2 events (up to sequence 2)")
+            && progress.contains("exported 4 events (up to sequence 4)")
+            && progress.contains(&format!("exported {} events in all", lines.len())),
+        "{progress}"
+    );
+
     // A window that ends before everything: nothing.
     let none = db.run(&format!(
         "audit export --workspace {ws} --until 2000-01-01T00:00:00Z"
