@@ -231,6 +231,42 @@ async fn a_removed_runner_is_refused_and_its_pending_delivery_goes_to_another_ru
     assert_eq!(a.received().len(), 1);
     let again = app.services.remove_runner(runner.runner_id, &cid()).await;
     assert_eq!(conflict_code(again.unwrap_err()), "invalid_state");
+
+    // A key that reached the store after the removal (an `add key` that passed its check just
+    // before the removal committed) reads as revoked: the removed runner stays out.
+    let (seed, public) = control_plane::domain::generate_keypair();
+    let late = control_plane::storage::RunnerKey {
+        id: Uuid::new_v4(),
+        runner_id: runner.runner_id,
+        public_key: public.to_vec(),
+        created_at: chrono::Utc::now(),
+        revoked_at: None,
+    };
+    let audit = control_plane::domain::NewAuditEvent {
+        organisation_id: tenant.organisation_id,
+        workspace_id: Some(tenant.workspace_id),
+        event_type: "runner.key_added",
+        actor: control_plane::domain::Actor::admin(),
+        target_kind: "runner",
+        target_id: runner.runner_id,
+        correlation_id: cid().to_string(),
+        occurred_at: chrono::Utc::now(),
+        data: json!({ "keyId": late.id }),
+    };
+    let write = control_plane::storage::WriteContext::admin(&cid());
+    let store = app.services.store();
+    store.add_runner_key(&write, &late, &audit).await.unwrap();
+    let late_key = crate::support::runner::RunnerKey {
+        runner_id: runner.runner_id,
+        key_id: late.id,
+        private_key: seed,
+    };
+    let refused = report(&app, &late_key, delivery, json!({"status": "running"})).await;
+    assert_eq!(
+        refused.status(),
+        401,
+        "a removed runner's late key authenticated"
+    );
 }
 
 #[tokio::test]

@@ -240,11 +240,13 @@ impl<S: Dialect> RunnerStore for S {
             workspace_id: Uuid,
             organisation_id: Uuid,
         }
-        // Every signed request's first read: through the request path's reads.
+        // Every signed request's first read: through the request path's reads. A removed
+        // runner's keys read as revoked at its removal, even one added in a race with it.
         let row: Option<Row> = self
             .read_optional(
                 S::query(
-                    "SELECT k.id, k.runner_id, k.public_key, k.created_at, k.revoked_at, r.pool_id,
+                    "SELECT k.id, k.runner_id, k.public_key, k.created_at,
+                            COALESCE(k.revoked_at, r.removed_at) AS revoked_at, r.pool_id,
                             p.workspace_id, w.organisation_id
                      FROM runner_keys k JOIN runners r ON r.id = k.runner_id
                      JOIN runner_pools p ON p.id = r.pool_id
