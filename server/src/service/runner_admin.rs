@@ -19,7 +19,7 @@ use super::{ServiceError, Services};
 use crate::domain::{Actor, CorrelationId, DeliveryStatus, NewAuditEvent};
 use crate::storage::{
     DeliveryFilter, DeliverySummary, LeasedAttempt, RemovedRunner, ResendFailed, RunnerHealth,
-    RunnerStatus, WriteContext,
+    RunnerStatus, StillFailing, WriteContext,
 };
 
 /// Why a runner was disabled, as its event and `cpctl runners list` say.
@@ -122,7 +122,7 @@ impl Services {
         let write = WriteContext::admin(cid);
         if !self
             .store
-            .disable_runner(&write, runner_id, REASON_ADMIN, Self::now(), &event)
+            .disable_runner(&write, runner_id, REASON_ADMIN, None, &event)
             .await?
         {
             return self.unchanged_unless_removed(runner_id).await;
@@ -199,6 +199,14 @@ impl Services {
         if !rule.applies(&health, now) {
             return Ok(());
         }
+        // The rule again, under the lock: another replica's success may have reset the run.
+        let still_failing = StillFailing {
+            failures: i32::try_from(rule.failures).unwrap_or(i32::MAX),
+            failing_since_at_most: chrono::Duration::from_std(rule.failing_for)
+                .ok()
+                .and_then(|d| now.checked_sub_signed(d))
+                .unwrap_or(DateTime::<Utc>::MIN_UTC),
+        };
         let write = WriteContext::system();
         let event = NewAuditEvent {
             organisation_id: attempt.organisation_id,
@@ -221,7 +229,13 @@ impl Services {
         };
         if self
             .store
-            .disable_runner(&write, attempt.runner_id, REASON_FAILURES, now, &event)
+            .disable_runner(
+                &write,
+                attempt.runner_id,
+                REASON_FAILURES,
+                Some(still_failing),
+                &event,
+            )
             .await?
         {
             tracing::warn!(

@@ -99,18 +99,28 @@ pub struct ResendFailed {
     pub events: Vec<NewAuditEvent>,
 }
 
+/// What the automatic disable was decided on, re-checked by the write (`disable_runner`).
+#[derive(Debug, Clone, Copy)]
+pub struct StillFailing {
+    pub failures: i32,
+    pub failing_since_at_most: DateTime<Utc>,
+}
+
 #[async_trait]
 pub trait RunnerAdminStore: Send + Sync {
     /// Every runner of the pool, removed ones included, oldest first.
     async fn list_runners(&self, pool_id: Uuid) -> Result<Vec<RunnerStatus>, StoreError>;
     async fn runner_health(&self, runner_id: Uuid) -> Result<Option<RunnerHealth>, StoreError>;
     /// Disables a runner neither disabled nor removed; `false` if it was either (or is absent).
+    /// With `still_failing`, only while the failures that decided it still stand under the
+    /// lock: at least that many in a row, the run begun at or before that time (a success
+    /// committed meanwhile by another replica resets both).
     async fn disable_runner(
         &self,
         write: &WriteContext,
         runner_id: Uuid,
         reason: &str,
-        at: DateTime<Utc>,
+        still_failing: Option<StillFailing>,
         event: &NewAuditEvent,
     ) -> Result<bool, StoreError>;
     /// Enables a disabled runner, forgetting its failures and breaker, and wakes its pool's

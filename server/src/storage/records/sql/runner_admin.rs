@@ -12,8 +12,8 @@ use crate::domain::NewAuditEvent;
 use crate::storage::records::dialect::Dialect;
 use crate::storage::records::rows::{open_statuses, with_data};
 use crate::storage::{
-    RemovedRunner, RunnerAdminStore, RunnerHealth, RunnerKeyStatus, RunnerStatus, StoreError,
-    WriteContext,
+    RemovedRunner, RunnerAdminStore, RunnerHealth, RunnerKeyStatus, RunnerStatus, StillFailing,
+    StoreError, WriteContext,
 };
 
 #[derive(FromRow)]
@@ -119,7 +119,7 @@ impl<S: Dialect> RunnerAdminStore for S {
         write: &WriteContext,
         runner_id: Uuid,
         reason: &str,
-        at: DateTime<Utc>,
+        still_failing: Option<StillFailing>,
         event: &NewAuditEvent,
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin(write).await?;
@@ -127,11 +127,16 @@ impl<S: Dialect> RunnerAdminStore for S {
         lock_pool_of::<S>(&mut tx, runner_id).await?;
         let disabled = S::query(
             "UPDATE runners SET disabled_at = $2, disabled_reason = $3
-             WHERE id = $1 AND disabled_at IS NULL AND removed_at IS NULL",
+             WHERE id = $1 AND disabled_at IS NULL AND removed_at IS NULL
+               AND consecutive_failures >= $4
+               AND (CAST($5 AS BIGINT) = 0 OR failing_since <= $6)",
         )
         .bind(runner_id)
-        .bind(at)
+        .bind(event.occurred_at)
         .bind(reason)
+        .bind(still_failing.map_or(0, |f| f.failures))
+        .bind(i64::from(still_failing.is_some()))
+        .bind(still_failing.map_or(event.occurred_at, |f| f.failing_since_at_most))
         .execute(&mut *tx)
         .await?
         .rows_affected()
