@@ -318,6 +318,10 @@ impl<S: Dialect> TokenStore for S {
         if uses.is_empty() {
             return Ok(0);
         }
+        // Rows locked in id order, as every other multi-token write takes them: never a
+        // deadlock with a cascading revocation or a batch of issuances.
+        let mut uses: Vec<&LastUseWrite> = uses.iter().collect();
+        uses.sort_by_key(|u| u.token_id);
         let mut tx = self.begin(write).await?;
         let mut changed = 0;
         for u in uses {
