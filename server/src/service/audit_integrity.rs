@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::admin::admin_event;
 use super::{ServiceError, Services};
 use crate::domain::{AuditEvent, CorrelationId, GENESIS_HASH, Span, chain_hash};
-use crate::storage::{ChainedEvent, RecordStore, StoreError, TimeWindow, WriteContext};
+use crate::storage::{AuditHead, ChainedEvent, RecordStore, StoreError, TimeWindow, WriteContext};
 
 /// Events read per page while walking a chain or exporting.
 pub const AUDIT_PAGE: u32 = 1000;
@@ -125,13 +125,36 @@ fn classify(prev: &[u8], window: &[ChainedEvent]) -> ChainBreak {
 
 /// Walks a workspace's chain from its latest checkpoint to its head, page by page, and stops
 /// at the first event that does not follow. `None` when there is no such workspace.
+///
+/// A retention batch that commits during the walk removes events it has yet to read, which
+/// looks like a deletion; a break found while the checkpoint moved is walked again from the
+/// new checkpoint (three walks at most: a batch takes well under a walk's time).
 pub async fn verify_chain(
     store: &dyn RecordStore,
     workspace_id: Uuid,
 ) -> Result<Option<ChainReport>, StoreError> {
-    let Some(head) = store.audit_head(workspace_id).await? else {
-        return Ok(None);
-    };
+    let mut walks = 0;
+    loop {
+        let Some(head) = store.audit_head(workspace_id).await? else {
+            return Ok(None);
+        };
+        let report = walk_chain(store, workspace_id, head).await?;
+        walks += 1;
+        let moved = || async {
+            let now = store.latest_checkpoint(workspace_id).await?;
+            Ok::<_, StoreError>(now.map_or(0, |c| c.last_seq) != report.checkpoint_seq)
+        };
+        if report.broken.is_none() || walks == 3 || !moved().await? {
+            return Ok(Some(report));
+        }
+    }
+}
+
+async fn walk_chain(
+    store: &dyn RecordStore,
+    workspace_id: Uuid,
+    head: AuditHead,
+) -> Result<ChainReport, StoreError> {
     let checkpoint = store.latest_checkpoint(workspace_id).await?;
     let checkpoint_seq = checkpoint.as_ref().map_or(0, |c| c.last_seq);
     let mut prev = checkpoint
@@ -173,7 +196,7 @@ pub async fn verify_chain(
                 window.extend(store.chained_events(workspace_id, last, AUDIT_PAGE).await?);
             }
             report.broken = Some(classify(&prev, &window));
-            return Ok(Some(report));
+            return Ok(report);
         }
     }
     if expected <= head.seq {
@@ -184,7 +207,7 @@ pub async fn verify_chain(
             found_at: None,
         });
     }
-    Ok(Some(report))
+    Ok(report)
 }
 
 impl Services {
