@@ -1,5 +1,5 @@
 //! `cpctl audit`: verify a workspace's hash chain, export its events, set an organisation's
-//! retention, and run one retention pass (issue #28).
+//! retention, and run one retention pass.
 
 use std::io::Write;
 

@@ -1,4 +1,4 @@
--- Token hygiene (issue #28). Numbered 0012 to leave 0011 to the work landing beside it.
+-- Token hygiene.
 
 -- The token's last use, written in the background at most about once a minute per token (a
 -- claim in fast state coalesces the requests of every replica): when, from which client

@@ -1,4 +1,4 @@
--- Runners and deliveries after the fact (issue #28): a runner disabled after sustained failure
+-- Runners and deliveries after the fact: a runner disabled after sustained failure
 -- or by an administrator, a runner removed, and a failed delivery resent. Numbered 0013 to leave
 -- 0011 and 0012 to the work landing beside it.
 

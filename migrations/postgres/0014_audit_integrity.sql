@@ -1,4 +1,4 @@
--- The audit log's hash chain, retention and checkpoints (issue #28).
+-- The audit log's hash chain, retention and checkpoints.
 --
 -- Each workspace event carries `hash` = SHA-256(previous hash || canonical form of the event),
 -- computed where its sequence is given (the numbering pass, `throughput/event_numbering.rs`);

@@ -1,4 +1,4 @@
--- Token hygiene (issue #28). The Postgres migration of the same name says what each column
+-- Token hygiene. The Postgres migration of the same name says what each column
 -- means. Numbered 0013 to leave 0012 to the work landing beside it.
 ALTER TABLE tokens ADD COLUMN last_used_at TEXT;
 ALTER TABLE tokens ADD COLUMN last_used_address TEXT;

@@ -1,4 +1,4 @@
--- Runners and deliveries after the fact (issue #28). The Postgres migration of the same name
+-- Runners and deliveries after the fact. The Postgres migration of the same name
 -- says what each column means. Numbered 0014 to leave 0012 and 0013 to the work landing
 -- beside it.
 ALTER TABLE runners ADD COLUMN failing_since TEXT;

@@ -1,4 +1,4 @@
--- The audit log's hash chain, retention and checkpoints (issue #28); see the Postgres
+-- The audit log's hash chain, retention and checkpoints; see the Postgres
 -- migration `0014_audit_integrity`. SQLite hashes each event as it numbers it, at insert.
 -- Events written before this migration are left unhashed, behind a checkpoint at each
 -- workspace's head.

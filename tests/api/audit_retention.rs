@@ -1,4 +1,4 @@
-//! Audit retention seen over HTTP (issue #28): once retention removed a workspace's oldest
+//! Audit retention seen over HTTP: once retention removed a workspace's oldest
 //! events, an activity cursor or a stream's `Last-Event-ID` that points into them gets 410
 //! `cursor_expired` (with the oldest sequence kept) instead of a silent gap, while a current
 //! cursor still works. And `cpctl audit export`'s pages, written as each event's JSON, are the

@@ -1,4 +1,4 @@
-//! Runners and deliveries after the fact (issue #28), against runners on loopback: a runner
+//! Runners and deliveries after the fact, against runners on loopback: a runner
 //! failing for long enough is disabled with an event and never chosen until enabled; a removed
 //! runner's keys are refused and its pending delivery goes to another runner; a resend is a new
 //! attempt with the same `webhook-id`; a recovery resends only what failed since T, each once.

@@ -1,4 +1,4 @@
-//! The audit log's hash chain (issue #28), on each backend: `verify` passes on an untouched
+//! The audit log's hash chain, on each backend: `verify` passes on an untouched
 //! log and names the first event changed, deleted, inserted or reordered directly in the
 //! database; retention removes only a run of the oldest events, behind a checkpoint the chain
 //! is verified from.

@@ -1,4 +1,4 @@
-//! Runners and deliveries after the fact (issue #28) from the CLI: `runners list|disable|enable|
+//! Runners and deliveries after the fact from the CLI: `runners list|disable|enable|
 //! remove` and `deliveries list|resend|recover`, in tables and `-o json`, with one-line errors
 //! for an unknown id or a wrong state. No server runs here: failed deliveries are written
 //! directly.

@@ -1,6 +1,6 @@
 //! An audit event as readers see it ([`EventJson`]: the activity page's item, the stream's
 //! `data:`, one line of `cpctl audit export`), and the hash chain that makes a workspace's log
-//! tamper-evident (issue #28).
+//! tamper-evident.
 //!
 //! Each workspace event stores `hash = SHA-256(previous hash || canonical form)`, the first
 //! after a checkpoint starting from the checkpoint's hash (or 32 zero bytes). The canonical

@@ -1,4 +1,4 @@
-//! The audit log's integrity (issue #28): verifying a workspace's hash chain, exporting its
+//! The audit log's integrity: verifying a workspace's hash chain, exporting its
 //! events, and retention (an organisation keeps its events for a set time; older ones are
 //! removed in small batches behind a checkpoint the chain restarts from). The chain itself is
 //! `domain/audit_chain.rs`; it is written where sequences are given (the Postgres numbering

@@ -1,4 +1,4 @@
-//! Runners and deliveries after the fact (issue #28): a pool's runners with their health, the
+//! Runners and deliveries after the fact: a pool's runners with their health, the
 //! rule that disables a runner after sustained failure, an administrator's disable, enable and
 //! remove, and resending deliveries (`cpctl runners …`, `cpctl deliveries …`).
 //!

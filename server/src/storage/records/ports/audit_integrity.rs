@@ -1,5 +1,5 @@
 //! The audit log's integrity: its hash chain as stored, checkpoints, retention and export
-//! (issue #28; `service/audit_integrity.rs` holds the rules).
+//! (`service/audit_integrity.rs` holds the rules).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

@@ -1,4 +1,4 @@
-//! Runners and deliveries after the fact (issue #28): what an administrator sees of a pool's
+//! Runners and deliveries after the fact: what an administrator sees of a pool's
 //! runners and deliveries, disabling, enabling and removing a runner, and resending a delivery.
 //! The rules (when a runner is disabled, what a resend may do) are the service's
 //! (`service/runner_admin.rs`); the adapters apply each step atomically.
