@@ -38,6 +38,9 @@ use crate::storage::records::sql::audit::{EVENT_COLUMNS, EventRow};
 /// The advisory lock key that orders sequencing passes across replicas ("cp audit").
 const SEQUENCER_LOCK: i64 = 0x6370_5f61_7564_6974;
 
+/// Events one read of a pass takes: a few milliseconds of hashing and one round trip of arrays.
+const PASS_BATCH: i64 = 5_000;
+
 /// Numbers the events of every committed transaction, one pass at a time (see the module doc).
 #[derive(Debug, Default)]
 pub(crate) struct Sequencer {
@@ -88,11 +91,30 @@ pub(in super::super) async fn number_pending(pool: &PgPool) -> Result<u64, Store
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
+    // Batches of `PASS_BATCH`, in one transaction: a backlog (a replica that was down, a
+    // burst) is numbered in bounded reads instead of one read of every waiting event, and the
+    // heads each batch writes are what the next batch reads.
+    let mut moved = 0;
+    loop {
+        let (numbered, workspaces) = number_batch(&mut *tx).await?;
+        moved += workspaces;
+        if numbered < PASS_BATCH {
+            break;
+        }
+    }
+    tx.commit().await.map_err(map_err)?;
+    Ok(moved)
+}
+
+/// Numbers up to [`PASS_BATCH`] waiting events in `tx`; returns how many it numbered and how
+/// many workspace heads moved.
+async fn number_batch(tx: &mut sqlx::PgConnection) -> Result<(i64, u64), StoreError> {
     // Read after the lock: a pass that waited sees what the previous one numbered.
     let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {EVENT_COLUMNS} FROM audit_events
          WHERE seq IS NULL AND workspace_id IS NOT NULL
-         ORDER BY appended, id"
+         ORDER BY appended, id
+         LIMIT {PASS_BATCH}"
     )))
     .fetch_all(&mut *tx)
     .await
@@ -102,8 +124,7 @@ pub(in super::super) async fn number_pending(pool: &PgPool) -> Result<u64, Store
         .map(EventRow::into_event)
         .collect::<Result<Vec<_>, _>>()?;
     if waiting.is_empty() {
-        tx.commit().await.map_err(map_err)?;
-        return Ok(0);
+        return Ok((0, 0));
     }
     let mut workspaces: Vec<Uuid> = waiting.iter().filter_map(|e| e.workspace_id).collect();
     workspaces.sort_unstable();
@@ -160,6 +181,5 @@ pub(in super::super) async fn number_pending(pool: &PgPool) -> Result<u64, Store
     .await
     .map_err(map_err)?
     .rows_affected();
-    tx.commit().await.map_err(map_err)?;
-    Ok(workspaces)
+    Ok((ids.len() as i64, workspaces))
 }
