@@ -264,6 +264,15 @@ impl Cursor {
                     .store
                     .events_after(self.workspace_id, self.last, self.page)
                     .await?;
+                // Sequences have no gaps, so one here is retention removing what this stream
+                // was about to replay (after the check at its start). Ending it sends the client
+                // back with its Last-Event-ID, which is then refused with 410, never skipped.
+                if let Some(first) = events.first().and_then(|e| e.sequence)
+                    && self.last > 0
+                    && first > self.last + 1
+                {
+                    return Err(ServiceError::CursorExpired { oldest: first });
+                }
                 self.catch_up = events.len() == self.page as usize;
                 self.backlog.extend(events.into_iter().map(Arc::new));
                 continue;
