@@ -387,6 +387,12 @@ async fn a_resent_failed_delivery_is_a_new_command_with_the_failed_one_s_webhook
     assert_eq!(taken.status(), 200);
     let event = events(&app, "delivery.resent", delivery).await;
     assert_eq!(event[0].1["newCommandId"], new_command.to_string());
+    // The new command is announced as submitted, naming the one it was resent from.
+    let submitted = events(&app, "runner_command.submitted", new_command).await;
+    assert_eq!(submitted.len(), 1);
+    assert_eq!(submitted[0].0, "admin");
+    assert_eq!(submitted[0].1["resentFrom"], failed.command_id.to_string());
+    assert_eq!(submitted[0].1["deliveryId"], resent.sent_as.to_string());
     // Resent once.
     let again = app.services.resend_delivery(delivery, &cid()).await;
     assert_eq!(conflict_code(again.unwrap_err()), "invalid_state");

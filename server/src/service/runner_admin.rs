@@ -352,7 +352,26 @@ impl Services {
                     webhook_id: d.webhook_id,
                     at: now,
                     deadline_at,
-                    events: vec![event(data)],
+                    // The new command is submitted like any other, so a stream or export
+                    // consumer that follows `runner_command.submitted` sees it; its text is
+                    // the original's, whose digest that command's own event already carries.
+                    events: vec![
+                        event(data),
+                        admin_event(
+                            d.organisation_id,
+                            Some(d.workspace_id),
+                            "runner_command.submitted",
+                            "runner_command",
+                            new_command_id,
+                            cid,
+                            json!({
+                                "poolId": d.pool_id,
+                                "timeoutSeconds": d.timeout_seconds,
+                                "deliveryId": new_delivery_id,
+                                "resentFrom": d.command_id,
+                            }),
+                        ),
+                    ],
                 };
                 if !self.store.resend_failed(&write, &resend).await? {
                     return Err(wrong_state(
