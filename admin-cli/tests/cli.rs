@@ -1,64 +1,22 @@
-//! Runs the real `cpctl` binary against a fresh Postgres database. Tests that need Postgres say
-//! so with `needs_postgres!()` and skip, with one line, when it does not answer (they fail
-//! instead under `CP_TEST_REQUIRE_SERVICES=1`); the rest need no service. This file holds what
-//! the tests share (a database of their own, `cpctl` run as one line, output checks); the tests
-//! are in `cli/`, one module a concern.
+//! Runs the real `cpctl` binary against a fresh records store of its own: a Postgres database,
+//! or an SQLite file with `TEST_RECORDS=sqlite` (or when Postgres does not answer), chosen once
+//! per run as the HTTP suite chooses (`cli/records.rs`). This file holds what the tests share
+//! (`cpctl` run as one line, output checks); the tests are in `cli/`, one module a concern.
 
 use std::process::{Command, Output};
 
 use control_plane::domain::RunnerSecret;
 use serde_json::Value;
-use sqlx::{Connection, Executor, PgConnection};
-
-struct Db {
-    name: String,
-    url: String,
-}
 
 #[path = "../../tests/support/services.rs"]
 mod services;
 
-use services::postgres_base as base;
+#[path = "cli/records.rs"]
+mod records;
 
-/// `needs_postgres!();` at the top of a test: returns from it, with one line saying so, when
-/// the test Postgres does not answer (a failure instead under `CP_TEST_REQUIRE_SERVICES=1`).
-macro_rules! needs_postgres {
-    () => {
-        if !postgres_answers(services::test_name!()) {
-            return;
-        }
-    };
-}
-
-fn postgres_answers(test: &str) -> bool {
-    if services::answers(&base()) {
-        return true;
-    }
-    let at = services::address(&base());
-    services::missing(&format!("Postgres at {at} does not answer"));
-    services::skip(
-        test,
-        &format!("Postgres at {at} (not answering; start it, or point TEST_POSTGRES_URL at one)"),
-    );
-    false
-}
+use records::{Backend, Db, sql_all, sql_exec, sql_one};
 
 impl Db {
-    async fn new() -> Self {
-        let name = format!("cp_cli_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(&format!("{}/postgres", base()))
-            .await
-            .unwrap();
-        admin
-            .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .await
-            .unwrap();
-        Self {
-            url: format!("{}/{name}", base()),
-            name,
-        }
-    }
-
     /// `cpctl` with `line` split at whitespace (no argument of these tests holds a space).
     fn run(&self, line: &str) -> Output {
         self.cpctl(&line.split_whitespace().collect::<Vec<_>>())
@@ -80,18 +38,6 @@ impl Db {
             command.env("CP_TOKEN_HASH_KEY", key);
         }
         command.output().unwrap()
-    }
-
-    async fn drop_db(self) {
-        let mut admin = PgConnection::connect(&format!("{}/postgres", base()))
-            .await
-            .unwrap();
-        let _ = admin
-            .execute(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            )))
-            .await;
     }
 }
 
@@ -147,17 +93,21 @@ fn json_of(o: &Output) -> Value {
 
 /// Moves a revision to `pending_approval` as the API's request would (no server runs here).
 async fn pending(db: &Db, revision: &str, by: &str) {
-    let mut conn = PgConnection::connect(&db.url).await.unwrap();
-    sqlx::query(
+    let changed = sql_exec!(
+        &mut db.conn().await,
         "UPDATE workflow_revisions SET state = 'pending_approval', requested_by = $2,
-             requested_at = now()
+             requested_at = $3
          WHERE id = $1",
-    )
-    .bind(revision.parse::<uuid::Uuid>().unwrap())
-    .bind(by.parse::<uuid::Uuid>().unwrap())
-    .execute(&mut conn)
-    .await
-    .unwrap();
+        revision.parse::<uuid::Uuid>().unwrap(),
+        by.parse::<uuid::Uuid>().unwrap(),
+        chrono::Utc::now(),
+    );
+    assert_eq!(changed, 1, "revision {revision}");
+}
+
+/// A JSON column read as text (`CAST(data AS TEXT)`, the one way both backends give it).
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap()
 }
 
 fn failure(o: &Output) -> String {
@@ -167,7 +117,7 @@ fn failure(o: &Output) -> String {
     err
 }
 
-// The tests, by concern; declared last so that `needs_postgres!` is in scope in each.
+// The tests, by concern.
 #[path = "cli/audit.rs"]
 mod audit;
 #[path = "cli/decisions.rs"]

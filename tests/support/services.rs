@@ -107,6 +107,7 @@ macro_rules! test_name {
         path.rsplit("::").next().unwrap_or(path)
     }};
 }
+#[allow(unused_imports)] // Not every test binary names its tests in a skip line.
 pub(crate) use test_name;
 
 #[cfg(test)]

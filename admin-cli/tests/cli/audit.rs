@@ -1,4 +1,5 @@
-//! `cpctl audit`: verify (exit status, `-o json`, the break it names), export (ndjson in
+//! `cpctl audit`: verify (exit status, `-o json`, the break it names when an event is changed,
+//! deleted or reordered directly in the store), export (ndjson in
 //! sequence order, CSV's shape), retention and a purge after which verify still passes, and
 //! one-line errors for bad input.
 
@@ -15,16 +16,8 @@ fn log(db: &Db) -> (String, String) {
     (ws, org)
 }
 
-async fn exec(db: &Db, sql: &str) {
-    let mut conn = PgConnection::connect(&db.url).await.unwrap();
-    conn.execute(sqlx::AssertSqlSafe(sql.to_owned()))
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn verify_passes_then_names_a_changed_event_with_a_failing_status() {
-    needs_postgres!();
     let db = Db::new().await;
     let (ws, _) = log(&db);
     let report = json_of(&db.run(&format!("audit verify --workspace {ws} -o json")));
@@ -34,11 +27,8 @@ async fn verify_passes_then_names_a_changed_event_with_a_failing_status() {
     assert_ok(&table);
     assert!(stdout(&table).starts_with("ok: "), "{}", stdout(&table));
 
-    exec(
-        &db,
-        r#"UPDATE audit_events SET data = '{"name": "forged"}' WHERE seq = 3"#,
-    )
-    .await;
+    db.exec(r#"UPDATE audit_events SET data = '{"name": "forged"}' WHERE seq = 3"#)
+        .await;
     let out = db.run(&format!("audit verify --workspace {ws} -o json"));
     let err = failure(&out);
     assert!(err.contains("changed at sequence 3"), "{err}");
@@ -46,12 +36,54 @@ async fn verify_passes_then_names_a_changed_event_with_a_failing_status() {
     assert_eq!(report["intact"], false);
     assert_eq!(report["broken"]["problem"], "changed");
     assert_eq!(report["broken"]["sequence"], 3);
-    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn verify_names_a_deleted_event_with_a_failing_status() {
+    let db = Db::new().await;
+    let (ws, _) = log(&db);
+    db.exec("DELETE FROM audit_events WHERE seq = 4").await;
+    let out = db.run(&format!("audit verify --workspace {ws} -o json"));
+    let err = failure(&out);
+    assert!(err.contains("deleted at sequence 4"), "{err}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["intact"], false);
+    assert_eq!(report["broken"]["problem"], "deleted");
+    assert_eq!(report["broken"]["sequence"], 4);
+    assert_eq!(report["verified"], 3);
+}
+
+#[tokio::test]
+async fn verify_names_reordered_events_and_where_one_went() {
+    let db = Db::new().await;
+    let (ws, _) = log(&db);
+    // Swap 3 and 4 through a free number: the (workspace, seq) index is checked row by row.
+    for swap in [
+        "UPDATE audit_events SET seq = -1 WHERE seq = 3",
+        "UPDATE audit_events SET seq = 3 WHERE seq = 4",
+        "UPDATE audit_events SET seq = 4 WHERE seq = -1",
+    ] {
+        db.exec(swap).await;
+    }
+    let out = db.run(&format!("audit verify --workspace {ws} -o json"));
+    let err = failure(&out);
+    assert!(err.contains("reordered at sequence 3"), "{err}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["intact"], false);
+    assert_eq!(report["broken"]["problem"], "reordered");
+    assert_eq!(report["broken"]["sequence"], 3);
+    assert_eq!(report["broken"]["foundAt"], 4);
+    let table = db.run(&format!("audit verify --workspace {ws}"));
+    assert!(!table.status.success());
+    assert!(
+        stdout(&table).starts_with("broken: event reordered at sequence 3 (now at sequence 4)"),
+        "{}",
+        stdout(&table)
+    );
 }
 
 #[tokio::test]
 async fn export_writes_every_event_in_order_as_ndjson_and_csv() {
-    needs_postgres!();
     let db = Db::new().await;
     let (ws, _) = log(&db);
     let out = db.run(&format!("audit export --workspace {ws} --format ndjson"));
@@ -101,12 +133,10 @@ async fn export_writes_every_event_in_order_as_ndjson_and_csv() {
     ));
     assert_ok(&none);
     assert_eq!(stdout(&none), "");
-    db.drop_db().await;
 }
 
 #[tokio::test]
 async fn after_retention_and_a_purge_the_chain_still_verifies() {
-    needs_postgres!();
     let db = Db::new().await;
     let (ws, org) = log(&db);
     // A week keeps everything; then, a second later, a retention of 1s removes every event.
@@ -126,12 +156,10 @@ async fn after_retention_and_a_purge_the_chain_still_verifies() {
     assert_eq!(report["checkpointSequence"], purged["removed"]);
     let off = json_of(&db.run(&format!("audit retention {org} none -o json")));
     assert!(off["retention"].is_null());
-    db.drop_db().await;
 }
 
 #[tokio::test]
 async fn bad_input_gets_one_line_errors() {
-    needs_postgres!();
     let db = Db::new().await;
     let (ws, org) = log(&db);
     for (line, says) in [
@@ -154,5 +182,4 @@ async fn bad_input_gets_one_line_errors() {
         let err = failure(&db.run(&line));
         assert!(err.contains(says), "{line}: {err}");
     }
-    db.drop_db().await;
 }

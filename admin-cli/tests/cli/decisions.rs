@@ -7,7 +7,6 @@ use super::*;
 /// whole token and every descendant, grandchildren included, and nothing else.
 #[tokio::test]
 async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
-    needs_postgres!();
     let db = Db::new().await;
     let org = stdout(&db.run("orgs create initech")).trim().to_owned();
     let ws = stdout(&db.run(&format!("workspaces create --org {org} prod")))
@@ -29,14 +28,15 @@ async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
         issue("other"),
     );
     // cpctl issues tokens without an issuer; the lineage a token-issued chain would record:
-    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    let mut conn = db.conn().await;
     for (id, parent) in [(&child, &root), (&grandchild, &child)] {
-        sqlx::query("UPDATE tokens SET issued_by_token_id = $1 WHERE id = $2")
-            .bind(uuid::Uuid::parse_str(parent).unwrap())
-            .bind(uuid::Uuid::parse_str(id).unwrap())
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        let changed = sql_exec!(
+            &mut conn,
+            "UPDATE tokens SET issued_by_token_id = $1 WHERE id = $2",
+            uuid::Uuid::parse_str(parent).unwrap(),
+            uuid::Uuid::parse_str(id).unwrap(),
+        );
+        assert_eq!(changed, 1);
     }
 
     let shown = json_of(&db.run(&format!("tokens show --id {child} -o json")));
@@ -80,14 +80,12 @@ async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
     }
     let shown = json_of(&db.run(&format!("tokens show --id {other} -o json")));
     assert_eq!(shown["revokedAt"], Value::Null);
-    let (events,): (i64,) = sqlx::query_as(
+    let (events,) = sql_one!(
+        &mut conn,
+        (i64,),
         "SELECT count(*) FROM audit_events WHERE event_type = 'token.workspace_access_revoked'",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .unwrap();
+    );
     assert_eq!(events, 3, "one event per revoked grant");
-    db.drop_db().await;
 }
 
 /// `workflows revisions approve|reject`: an administrator of the revision's organisation,
@@ -96,7 +94,6 @@ async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
 /// revision are refused and change nothing; each decision is audited with its actor.
 #[tokio::test]
 async fn revisions_are_approved_or_rejected_once_by_an_administrator() {
-    needs_postgres!();
     let db = Db::new().await;
     let boot = bootstrap(&db);
     let ws = boot["workspaceId"].as_str().unwrap().to_owned();
@@ -223,15 +220,18 @@ async fn revisions_are_approved_or_rejected_once_by_an_administrator() {
     assert_eq!(rejected["decisionReason"], "not now");
 
     // One event per decision, in the workspace's log, with the deciding user as the actor.
-    let mut conn = PgConnection::connect(&db.url).await.unwrap();
-    let events: Vec<(String, uuid::Uuid, String, Option<uuid::Uuid>, Value)> = sqlx::query_as(
-        "SELECT event_type, target_id, actor_kind, actor_id, data FROM audit_events
+    let mut conn = db.conn().await;
+    let events = sql_all!(
+        &mut conn,
+        (String, uuid::Uuid, String, Option<uuid::Uuid>, String),
+        "SELECT event_type, target_id, actor_kind, actor_id, CAST(data AS TEXT) FROM audit_events
          WHERE event_type IN ('workflow_revision.approved', 'workflow_revision.rejected')
          ORDER BY seq",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .unwrap();
+    );
+    let events: Vec<_> = events
+        .into_iter()
+        .map(|(t, target, kind, id, data)| (t, target, kind, id, json(&data)))
+        .collect();
     let admin_id: uuid::Uuid = admin.parse().unwrap();
     assert_eq!(events.len(), 2, "{events:?}");
     assert_eq!(events[0].0, "workflow_revision.approved");
@@ -257,16 +257,14 @@ async fn revisions_are_approved_or_rejected_once_by_an_administrator() {
     assert_eq!(allowed["selfApproval"], true);
     let approved = json_of(&decide("approve", &r3, &admin));
     assert_eq!(approved["state"], "approved", "{approved}");
-    let (data,): (Value,) = sqlx::query_as(
-        "SELECT data FROM audit_events WHERE event_type = 'workflow_revision.approved'
-         AND target_id = $1",
-    )
-    .bind(r3.parse::<uuid::Uuid>().unwrap())
-    .fetch_one(&mut conn)
-    .await
-    .unwrap();
+    let (data,) = sql_one!(
+        &mut conn,
+        (String,),
+        "SELECT CAST(data AS TEXT) FROM audit_events
+         WHERE event_type = 'workflow_revision.approved' AND target_id = $1",
+        r3.parse::<uuid::Uuid>().unwrap(),
+    );
+    let data = json(&data);
     assert_eq!(data["selfApproval"], true, "{data}");
     assert_eq!(data["via"], "cpctl");
-    drop(conn);
-    db.drop_db().await;
 }

@@ -5,32 +5,38 @@
 
 use super::*;
 
-/// A failed command and its failed delivery in `pool`, last changed `age` ago (SQL interval).
-async fn failed_delivery(db: &Db, boot: &Value, pool: &str, age: &str) -> String {
-    let delivery = uuid::Uuid::new_v4();
-    let mut conn = PgConnection::connect(&db.url).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+/// A failed command and its failed delivery in `pool`, last changed `age` ago.
+async fn failed_delivery(db: &Db, boot: &Value, pool: &str, age: chrono::Duration) -> String {
+    let (command, delivery) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let uuid = |v: &Value| v.as_str().unwrap().parse::<uuid::Uuid>().unwrap();
+    let now = chrono::Utc::now();
+    let mut conn = db.conn().await;
+    sql_exec!(
+        &mut conn,
         "INSERT INTO runner_commands (id, workspace_id, pool_id, command, args, timeout_seconds,
              status, submitted_by, created_at, updated_at, deadline_at)
-         VALUES ('{command}', '{ws}', '{pool}', 'deploy', '[]', 60, 'failed',
-             '{user}', now() - interval '{age}', now() - interval '{age}', now());
-         INSERT INTO webhook_deliveries (id, command_id, status, detail, created_at, updated_at,
+         VALUES ($1, $2, $3, 'deploy', '[]', 60, 'failed', $4, $5, $5, $6)",
+        command,
+        uuid(&boot["workspaceId"]),
+        pool.parse::<uuid::Uuid>().unwrap(),
+        uuid(&boot["userId"]),
+        now - age,
+        now,
+    );
+    sql_exec!(
+        &mut conn,
+        "INSERT INTO webhook_deliveries (id, command_id, status, detail, created_at, updated_at,
              attempts)
-         VALUES ('{delivery}', '{command}', 'failed', 'delivery failed after 2 attempts',
-             now() - interval '{age}', now() - interval '{age}', 2)",
-        command = uuid::Uuid::new_v4(),
-        ws = boot["workspaceId"].as_str().unwrap(),
-        user = boot["userId"].as_str().unwrap(),
-    )))
-    .execute(&mut conn)
-    .await
-    .unwrap();
+         VALUES ($1, $2, 'failed', 'delivery failed after 2 attempts', $3, $3, 2)",
+        delivery,
+        command,
+        now - age,
+    );
     delivery.to_string()
 }
 
 #[tokio::test]
 async fn runners_are_listed_disabled_enabled_and_removed_from_the_cli() {
-    needs_postgres!();
     let db = Db::new().await;
     let boot = bootstrap(&db);
     let ws = boot["workspaceId"].as_str().unwrap().to_owned();
@@ -96,20 +102,18 @@ async fn runners_are_listed_disabled_enabled_and_removed_from_the_cli() {
         err.contains("invalid_state: the runner is removed"),
         "{err}"
     );
-    db.drop_db().await;
 }
 
 #[tokio::test]
 async fn deliveries_are_listed_resent_and_recovered_from_the_cli() {
-    needs_postgres!();
     let db = Db::new().await;
     let boot = bootstrap(&db);
     let ws = boot["workspaceId"].as_str().unwrap().to_owned();
     let pool = json_of(&db.run(&format!("pools create --workspace {ws} builders -o json")));
     let pool = pool["id"].as_str().unwrap().to_owned();
-    let old = failed_delivery(&db, &boot, &pool, "2 days").await;
-    let recent = failed_delivery(&db, &boot, &pool, "1 hour").await;
-    let newest = failed_delivery(&db, &boot, &pool, "1 minute").await;
+    let old = failed_delivery(&db, &boot, &pool, chrono::Duration::days(2)).await;
+    let recent = failed_delivery(&db, &boot, &pool, chrono::Duration::hours(1)).await;
+    let newest = failed_delivery(&db, &boot, &pool, chrono::Duration::minutes(1)).await;
 
     let listed = json_of(&db.run(&format!(
         "deliveries list --pool {pool} --state failed --since 24h -o json"
@@ -195,5 +199,4 @@ async fn deliveries_are_listed_resent_and_recovered_from_the_cli() {
     assert_eq!(ids, expected);
     let again = stdout(&db.run(&format!("deliveries recover --pool {pool} --since 3d")));
     assert!(again.starts_with("0 failed deliveries since"), "{again}");
-    db.drop_db().await;
 }

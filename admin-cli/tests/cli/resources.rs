@@ -5,7 +5,6 @@ use super::*;
 
 #[tokio::test]
 async fn runners_workflows_and_plugins_are_managed_from_the_cli() {
-    needs_postgres!();
     let db = Db::new().await;
     let boot = bootstrap(&db);
     let ws = boot["workspaceId"].as_str().unwrap().to_owned();
@@ -126,14 +125,12 @@ async fn runners_workflows_and_plugins_are_managed_from_the_cli() {
         "json",
     ]));
     assert_eq!(reviews, serde_json::json!([]));
-    db.drop_db().await;
 }
 
 /// Where a runner receives commands is set from the CLI under the egress rule, and a
 /// delivery's attempts are read back with `deliveries show`.
 #[tokio::test]
 async fn runner_delivery_urls_and_delivery_attempts_from_the_cli() {
-    needs_postgres!();
     let db = Db::new().await;
     let boot = bootstrap(&db);
     let ws = boot["workspaceId"].as_str().unwrap().to_owned();
@@ -183,27 +180,44 @@ async fn runner_delivery_urls_and_delivery_attempts_from_the_cli() {
     assert_eq!(stdout(&cleared).trim(), "(no delivery URL)");
 
     // A delivery with two recorded attempts (written directly: no server runs here).
-    let delivery = uuid::Uuid::new_v4();
-    let mut conn = PgConnection::connect(&db.url).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+    let (command, delivery) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let runner = runner_id.parse::<uuid::Uuid>().unwrap();
+    let now = chrono::Utc::now();
+    let mut conn = db.conn().await;
+    sql_exec!(
+        &mut conn,
         "INSERT INTO runner_commands (id, workspace_id, pool_id, command, args, timeout_seconds,
              status, submitted_by, created_at, updated_at, deadline_at)
-         VALUES ('{command}', '{ws}', '{pool_id}', 'deploy', '[]', 60, 'queued',
-             '{user}', now(), now(), now() + interval '1 minute');
-         INSERT INTO webhook_deliveries (id, command_id, status, created_at, updated_at, attempts)
-         VALUES ('{delivery}', '{command}', 'pending', now(), now(), 2);
-         INSERT INTO webhook_attempts (delivery_id, number, runner_id, url, started_at,
+         VALUES ($1, $2, $3, 'deploy', '[]', 60, 'queued', $4, $5, $5, $6)",
+        command,
+        ws.parse::<uuid::Uuid>().unwrap(),
+        pool_id.parse::<uuid::Uuid>().unwrap(),
+        boot["userId"]
+            .as_str()
+            .unwrap()
+            .parse::<uuid::Uuid>()
+            .unwrap(),
+        now,
+        now + chrono::Duration::minutes(1),
+    );
+    sql_exec!(
+        &mut conn,
+        "INSERT INTO webhook_deliveries (id, command_id, status, created_at, updated_at, attempts)
+         VALUES ($1, $2, 'pending', $3, $3, 2)",
+        delivery,
+        command,
+        now,
+    );
+    sql_exec!(
+        &mut conn,
+        "INSERT INTO webhook_attempts (delivery_id, number, runner_id, url, started_at,
              finished_at, status_code, latency_ms, error)
-         VALUES ('{delivery}', 1, '{runner_id}', 'http://127.0.0.1:9/hooks', now(), now(), 500,
-                 12, 'HTTP 500'),
-                ('{delivery}', 2, '{runner_id}', 'http://127.0.0.1:9/hooks', now(), now(), 202,
-                 7, NULL)",
-        command = uuid::Uuid::new_v4(),
-        user = boot["userId"].as_str().unwrap(),
-    )))
-    .execute(&mut conn)
-    .await
-    .unwrap();
+         VALUES ($1, 1, $2, 'http://127.0.0.1:9/hooks', $3, $3, 500, 12, 'HTTP 500'),
+                ($1, 2, $2, 'http://127.0.0.1:9/hooks', $3, $3, 202, 7, NULL)",
+        delivery,
+        runner,
+        now,
+    );
     let shown = json_of(&db.run(&format!("deliveries show {delivery} -o json")));
     assert_eq!(shown["status"], "pending");
     assert_eq!(shown["attempts"][0]["statusCode"], 500);
@@ -217,12 +231,10 @@ async fn runner_delivery_urls_and_delivery_attempts_from_the_cli() {
     );
     let unknown = db.run(&format!("deliveries show {}", uuid::Uuid::new_v4()));
     assert!(!unknown.status.success());
-    db.drop_db().await;
 }
 
 #[tokio::test]
 async fn reviews_restore_publishes_a_hidden_review_and_dismisses_its_reports() {
-    needs_postgres!();
     let db = Db::new().await;
     let boot = bootstrap(&db);
     let org = boot["organisationId"].as_str().unwrap().to_owned();
@@ -232,30 +244,36 @@ async fn reviews_restore_publishes_a_hidden_review_and_dismisses_its_reports() {
 
     // A review the moderator hid after reports.
     let review = uuid::Uuid::new_v4();
-    let mut conn = PgConnection::connect(&db.url).await.unwrap();
-    sqlx::query(
-        "INSERT INTO plugin_reviews (id, plugin_id, author_id, organisation_id, rating, title,
-             body, status, reasons, labels, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, 4, 'Fine', 'Does what it says.', 'hidden',
-             ARRAY['reported by 3 users'], ARRAY['reported'], now(), now())",
-    )
-    .bind(review)
-    .bind(plugin)
-    .bind(user)
-    .bind(org.parse::<uuid::Uuid>().unwrap())
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    sqlx::query(
+    let now = chrono::Utc::now();
+    let mut conn = db.conn().await;
+    sql_exec!(
+        &mut conn,
+        // The two list columns: arrays on Postgres, JSON text on SQLite.
+        db.either(
+            "INSERT INTO plugin_reviews (id, plugin_id, author_id, organisation_id, rating, title,
+                 body, status, reasons, labels, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, 4, 'Fine', 'Does what it says.', 'hidden',
+                 ARRAY['reported by 3 users'], ARRAY['reported'], $5, $5)",
+            r#"INSERT INTO plugin_reviews (id, plugin_id, author_id, organisation_id, rating, title,
+                 body, status, reasons, labels, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, 4, 'Fine', 'Does what it says.', 'hidden',
+                 '["reported by 3 users"]', '["reported"]', $5, $5)"#,
+        ),
+        review,
+        plugin,
+        user,
+        org.parse::<uuid::Uuid>().unwrap(),
+        now,
+    );
+    sql_exec!(
+        &mut conn,
         "INSERT INTO review_reports (id, review_id, reporter_id, reason, created_at)
-         VALUES ($1, $2, $3, 'spam', now())",
-    )
-    .bind(uuid::Uuid::new_v4())
-    .bind(review)
-    .bind(user)
-    .execute(&mut conn)
-    .await
-    .unwrap();
+         VALUES ($1, $2, $3, 'spam', $4)",
+        uuid::Uuid::new_v4(),
+        review,
+        user,
+        now,
+    );
 
     let id = review.to_string();
     let restored = json_of(&db.cpctl(&[
@@ -272,21 +290,21 @@ async fn reviews_restore_publishes_a_hidden_review_and_dismisses_its_reports() {
     assert_eq!(restored["status"], "published", "{restored}");
     assert_eq!(restored["reasons"], serde_json::json!([]));
 
-    let (reports,): (i64,) =
-        sqlx::query_as("SELECT count(*) FROM review_reports WHERE review_id = $1")
-            .bind(review)
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
+    let (reports,) = sql_one!(
+        &mut conn,
+        (i64,),
+        "SELECT count(*) FROM review_reports WHERE review_id = $1",
+        review,
+    );
     assert_eq!(reports, 0);
-    let (actor, data): (String, Value) = sqlx::query_as(
-        "SELECT actor_kind, data FROM audit_events
+    let (actor, data) = sql_one!(
+        &mut conn,
+        (String, String),
+        "SELECT actor_kind, CAST(data AS TEXT) FROM audit_events
          WHERE event_type = 'review.restored' AND target_id = $1",
-    )
-    .bind(review)
-    .fetch_one(&mut conn)
-    .await
-    .unwrap();
+        review,
+    );
+    let data = json(&data);
     assert_eq!(actor, "admin");
     assert_eq!(data["reason"], "reports were unfounded");
     assert_eq!(data["dismissedReports"], 1);
@@ -298,6 +316,4 @@ async fn reviews_restore_publishes_a_hidden_review_and_dismisses_its_reports() {
     assert!(err.contains("only a hidden review"), "{err}");
     let empty = db.cpctl(&["reviews", "restore", "--review", &id, "--reason", ""]);
     assert!(!empty.status.success());
-    drop(conn);
-    db.drop_db().await;
 }

@@ -5,21 +5,19 @@ use super::*;
 
 /// Sets a token's times as weeks of use would have left them.
 async fn age(db: &Db, id: &str, created_days_ago: i64, used_days_ago: Option<i64>) {
-    let mut conn = PgConnection::connect(&db.url).await.unwrap();
     let now = chrono::Utc::now();
     let used = used_days_ago.map(|d| now - chrono::Duration::days(d));
-    sqlx::query(
+    let changed = sql_exec!(
+        &mut db.conn().await,
         "UPDATE tokens SET created_at = $2, last_used_at = $3,
              last_used_address = CASE WHEN $3 IS NULL THEN NULL ELSE '203.0.113.7' END,
              last_used_agent = CASE WHEN $3 IS NULL THEN NULL ELSE 'deploy-bot/2.1' END
          WHERE id = $1",
-    )
-    .bind(uuid::Uuid::parse_str(id).unwrap())
-    .bind(now - chrono::Duration::days(created_days_ago))
-    .bind(used)
-    .execute(&mut conn)
-    .await
-    .unwrap();
+        uuid::Uuid::parse_str(id).unwrap(),
+        now - chrono::Duration::days(created_days_ago),
+        used,
+    );
+    assert_eq!(changed, 1, "token {id}");
 }
 
 fn ids(list: &Value) -> Vec<String> {
@@ -41,7 +39,6 @@ fn sorted(of: &[&String]) -> Vec<String> {
 
 #[tokio::test]
 async fn tokens_list_filters_by_expiry_and_last_use_and_show_gives_the_last_use() {
-    needs_postgres!();
     let db = Db::new().await;
     let org = stdout(&db.run("orgs create hooli")).trim().to_owned();
     let ws = stdout(&db.run(&format!("workspaces create --org {org} prod")))
@@ -121,7 +118,6 @@ async fn tokens_list_filters_by_expiry_and_last_use_and_show_gives_the_last_use(
     assert!(table.contains("last user agent: deploy-bot/2.1"), "{table}");
     let listed = stdout(&db.run(&format!("tokens list --user {dev}")));
     assert!(listed.contains("never"), "{listed}");
-    db.drop_db().await;
 }
 
 #[test]
