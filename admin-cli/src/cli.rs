@@ -305,7 +305,8 @@ pub struct IssueArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum PoliciesCommand {
-    /// Check that a component implements its world and store it as the next version of NAME.
+    /// Check that a component implements its world, measure its decisions (as `bench`) and
+    /// store it, with the measurement, as the next version of NAME.
     Install {
         file: PathBuf,
         /// authorizer or moderator
@@ -313,18 +314,45 @@ pub enum PoliciesCommand {
         kind: String,
         #[arg(long)]
         name: String,
+        /// This version's memory budget, 1 to 256 MiB (default: CP_POLICY_MEMORY_MIB).
+        #[arg(long = "memory-mib", value_parser = crate::policy_budgets::parse_memory_mib)]
+        memory: Option<control_plane::policy::MemoryBudget>,
+        /// Cases to measure with (default: the shipped cases of KIND).
+        #[arg(long)]
+        cases: Option<PathBuf>,
+    },
+    /// Measure a component without installing it: 200 decisions in fresh instances, p50, p99,
+    /// max and peak memory against the deadline and the memory budget.
+    Bench {
+        file: PathBuf,
+        /// authorizer or moderator
+        #[arg(long)]
+        kind: String,
+        /// Cases to measure with (default: the shipped cases of KIND).
+        #[arg(long)]
+        cases: Option<PathBuf>,
+        /// The memory budget to measure against, 1 to 256 MiB (default: CP_POLICY_MEMORY_MIB).
+        #[arg(long = "memory-mib", value_parser = crate::policy_budgets::parse_memory_mib)]
+        memory: Option<control_plane::policy::MemoryBudget>,
     },
     /// Every stored version, and which are active or in shadow.
     List,
     /// One version: NAME@VERSION.
     Show { policy: String },
     /// Make NAME@VERSION the active policy of its kind on every replica (within a second).
-    Activate { policy: String },
+    /// Refused when the version's measured p99 reaches the deadline or its peak memory
+    /// exceeded its budget, unless `--force` (recorded with the activation).
+    Activate {
+        policy: String,
+        #[arg(long)]
+        force: bool,
+    },
     /// Return KIND (authorizer or moderator) to the policy active before the last activation.
     Rollback { kind: String },
     /// Delete a version that was never activated and is not in shadow.
     Remove { policy: String },
-    /// Evaluate a component against a file of cases; exits non-zero on any mismatch.
+    /// Evaluate a component against a file of cases, and report what they cover; exits
+    /// non-zero on any mismatch.
     Test {
         file: PathBuf,
         #[arg(long)]
@@ -332,6 +360,10 @@ pub enum PoliciesCommand {
         /// authorizer or moderator
         #[arg(long, default_value = "authorizer")]
         kind: String,
+        /// Exit non-zero, naming what is missing, unless every operation has an allowed and a
+        /// denied case (moderator: every verdict is reached).
+        #[arg(long)]
+        require_coverage: bool,
     },
     /// Evaluate authorizer NAME@VERSION beside the active one on live traffic, recording every
     /// disagreement without affecting decisions. `--off` stops it.

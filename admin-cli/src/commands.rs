@@ -15,7 +15,7 @@ use crate::cli::{
     WebhooksCommand, WorkspacesCommand,
 };
 use crate::output;
-use control_plane::policy::{EngineSettings, PolicyEngine, PolicyKind, run_cases};
+use control_plane::policy::PolicyKind;
 
 fn config_of(cli: &Cli) -> ServerConfig {
     let mut config = ServerConfig::for_database(cli.database_url.clone().unwrap_or_default());
@@ -43,9 +43,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         clap_complete::generate(*shell, &mut Cli::command(), "cpctl", &mut std::io::stdout());
         return Ok(());
     }
-    if let Command::Policies(PoliciesCommand::Test { file, cases, kind }) = &cli.command {
+    if let Command::Policies(PoliciesCommand::Test {
+        file,
+        cases,
+        kind,
+        require_coverage,
+    }) = &cli.command
+    {
         // Needs no records store: the component and the cases are files.
-        return test_policy(cli.output, file, cases, kind).await;
+        return crate::policy_budgets::test(cli.output, file, cases, kind, *require_coverage).await;
+    }
+    if let Command::Policies(PoliciesCommand::Bench {
+        file,
+        kind,
+        cases,
+        memory,
+    }) = &cli.command
+    {
+        return crate::policy_budgets::bench(cli.output, file, kind, cases.as_deref(), *memory)
+            .await;
     }
     if let Command::Runners(command @ crate::runners::RunnersCommand::Sign { .. }) = &cli.command {
         // Needs no records store: only the runner's key.
@@ -264,52 +280,6 @@ fn kind(raw: &str) -> anyhow::Result<PolicyKind> {
     PolicyKind::parse(raw).map_err(anyhow::Error::msg)
 }
 
-async fn test_policy(
-    out: OutputFormat,
-    file: &std::path::Path,
-    cases: &std::path::Path,
-    kind_name: &str,
-) -> anyhow::Result<()> {
-    let kind = kind(kind_name)?;
-    let component =
-        std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let cases = std::fs::read_to_string(cases)
-        .with_context(|| format!("cannot read {}", cases.display()))?;
-    let engine = PolicyEngine::new(EngineSettings {
-        max_concurrent: 1,
-        ..EngineSettings::default()
-    })
-    .map_err(anyhow::Error::msg)?;
-    let results = run_cases(&engine, kind, &component, &cases)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    let failed = results.iter().filter(|r| !r.passed()).count();
-    match out {
-        OutputFormat::Json => println!(
-            "{}",
-            serde_json::Value::Array(
-                results
-                    .iter()
-                    .map(|r| json!({ "name": r.name, "expected": r.expected, "actual": r.actual, "passed": r.passed() }))
-                    .collect()
-            )
-        ),
-        OutputFormat::Table => {
-            let width = results.iter().map(|r| r.name.chars().count()).max().unwrap_or(4).max(4);
-            println!("{:<6}  {:<width$}  {:<16}  ACTUAL", "RESULT", "CASE", "EXPECTED");
-            for r in &results {
-                let mark = if r.passed() { "pass" } else { "FAIL" };
-                println!("{mark:<6}  {:<width$}  {:<16}  {}", r.name, r.expected, r.actual);
-            }
-            println!("{} passed, {failed} failed", results.len() - failed);
-        }
-    }
-    if failed > 0 {
-        anyhow::bail!("{failed} of {} cases did not match", results.len());
-    }
-    Ok(())
-}
-
 async fn policies(
     services: &Services,
     out: OutputFormat,
@@ -320,11 +290,19 @@ async fn policies(
             file,
             kind: k,
             name,
+            memory,
+            cases,
         } => {
-            let bytes =
-                std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
-            let policy = services.install_policy(&name, kind(&k)?, &bytes).await?;
-            output::created(out, &policy, format!("{}@{}", policy.name, policy.version));
+            crate::policy_budgets::install(
+                services,
+                out,
+                &file,
+                &k,
+                &name,
+                memory,
+                cases.as_deref(),
+            )
+            .await?
         }
         PoliciesCommand::List => {
             let (all, state) = services.list_policies().await?;
@@ -361,18 +339,8 @@ async fn policies(
                 OutputFormat::Table => output::list(out, &[policy]),
             }
         }
-        PoliciesCommand::Activate { policy } => {
-            let policy = services.activate_policy(&policy).await?;
-            match out {
-                OutputFormat::Json => println!(
-                    "{}",
-                    json!({ "activated": format!("{}@{}", policy.name, policy.version), "kind": policy.kind })
-                ),
-                OutputFormat::Table => println!(
-                    "{}@{} is the active {}",
-                    policy.name, policy.version, policy.kind
-                ),
-            }
+        PoliciesCommand::Activate { policy, force } => {
+            crate::policy_budgets::activate(services, out, &policy, force).await?
         }
         PoliciesCommand::Rollback { kind: k } => {
             let k = kind(&k)?;
@@ -417,7 +385,7 @@ async fn policies(
         PoliciesCommand::ShadowReport { limit } => {
             output::list(out, &services.shadow_report(limit).await?)
         }
-        PoliciesCommand::Test { .. } => {}
+        PoliciesCommand::Test { .. } | PoliciesCommand::Bench { .. } => {}
     }
     Ok(())
 }

@@ -128,6 +128,8 @@ mod fleet;
 mod offboarding;
 #[path = "cli/policies.rs"]
 mod policies;
+#[path = "cli/policy_budgets.rs"]
+mod policy_budgets;
 #[path = "cli/resources.rs"]
 mod resources;
 #[path = "cli/setup.rs"]

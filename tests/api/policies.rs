@@ -111,8 +111,9 @@ async fn a_failing_policy_is_a_403_policy_error_and_the_server_keeps_serving() {
             .install_policy(name, PolicyKind::Authorizer, bytes)
             .await
             .unwrap();
+        // Over its measured budgets, by design: forced.
         app.services
-            .activate_policy(&format!("{name}@{}", policy.version))
+            .activate_policy_with(&format!("{name}@{}", policy.version), true)
             .await
             .unwrap();
         until(&client, &app.address, &tenant, 403, Duration::from_secs(3)).await;
@@ -216,8 +217,9 @@ async fn activate(app: &TestApp, tenant: &Tenant, name: &str, bytes: &[u8], limi
         .install_policy(name, PolicyKind::Authorizer, bytes)
         .await
         .unwrap();
+    // Hostile policies are over their measured budgets: forced.
     app.services
-        .activate_policy(&format!("{name}@{}", policy.version))
+        .activate_policy_with(&format!("{name}@{}", policy.version), true)
         .await
         .unwrap();
     until(&reqwest::Client::new(), &app.address, tenant, 403, limit).await;

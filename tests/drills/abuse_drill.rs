@@ -330,7 +330,8 @@ async fn main() -> Res<()> {
         "## after the last attack, until the good client and the runner stop: {}\n  {tail}",
         if tail_ok { "ok" } else { "FAILED" }
     );
-    services.activate_policy(&sleeper_ref).await?;
+    // Over its measured budget by design: forced.
+    services.activate_policy_with(&sleeper_ref, true).await?;
     let timed = client_from([127, 0, 0, 4])?;
     let measure_activity = format!(
         "{server}/v1/workspaces/{}/activity?limit=5",

@@ -14,7 +14,8 @@
 
 use serde::Deserialize;
 
-use super::engine::{PolicyEngine, PolicyKind, outcome};
+use super::budget::PeakMemory;
+use super::engine::{CompiledPolicy, PolicyEngine, PolicyKind, outcome};
 use super::wit::{authz_types as a, moderation_types as m};
 
 #[derive(Deserialize)]
@@ -109,6 +110,9 @@ fn report(r: ReportJson) -> m::Report {
 #[derive(Debug, Clone)]
 pub struct CaseResult {
     pub name: String,
+    /// What the case asks about: the operation id for an authorizer; for a moderator
+    /// `written` (no report) or `reported`.
+    pub subject: String,
     pub expected: String,
     pub actual: String,
 }
@@ -116,6 +120,119 @@ pub struct CaseResult {
 impl CaseResult {
     pub fn passed(&self) -> bool {
         self.expected == self.actual
+    }
+}
+
+/// One request of a cases file, ready for the component.
+pub(super) enum Request {
+    Authz(a::AuthzRequest),
+    Moderation(m::ModerationRequest),
+}
+
+/// A case parsed: its name, expectation and request.
+pub(super) struct ParsedCase {
+    pub(super) name: String,
+    pub(super) expect: String,
+    pub(super) request: Request,
+}
+
+impl ParsedCase {
+    fn subject(&self) -> String {
+        match &self.request {
+            Request::Authz(r) => r.operation.clone(),
+            Request::Moderation(r) if r.report.is_some() => "reported".into(),
+            Request::Moderation(_) => "written".into(),
+        }
+    }
+}
+
+/// Parses a cases file for a component of `kind`; the error names the case at fault.
+pub(super) fn parse_cases(kind: PolicyKind, cases: &str) -> Result<Vec<ParsedCase>, String> {
+    let cases: Vec<Case> =
+        serde_json::from_str(cases).map_err(|e| format!("the cases file is not valid: {e}"))?;
+    cases
+        .into_iter()
+        .map(|case| {
+            let request = match kind {
+                PolicyKind::Authorizer => {
+                    let r: AuthzJson = serde_json::from_value(case.request)
+                        .map_err(|e| format!("case {:?}: invalid request: {e}", case.name))?;
+                    Request::Authz(a::AuthzRequest {
+                        principal: a::Principal {
+                            kind: if r.principal.kind.as_deref() == Some("runner") {
+                                a::PrincipalKind::Runner
+                            } else {
+                                a::PrincipalKind::UserToken
+                            },
+                            id: r.principal.id,
+                            user_id: r.principal.user_id,
+                            organisation_id: r.principal.organisation_id,
+                            workspace_ids: r.principal.workspace_ids,
+                            environment_ids: r.principal.environment_ids,
+                            scopes: r.principal.scopes,
+                        },
+                        operation: r.operation,
+                        method: r.method,
+                        route: r.route,
+                        workspace_id: r.workspace_id,
+                        resource_ids: r.resource_ids,
+                    })
+                }
+                PolicyKind::Moderator => {
+                    let r: ModerationJson = serde_json::from_value(case.request)
+                        .map_err(|e| format!("case {:?}: invalid request: {e}", case.name))?;
+                    Request::Moderation(m::ModerationRequest {
+                        review: m::Review {
+                            id: r.review.id,
+                            plugin_id: r.review.plugin_id,
+                            author_id: r.review.author_id,
+                            rating: r.review.rating,
+                            title: r.review.title,
+                            body: r.review.body,
+                        },
+                        report: r.report.map(report),
+                        prior_reports: r.prior_reports.into_iter().map(report).collect(),
+                        blocklist: r.blocklist,
+                    })
+                }
+            };
+            Ok(ParsedCase {
+                name: case.name,
+                expect: case.expect,
+                request,
+            })
+        })
+        .collect()
+}
+
+/// Asks the component one request in a fresh instance, as the server does, and names the
+/// answer as case files write it.
+pub(super) async fn decide(
+    engine: &PolicyEngine,
+    policy: &CompiledPolicy,
+    request: &Request,
+    peak: Option<&PeakMemory>,
+) -> String {
+    match request {
+        Request::Authz(request) => match engine.authorize_with(policy, request, peak).await {
+            Ok(a::AuthzDecision::Allow) => "allow".to_owned(),
+            Ok(a::AuthzDecision::Deny(d)) if d.status == a::DenyStatus::NotFound => {
+                "deny:not-found".to_owned()
+            }
+            Ok(a::AuthzDecision::Deny(_)) => "deny".to_owned(),
+            Err(e) => format!("error: {e}"),
+        },
+        Request::Moderation(request) => match engine.moderate_with(policy, request, peak).await {
+            // "published" -> "publish", as authors write them.
+            Ok(decision) => match outcome(decision).verdict.as_str() {
+                "published" => "publish",
+                "held" => "hold",
+                "rejected" => "reject",
+                _ => "hide",
+            }
+            .to_owned(),
+            Err(e) => format!("error: {e}"),
+        },
     }
 }
 
@@ -128,79 +245,14 @@ pub async fn run_cases(
     cases: &str,
 ) -> Result<Vec<CaseResult>, String> {
     let policy = engine.compile(kind, component)?;
-    let cases: Vec<Case> =
-        serde_json::from_str(cases).map_err(|e| format!("the cases file is not valid: {e}"))?;
+    let cases = parse_cases(kind, cases)?;
     let mut results = Vec::with_capacity(cases.len());
-    for case in cases {
-        let actual = match kind {
-            PolicyKind::Authorizer => {
-                let r: AuthzJson = serde_json::from_value(case.request)
-                    .map_err(|e| format!("case {:?}: invalid request: {e}", case.name))?;
-                let request = a::AuthzRequest {
-                    principal: a::Principal {
-                        kind: if r.principal.kind.as_deref() == Some("runner") {
-                            a::PrincipalKind::Runner
-                        } else {
-                            a::PrincipalKind::UserToken
-                        },
-                        id: r.principal.id,
-                        user_id: r.principal.user_id,
-                        organisation_id: r.principal.organisation_id,
-                        workspace_ids: r.principal.workspace_ids,
-                        environment_ids: r.principal.environment_ids,
-                        scopes: r.principal.scopes,
-                    },
-                    operation: r.operation,
-                    method: r.method,
-                    route: r.route,
-                    workspace_id: r.workspace_id,
-                    resource_ids: r.resource_ids,
-                };
-                match engine.authorize_now(&policy, &request).await {
-                    Ok(a::AuthzDecision::Allow) => "allow".to_owned(),
-                    Ok(a::AuthzDecision::Deny(d)) if d.status == a::DenyStatus::NotFound => {
-                        "deny:not-found".to_owned()
-                    }
-                    Ok(a::AuthzDecision::Deny(_)) => "deny".to_owned(),
-                    Err(e) => format!("error: {e}"),
-                }
-            }
-            PolicyKind::Moderator => {
-                let r: ModerationJson = serde_json::from_value(case.request)
-                    .map_err(|e| format!("case {:?}: invalid request: {e}", case.name))?;
-                let request = m::ModerationRequest {
-                    review: m::Review {
-                        id: r.review.id,
-                        plugin_id: r.review.plugin_id,
-                        author_id: r.review.author_id,
-                        rating: r.review.rating,
-                        title: r.review.title,
-                        body: r.review.body,
-                    },
-                    report: r.report.map(report),
-                    prior_reports: r.prior_reports.into_iter().map(report).collect(),
-                    blocklist: r.blocklist,
-                };
-                match engine.moderate_now(&policy, &request).await {
-                    Ok(decision) => {
-                        let verdict = outcome(decision).verdict.as_str();
-                        // "published" -> "publish", as authors write them.
-                        match verdict {
-                            "published" => "publish",
-                            "held" => "hold",
-                            "rejected" => "reject",
-                            _ => "hide",
-                        }
-                        .to_owned()
-                    }
-                    Err(e) => format!("error: {e}"),
-                }
-            }
-        };
+    for case in &cases {
         results.push(CaseResult {
-            name: case.name,
-            expected: case.expect,
-            actual,
+            subject: case.subject(),
+            actual: decide(engine, &policy, &case.request, None).await,
+            name: case.name.clone(),
+            expected: case.expect.clone(),
         });
     }
     Ok(results)

@@ -3,12 +3,10 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits,
-    StoreLimitsBuilder, Trap,
-};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::budget::{Limiter, PeakMemory};
 use super::wit::{AuthzInput, authorizer, authz_types, moderation_types, moderator};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -95,7 +93,7 @@ pub enum PolicyFailure {
 pub struct Sandbox {
     wasi: WasiCtx,
     table: ResourceTable,
-    limits: StoreLimits,
+    limits: Limiter,
 }
 
 impl WasiView for Sandbox {
@@ -116,6 +114,8 @@ enum Pre {
 pub struct CompiledPolicy {
     pub kind: PolicyKind,
     pub digest: String,
+    /// The memory budget of this version's decisions (`budget.rs`).
+    pub(super) memory_bytes: usize,
     pre: Pre,
 }
 
@@ -231,7 +231,9 @@ impl PolicyEngine {
             // Every decision runs on a fiber stack (async host calls); unzeroed stacks stay
             // resident in the pool.
             .total_stacks(slots)
-            .max_memory_size(settings.memory_bytes)
+            // A version may have a budget of its own, up to the ceiling (`budget.rs`); each
+            // store's limiter enforces the version's budget.
+            .max_memory_size(super::budget::pool_memory_bytes(&settings))
             // Keep the first MiB of each slot resident: fresh instances start on warm pages.
             .linear_memory_keep_resident(1 << 20)
             .table_keep_resident(64 << 10);
@@ -241,7 +243,9 @@ impl PolicyEngine {
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
             // Reserve little address space per memory: bounds checks are explicit, and the pool
             // stays far from 4 GiB per slot.
-            .memory_reservation((settings.memory_bytes as u64).next_power_of_two() * 2)
+            .memory_reservation(
+                (super::budget::pool_memory_bytes(&settings) as u64).next_power_of_two() * 2,
+            )
             .memory_guard_size(64 << 10);
         let engine =
             Engine::new(&config).map_err(|e| format!("could not create the wasm engine: {e}"))?;
@@ -303,6 +307,7 @@ impl PolicyEngine {
         Ok(CompiledPolicy {
             kind,
             digest: super::digest(bytes),
+            memory_bytes: self.settings.memory_bytes,
             pre,
         })
     }
@@ -332,11 +337,7 @@ impl PolicyEngine {
         Ok(component)
     }
 
-    fn store(&self) -> Store<Sandbox> {
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(self.settings.memory_bytes)
-            .trap_on_grow_failure(true)
-            .build();
+    fn store(&self, limits: Limiter) -> Store<Sandbox> {
         let sandbox = Sandbox {
             wasi: WasiCtx::builder().build(),
             table: ResourceTable::new(),
@@ -367,11 +368,12 @@ impl PolicyEngine {
     /// instantiate is told apart from one of the call.
     async fn decide<I, T>(
         &self,
+        limits: Limiter,
         instantiate: impl AsyncFnOnce(&mut Store<Sandbox>) -> wasmtime::Result<I>,
         call: impl AsyncFnOnce(I, &mut Store<Sandbox>) -> wasmtime::Result<T>,
     ) -> Result<T, PolicyFailure> {
         self.within_deadline(async {
-            let mut store = self.store();
+            let mut store = self.store(limits);
             let instance = instantiate(&mut store)
                 .await
                 .map_err(classify_instantiate)?;
@@ -387,10 +389,21 @@ impl PolicyEngine {
         policy: &CompiledPolicy,
         request: &authz_types::AuthzRequest,
     ) -> Result<authz_types::AuthzDecision, PolicyFailure> {
+        self.authorize_with(policy, request, None).await
+    }
+
+    /// [`Self::authorize_now`], recording the largest memory the decision asked for in `peak`.
+    pub(super) async fn authorize_with(
+        &self,
+        policy: &CompiledPolicy,
+        request: &authz_types::AuthzRequest,
+        peak: Option<&PeakMemory>,
+    ) -> Result<authz_types::AuthzDecision, PolicyFailure> {
         let Pre::Authorizer(pre) = &policy.pre else {
             return Err(PolicyFailure::Instantiate("not an authorizer".into()));
         };
         self.decide(
+            Limiter::new(policy.memory_bytes, peak),
             async |store| pre.instantiate_async(store).await,
             async |instance, store| instance.call_authorize(store, request).await,
         )
@@ -404,10 +417,21 @@ impl PolicyEngine {
         policy: &CompiledPolicy,
         request: &moderation_types::ModerationRequest,
     ) -> Result<moderation_types::ModerationDecision, PolicyFailure> {
+        self.moderate_with(policy, request, None).await
+    }
+
+    /// [`Self::moderate_now`], recording the largest memory the decision asked for in `peak`.
+    pub(super) async fn moderate_with(
+        &self,
+        policy: &CompiledPolicy,
+        request: &moderation_types::ModerationRequest,
+        peak: Option<&PeakMemory>,
+    ) -> Result<moderation_types::ModerationDecision, PolicyFailure> {
         let Pre::Moderator(pre) = &policy.pre else {
             return Err(PolicyFailure::Instantiate("not a moderator".into()));
         };
         self.decide(
+            Limiter::new(policy.memory_bytes, peak),
             async |store| pre.instantiate_async(store).await,
             async |instance, store| instance.call_moderate(store, request).await,
         )

@@ -34,14 +34,21 @@
 //! (`runtime.rs`); a full queue drops the evaluation and counts it in
 //! `policy_shadow_dropped_total`.
 
+mod budget;
 mod cases;
+mod coverage;
 mod engine;
 mod runtime;
 #[cfg(test)]
 mod tests;
 mod wit;
 
+pub use budget::{
+    BudgetReport, DEFAULT_RUNS, MEMORY_CEILING_MIB, MemoryBudget, PeakMemory, measure,
+    shipped_cases,
+};
 pub use cases::{CaseResult, run_cases};
+pub use coverage::{Coverage, CoverageRow};
 pub use engine::{
     CompiledPolicy, EngineSettings, ModerationInput, ModerationOutcome, PolicyEngine,
     PolicyFailure, PolicyKind, ReportInput, Verdict,

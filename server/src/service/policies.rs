@@ -43,42 +43,18 @@ impl Services {
         self.policies.as_ref()
     }
 
-    /// Validates the component against the world of `kind`, then stores it as the next version.
+    /// Validates the component against the world of `kind`, measures it on the shipped cases
+    /// under the server's memory budget, then stores it as the next version.
     pub async fn install_policy(
         &self,
         name: &str,
         kind: PolicyKind,
         bytes: &[u8],
     ) -> Result<PolicyRecord, ServiceError> {
-        if name.is_empty()
-            || name.len() > 100
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return Err(ServiceError::Validation(
-                crate::domain::FieldError::new("name", "must be 1 to 100 of [A-Za-z0-9._-]").into(),
-            ));
-        }
-        let runtime = self.runtime()?;
-        let engine = runtime.engine().clone();
-        let owned = bytes.to_vec();
-        let compiled = tokio::task::spawn_blocking(move || engine.compile(kind, &owned))
-            .await
-            .map_err(|e| ServiceError::Internal(e.to_string()))?;
-        let compiled = compiled.map_err(|reason| {
-            ServiceError::Validation(crate::domain::FieldError::new("component", reason).into())
-        })?;
         Ok(self
-            .store
-            .insert_policy(
-                &WriteContext::admin(&CorrelationId::generate()),
-                name,
-                kind.as_str(),
-                &compiled.digest,
-                bytes,
-            )
-            .await?)
+            .install_measured_policy(name, kind, bytes, None, None)
+            .await?
+            .policy)
     }
 
     pub async fn list_policies(&self) -> Result<(Vec<PolicyRecord>, PolicyState), ServiceError> {
@@ -96,12 +72,9 @@ impl Services {
             .ok_or_else(|| ServiceError::not_found(format!("no policy {name}@{version}")))
     }
 
+    /// Activates a version within its measured budgets (`activate_policy_with` to force).
     pub async fn activate_policy(&self, reference: &str) -> Result<PolicyRecord, ServiceError> {
-        let policy = self.find_policy(reference).await?;
-        self.store
-            .activate_policy(&WriteContext::admin(&CorrelationId::generate()), &policy)
-            .await?;
-        Ok(policy)
+        Ok(self.activate_policy_with(reference, false).await?.policy)
     }
 
     /// Returns what is active for `kind` after the rollback (`None`: the built-in default).
@@ -212,9 +185,18 @@ impl Services {
         record: Option<&PolicyRecord>,
     ) -> Result<Arc<CompiledPolicy>, ServiceError> {
         let runtime = self.runtime()?;
+        // A version runs under its own memory budget: the same bytes under another budget
+        // are another compiled policy.
+        let budget = self.memory_budget_of(record).await?;
+        let key = |digest: &str| format!("{digest}/{}", budget.map_or(0, |b| b.mib()));
         let bytes = match record {
             Some(r) => {
-                if let Some(hit) = cache.0.lock().ok().and_then(|c| c.get(&r.digest).cloned()) {
+                if let Some(hit) = cache
+                    .0
+                    .lock()
+                    .ok()
+                    .and_then(|c| c.get(&key(&r.digest)).cloned())
+                {
                     return Ok(hit);
                 }
                 self.store.policy_bytes(r.id).await?.ok_or_else(|| {
@@ -227,7 +209,12 @@ impl Services {
             },
         };
         let digest = crate::policy::digest(&bytes);
-        if let Some(hit) = cache.0.lock().ok().and_then(|c| c.get(&digest).cloned()) {
+        if let Some(hit) = cache
+            .0
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&key(&digest)).cloned())
+        {
             return Ok(hit);
         }
         let engine = runtime.engine().clone();
@@ -237,9 +224,12 @@ impl Services {
             .map_err(|e| {
                 ServiceError::Internal(format!("stored policy {digest} does not compile: {e}"))
             })?;
-        let compiled = Arc::new(compiled);
+        let compiled = Arc::new(match budget {
+            Some(budget) => compiled.with_memory_budget(budget),
+            None => compiled,
+        });
         if let Ok(mut c) = cache.0.lock() {
-            c.insert(digest, compiled.clone());
+            c.insert(key(&digest), compiled.clone());
         }
         Ok(compiled)
     }

@@ -64,6 +64,7 @@ pub trait RecordStore:
     + AuditIntegrityStore
     + SettingsStore
     + PolicyStore
+    + PolicyBudgetStore
     + RunnerStore
     + CommandStore
     + DeliveryStore

@@ -239,6 +239,22 @@ pub(crate) const TABLES: &[Table] = &[
             ("policy_id", Kind::Uuid),
             ("activated_at", Time),
             ("rolled_back", Bool),
+            ("forced", Bool),
+        ],
+    ),
+    Table::new(
+        "policy_budgets",
+        &[
+            ("policy_id", Kind::Uuid),
+            ("memory_budget_mib", I32),
+            ("decisions", I32),
+            ("failures", I32),
+            ("p50_us", I64),
+            ("p99_us", I64),
+            ("max_us", I64),
+            ("peak_memory_bytes", I64),
+            ("deadline_ms", I64),
+            ("measured_at", Time),
         ],
     ),
     Table::new(

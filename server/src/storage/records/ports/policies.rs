@@ -51,6 +51,7 @@ pub trait PolicyStore: Send + Sync {
         kind: &str,
         digest: &str,
         bytes: &[u8],
+        budget: &crate::storage::PolicyBudgetRecord,
     ) -> Result<PolicyRecord, StoreError>;
     async fn list_policies(&self) -> Result<Vec<PolicyRecord>, StoreError>;
     async fn find_policy(
@@ -59,10 +60,12 @@ pub trait PolicyStore: Send + Sync {
         version: i32,
     ) -> Result<Option<PolicyRecord>, StoreError>;
     async fn policy_bytes(&self, id: Uuid) -> Result<Option<Vec<u8>>, StoreError>;
+    /// `forced`: activated over a measurement that exceeded its budgets.
     async fn activate_policy(
         &self,
         write: &WriteContext,
         policy: &PolicyRecord,
+        forced: bool,
     ) -> Result<(), StoreError>;
     /// Rolls the newest activation of `kind` back; false when there was none.
     async fn rollback_policy(&self, write: &WriteContext, kind: &str) -> Result<bool, StoreError>;

@@ -35,6 +35,7 @@ impl<S: Dialect> PolicyStore for S {
         kind: &str,
         digest: &str,
         bytes: &[u8],
+        budget: &crate::storage::PolicyBudgetRecord,
     ) -> Result<PolicyRecord, StoreError> {
         let mut tx = self.begin(write).await?;
         S::serialise_versions(&mut tx, name).await?;
@@ -52,6 +53,7 @@ impl<S: Dialect> PolicyStore for S {
         .bind(Utc::now())
         .fetch_one(&mut *tx)
         .await?;
+        super::policy_budgets::insert_budget::<S>(&mut tx, row.id, budget).await?;
         self.commit(tx, write).await?;
         Ok(row.into())
     }
@@ -92,14 +94,17 @@ impl<S: Dialect> PolicyStore for S {
         &self,
         write: &WriteContext,
         policy: &PolicyRecord,
+        forced: bool,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
         S::query(
-            "INSERT INTO policy_activations (kind, policy_id, activated_at) VALUES ($1, $2, $3)",
+            "INSERT INTO policy_activations (kind, policy_id, activated_at, forced)
+             VALUES ($1, $2, $3, $4)",
         )
         .bind(&policy.kind)
         .bind(policy.id)
         .bind(Utc::now())
+        .bind(forced)
         .execute(&mut *tx)
         .await?;
         S::policy_changed(&mut tx).await?;
