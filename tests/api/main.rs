@@ -27,6 +27,9 @@ mod ops_endpoints;
 mod outcomes;
 mod policies;
 mod rate_limits;
+#[path = "../support/redis_cluster.rs"]
+mod redis_cluster;
+mod redis_cluster_outage;
 mod redis_outage;
 mod replicas;
 mod response_schemas;
