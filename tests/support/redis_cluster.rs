@@ -53,7 +53,7 @@ impl RedisCluster {
             let port = free_port_pair();
             if !ports
                 .iter()
-                .any(|&p: &u16| p.abs_diff(port) == 0 || p.abs_diff(port) == 10_000)
+                .any(|&p: &u16| p == port || p.abs_diff(port) == 10_000)
             {
                 ports.push(port);
             }
@@ -121,7 +121,7 @@ impl RedisCluster {
         ))
     }
 
-    /// The port of the node that holds `key` (asked of every node), if any does.
+    /// The port of the node holding a key that matches `pattern` (asked of every node).
     pub fn holder_of(&self, pattern: &str) -> Option<u16> {
         self.ports.iter().copied().find(|&port| {
             cli(port, &["--scan", "--pattern", pattern]).is_some_and(|keys| !keys.trim().is_empty())

@@ -193,10 +193,10 @@ mod tests {
         assert_eq!(slot("{123456789}.other"), slot("123456789"));
     }
 
-    /// The one script with several keys charges a request's buckets together (`RateGuard::
-    /// buckets`): a bearer request's token, user and organisation buckets (and, for issuance,
-    /// the user's issue bucket), or an address's `all` and `issue` buckets. Each set is in
-    /// one slot, whatever the prefix, which stays outside the tag.
+    /// The one script with several keys charges a request's buckets together
+    /// (`RateGuard::buckets`): a bearer request's token, user and organisation buckets (and,
+    /// for issuance, the user's issue bucket), or an address's `all` and `issue` buckets. Each
+    /// set is in one slot, whatever the prefix, which stays outside the tag.
     #[test]
     fn every_script_touches_one_slot_whatever_the_prefix() {
         let org = Uuid::new_v4();
