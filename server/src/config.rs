@@ -165,9 +165,10 @@ pub struct ServerConfig {
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub audit_stream_replay_page: u32,
 
-    /// Redis URL for idempotency records, rate limits and nonces shared by every replica. Without
-    /// it rate limits live in this process, which is right for exactly one replica; idempotency
-    /// records and nonces live in the SQLite file (embedded) or in this process (Postgres).
+    /// Redis URL for idempotency records, rate limits and nonces shared by every replica
+    /// (several comma-separated URLs: a Redis Cluster's seed nodes). Without it rate limits live
+    /// in this process, which is right for exactly one replica; idempotency records and nonces
+    /// live in the SQLite file (embedded) or in this process (Postgres).
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
 

@@ -28,6 +28,9 @@ mod outcomes;
 mod policies;
 mod policy_budgets;
 mod rate_limits;
+#[path = "../support/redis_cluster.rs"]
+mod redis_cluster;
+mod redis_cluster_outage;
 mod redis_outage;
 mod replicas;
 mod response_schemas;

@@ -10,8 +10,8 @@ use anyhow::Context;
 use crate::config::ServerConfig;
 use crate::domain::KeyEncryptionKey;
 use crate::storage::{
-    FastState, MemoryFastState, OpenSettings, Opened, RedisFastState, SharedRecordStore,
-    SqliteFastState,
+    FastState, MemoryFastState, OpenSettings, Opened, RedisFastState, RedisLocation,
+    SharedRecordStore, SqliteFastState,
 };
 
 /// The embedded store keeps rate limits and the audit fan-out in this process, so a second
@@ -61,8 +61,15 @@ pub(super) fn fast_state(
     durable: Option<SqliteFastState>,
 ) -> anyhow::Result<FastState> {
     if let Some(url) = config.redis_url.as_deref() {
+        let location = RedisLocation::parse(url)?;
+        // A brace in the prefix would become every key's hash tag: one slot for everything.
+        anyhow::ensure!(
+            !config.redis_prefix.contains(['{', '}']),
+            "CP_REDIS_PREFIX must not contain '{{' or '}}': Redis Cluster would hash every key by it"
+        );
+        tracing::info!(fast_state = %location, "idempotency records, rate limits and nonces live in Redis");
         return Ok(FastState::redis(Arc::new(RedisFastState::new(
-            url,
+            &location,
             Duration::from_secs(1),
         )?)));
     }

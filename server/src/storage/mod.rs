@@ -10,8 +10,9 @@
 //!   `copy.rs` (`cpctl store copy`), `changes.rs` (the change-feed port) and `audit_feed.rs`
 //!   (the fan-out to audit stream subscribers), `rows.rs` (rows both backends decode).
 //! - `fast_state/`: idempotency claims, rate limits and nonces: the ports in `mod.rs`, and the
-//!   `redis`, `memory` and `sqlite` (the embedded default's file) adapters; `keys.rs` builds
-//!   every key.
+//!   `redis` (a single Redis or a cluster: `redis_location.rs` parses `REDIS_URL`,
+//!   `redis_connection.rs` connects), `memory` and `sqlite` (the embedded default's file)
+//!   adapters; `keys.rs` builds every key.
 //! - `write_context.rs`: what every write takes: its correlation id, actor, and whether its
 //!   transaction is held open until a keyed request's response is sealed into it.
 //! - `open.rs`: opens the stores a URL or path names, so nothing outside `storage/` knows which
@@ -26,7 +27,8 @@ use std::sync::Arc;
 
 pub use fast_state::{
     Bucket, Claim, FastStateError, HeldKey, IdempotencyStore, MemoryFastState, NonceStore, Rate,
-    RateDecision, RateLimiter, RedisFastState, SqliteFastState, UseClaims, Verdict, keys,
+    RateDecision, RateLimiter, RedisConnection, RedisFastState, RedisLocation, RedisLocationError,
+    SqliteFastState, UseClaims, Verdict, keys,
 };
 pub use open::{OpenError, OpenSettings, Opened, RecordsLocation, open};
 pub use records::*;

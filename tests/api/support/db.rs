@@ -126,12 +126,18 @@ pub async fn events_about(app: &TestApp, event_type: &str, target: Uuid) -> (i64
     .unwrap()
 }
 
+/// A connection to the Redis or the cluster a `REDIS_URL` names, as the server opens it: on a
+/// cluster `KEYS` asks every master and a `DEL` of keys in several slots is split by slot.
+async fn redis_connection(url: &str) -> Option<control_plane::storage::RedisConnection> {
+    let location = control_plane::storage::RedisLocation::parse(url).ok()?;
+    control_plane::storage::RedisConnection::open(&location, Duration::from_secs(5))
+        .await
+        .ok()
+}
+
 /// Every key under `prefix`, with its raw value.
 pub async fn redis_values(url: &str, prefix: &str) -> Vec<(String, Vec<u8>)> {
-    let Ok(client) = redis::Client::open(url) else {
-        return vec![];
-    };
-    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+    let Some(mut conn) = redis_connection(url).await else {
         return vec![];
     };
     let keys: Vec<String> = redis::cmd("KEYS")
@@ -155,10 +161,7 @@ pub async fn redis_values(url: &str, prefix: &str) -> Vec<(String, Vec<u8>)> {
 
 /// Deletes every key under `prefix`: what a Redis restart without persistence does.
 pub async fn delete_redis_keys(url: &str, prefix: &str) {
-    let Ok(client) = redis::Client::open(url) else {
-        return;
-    };
-    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+    let Some(mut conn) = redis_connection(url).await else {
         return;
     };
     let keys: Vec<String> = redis::cmd("KEYS")

@@ -1,12 +1,12 @@
 //! Which services this run has and which records store and fast state the suite uses: Postgres
-//! or SQLite records, Redis or in-process fast state, each chosen once per run from the
-//! environment and what answers. A test that needs a service names it with [`needs!`] and
+//! or SQLite records, Redis, a Redis Cluster (`TEST_FAST_STATE=cluster`, started by the suite)
+//! or in-process fast state, each chosen once per run from the environment and what answers. A test that needs a service names it with [`needs!`] and
 //! skips, with one line, on a run without it (or fails under `CP_TEST_REQUIRE_SERVICES=1`).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::services;
+use crate::{redis_cluster, services};
 
 /// The services one test of this run may need, named at its top with [`needs!`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,8 +14,12 @@ pub enum Need {
     /// Postgres records: a second server process on the same records, a proxy in front of
     /// Postgres, LISTEN/NOTIFY between processes.
     Postgres,
-    /// The shared Redis fast state of the run.
+    /// The shared Redis fast state of the run: a single Redis or the cluster.
     Redis,
+    /// The single Redis of the Postgres + Redis run, not the cluster run.
+    SingleRedis,
+    /// The `TEST_FAST_STATE=cluster` run (`redis-server` and `redis-cli` on the PATH).
+    RedisCluster,
     /// A `redis-server` binary on the PATH, for a test that starts and stops a Redis of its own.
     RedisServer,
     /// A Python with the official Standard Webhooks and Svix libraries, named by
@@ -81,6 +85,16 @@ fn lacks(need: Need) -> Option<String> {
                 ),
             })
         }
+        Need::SingleRedis => match fast_state() {
+            FastState::Cluster => {
+                Some("a single Redis; this is the TEST_FAST_STATE=cluster run".into())
+            }
+            _ => lacks(Need::Redis),
+        },
+        Need::RedisCluster => match fast_state() {
+            FastState::Cluster if !sqlite_mode() => None,
+            _ => Some("a Redis Cluster; this is not the TEST_FAST_STATE=cluster run".into()),
+        },
         Need::RedisServer => {
             if services::on_path("redis-server") {
                 return None;
@@ -140,6 +154,8 @@ fn records() -> Records {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FastState {
     Redis,
+    /// `TEST_FAST_STATE=cluster`: the three-master cluster the suite starts (`redis_cluster`).
+    Cluster,
     /// `TEST_FAST_STATE=memory`: the run asked for the in-process adapter.
     Memory,
     /// Redis does not answer: the run fell back to the in-process adapter.
@@ -151,8 +167,25 @@ enum FastState {
 fn fast_state() -> FastState {
     static FAST: OnceLock<FastState> = OnceLock::new();
     *FAST.get_or_init(|| {
-        if std::env::var("TEST_FAST_STATE").is_ok_and(|v| v == "memory") {
-            return FastState::Memory;
+        match std::env::var("TEST_FAST_STATE").as_deref() {
+            Ok("memory") => return FastState::Memory,
+            Ok("cluster") => match redis_cluster::shared() {
+                Ok(url) => {
+                    services::say(&format!(
+                        "the HTTP suite's fast state: a Redis Cluster ({url})"
+                    ));
+                    return FastState::Cluster;
+                }
+                Err(why) => {
+                    let what = format!("a Redis Cluster could not be started: {why}");
+                    services::missing(&what);
+                    services::say(&format!(
+                        "{what}: the fast state is kept in process instead"
+                    ));
+                    return FastState::MemoryFallback;
+                }
+            },
+            _ => {}
         }
         let url = services::redis_url();
         if services::answers(&url) {
@@ -191,11 +224,16 @@ pub fn postgres_base() -> String {
     services::postgres_base()
 }
 
-/// Redis of the test suite on a Postgres run, unless `TEST_FAST_STATE=memory` or Redis does not
+/// `REDIS_URL` of the test suite on a Postgres run: the single Redis, or the cluster's seeds
+/// with `TEST_FAST_STATE=cluster`; `None` with `TEST_FAST_STATE=memory` or when Redis does not
 /// answer (then the in-process adapter). The SQLite run always uses the in-process adapter.
 pub fn test_redis_url() -> Option<String> {
     if sqlite_mode() {
         return None;
     }
-    (fast_state() == FastState::Redis).then(services::redis_url)
+    match fast_state() {
+        FastState::Redis => Some(services::redis_url()),
+        FastState::Cluster => redis_cluster::shared().ok(),
+        FastState::Memory | FastState::MemoryFallback => None,
+    }
 }

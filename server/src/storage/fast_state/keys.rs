@@ -176,4 +176,98 @@ mod tests {
             "cp:last-use:{tok:1f0e6b2c-3c4d-4e5f-8a9b-0c1d2e3f4a5b}"
         );
     }
+
+    /// The cluster slot of a key, as Redis Cluster and its client compute it: CRC16 (XMODEM)
+    /// of the hash tag, or of the whole key without one, modulo 16384.
+    fn slot(key: &str) -> redis::cluster_routing::Slot {
+        redis::cluster_routing::Slot::for_key(key)
+    }
+
+    #[test]
+    fn slots_are_computed_as_redis_cluster_does() {
+        // From the Redis Cluster specification: "123456789" hashes to 0x31C3.
+        assert_eq!(
+            slot("123456789"),
+            redis::cluster_routing::Slot::new(0x31C3).unwrap()
+        );
+        assert_eq!(slot("{123456789}.other"), slot("123456789"));
+    }
+
+    /// The one script with several keys charges a request's buckets together
+    /// (`RateGuard::buckets`): a bearer request's token, user and organisation buckets (and,
+    /// for issuance, the user's issue bucket), or an address's `all` and `issue` buckets. Each
+    /// set is in one slot, whatever the prefix, which stays outside the tag.
+    #[test]
+    fn every_script_touches_one_slot_whatever_the_prefix() {
+        let org = Uuid::new_v4();
+        let (token, user, runner) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        for prefix in ["", "cp:", "cpt:0123456789abcdef0123456789abcdef:"] {
+            let bearer = [
+                rate_limit(
+                    prefix,
+                    RateScope::User {
+                        organisation: org,
+                        user,
+                    },
+                    "issue",
+                ),
+                rate_limit(
+                    prefix,
+                    RateScope::Token {
+                        organisation: org,
+                        token,
+                    },
+                    "all",
+                ),
+                rate_limit(
+                    prefix,
+                    RateScope::User {
+                        organisation: org,
+                        user,
+                    },
+                    "all",
+                ),
+                rate_limit(prefix, RateScope::Organisation(org), "all"),
+            ];
+            let address = [
+                rate_limit(prefix, RateScope::Address("10.1.2.3"), "issue"),
+                rate_limit(prefix, RateScope::Address("10.1.2.3"), "all"),
+            ];
+            for set in [&bearer[..], &address[..]] {
+                assert!(
+                    set.iter().all(|k| slot(k) == slot(&set[0])),
+                    "one GCRA call, several slots: {set:?}"
+                );
+            }
+            assert_eq!(slot(&bearer[0]), slot(&format!("org:{org}")));
+            // Single-key scripts: the slot is the principal's, not the key's text, so a
+            // principal's records, quota and claims stay together under any prefix.
+            let principal = format!("tok:{token}");
+            for key in [
+                idempotency_record(prefix, &principal, "POST", "issueToken", "key-1"),
+                idempotency_record(prefix, &principal, "DELETE", "revokeToken", "key-2"),
+                token_last_use(prefix, token),
+            ] {
+                assert_eq!(slot(&key), slot(&principal), "{key}");
+            }
+            let owner = format!("user:{user}");
+            assert_eq!(slot(&idempotency_quota(prefix, &owner)), slot(&owner));
+            assert_eq!(
+                slot(&runner_nonce(prefix, runner, "n-1")),
+                slot(&runner.to_string())
+            );
+            assert_eq!(
+                slot(&rate_limit(prefix, RateScope::Runner(runner), "all")),
+                slot(&format!("runner:{runner}"))
+            );
+            assert_eq!(
+                slot(&rate_limit(
+                    prefix,
+                    RateScope::RunnerAddress("10.0.0.1"),
+                    "all"
+                )),
+                slot("runner-ip:10.0.0.1")
+            );
+        }
+    }
 }

@@ -4,10 +4,14 @@
 pub mod keys;
 mod memory;
 mod redis;
+mod redis_connection;
+mod redis_location;
 mod sqlite;
 
 pub use memory::MemoryFastState;
 pub use redis::RedisFastState;
+pub use redis_connection::RedisConnection;
+pub use redis_location::{RedisLocation, RedisLocationError};
 pub use sqlite::SqliteFastState;
 
 use std::time::Duration;

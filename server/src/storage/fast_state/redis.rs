@@ -1,14 +1,15 @@
-//! The Redis adapter of the fast-state ports. Every operation is one Lua script: one round
-//! trip, atomic, and on Redis's own clock. Each script touches one key, or (the rate limit)
-//! keys of one hash tag, so `REDIS_URL` may name a cluster node as long as keys are routed
-//! (see docs/operations.md).
+//! The Redis adapter of the fast-state ports, on a single Redis or a Redis Cluster alike. Every
+//! operation is one Lua script: one round trip, atomic, and on Redis's own clock. Each script
+//! touches one key, or (the rate limit) keys of one hash tag, so each runs within one cluster
+//! slot (`keys.rs` pins it). Only the connection differs (`redis_connection.rs`).
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 
+use super::redis_connection::{RedisConnection, RedisDialler};
+use super::redis_location::RedisLocation;
 use super::{
     Bucket, Claim, FastResult, FastStateError, HeldKey, IdempotencyStore, RateDecision,
     RateLimiter, Verdict,
@@ -89,8 +90,8 @@ return 1
 ";
 
 pub struct RedisFastState {
-    client: redis::Client,
-    connection: OnceCell<ConnectionManager>,
+    dialler: RedisDialler,
+    connection: OnceCell<RedisConnection>,
     timeout: Duration,
     claim: redis::Script,
     complete: redis::Script,
@@ -102,11 +103,11 @@ pub struct RedisFastState {
 
 impl RedisFastState {
     /// Nothing is dialled until first use, so the server starts (and recovers) while Redis is down.
-    pub fn new(url: &str, timeout: Duration) -> Result<Self, FastStateError> {
-        let client = redis::Client::open(url)
+    pub fn new(location: &RedisLocation, timeout: Duration) -> Result<Self, FastStateError> {
+        let dialler = RedisDialler::new(location, timeout)
             .map_err(|e| FastStateError::Unavailable(format!("invalid REDIS_URL: {e}")))?;
         Ok(Self {
-            client,
+            dialler,
             connection: OnceCell::new(),
             timeout,
             claim: redis::Script::new(CLAIM),
@@ -118,24 +119,17 @@ impl RedisFastState {
         })
     }
 
-    async fn connection(&self) -> Result<ConnectionManager, FastStateError> {
-        let manager = self
+    async fn connection(&self) -> Result<RedisConnection, FastStateError> {
+        let connection = self
             .connection
             .get_or_try_init(|| async {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(self.timeout))
-                    .set_number_of_retries(1);
-                tokio::time::timeout(
-                    self.timeout,
-                    ConnectionManager::new_with_config(self.client.clone(), config),
-                )
-                .await
-                .map_err(|_| FastStateError::Unavailable("timed out connecting to Redis".into()))?
-                .map_err(unavailable)
+                self.dialler
+                    .connect(self.timeout)
+                    .await
+                    .map_err(unavailable)
             })
             .await?;
-        Ok(manager.clone())
+        Ok(connection.clone())
     }
 
     pub async fn ping(&self) -> Result<(), FastStateError> {
@@ -264,11 +258,13 @@ impl IdempotencyStore for RedisFastState {
 
     async fn discard(&self, key: &str) -> FastResult<()> {
         let mut conn = self.connection().await?;
-        let _: i64 = redis::cmd("DEL")
-            .arg(key)
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
+        let _: i64 = tokio::time::timeout(
+            self.timeout * 2,
+            redis::cmd("DEL").arg(key).query_async(&mut conn),
+        )
+        .await
+        .map_err(|_| FastStateError::Unavailable("Redis did not answer in time".into()))?
+        .map_err(unavailable)?;
         Ok(())
     }
 
@@ -339,7 +335,8 @@ mod tests {
     async fn open() -> Option<((), String, RedisFastState)> {
         let url =
             std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-        let state = RedisFastState::new(&url, Duration::from_secs(2)).expect("valid URL");
+        let location = RedisLocation::parse(&url).expect("valid TEST_REDIS_URL");
+        let state = RedisFastState::new(&location, Duration::from_secs(2)).expect("valid URL");
         if let Err(e) = state.ping().await {
             assert!(
                 std::env::var("CP_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
