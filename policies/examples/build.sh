@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the example policies (the default authorizer and moderator ported to Python and
-# JavaScript) into OUTDIR/{python,js}-{authorizer,moderator}.wasm, with the pinned tools of
+# JavaScript) into OUTDIR/{python,js}-{authorizer,moderator}.wasm, and the hostile Python
+# authorizers (python/hostile/: spin, sleep, bomb) into OUTDIR/python-hostile-*.wasm, with the
+# pinned tools of
 # python/build.sh and js/build.sh (installed on first use under
 # ${CP_POLICY_TOOLS:-~/.cache/cp-policy-tools}).
 #
@@ -25,4 +27,11 @@ for lang in "${langs[@]}"; do
     size=$(wc -c <"$outdir/$lang-$world.wasm")
     echo "$lang-$world.wasm: $((size / 1024)) KiB in $((SECONDS - start)) s"
   done
+  if [ "$lang" = python ]; then
+    for hostile in spin sleep bomb; do
+      "$examples/python/build.sh" -w authorizer -s "$examples/python/hostile/$hostile" -d "$wit" \
+        -o "$outdir/python-hostile-$hostile.wasm" >/dev/null
+    done
+    echo "python-hostile-{spin,sleep,bomb}.wasm"
+  fi
 done
