@@ -47,6 +47,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         // Needs no records store: the component and the cases are files.
         return test_policy(cli.output, file, cases, kind).await;
     }
+    if let Command::Policies(PoliciesCommand::New {
+        name,
+        kind,
+        lang,
+        dir,
+    }) = &cli.command
+    {
+        // Writes files only.
+        return crate::policy_new::run(cli.output, name, *kind, *lang, dir.as_deref());
+    }
     if let Command::Runners(command @ crate::runners::RunnersCommand::Sign { .. }) = &cli.command {
         // Needs no records store: only the runner's key.
         return crate::runners::sign(cli.output, command);
@@ -417,7 +427,7 @@ async fn policies(
         PoliciesCommand::ShadowReport { limit } => {
             output::list(out, &services.shadow_report(limit).await?)
         }
-        PoliciesCommand::Test { .. } => {}
+        PoliciesCommand::Test { .. } | PoliciesCommand::New { .. } => {}
     }
     Ok(())
 }
