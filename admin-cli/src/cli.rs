@@ -351,6 +351,17 @@ pub enum PoliciesCommand {
     Rollback { kind: String },
     /// Delete a version that was never activated and is not in shadow.
     Remove { policy: String },
+    /// Write a ready policy project in DIR (default ./NAME): the WIT, the default policy's
+    /// logic in LANG, its cases, a build script with pinned tools, a README.
+    New {
+        name: String,
+        #[arg(long, value_enum)]
+        kind: crate::policy_new::Kind,
+        #[arg(long, value_enum)]
+        lang: crate::policy_new::Lang,
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Evaluate a component against a file of cases, and report what they cover; exits
     /// non-zero on any mismatch.
     Test {

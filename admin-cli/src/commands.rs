@@ -63,6 +63,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         return crate::policy_budgets::bench(cli.output, file, kind, cases.as_deref(), *memory)
             .await;
     }
+    if let Command::Policies(PoliciesCommand::New {
+        name,
+        kind,
+        lang,
+        dir,
+    }) = &cli.command
+    {
+        // Writes files only.
+        return crate::policy_new::run(cli.output, name, *kind, *lang, dir.as_deref());
+    }
     if let Command::Runners(command @ crate::runners::RunnersCommand::Sign { .. }) = &cli.command {
         // Needs no records store: only the runner's key.
         return crate::runners::sign(cli.output, command);
@@ -385,7 +395,7 @@ async fn policies(
         PoliciesCommand::ShadowReport { limit } => {
             output::list(out, &services.shadow_report(limit).await?)
         }
-        PoliciesCommand::Test { .. } | PoliciesCommand::Bench { .. } => {}
+        PoliciesCommand::Test { .. } | PoliciesCommand::Bench { .. } | PoliciesCommand::New { .. } => {}
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ mod fleet;
 mod marketplace;
 mod output;
 mod policy_budgets;
+mod policy_new;
 mod pools;
 mod runners;
 mod store;
@@ -56,6 +57,10 @@ async fn main() -> ExitCode {
     );
     match commands::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<policy_new::BadInput>().is_some() => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             // A conflict leads with its code, as the API's 409 body would (`invalid_transition`).
             let code = match e.downcast_ref::<control_plane::service::ServiceError>() {

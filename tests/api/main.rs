@@ -27,6 +27,7 @@ mod ops_endpoints;
 mod outcomes;
 mod policies;
 mod policy_budgets;
+mod policy_languages;
 mod rate_limits;
 #[path = "../support/redis_cluster.rs"]
 mod redis_cluster;
