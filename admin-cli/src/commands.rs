@@ -45,7 +45,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     if let Command::Policies(PoliciesCommand::Test { file, cases, kind }) = &cli.command {
         // Needs no records store: the component and the cases are files.
-        return test_policy(cli.output, file, cases, kind).await;
+        let cache_dir = config_of(&cli).policy_cache_dir();
+        return test_policy(cli.output, file, cases, kind, &cache_dir).await;
     }
     if let Command::Runners(command @ crate::runners::RunnersCommand::Sign { .. }) = &cli.command {
         // Needs no records store: only the runner's key.
@@ -269,6 +270,7 @@ async fn test_policy(
     file: &std::path::Path,
     cases: &std::path::Path,
     kind_name: &str,
+    cache_dir: &std::path::Path,
 ) -> anyhow::Result<()> {
     let kind = kind(kind_name)?;
     let component =
@@ -277,6 +279,7 @@ async fn test_policy(
         .with_context(|| format!("cannot read {}", cases.display()))?;
     let engine = PolicyEngine::new(EngineSettings {
         max_concurrent: 1,
+        cache_dir: Some(cache_dir.to_path_buf()),
         ..EngineSettings::default()
     })
     .map_err(anyhow::Error::msg)?;

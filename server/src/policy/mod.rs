@@ -34,8 +34,11 @@
 //! (`runtime.rs`); a full queue drops the evaluation and counts it in
 //! `policy_shadow_dropped_total`.
 
+#[cfg(test)]
+mod cache_tests;
 mod cases;
 mod engine;
+mod native_cache;
 mod runtime;
 #[cfg(test)]
 mod tests;
@@ -43,8 +46,9 @@ mod wit;
 
 pub use cases::{CaseResult, run_cases};
 pub use engine::{
-    CompiledPolicy, EngineSettings, ModerationInput, ModerationOutcome, PolicyEngine,
-    PolicyFailure, PolicyKind, ReportInput, Verdict,
+    CompiledPolicy, DecisionProfile, EngineSettings, InstanceAllocation, ModerationInput,
+    ModerationOutcome, NativeCodeCounts, PolicyEngine, PolicyFailure, PolicyKind, ReportInput,
+    Verdict,
 };
 pub use runtime::{Disagreement, DisagreementSink, PolicyRuntime};
 pub use wit::AuthzInput;
