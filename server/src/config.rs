@@ -378,6 +378,18 @@ pub struct ServerConfig {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub policy_shadow_queue: u32,
 
+    /// Where compiled policies' native code is kept, so a restart deserializes instead of
+    /// compiling. A directory this user owns and only it can write; `policy-cache` in the data
+    /// directory when absent.
+    #[arg(long, env = "CP_POLICY_CACHE_DIR")]
+    pub policy_cache_dir: Option<std::path::PathBuf>,
+
+    /// `pooling` (instance slots reused, memory images mapped copy-on-write) or `on-demand`
+    /// (fresh memory per decision, data copied in), which exists to measure what pooling saves.
+    #[arg(long, env = "CP_POLICY_INSTANCE_ALLOCATION", default_value = "pooling",
+          value_parser = crate::policy::InstanceAllocation::parse)]
+    pub policy_instance_allocation: crate::policy::InstanceAllocation,
+
     /// `policy` (the active authorizer component) or `allow-all`, which authorizes everything
     /// and exists only to measure what the policy costs. Only in builds with the
     /// `bench-allow-all` feature; other builds refuse to start when `CP_AUTHORIZER` is set.
@@ -418,6 +430,13 @@ impl ServerConfig {
         config.key_encryption_key = None;
         config.key_encryption_key_file = None;
         config
+    }
+
+    /// Where compiled policies' native code is kept.
+    pub fn policy_cache_dir(&self) -> std::path::PathBuf {
+        self.policy_cache_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("policy-cache"))
     }
 
     /// Where the key-encryption key file is, when no key is given directly.

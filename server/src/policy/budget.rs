@@ -96,6 +96,9 @@ impl PeakMemory {
 pub(super) struct Limiter {
     limits: StoreLimits,
     peak: Option<PeakMemory>,
+    /// Bytes of the largest linear memory granted, and of all of them together (profiling).
+    largest: usize,
+    total: usize,
 }
 
 impl Limiter {
@@ -106,7 +109,14 @@ impl Limiter {
                 .trap_on_grow_failure(true)
                 .build(),
             peak: peak.cloned(),
+            largest: 0,
+            total: 0,
         }
+    }
+
+    /// The largest linear memory granted and all of them together, in bytes.
+    pub(super) fn sizes(&self) -> (usize, usize) {
+        (self.largest, self.total)
     }
 }
 
@@ -120,7 +130,12 @@ impl ResourceLimiter for Limiter {
         if let Some(peak) = &self.peak {
             peak.0.fetch_max(desired, Ordering::Relaxed);
         }
-        self.limits.memory_growing(current, desired, maximum)
+        let granted = self.limits.memory_growing(current, desired, maximum)?;
+        if granted {
+            self.largest = self.largest.max(desired);
+            self.total += desired.saturating_sub(current);
+        }
+        Ok(granted)
     }
 
     fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {

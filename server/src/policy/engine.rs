@@ -1,5 +1,6 @@
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, Linker, ResourceTable};
@@ -47,6 +48,34 @@ pub struct EngineSettings {
     pub queue_timeout: Duration,
     /// Shadow evaluations waiting for a shadow worker; more are dropped and counted.
     pub shadow_queue: usize,
+    /// How instances get their memory: a pool of slots with copy-on-write images, or fresh
+    /// mappings filled by copying for every decision (to measure what the pool saves).
+    pub allocation: InstanceAllocation,
+    /// Where compiled native code is kept across processes; `None` keeps it in memory only.
+    pub cache_dir: Option<std::path::PathBuf>,
+}
+
+/// How each decision's instance gets its memory, tables and stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceAllocation {
+    /// Preallocated slots reused across decisions; linear memory starts as a copy-on-write
+    /// mapping of the module's image, so a 10 MB snapshot of a Python or JavaScript heap costs
+    /// the pages a decision touches, not a copy of all of them.
+    Pooling,
+    /// A fresh mapping per instance, its data segments copied in: no copy-on-write image.
+    OnDemand,
+}
+
+impl InstanceAllocation {
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        match raw {
+            "pooling" => Ok(Self::Pooling),
+            "on-demand" => Ok(Self::OnDemand),
+            other => Err(format!(
+                "unknown instance allocation {other:?}: expected pooling or on-demand"
+            )),
+        }
+    }
 }
 
 impl EngineSettings {
@@ -66,6 +95,8 @@ impl Default for EngineSettings {
             max_concurrent: 32,
             queue_timeout: Self::default_queue_timeout(deadline),
             shadow_queue: 64,
+            allocation: InstanceAllocation::Pooling,
+            cache_dir: None,
         }
     }
 }
@@ -94,6 +125,30 @@ pub struct Sandbox {
     wasi: WasiCtx,
     table: ResourceTable,
     limits: Limiter,
+}
+
+/// Where one decision's time went and the linear memory it took, for profiling guests.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DecisionProfile {
+    /// A fresh instance from the `InstancePre`: memory images mapped, tables, start functions.
+    pub instantiate: Duration,
+    /// The exported function, arguments and result included.
+    pub call: Duration,
+    /// Dropping the store: the pool resets the slot's memory for the next decision.
+    pub release: Duration,
+    /// The largest linear memory of the instance, in bytes.
+    pub largest_memory: usize,
+    /// All its linear memories together, in bytes.
+    pub total_memory: usize,
+}
+
+/// How policies got their native code in this engine, counted since it was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NativeCodeCounts {
+    /// Compiled with cranelift.
+    pub compiled: u64,
+    /// Deserialized from the disk cache.
+    pub from_disk: u64,
 }
 
 impl WasiView for Sandbox {
@@ -210,6 +265,9 @@ pub struct PolicyEngine {
     linker: Linker<Sandbox>,
     settings: EngineSettings,
     permits: Arc<Semaphore>,
+    disk: Option<super::native_cache::NativeCache>,
+    compiled: AtomicU64,
+    from_disk: AtomicU64,
 }
 
 const EPOCH_TICK: Duration = Duration::from_millis(1);
@@ -223,32 +281,39 @@ impl PolicyEngine {
         // Active slots, shadow workers, and headroom for the built-in authorizer, which runs in
         // place on the async workers.
         let slots = (settings.max_concurrent + SHADOW_WORKERS) as u32 + 8;
-        let mut pool = PoolingAllocationConfig::new();
-        pool.total_component_instances(slots)
-            .total_core_instances(slots * 8)
-            .total_memories(slots * 4)
-            .total_tables(slots * 8)
-            // Every decision runs on a fiber stack (async host calls); unzeroed stacks stay
-            // resident in the pool.
-            .total_stacks(slots)
-            // A version may have a budget of its own, up to the ceiling (`budget.rs`); each
-            // store's limiter enforces the version's budget.
-            .max_memory_size(super::budget::pool_memory_bytes(&settings))
-            // Keep the first MiB of each slot resident: fresh instances start on warm pages.
-            .linear_memory_keep_resident(1 << 20)
-            .table_keep_resident(64 << 10);
-        let mut config = Config::new();
-        config
-            .epoch_interruption(true)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
-            // Reserve little address space per memory: bounds checks are explicit, and the pool
-            // stays far from 4 GiB per slot.
-            .memory_reservation(
-                (super::budget::pool_memory_bytes(&settings) as u64).next_power_of_two() * 2,
-            )
-            .memory_guard_size(64 << 10);
-        let engine =
-            Engine::new(&config).map_err(|e| format!("could not create the wasm engine: {e}"))?;
+        let config = |pagemap_scan: bool| {
+            let mut config = Config::new();
+            match settings.allocation {
+                InstanceAllocation::Pooling => {
+                    config
+                        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool(
+                            slots,
+                            super::budget::pool_memory_bytes(&settings),
+                            settings.memory_bytes,
+                            pagemap_scan,
+                        )))
+                        .memory_init_cow(true);
+                }
+                InstanceAllocation::OnDemand => {
+                    config
+                        .allocation_strategy(InstanceAllocationStrategy::OnDemand)
+                        .memory_init_cow(false);
+                }
+            }
+            config
+                .epoch_interruption(true)
+                // Reserve little address space per memory: bounds checks are explicit, and the
+                // pool stays far from 4 GiB per slot.
+                .memory_reservation(
+                    (super::budget::pool_memory_bytes(&settings) as u64).next_power_of_two() * 2,
+                )
+                .memory_guard_size(64 << 10);
+            config
+        };
+        // PAGEMAP_SCAN is asked for, and the engine refuses it where the kernel lacks it.
+        let engine = Engine::new(&config(true))
+            .or_else(|_| Engine::new(&config(false)))
+            .map_err(|e| format!("could not create the wasm engine: {e}"))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| format!("could not link WASI: {e}"))?;
@@ -265,12 +330,33 @@ impl PolicyEngine {
             })
             .map_err(|e| format!("could not start the epoch ticker: {e}"))?;
         let permits = Arc::new(Semaphore::new(settings.max_concurrent));
+        let disk = settings.cache_dir.as_deref().and_then(|dir| {
+            super::native_cache::NativeCache::open(dir)
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        error = %e,
+                        "policy native code is not cached on disk: every start compiles"
+                    )
+                })
+                .ok()
+        });
         Ok(Arc::new(Self {
             engine,
             linker,
             settings,
             permits,
+            disk,
+            compiled: AtomicU64::new(0),
+            from_disk: AtomicU64::new(0),
         }))
+    }
+
+    /// How policies got their native code in this engine so far.
+    pub fn native_code_counts(&self) -> NativeCodeCounts {
+        NativeCodeCounts {
+            compiled: self.compiled.load(Ordering::Relaxed),
+            from_disk: self.from_disk.load(Ordering::Relaxed),
+        }
     }
 
     pub fn settings(&self) -> &EngineSettings {
@@ -312,15 +398,36 @@ impl PolicyEngine {
         })
     }
 
-    /// Compiles once per process: later engines with the same configuration deserialize the
-    /// native code instead of running cranelift again.
+    /// Compiles once: with a cache directory, later processes (replicas, `cpctl policies test`)
+    /// deserialize the native code written there; without one, later engines of this process
+    /// with the same configuration reuse it from memory.
     fn component(&self, bytes: &[u8]) -> Result<Component, String> {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         self.engine
             .precompile_compatibility_hash()
             .hash(&mut hasher);
-        let key = (super::digest(bytes), hasher.finish());
+        let engine_hash = hasher.finish();
+        let digest = super::digest(bytes);
+        if let Some(disk) = &self.disk {
+            if let Some(native) = disk.load(&digest, engine_hash) {
+                // SAFETY: the file is this user's, in a directory nobody else can write, names
+                // this component's digest and this engine's compatibility hash, and its payload
+                // has the SHA-256 written with it by `Component::serialize`'s caller below.
+                if let Ok(component) = unsafe { Component::deserialize(&self.engine, &native) } {
+                    self.from_disk.fetch_add(1, Ordering::Relaxed);
+                    return Ok(component);
+                }
+            }
+            let component = self.compile_native(bytes)?;
+            if let Ok(native) = component.serialize()
+                && let Err(e) = disk.store(&digest, engine_hash, &native)
+            {
+                tracing::warn!(error = %e, "could not cache a policy's native code");
+            }
+            return Ok(component);
+        }
+        let key = (digest, engine_hash);
         let cached = PRECOMPILED.lock().ok().and_then(|c| c.get(&key).cloned());
         if let Some(native) = cached {
             // SAFETY: these bytes were produced by `Component::serialize` in this process, for an
@@ -329,11 +436,17 @@ impl PolicyEngine {
                 return Ok(component);
             }
         }
-        let component = Component::from_binary(&self.engine, bytes)
-            .map_err(|e| format!("not a valid component: {e:#}"))?;
+        let component = self.compile_native(bytes)?;
         if let (Ok(native), Ok(mut cache)) = (component.serialize(), PRECOMPILED.lock()) {
             cache.insert(key, native);
         }
+        Ok(component)
+    }
+
+    fn compile_native(&self, bytes: &[u8]) -> Result<Component, String> {
+        let component = Component::from_binary(&self.engine, bytes)
+            .map_err(|e| format!("not a valid component: {e:#}"))?;
+        self.compiled.fetch_add(1, Ordering::Relaxed);
         Ok(component)
     }
 
@@ -372,13 +485,57 @@ impl PolicyEngine {
         instantiate: impl AsyncFnOnce(&mut Store<Sandbox>) -> wasmtime::Result<I>,
         call: impl AsyncFnOnce(I, &mut Store<Sandbox>) -> wasmtime::Result<T>,
     ) -> Result<T, PolicyFailure> {
+        self.decide_profiled(limits, instantiate, call)
+            .await
+            .map(|(result, _)| result)
+    }
+
+    /// [`Self::decide`], timing each step and noting the memory the instance took.
+    async fn decide_profiled<I, T>(
+        &self,
+        limits: Limiter,
+        instantiate: impl AsyncFnOnce(&mut Store<Sandbox>) -> wasmtime::Result<I>,
+        call: impl AsyncFnOnce(I, &mut Store<Sandbox>) -> wasmtime::Result<T>,
+    ) -> Result<(T, DecisionProfile), PolicyFailure> {
         self.within_deadline(async {
+            let started = Instant::now();
             let mut store = self.store(limits);
             let instance = instantiate(&mut store)
                 .await
                 .map_err(classify_instantiate)?;
-            call(instance, &mut store).await.map_err(classify)
+            let instantiated = Instant::now();
+            let result = call(instance, &mut store).await.map_err(classify)?;
+            let called = Instant::now();
+            let (largest_memory, total_memory) = store.data().limits.sizes();
+            drop(store);
+            let profile = DecisionProfile {
+                instantiate: instantiated - started,
+                call: called - instantiated,
+                release: called.elapsed(),
+                largest_memory,
+                total_memory,
+            };
+            Ok((result, profile))
         })
+        .await
+    }
+
+    /// One authorization decision as [`Self::authorize_now`] makes it, with where its time
+    /// went, for benchmarks and profiling.
+    #[doc(hidden)]
+    pub async fn authorize_profiled(
+        &self,
+        policy: &CompiledPolicy,
+        request: &authz_types::AuthzRequest,
+    ) -> Result<(authz_types::AuthzDecision, DecisionProfile), PolicyFailure> {
+        let Pre::Authorizer(pre) = &policy.pre else {
+            return Err(PolicyFailure::Instantiate("not an authorizer".into()));
+        };
+        self.decide_profiled(
+            Limiter::new(policy.memory_bytes, None),
+            async |store| pre.instantiate_async(store).await,
+            async |instance, store| instance.call_authorize(store, request).await,
+        )
         .await
     }
 
@@ -531,6 +688,40 @@ impl PolicyEngine {
         .await
         .map(outcome)
     }
+}
+
+/// The pool of instance slots, sized for the decisions that may run at once and for guests
+/// built from interpreters: a componentize-py component instantiates 14 core modules, so 8
+/// per slot would refuse the 25th concurrent Python decision. Core instances are only counted,
+/// not reserved, so the headroom costs nothing.
+fn pool(
+    slots: u32,
+    memory_bytes: usize,
+    resident_bytes: usize,
+    pagemap_scan: bool,
+) -> PoolingAllocationConfig {
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(slots)
+        .total_core_instances(slots * 32)
+        .total_memories(slots * 4)
+        .total_tables(slots * 8)
+        // Every decision runs on a fiber stack (async host calls); unzeroed stacks stay
+        // resident in the pool.
+        .total_stacks(slots)
+        .max_memory_size(memory_bytes)
+        // Keep each slot's whole memory resident, and where the kernel can list the pages a
+        // decision wrote (PAGEMAP_SCAN, Linux 6.7+) copy back only those from the image: a
+        // Python or JavaScript heap otherwise takes a page fault for every page it touches, in
+        // every decision. Without PAGEMAP_SCAN only the first MiB is kept, as memset of a
+        // whole slot would cost more than the faults it saves.
+        .linear_memory_keep_resident(if pagemap_scan { resident_bytes } else { 1 << 20 })
+        .pagemap_scan(if pagemap_scan {
+            wasmtime::Enabled::Yes
+        } else {
+            wasmtime::Enabled::No
+        })
+        .table_keep_resident(64 << 10);
+    pool
 }
 
 /// The timers of decisions on blocking threads (their deadline, WASI clock waits): a runtime of

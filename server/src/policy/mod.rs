@@ -35,9 +35,12 @@
 //! `policy_shadow_dropped_total`.
 
 mod budget;
+#[cfg(test)]
+mod cache_tests;
 mod cases;
 mod coverage;
 mod engine;
+mod native_cache;
 mod runtime;
 #[cfg(test)]
 mod tests;
@@ -50,8 +53,9 @@ pub use budget::{
 pub use cases::{CaseResult, run_cases};
 pub use coverage::{Coverage, CoverageRow};
 pub use engine::{
-    CompiledPolicy, EngineSettings, ModerationInput, ModerationOutcome, PolicyEngine,
-    PolicyFailure, PolicyKind, ReportInput, Verdict,
+    CompiledPolicy, DecisionProfile, EngineSettings, InstanceAllocation, ModerationInput,
+    ModerationOutcome, NativeCodeCounts, PolicyEngine, PolicyFailure, PolicyKind, ReportInput,
+    Verdict,
 };
 pub use runtime::{Disagreement, DisagreementSink, PolicyRuntime};
 pub use wit::AuthzInput;

@@ -92,6 +92,8 @@ pub(super) async fn build_services(
             .map(Duration::from_millis)
             .unwrap_or_else(|| EngineSettings::default_queue_timeout(deadline)),
         shadow_queue: config.policy_shadow_queue as usize,
+        allocation: config.policy_instance_allocation,
+        cache_dir: Some(config.policy_cache_dir()),
     })
     .map_err(anyhow::Error::msg)?;
     let authorizer_default = engine

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# GET activity with the built-in Rust authorizer, a Python and a JavaScript authorizer active,
+# each with pooled copy-on-write instances and with on-demand ones
+# (CP_POLICY_INSTANCE_ALLOCATION): six embedded servers, one run, rounds alternated (the order
+# rotates each round), medians reported with ratios against the Rust authorizer of the same
+# allocation. Then the decision alone, in process: tests/bench/policy_profile.rs.
+#
+#   tests/bench/policy-languages.sh [seconds-per-run] [rounds]     (default 10 s, 3 rounds)
+#
+# The Python and JavaScript components are BENCH_POLICY_DIR/{python,js}-authorizer.wasm, or
+# built there by policies/examples/build.sh when BENCH_POLICY_DIR is unset.
+# BENCH_POLICY_MEMORY_MIB (default 64) is every server's CP_POLICY_MEMORY_MIB.
+SECS=${1:-10}
+ROUNDS=${2:-3}
+# shellcheck source=lib.sh
+BENCH_SETUP=none source "$(dirname "$0")/lib.sh"
+ensure_built examples/policy_profile
+# As the figures this compares with were measured: 16 connections.
+CONNS=16
+MEMORY_MIB=${BENCH_POLICY_MEMORY_MIB:-64}
+
+POLICIES=${BENCH_POLICY_DIR:-$OUT/policies}
+if [ ! -f "$POLICIES/python-authorizer.wasm" ] || [ ! -f "$POLICIES/js-authorizer.wasm" ]; then
+  [ -x policies/examples/build.sh ] || { echo "no $POLICIES/{python,js}-authorizer.wasm and no policies/examples/build.sh to build them" >&2; exit 1; }
+  policies/examples/build.sh "$POLICIES" >&2
+fi
+
+LIMITS_OFF=(CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off
+  CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off)
+declare -A PORT WS TOKEN
+NAMES=()
+port=18110
+# serve LANG ALLOCATION: a fresh embedded store whose active authorizer is LANG's, and a
+# server on it.
+serve() {
+  local lang=$1 allocation=$2 name=$1-$2 dir boot
+  dir=$OUT/$name
+  mkdir -p "$dir"
+  local store=(env DATABASE_URL="sqlite://$dir/control-plane.db" CP_DATA_DIR="$dir"
+    CP_POLICY_MEMORY_MIB="$MEMORY_MIB")
+  boot=$("${store[@]}" "$CPCTL" bootstrap --org bench --workspace main --admin u0@bench.test -o json)
+  read -r WS["$name"] TOKEN["$name"] < <(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["workspaceId"], d["credential"]["token"])' <<<"$boot")
+  if [ "$lang" != rust ]; then
+    "${store[@]}" "$CPCTL" policies install "$POLICIES/$lang-authorizer.wasm" --kind authorizer --name "$lang" >/dev/null
+    "${store[@]}" "$CPCTL" policies activate "$lang@1" >/dev/null
+  fi
+  PORT[$name]=$port
+  start_server "$port" DATABASE_URL="sqlite://$dir/control-plane.db" CP_DATA_DIR="$dir" \
+    CP_POLICY_MEMORY_MIB="$MEMORY_MIB" CP_POLICY_INSTANCE_ALLOCATION="$allocation" "${LIMITS_OFF[@]}"
+  NAMES+=("$name")
+  port=$((port + 1))
+}
+for allocation in pooling on-demand; do
+  for lang in rust python js; do serve $lang $allocation; done
+done
+
+get() { # NAME SECONDS: wrk on NAME's server
+  BENCH_WS=${WS[$1]} BENCH_TOKEN=${TOKEN[$1]} SECS=$2 \
+    wrk_run -s $HERE/activity.lua "http://127.0.0.1:${PORT[$1]}"
+}
+for name in "${NAMES[@]}"; do get "$name" 2 > /dev/null; done
+ROWS=()
+for round in $(seq 1 "$ROUNDS"); do
+  n=${#NAMES[@]}
+  for i in $(seq 0 $((n - 1))); do
+    name=${NAMES[$(( (i + round - 1) % n ))]}
+    echo "round $round: $name" >&2
+    get "$name" "$SECS" > "$OUT/$name-$round.txt"
+    ROWS+=("$name round $round:$name-$round:wrk")
+  done
+done
+figures check "${ROWS[@]}"
+
+echo "GET activity, ${CONNS} connections, ${SECS} s per run, $ROUNDS rounds alternated, median of rounds; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$OUT" "$ROUNDS" "${NAMES[@]}" <<'PY'
+import re, statistics, sys
+out, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def unit(v):
+    m = re.match(r"([\d.]+)(us|ms|s)", v)
+    return float(m[1]) * {"us": 0.001, "ms": 1, "s": 1000}[m[2]]
+med = {}
+for name in names:
+    rps, p50, p99 = [], [], []
+    for r in range(1, rounds + 1):
+        t = open(f"{out}/{name}-{r}.txt").read()
+        rps.append(float(re.search(r"Requests/sec:\s+([\d.]+)", t)[1]))
+        p = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", t, re.M))
+        p50.append(unit(p["50"])); p99.append(unit(p["99"]))
+    med[name] = (statistics.median(rps), statistics.median(p50), statistics.median(p99), min(rps), max(rps))
+print("\n| authorizer | allocation | req/s (median; min-max) | p50 ms | p99 ms | / Rust, same allocation | / Rust pooling |")
+print("|---|---|---:|---:|---:|---:|---:|")
+for name in names:
+    lang, allocation = name.split("-", 1)
+    r = med[name]
+    same = med[f"rust-{allocation}"][0]
+    pool = med["rust-pooling"][0]
+    print(f"| {lang} | {allocation} | {r[0]:,.0f} ({r[3]:,.0f}-{r[4]:,.0f}) | {r[1]:.2f} | {r[2]:.2f} | {r[0]/same:.2f} | {r[0]/pool:.2f} |")
+PY
+echo
+echo "checked: no answer outside 2xx (3xx included) and no socket error in any run"
+stop_servers
+
+echo
+echo "One decision in process (fresh instance each), $MEMORY_MIB MiB budget, microseconds:"
+"$BIN/examples/policy_profile" --memory-mib "$MEMORY_MIB" --decisions 2000 \
+  builtin "$POLICIES/python-authorizer.wasm" "$POLICIES/js-authorizer.wasm"
