@@ -64,6 +64,7 @@ pub trait RecordStore:
     + AuditIntegrityStore
     + SettingsStore
     + PolicyStore
+    + PolicyDecisionStore
     + RunnerStore
     + CommandStore
     + DeliveryStore

@@ -13,6 +13,7 @@ mod directory;
 mod marketplace;
 pub(super) mod outcomes;
 mod policies;
+mod policy_decisions;
 mod runner_admin;
 mod runners;
 mod settings;
