@@ -35,6 +35,7 @@
 //! `policy_shadow_dropped_total`.
 
 mod cases;
+mod decisions;
 mod engine;
 mod runtime;
 #[cfg(test)]
@@ -42,6 +43,10 @@ mod tests;
 mod wit;
 
 pub use cases::{CaseResult, run_cases};
+pub use decisions::{
+    DecisionEvent, DecisionLog, DecisionMetrics, DecisionOutcome, PolicyName, REASON_MAX,
+    current_correlation, failure_kind, with_correlation,
+};
 pub use engine::{
     CompiledPolicy, EngineSettings, ModerationInput, ModerationOutcome, PolicyEngine,
     PolicyFailure, PolicyKind, ReportInput, Verdict,

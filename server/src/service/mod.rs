@@ -17,6 +17,7 @@ mod keys;
 mod offboarding;
 mod permissions;
 mod policies;
+mod policy_decisions;
 mod reviews;
 mod rotation;
 mod runner_admin;
@@ -55,6 +56,9 @@ pub use keys::{
 pub use offboarding::{USER_DISABLED, USER_ENABLED, UserChange, UserOverview};
 pub use permissions::Permission;
 pub use policies::{CompiledCache, parse_reference};
+pub use policy_decisions::{
+    DECISION_LIST_MAX, DecisionListing, DecisionLogSettings, DecisionRecorder,
+};
 pub use reviews::{ModeratedReview, ReportReviewInput, ReviewInput, decision_of};
 pub use rotation::{MAX_ROTATION_GRACE_DAYS, RotatedToken, TOKEN_ROTATED};
 pub use runner_admin::{DisableRule, RECOVER_LIMIT, Resent};
