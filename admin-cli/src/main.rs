@@ -7,6 +7,7 @@ mod deliveries;
 mod fleet;
 mod marketplace;
 mod output;
+mod policy_decisions;
 mod pools;
 mod runners;
 mod store;

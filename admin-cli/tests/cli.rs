@@ -178,6 +178,8 @@ mod fleet;
 mod offboarding;
 #[path = "cli/policies.rs"]
 mod policies;
+#[path = "cli/policy_decisions.rs"]
+mod policy_decisions;
 #[path = "cli/resources.rs"]
 mod resources;
 #[path = "cli/setup.rs"]
