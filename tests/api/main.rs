@@ -26,6 +26,7 @@ mod operation_auth;
 mod ops_endpoints;
 mod outcomes;
 mod policies;
+mod policy_decisions;
 mod rate_limits;
 mod redis_outage;
 mod replicas;
