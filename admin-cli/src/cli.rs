@@ -388,4 +388,6 @@ pub enum PoliciesCommand {
         #[arg(long, default_value_t = 50)]
         limit: u32,
     },
+    /// Logged policy decisions, newest first: every deny and failure, a sample of the allows.
+    Decisions(crate::policy_decisions::DecisionsArgs),
 }

@@ -395,6 +395,9 @@ async fn policies(
         PoliciesCommand::ShadowReport { limit } => {
             output::list(out, &services.shadow_report(limit).await?)
         }
+        PoliciesCommand::Decisions(args) => {
+            crate::policy_decisions::list(services, out, args).await?
+        }
         PoliciesCommand::Test { .. } | PoliciesCommand::Bench { .. } | PoliciesCommand::New { .. } => {}
     }
     Ok(())

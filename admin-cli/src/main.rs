@@ -9,6 +9,7 @@ mod marketplace;
 mod output;
 mod policy_budgets;
 mod policy_new;
+mod policy_decisions;
 mod pools;
 mod runners;
 mod store;

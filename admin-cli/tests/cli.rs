@@ -132,6 +132,8 @@ mod policies;
 mod policy_budgets;
 #[path = "cli/policy_new.rs"]
 mod policy_new;
+#[path = "cli/policy_decisions.rs"]
+mod policy_decisions;
 #[path = "cli/resources.rs"]
 mod resources;
 #[path = "cli/setup.rs"]

@@ -389,6 +389,19 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_POLICY_INSTANCE_ALLOCATION", default_value = "pooling",
           value_parser = crate::policy::InstanceAllocation::parse)]
     pub policy_instance_allocation: crate::policy::InstanceAllocation,
+    /// Fraction (0 to 1) of allowed and published policy decisions kept in the decision log;
+    /// every deny, hold, reject, hide and failure is kept whatever it is.
+    #[arg(long, env = "CP_POLICY_DECISION_SAMPLE", default_value = "0.01")]
+    pub policy_decision_sample: crate::domain::SampleRate,
+
+    /// The decision log keeps at most this many rows (the newest); older ones are pruned.
+    #[arg(long, env = "CP_POLICY_DECISION_MAX_ROWS", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub policy_decision_max_rows: u64,
+
+    /// The decision log keeps decisions at most this long (`7d`, `24h`).
+    #[arg(long, env = "CP_POLICY_DECISION_MAX_AGE", default_value = "7d")]
+    pub policy_decision_max_age: crate::domain::Span,
 
     /// `policy` (the active authorizer component) or `allow-all`, which authorizes everything
     /// and exists only to measure what the policy costs. Only in builds with the

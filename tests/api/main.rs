@@ -28,6 +28,7 @@ mod outcomes;
 mod policies;
 mod policy_budgets;
 mod policy_languages;
+mod policy_decisions;
 mod rate_limits;
 #[path = "../support/redis_cluster.rs"]
 mod redis_cluster;

@@ -12,6 +12,7 @@ mod key_wrap;
 pub mod operation;
 mod principal;
 pub(crate) mod rules;
+mod sample_rate;
 mod scope;
 mod signature;
 mod span;
@@ -36,6 +37,7 @@ pub use ids::{SEQUENCE_PATTERN, parse_sequence, parse_uuid};
 pub use key_wrap::{ForeignWrap, KeyEncryptionKey};
 pub use operation::{Auth, OperationSpec, RateClass};
 pub use principal::Principal;
+pub use sample_rate::SampleRate;
 pub use scope::{Scope, Scopes, UnknownScope};
 pub use signature::{
     CLOCK_TOLERANCE_SECS, Nonce, RunnerSignature, SignedHeaders, generate_keypair, public_key_of,

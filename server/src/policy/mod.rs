@@ -39,6 +39,7 @@ mod budget;
 mod cache_tests;
 mod cases;
 mod coverage;
+mod decisions;
 mod engine;
 mod native_cache;
 mod runtime;
@@ -52,6 +53,10 @@ pub use budget::{
 };
 pub use cases::{CaseResult, run_cases};
 pub use coverage::{Coverage, CoverageRow};
+pub use decisions::{
+    DecisionEvent, DecisionLog, DecisionMetrics, DecisionOutcome, PolicyName, REASON_MAX,
+    current_correlation, failure_kind, with_correlation,
+};
 pub use engine::{
     CompiledPolicy, DecisionProfile, EngineSettings, InstanceAllocation, ModerationInput,
     ModerationOutcome, NativeCodeCounts, PolicyEngine, PolicyFailure, PolicyKind, ReportInput,

@@ -4,13 +4,21 @@
 //! Shadow evaluations never delay an active decision: each request offers one to a bounded
 //! queue, served by [`SHADOW_WORKERS`] workers that use no decision slot; when the queue is full
 //! the evaluation is dropped and counted in `policy_shadow_dropped_total`.
+//!
+//! Every active decision is timed and counted here, where its result and latency are known,
+//! and offered to the decision log (`decisions.rs`).
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use super::decisions::{
+    DecisionEvent, DecisionLog, DecisionMetrics, DecisionOutcome, PolicyName, bounded_reason,
+    current_correlation, failure_kind,
+};
 use super::engine::{
-    CompiledPolicy, ModerationInput, ModerationOutcome, PolicyEngine, PolicyFailure,
+    CompiledPolicy, ModerationInput, ModerationOutcome, PolicyEngine, PolicyFailure, PolicyKind,
     SHADOW_WORKERS, Verdict,
 };
 use super::wit::{AuthzInput, authz_types};
@@ -29,15 +37,33 @@ pub struct Disagreement {
 /// Where disagreements go (the records store, in production).
 pub type DisagreementSink = Arc<dyn Fn(Disagreement) + Send + Sync>;
 
+/// An active policy and the name it was installed under.
+#[derive(Clone)]
+struct Active {
+    policy: Arc<CompiledPolicy>,
+    name: PolicyName,
+}
+
+/// What the log records of a decision besides its outcome, built only when it is kept.
+struct Detail {
+    operation: String,
+    failure: Option<&'static str>,
+    reason: Option<String>,
+    organisation_id: Option<uuid::Uuid>,
+    workspace_id: Option<uuid::Uuid>,
+}
+
 pub struct PolicyRuntime {
     engine: Arc<PolicyEngine>,
-    authorizer: RwLock<Arc<CompiledPolicy>>,
-    moderator: RwLock<Arc<CompiledPolicy>>,
+    authorizer: RwLock<Active>,
+    moderator: RwLock<Active>,
     shadow: RwLock<Option<Arc<CompiledPolicy>>>,
     sink: RwLock<Option<DisagreementSink>>,
     failures: prometheus::IntCounterVec,
     shadow_queue: mpsc::Sender<ShadowJob>,
     shadow_dropped: prometheus::IntCounter,
+    decisions: DecisionMetrics,
+    decision_log: OnceLock<Arc<dyn DecisionLog>>,
 }
 
 /// One shadow evaluation waiting for a worker: the request as the active authorizer saw it, and
@@ -131,15 +157,23 @@ impl PolicyRuntime {
             "Shadow authorizer evaluations dropped because the shadow queue was full",
         )?;
         let shadow_queue = start_shadow_workers(&engine);
+        let built_in = |policy| {
+            RwLock::new(Active {
+                policy: Arc::new(policy),
+                name: PolicyName::built_in(),
+            })
+        };
         Ok(Self {
             engine,
-            authorizer: RwLock::new(Arc::new(authorizer)),
-            moderator: RwLock::new(Arc::new(moderator)),
+            authorizer: built_in(authorizer),
+            moderator: built_in(moderator),
             shadow: RwLock::new(None),
             sink: RwLock::new(None),
             failures,
             shadow_queue,
             shadow_dropped,
+            decisions: DecisionMetrics::new()?,
+            decision_log: OnceLock::new(),
         })
     }
 
@@ -149,18 +183,63 @@ impl PolicyRuntime {
 
     /// Counters to register with the metrics endpoint.
     pub fn metrics(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
-        vec![
+        let mut collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(self.failures.clone()),
             Box::new(self.shadow_dropped.clone()),
-        ]
+        ];
+        collectors.extend(self.decisions.collectors());
+        if let Some(log) = self.decision_log.get() {
+            collectors.extend(log.collectors());
+        }
+        collectors
     }
 
-    pub fn set_authorizer(&self, policy: Arc<CompiledPolicy>) {
-        write(&self.authorizer, policy);
+    /// `name` is what the decision log and metrics call it ([`PolicyName::built_in`] for the
+    /// embedded default).
+    pub fn set_authorizer(&self, policy: Arc<CompiledPolicy>, name: PolicyName) {
+        write(&self.authorizer, Active { policy, name });
     }
 
-    pub fn set_moderator(&self, policy: Arc<CompiledPolicy>) {
-        write(&self.moderator, policy);
+    pub fn set_moderator(&self, policy: Arc<CompiledPolicy>, name: PolicyName) {
+        write(&self.moderator, Active { policy, name });
+    }
+
+    /// Where decisions are logged; set once, before serving (a second call is ignored).
+    pub fn set_decision_log(&self, log: Arc<dyn DecisionLog>) {
+        let _ = self.decision_log.set(log);
+    }
+
+    /// Counts and times a decision, and offers it to the log.
+    fn note(
+        &self,
+        kind: PolicyKind,
+        active: &Active,
+        outcome: DecisionOutcome,
+        latency: Duration,
+        detail: impl FnOnce() -> Detail,
+    ) {
+        self.decisions.observe(kind, &active.name, outcome, latency);
+        let Some(log) = self.decision_log.get() else {
+            return;
+        };
+        if !log.keeps(outcome) {
+            return;
+        }
+        let detail = detail();
+        log.record(DecisionEvent {
+            at: chrono::Utc::now(),
+            kind,
+            operation: detail.operation,
+            outcome,
+            failure: detail.failure,
+            reason: detail.reason,
+            policy: active.name.clone(),
+            digest: active.policy.digest.clone(),
+            latency,
+            correlation_id: current_correlation(),
+            organisation_id: detail.organisation_id,
+            workspace_id: detail.workspace_id,
+        });
     }
 
     pub fn set_shadow(&self, policy: Option<Arc<CompiledPolicy>>) {
@@ -173,20 +252,14 @@ impl PolicyRuntime {
 
     pub fn active_digests(&self) -> (String, String, Option<String>) {
         (
-            read(&self.authorizer).digest.clone(),
-            read(&self.moderator).digest.clone(),
+            read(&self.authorizer).policy.digest.clone(),
+            read(&self.moderator).policy.digest.clone(),
             read(&self.shadow).map(|s| s.digest.clone()),
         )
     }
 
     fn count_failure(&self, kind: &str, failure: &PolicyFailure, digest: &str) {
-        let reason = match failure {
-            PolicyFailure::Timeout => "timeout",
-            PolicyFailure::Memory => "memory",
-            PolicyFailure::Trap(_) => "trap",
-            PolicyFailure::Instantiate(_) => "instantiate",
-            PolicyFailure::Unavailable(_) => "unavailable",
-        };
+        let reason = failure_kind(failure);
         self.failures.with_label_values(&[kind, reason]).inc();
         // The span of the request carries the correlation id.
         if let PolicyFailure::Unavailable(_) = failure {
@@ -199,11 +272,36 @@ impl PolicyRuntime {
 
     /// Moderates with the active moderator; any failure holds the review.
     pub async fn moderate(&self, input: &ModerationInput) -> ModerationOutcome {
-        let policy = read(&self.moderator);
-        match self.engine.moderate(policy.clone(), input).await {
+        let active = read(&self.moderator);
+        let started = Instant::now();
+        let result = self.engine.moderate(active.policy.clone(), input).await;
+        let latency = started.elapsed();
+        let outcome = match &result {
+            Ok(o) => DecisionOutcome::of_verdict(o.verdict),
+            Err(_) => DecisionOutcome::Failure,
+        };
+        self.note(PolicyKind::Moderator, &active, outcome, latency, || {
+            Detail {
+                // What was moderated: a review's content, or a report about it.
+                operation: (if input.report.is_some() {
+                    "report"
+                } else {
+                    "review"
+                })
+                .into(),
+                failure: result.as_ref().err().map(failure_kind),
+                reason: match &result {
+                    Ok(o) => bounded_reason(&o.reasons.join("; ")),
+                    Err(e) => bounded_reason(&e.to_string()),
+                },
+                organisation_id: None,
+                workspace_id: None,
+            }
+        });
+        match result {
             Ok(outcome) => outcome,
             Err(failure) => {
-                self.count_failure("moderator", &failure, &policy.digest);
+                self.count_failure("moderator", &failure, &active.policy.digest);
                 ModerationOutcome {
                     verdict: Verdict::Hold,
                     reasons: vec!["the moderation policy could not decide; held for review".into()],
@@ -230,8 +328,32 @@ impl Authorizer for PolicyRuntime {
                 .map(|(k, v)| ((*k).to_owned(), v.clone()))
                 .collect(),
         };
-        let policy = read(&self.authorizer);
-        let result = self.engine.authorize(policy.clone(), &input).await;
+        let active = read(&self.authorizer);
+        let started = Instant::now();
+        let result = self.engine.authorize(active.policy.clone(), &input).await;
+        let latency = started.elapsed();
+        let outcome = match &result {
+            Ok(authz_types::AuthzDecision::Allow) => DecisionOutcome::Allow,
+            Ok(authz_types::AuthzDecision::Deny(_)) => DecisionOutcome::Deny,
+            Err(_) => DecisionOutcome::Failure,
+        };
+        self.note(PolicyKind::Authorizer, &active, outcome, latency, || {
+            Detail {
+                operation: input.operation.to_owned(),
+                failure: result.as_ref().err().map(failure_kind),
+                reason: match &result {
+                    Ok(authz_types::AuthzDecision::Allow) => None,
+                    Ok(authz_types::AuthzDecision::Deny(d)) => bounded_reason(&d.reason),
+                    Err(e) => bounded_reason(&e.to_string()),
+                },
+                organisation_id: Some(input.principal.organisation_id),
+                // The workspace of the path, when it is one (it is given as sent).
+                workspace_id: input
+                    .workspace_id
+                    .as_deref()
+                    .and_then(|w| uuid::Uuid::parse_str(w).ok()),
+            }
+        });
         if let Some(shadow) = read(&self.shadow) {
             // Off the request's path: the shadow never delays nor changes a decision, and when
             // its workers fall behind the evaluation is dropped, not queued without bound.
@@ -255,7 +377,7 @@ impl Authorizer for PolicyRuntime {
                 reason: denial.reason,
             },
             Err(failure) => {
-                self.count_failure("authorizer", &failure, &policy.digest);
+                self.count_failure("authorizer", &failure, &active.policy.digest);
                 match failure {
                     // No slot in time: denied too, but as an overload the client may retry.
                     PolicyFailure::Unavailable(reason) => Decision::Unavailable { reason },

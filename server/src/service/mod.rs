@@ -18,6 +18,7 @@ mod offboarding;
 mod permissions;
 mod policies;
 mod policy_budgets;
+mod policy_decisions;
 mod reviews;
 mod rotation;
 mod runner_admin;
@@ -57,6 +58,9 @@ pub use offboarding::{USER_DISABLED, USER_ENABLED, UserChange, UserOverview};
 pub use permissions::Permission;
 pub use policies::{CompiledCache, parse_reference};
 pub use policy_budgets::{ActivatedPolicy, InstalledPolicy};
+pub use policy_decisions::{
+    DECISION_LIST_MAX, DecisionListing, DecisionLogSettings, DecisionRecorder,
+};
 pub use reviews::{ModeratedReview, ReportReviewInput, ReviewInput, decision_of};
 pub use rotation::{MAX_ROTATION_GRACE_DAYS, RotatedToken, TOKEN_ROTATED};
 pub use runner_admin::{DisableRule, RECOVER_LIMIT, Resent};

@@ -28,6 +28,14 @@ pub fn parse_reference(raw: &str) -> Result<(String, i32), ServiceError> {
     Ok((name.to_owned(), version))
 }
 
+/// What the decision log and metrics call an active policy: its name and version, or the
+/// built-in default's.
+fn policy_name(record: Option<&PolicyRecord>) -> crate::policy::PolicyName {
+    record.map_or_else(crate::policy::PolicyName::built_in, |r| {
+        crate::policy::PolicyName::installed(&r.name, r.version)
+    })
+}
+
 /// Compiled policies by digest: a version is compiled once per process.
 #[derive(Default)]
 pub struct CompiledCache(Mutex<HashMap<String, Arc<CompiledPolicy>>>);
@@ -164,8 +172,8 @@ impl Services {
         let moderator = self
             .compiled(cache, PolicyKind::Moderator, state.moderator.as_ref())
             .await?;
-        runtime.set_authorizer(authorizer);
-        runtime.set_moderator(moderator);
+        runtime.set_authorizer(authorizer, policy_name(state.authorizer.as_ref()));
+        runtime.set_moderator(moderator, policy_name(state.moderator.as_ref()));
         let shadow = match &state.shadow {
             Some(record) => Some(
                 self.compiled(cache, PolicyKind::Authorizer, Some(record))

@@ -14,9 +14,9 @@ use crate::policy::{
     Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
 };
 use crate::service::{
-    Authorizer, BreakerSettings, DeliverySettings, DisableRule, NonceDeps, ServiceDeps,
-    ServiceSettings, Services, StreamLimits, WEBHOOK_KEYS, load_keys, load_secrets_cipher,
-    load_token_hasher,
+    Authorizer, BreakerSettings, DecisionLogSettings, DecisionRecorder, DeliverySettings,
+    DisableRule, NonceDeps, ServiceDeps, ServiceSettings, Services, StreamLimits, WEBHOOK_KEYS,
+    load_keys, load_secrets_cipher, load_token_hasher,
 };
 use crate::storage::{DisagreementRecord, SharedRecordStore};
 
@@ -106,6 +106,14 @@ pub(super) async fn build_services(
         engine,
         authorizer_default,
         moderator_default,
+    )?);
+    runtime.set_decision_log(DecisionRecorder::start(
+        store.clone(),
+        DecisionLogSettings {
+            sample: config.policy_decision_sample,
+            max_rows: config.policy_decision_max_rows,
+            max_age: config.policy_decision_max_age,
+        },
     )?);
     let sink_store = store.clone();
     runtime.set_disagreement_sink(Arc::new(move |d: Disagreement| {

@@ -65,6 +65,7 @@ pub trait RecordStore:
     + SettingsStore
     + PolicyStore
     + PolicyBudgetStore
+    + PolicyDecisionStore
     + RunnerStore
     + CommandStore
     + DeliveryStore

@@ -453,4 +453,8 @@ pub(crate) const NOT_COPIED: &[(&str, &str)] = &[
         "embedded_nonces",
         "fast state of the embedded default: runner nonces, kept minutes",
     ),
+    (
+        "policy_decisions",
+        "a sampled, pruned log of recent policy decisions; the new store starts its own",
+    ),
 ];

@@ -14,6 +14,7 @@ mod marketplace;
 pub(super) mod outcomes;
 mod policies;
 mod policy_budgets;
+mod policy_decisions;
 mod runner_admin;
 mod runners;
 mod settings;

@@ -1,0 +1,100 @@
+//! `cpctl policies decisions`: the decision log newest first, its filters, `-o json`, and a
+//! one-line error (exit 2) for a bad `--since` or `--outcome`. No server runs here: decisions
+//! are written directly, as the server's background writer would.
+
+use super::*;
+
+/// A logged decision `age` ago (SQL interval) under correlation id `cid`.
+async fn decision(db: &Db, operation: &str, outcome: &str, age: &str, cid: &str) {
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    let reason = if outcome == "deny" {
+        "'the token lacks the scope activity:read'"
+    } else {
+        "NULL"
+    };
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO policy_decisions (occurred_at, kind, operation, outcome, reason,
+             policy_name, policy_version, policy_digest, latency_us, correlation_id)
+         VALUES (now() - interval '{age}', 'authorizer', '{operation}', '{outcome}', {reason},
+             'built-in', 0, 'abc123', 42, '{cid}')"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+}
+
+fn cids(listed: &Value) -> Vec<&str> {
+    listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["correlationId"].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn decisions_are_listed_newest_first_and_filtered_from_the_cli() {
+    needs_postgres!();
+    let db = Db::new().await;
+    bootstrap(&db);
+    decision(&db, "listActivity", "allow", "3 hours", "cid-old-allow").await;
+    decision(&db, "listActivity", "deny", "2 hours", "cid-old-deny").await;
+    decision(&db, "issueToken", "deny", "10 minutes", "cid-new-deny").await;
+    decision(&db, "listActivity", "allow", "1 minute", "cid-new-allow").await;
+
+    let all = json_of(&db.run("policies decisions -o json"));
+    assert_eq!(
+        cids(&all),
+        [
+            "cid-new-allow",
+            "cid-new-deny",
+            "cid-old-deny",
+            "cid-old-allow"
+        ]
+    );
+    let first = &all[1];
+    assert_eq!(first["policy"], "built-in@0");
+    assert_eq!(first["policyDigest"], "abc123");
+    assert_eq!(first["latencyMicros"], 42);
+    assert_eq!(first["operation"], "issueToken");
+    assert_eq!(first["reason"], "the token lacks the scope activity:read");
+    assert!(
+        is_api_time(first["occurredAt"].as_str().unwrap()),
+        "{first}"
+    );
+
+    let recent = json_of(&db.run("policies decisions --since 1h -o json"));
+    assert_eq!(cids(&recent), ["cid-new-allow", "cid-new-deny"]);
+    let denies = json_of(&db.run("policies decisions --outcome deny -o json"));
+    assert_eq!(cids(&denies), ["cid-new-deny", "cid-old-deny"]);
+    let one = json_of(&db.run(
+        "policies decisions --operation listActivity --outcome deny --since 2020-01-01T00:00:00Z -o json",
+    ));
+    assert_eq!(cids(&one), ["cid-old-deny"]);
+    let limited = json_of(&db.run("policies decisions --limit 1 -o json"));
+    assert_eq!(cids(&limited), ["cid-new-allow"]);
+
+    let table = stdout(&db.run("policies decisions --outcome deny"));
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("WHEN") && lines[0].contains("CORRELATION"),
+        "{table}"
+    );
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(
+        lines[1].contains("issueToken") && lines[1].contains("cid-new-deny"),
+        "{table}"
+    );
+
+    let bad = db.run("policies decisions --since yesterday");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        failure(&bad).contains("neither an RFC 3339 time nor a length of time"),
+        "{}",
+        stderr(&bad)
+    );
+    let bad = db.run("policies decisions --outcome denied");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(failure(&bad).contains("not an outcome"), "{}", stderr(&bad));
+    db.drop_db().await;
+}

@@ -1,0 +1,187 @@
+//! The policy decision log (docs/operations.md, "Policy decision logs and metrics"), modelled on OPA's.
+//!
+//! The policy runtime offers each decision to [`DecisionRecorder`] on the request's path. The
+//! recorder keeps every decision that is not routine (deny, hold, reject, hide, failure) and a
+//! sample ([`DecisionLogSettings::sample`]) of the routine ones (allow, publish), and puts it on
+//! a bounded queue with `try_send`: a full queue drops the decision and counts it in
+//! `policy_decisions_dropped_total`, so logging never delays nor fails a request. One task per
+//! process drains the queue in batches, each written in one transaction, and after each batch
+//! (and at least once a minute) prunes the log to its row count and age. The log is one for the
+//! deployment, not one per organisation (docs/decisions.md).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use prometheus::IntCounter;
+use tokio::sync::mpsc;
+
+use super::{ServiceError, Services};
+use crate::domain::{SampleRate, Span};
+use crate::policy::{DecisionEvent, DecisionLog, DecisionOutcome};
+use crate::storage::{
+    DecisionBounds, DecisionFilter, PolicyDecisionRecord, SharedRecordStore, WriteContext,
+};
+
+/// Decisions waiting for the writer; beyond this they are dropped.
+const QUEUE: usize = 4096;
+/// Decisions written in one transaction at most.
+const BATCH: usize = 256;
+/// The log is pruned at least this often, even when nothing is written.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// Rows one listing returns at most.
+pub const DECISION_LIST_MAX: u32 = 1000;
+
+/// How much the log keeps.
+#[derive(Debug, Clone, Copy)]
+pub struct DecisionLogSettings {
+    /// The fraction of routine decisions kept.
+    pub sample: SampleRate,
+    pub max_rows: u64,
+    pub max_age: Span,
+}
+
+/// Samples and queues decisions, and runs the writer (see the module documentation).
+pub struct DecisionRecorder {
+    queue: mpsc::Sender<PolicyDecisionRecord>,
+    sample: SampleRate,
+    dropped: IntCounter,
+    written: IntCounter,
+}
+
+impl DecisionRecorder {
+    /// Starts the writer task; it stops when the recorder is dropped.
+    pub fn start(
+        store: SharedRecordStore,
+        settings: DecisionLogSettings,
+    ) -> Result<Arc<Self>, prometheus::Error> {
+        let dropped = IntCounter::new(
+            "policy_decisions_dropped_total",
+            "Policy decisions not logged because the decision log's queue was full",
+        )?;
+        let written = IntCounter::new(
+            "policy_decisions_logged_total",
+            "Policy decisions this process wrote to the decision log",
+        )?;
+        let (queue, decisions) = mpsc::channel(QUEUE);
+        let writer = Writer {
+            store,
+            settings,
+            written: written.clone(),
+        };
+        tokio::spawn(writer.run(decisions));
+        Ok(Arc::new(Self {
+            queue,
+            sample: settings.sample,
+            dropped,
+            written,
+        }))
+    }
+}
+
+impl DecisionLog for DecisionRecorder {
+    fn keeps(&self, outcome: DecisionOutcome) -> bool {
+        !outcome.is_routine() || self.sample.keeps()
+    }
+
+    fn record(&self, event: DecisionEvent) {
+        if self.queue.try_send(stored(event)).is_err() {
+            self.dropped.inc();
+        }
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.dropped.clone()),
+            Box::new(self.written.clone()),
+        ]
+    }
+}
+
+fn stored(e: DecisionEvent) -> PolicyDecisionRecord {
+    PolicyDecisionRecord {
+        // As the store keeps it (microseconds), so a listing shows what was recorded.
+        occurred_at: DateTime::from_timestamp_micros(e.at.timestamp_micros()).unwrap_or(e.at),
+        kind: e.kind.as_str().to_owned(),
+        operation: e.operation,
+        outcome: e.outcome.as_str().to_owned(),
+        failure: e.failure.map(str::to_owned),
+        reason: e.reason,
+        policy_name: e.policy.name().to_owned(),
+        policy_version: e.policy.version(),
+        policy_digest: e.digest,
+        latency_us: i64::try_from(e.latency.as_micros()).unwrap_or(i64::MAX),
+        correlation_id: e.correlation_id.map(|c| c.as_str().to_owned()),
+        organisation_id: e.organisation_id,
+        workspace_id: e.workspace_id,
+    }
+}
+
+/// The task that writes queued decisions and prunes the log.
+struct Writer {
+    store: SharedRecordStore,
+    settings: DecisionLogSettings,
+    written: IntCounter,
+}
+
+impl Writer {
+    async fn run(self, mut decisions: mpsc::Receiver<PolicyDecisionRecord>) {
+        let mut batch = Vec::with_capacity(BATCH);
+        loop {
+            match tokio::time::timeout(PRUNE_EVERY, decisions.recv_many(&mut batch, BATCH)).await {
+                // The recorder is gone.
+                Ok(0) => return,
+                Ok(_) => {
+                    let write = WriteContext::system();
+                    match self.store.insert_decisions(&write, &batch).await {
+                        Ok(written) => self.written.inc_by(written),
+                        Err(e) => tracing::warn!(
+                            error = %e,
+                            decisions = batch.len(),
+                            "could not write policy decisions"
+                        ),
+                    }
+                    batch.clear();
+                }
+                Err(_) => {}
+            }
+            self.prune().await;
+        }
+    }
+
+    async fn prune(&self) {
+        let bounds = DecisionBounds {
+            max_rows: self.settings.max_rows,
+            older_than: Utc::now() - self.settings.max_age.duration(),
+        };
+        if let Err(e) = self.store.prune_decisions(bounds).await {
+            tracing::warn!(error = %e, "could not prune the policy decision log");
+        }
+    }
+}
+
+/// Which decisions a listing asks for (`cpctl policies decisions`); every filter narrows it.
+#[derive(Debug, Clone)]
+pub struct DecisionListing {
+    pub since: Option<DateTime<Utc>>,
+    pub operation: Option<String>,
+    pub outcome: Option<DecisionOutcome>,
+    /// 1 to [`DECISION_LIST_MAX`].
+    pub limit: u32,
+}
+
+impl Services {
+    /// Logged decisions, newest first; the store does the filtering.
+    pub async fn list_policy_decisions(
+        &self,
+        listing: &DecisionListing,
+    ) -> Result<Vec<PolicyDecisionRecord>, ServiceError> {
+        let filter = DecisionFilter {
+            since: listing.since,
+            operation: listing.operation.clone(),
+            outcome: listing.outcome.map(|o| o.as_str().to_owned()),
+            limit: listing.limit.clamp(1, DECISION_LIST_MAX),
+        };
+        Ok(self.store.list_decisions(&filter).await?)
+    }
+}
