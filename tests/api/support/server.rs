@@ -71,6 +71,10 @@ pub fn test_config(database_url: &str) -> ServerConfig {
         test_redis_url()
     };
     config.redis_prefix = format!("cpt:{}:", Uuid::new_v4().simple());
+    // One native-code cache for the whole run: an 18 MB Python or JavaScript policy is compiled
+    // once, not by every test that installs it.
+    config.policy_cache_dir =
+        Some(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("policy-cache"));
     // Test runners listen on loopback over plain http: named explicitly, as production would
     // have to (the default, without --dev, is https only).
     config.delivery_http_hosts = Some(control_plane::domain::EgressPolicy::LOOPBACK.into());
