@@ -398,7 +398,9 @@ async fn policies(
         PoliciesCommand::Decisions(args) => {
             crate::policy_decisions::list(services, out, args).await?
         }
-        PoliciesCommand::Test { .. } | PoliciesCommand::Bench { .. } | PoliciesCommand::New { .. } => {}
+        PoliciesCommand::Test { .. }
+        | PoliciesCommand::Bench { .. }
+        | PoliciesCommand::New { .. } => {}
     }
     Ok(())
 }

@@ -130,10 +130,10 @@ mod offboarding;
 mod policies;
 #[path = "cli/policy_budgets.rs"]
 mod policy_budgets;
-#[path = "cli/policy_new.rs"]
-mod policy_new;
 #[path = "cli/policy_decisions.rs"]
 mod policy_decisions;
+#[path = "cli/policy_new.rs"]
+mod policy_new;
 #[path = "cli/resources.rs"]
 mod resources;
 #[path = "cli/setup.rs"]

@@ -27,8 +27,8 @@ mod ops_endpoints;
 mod outcomes;
 mod policies;
 mod policy_budgets;
-mod policy_languages;
 mod policy_decisions;
+mod policy_languages;
 mod rate_limits;
 #[path = "../support/redis_cluster.rs"]
 mod redis_cluster;

@@ -169,7 +169,6 @@ fn a_budget_of_its_own_stops_the_bomb_there_and_lets_a_small_policy_run() {
 #[tokio::test]
 async fn activating_an_over_budget_version_is_refused_unless_forced() {
     use control_plane::policy::{defaults, fixtures};
-    needs_postgres!();
     let db = Db::new().await;
     let spin = write_temp("spin.wasm", fixtures::SPIN);
     let out = db.run(&format!(
@@ -213,24 +212,20 @@ async fn activating_an_over_budget_version_is_refused_unless_forced() {
     assert!(err.contains("peak memory "), "{err}");
     assert!(err.contains("exceeds the budget of 2 MiB"), "{err}");
 
-    let mut conn = PgConnection::connect(&db.url).await.unwrap();
-    let rows: Vec<(String, bool)> = sqlx::query_as(
+    let mut conn = db.conn().await;
+    let rows: Vec<(String, bool)> = sql_all!(
+        &mut conn,
+        (String, bool),
         "SELECT p.name, a.forced FROM policy_activations a JOIN policies p ON p.id = a.policy_id
-         ORDER BY a.id",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .unwrap();
+         ORDER BY a.id"
+    );
     assert_eq!(rows, [("spin".into(), true), ("std".into(), false)]);
-    let (mib, p99): (i32, i64) = sqlx::query_as(
+    let (mib, p99): (i32, i64) = sql_one!(
+        &mut conn,
+        (i32, i64),
         "SELECT b.memory_budget_mib, b.p99_us FROM policy_budgets b
-         JOIN policies p ON p.id = b.policy_id WHERE p.name = 'std'",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .unwrap();
+         JOIN policies p ON p.id = b.policy_id WHERE p.name = 'std'"
+    );
     assert_eq!(mib, 32);
     assert!(p99 > 0 && p99 < 50_000, "{p99}");
-    drop(conn);
-    db.drop_db().await;
 }

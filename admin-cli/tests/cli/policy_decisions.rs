@@ -4,23 +4,21 @@
 
 use super::*;
 
-/// A logged decision `age` ago (SQL interval) under correlation id `cid`.
-async fn decision(db: &Db, operation: &str, outcome: &str, age: &str, cid: &str) {
-    let mut conn = PgConnection::connect(&db.url).await.unwrap();
-    let reason = if outcome == "deny" {
-        "'the token lacks the scope activity:read'"
-    } else {
-        "NULL"
-    };
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+/// A logged decision `age` ago under correlation id `cid`.
+async fn decision(db: &Db, operation: &str, outcome: &str, age: chrono::Duration, cid: &str) {
+    let reason = (outcome == "deny").then_some("the token lacks the scope activity:read");
+    let mut conn = db.conn().await;
+    sql_exec!(
+        &mut conn,
         "INSERT INTO policy_decisions (occurred_at, kind, operation, outcome, reason,
              policy_name, policy_version, policy_digest, latency_us, correlation_id)
-         VALUES (now() - interval '{age}', 'authorizer', '{operation}', '{outcome}', {reason},
-             'built-in', 0, 'abc123', 42, '{cid}')"
-    )))
-    .execute(&mut conn)
-    .await
-    .unwrap();
+         VALUES ($1, 'authorizer', $2, $3, $4, 'built-in', 0, 'abc123', 42, $5)",
+        chrono::Utc::now() - age,
+        operation,
+        outcome,
+        reason,
+        cid,
+    );
 }
 
 fn cids(listed: &Value) -> Vec<&str> {
@@ -34,13 +32,40 @@ fn cids(listed: &Value) -> Vec<&str> {
 
 #[tokio::test]
 async fn decisions_are_listed_newest_first_and_filtered_from_the_cli() {
-    needs_postgres!();
     let db = Db::new().await;
     bootstrap(&db);
-    decision(&db, "listActivity", "allow", "3 hours", "cid-old-allow").await;
-    decision(&db, "listActivity", "deny", "2 hours", "cid-old-deny").await;
-    decision(&db, "issueToken", "deny", "10 minutes", "cid-new-deny").await;
-    decision(&db, "listActivity", "allow", "1 minute", "cid-new-allow").await;
+    decision(
+        &db,
+        "listActivity",
+        "allow",
+        chrono::Duration::hours(3),
+        "cid-old-allow",
+    )
+    .await;
+    decision(
+        &db,
+        "listActivity",
+        "deny",
+        chrono::Duration::hours(2),
+        "cid-old-deny",
+    )
+    .await;
+    decision(
+        &db,
+        "issueToken",
+        "deny",
+        chrono::Duration::minutes(10),
+        "cid-new-deny",
+    )
+    .await;
+    decision(
+        &db,
+        "listActivity",
+        "allow",
+        chrono::Duration::minutes(1),
+        "cid-new-allow",
+    )
+    .await;
 
     let all = json_of(&db.run("policies decisions -o json"));
     assert_eq!(
@@ -96,5 +121,4 @@ async fn decisions_are_listed_newest_first_and_filtered_from_the_cli() {
     let bad = db.run("policies decisions --outcome denied");
     assert_eq!(bad.status.code(), Some(2));
     assert!(failure(&bad).contains("not an outcome"), "{}", stderr(&bad));
-    db.drop_db().await;
 }

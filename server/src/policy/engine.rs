@@ -714,7 +714,11 @@ fn pool(
         // Python or JavaScript heap otherwise takes a page fault for every page it touches, in
         // every decision. Without PAGEMAP_SCAN only the first MiB is kept, as memset of a
         // whole slot would cost more than the faults it saves.
-        .linear_memory_keep_resident(if pagemap_scan { resident_bytes } else { 1 << 20 })
+        .linear_memory_keep_resident(if pagemap_scan {
+            resident_bytes
+        } else {
+            1 << 20
+        })
         .pagemap_scan(if pagemap_scan {
             wasmtime::Enabled::Yes
         } else {

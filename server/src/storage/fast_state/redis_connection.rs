@@ -25,7 +25,8 @@ const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (10, 100);
 #[derive(Clone)]
 pub enum RedisDialler {
     Single(redis::Client),
-    Cluster(ClusterClient),
+    /// Boxed: a cluster client is twice a single one's size, and a dialler is made once.
+    Cluster(Box<ClusterClient>),
 }
 
 /// One open connection (cheap to clone: both kinds multiplex over shared sockets).
@@ -50,7 +51,7 @@ impl RedisDialler {
             .min_retry_wait(min_wait)
             .max_retry_wait(max_wait)
             .build()?;
-        Ok(Self::Cluster(client))
+        Ok(Self::Cluster(Box::new(client)))
     }
 
     /// Connects; bounded by `timeout` in all (a cluster asks each seed in turn for its slots).

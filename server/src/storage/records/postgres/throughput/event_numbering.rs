@@ -96,7 +96,7 @@ pub(in super::super) async fn number_pending(pool: &PgPool) -> Result<u64, Store
     // heads each batch writes are what the next batch reads.
     let mut moved = 0;
     loop {
-        let (numbered, workspaces) = number_batch(&mut *tx).await?;
+        let (numbered, workspaces) = number_batch(&mut tx).await?;
         moved += workspaces;
         if numbered < PASS_BATCH {
             break;
