@@ -141,8 +141,10 @@ pub async fn activate_deny_all(services: &Services) {
         )
         .await
         .unwrap();
+    // Forced: its budgets are `policy_budgets.rs`'s subject, and a p99 measured while the
+    // whole suite runs on two cores can pass 50 ms for a component that decides in 0.1 ms.
     services
-        .activate_policy(&format!("deny-all@{}", policy.version))
+        .activate_policy_with(&format!("deny-all@{}", policy.version), true)
         .await
         .unwrap();
 }
