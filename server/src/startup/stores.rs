@@ -27,15 +27,33 @@ pub fn lock_embedded_store(path: &std::path::Path) -> anyhow::Result<std::fs::Fi
                 std::path::Path::new(&lock_path).display()
             )
         })?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+    let started = std::time::Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < LOCK_WAIT => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return lock_refused(path, e),
+        }
+    }
+}
+
+/// How long a starting server waits for the embedded store's lock before it refuses: the
+/// server it replaces may still be exiting (a supervisor's restart), and a process that spawns
+/// children holds the lock in each until it execs, since the descriptor is inherited until
+/// then. A second server that stays is refused after this wait.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+fn lock_refused(path: &std::path::Path, e: std::fs::TryLockError) -> anyhow::Result<std::fs::File> {
+    match e {
+        std::fs::TryLockError::WouldBlock => anyhow::bail!(
             "another control-plane server is already using {}: the embedded store serves one \
              process (rate limits live in it). To run several replicas, use \
              Postgres and Redis (set DATABASE_URL and REDIS_URL; see docs/operations.md)",
             path.display()
         ),
-        Err(std::fs::TryLockError::Error(e)) => {
+        std::fs::TryLockError::Error(e) => {
             Err(e).with_context(|| format!("could not lock {}", path.display()))
         }
     }
