@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 
 use super::cases::{decide, parse_cases};
-use super::engine::{CompiledPolicy, EngineSettings, PolicyEngine, PolicyKind};
+use super::engine::{CompiledPolicy, PolicyEngine, PolicyKind};
+use super::settings::EngineSettings;
 
 /// The largest memory budget a version may have. The pooling allocator reserves this much
 /// address space (twice, rounded to a power of two) for every memory slot, so it is a bound,

@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::engine::{EngineSettings, NativeCodeCounts, PolicyEngine, PolicyKind};
+use super::engine::{NativeCodeCounts, PolicyEngine, PolicyKind};
+use super::settings::EngineSettings;
 use super::wit::authz_types as a;
 use super::{bench_support, defaults, fixtures};
 

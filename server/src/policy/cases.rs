@@ -15,7 +15,8 @@
 use serde::Deserialize;
 
 use super::budget::PeakMemory;
-use super::engine::{CompiledPolicy, PolicyEngine, PolicyKind, outcome};
+use super::engine::{CompiledPolicy, PolicyEngine, PolicyKind};
+use super::moderation::outcome;
 use super::wit::{authz_types as a, moderation_types as m};
 
 #[derive(Deserialize)]

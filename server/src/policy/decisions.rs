@@ -18,7 +18,8 @@ use prometheus::core::Collector;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
 use uuid::Uuid;
 
-use super::engine::{PolicyFailure, PolicyKind, Verdict};
+use super::engine::{PolicyFailure, PolicyKind};
+use super::moderation::Verdict;
 use crate::domain::CorrelationId;
 
 /// Longest deny reason kept in the log, in characters; a policy's reasons are its own text.

@@ -4,10 +4,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::budget::{Limiter, PeakMemory};
+use super::moderation::{ModerationInput, ModerationOutcome, outcome};
+use super::settings::{EngineSettings, InstanceAllocation, pool};
 use super::wit::{AuthzInput, authorizer, authz_types, moderation_types, moderator};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -31,72 +33,6 @@ impl PolicyKind {
             other => Err(format!(
                 "unknown policy kind {other:?}: expected authorizer or moderator"
             )),
-        }
-    }
-}
-
-/// Budgets of one decision and of the engine.
-#[derive(Debug, Clone)]
-pub struct EngineSettings {
-    /// Wall-clock budget of one decision: instantiation, guest code and host waits.
-    pub deadline: Duration,
-    pub memory_bytes: usize,
-    /// Decision slots: active decisions evaluated at once (the built-in authorizer runs in
-    /// place and takes none).
-    pub max_concurrent: usize,
-    /// How long a decision waits for a slot before it fails as unavailable.
-    pub queue_timeout: Duration,
-    /// Shadow evaluations waiting for a shadow worker; more are dropped and counted.
-    pub shadow_queue: usize,
-    /// How instances get their memory: a pool of slots with copy-on-write images, or fresh
-    /// mappings filled by copying for every decision (to measure what the pool saves).
-    pub allocation: InstanceAllocation,
-    /// Where compiled native code is kept across processes; `None` keeps it in memory only.
-    pub cache_dir: Option<std::path::PathBuf>,
-}
-
-/// How each decision's instance gets its memory, tables and stack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InstanceAllocation {
-    /// Preallocated slots reused across decisions; linear memory starts as a copy-on-write
-    /// mapping of the module's image, so a 10 MB snapshot of a Python or JavaScript heap costs
-    /// the pages a decision touches, not a copy of all of them.
-    Pooling,
-    /// A fresh mapping per instance, its data segments copied in: no copy-on-write image.
-    OnDemand,
-}
-
-impl InstanceAllocation {
-    pub fn parse(raw: &str) -> Result<Self, String> {
-        match raw {
-            "pooling" => Ok(Self::Pooling),
-            "on-demand" => Ok(Self::OnDemand),
-            other => Err(format!(
-                "unknown instance allocation {other:?}: expected pooling or on-demand"
-            )),
-        }
-    }
-}
-
-impl EngineSettings {
-    /// The slot wait when none is configured: two deadlines, as long as the slowest decision
-    /// holding a slot can take, twice over.
-    pub fn default_queue_timeout(deadline: Duration) -> Duration {
-        deadline * 2
-    }
-}
-
-impl Default for EngineSettings {
-    fn default() -> Self {
-        let deadline = Duration::from_millis(50);
-        Self {
-            deadline,
-            memory_bytes: 16 << 20,
-            max_concurrent: 32,
-            queue_timeout: Self::default_queue_timeout(deadline),
-            shadow_queue: 64,
-            allocation: InstanceAllocation::Pooling,
-            cache_dir: None,
         }
     }
 }
@@ -177,85 +113,6 @@ pub struct CompiledPolicy {
 impl std::fmt::Debug for CompiledPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "CompiledPolicy({} {})", self.kind.as_str(), self.digest)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    Publish,
-    Hold,
-    Reject,
-    Hide,
-}
-
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Publish => "published",
-            Verdict::Hold => "held",
-            Verdict::Reject => "rejected",
-            Verdict::Hide => "hidden",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModerationOutcome {
-    pub verdict: Verdict,
-    pub reasons: Vec<String>,
-    pub labels: Vec<String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct ReportInput {
-    pub reporter_id: String,
-    /// spam, abuse, off_topic or other
-    pub reason: String,
-    pub comment: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct ModerationInput {
-    pub review_id: String,
-    pub plugin_id: String,
-    pub author_id: String,
-    pub rating: u8,
-    pub title: String,
-    pub body: String,
-    pub report: Option<ReportInput>,
-    pub prior_reports: Vec<ReportInput>,
-    pub blocklist: Vec<String>,
-}
-
-fn report_to_wit(r: &ReportInput) -> moderation_types::Report {
-    use moderation_types::ReportReason;
-    moderation_types::Report {
-        reporter_id: r.reporter_id.clone(),
-        reason: match r.reason.as_str() {
-            "spam" => ReportReason::Spam,
-            "abuse" => ReportReason::Abuse,
-            "off_topic" => ReportReason::OffTopic,
-            _ => ReportReason::Other,
-        },
-        comment: r.comment.clone(),
-    }
-}
-
-impl ModerationInput {
-    fn to_wit(&self) -> moderation_types::ModerationRequest {
-        moderation_types::ModerationRequest {
-            review: moderation_types::Review {
-                id: self.review_id.clone(),
-                plugin_id: self.plugin_id.clone(),
-                author_id: self.author_id.clone(),
-                rating: self.rating,
-                title: self.title.clone(),
-                body: self.body.clone(),
-            },
-            report: self.report.as_ref().map(report_to_wit),
-            prior_reports: self.prior_reports.iter().map(report_to_wit).collect(),
-            blocklist: self.blocklist.clone(),
-        }
     }
 }
 
@@ -690,44 +547,6 @@ impl PolicyEngine {
     }
 }
 
-/// The pool of instance slots, sized for the decisions that may run at once and for guests
-/// built from interpreters: a componentize-py component instantiates 14 core modules, so 8
-/// per slot would refuse the 25th concurrent Python decision. Core instances are only counted,
-/// not reserved, so the headroom costs nothing.
-fn pool(
-    slots: u32,
-    memory_bytes: usize,
-    resident_bytes: usize,
-    pagemap_scan: bool,
-) -> PoolingAllocationConfig {
-    let mut pool = PoolingAllocationConfig::new();
-    pool.total_component_instances(slots)
-        .total_core_instances(slots * 32)
-        .total_memories(slots * 4)
-        .total_tables(slots * 8)
-        // Every decision runs on a fiber stack (async host calls); unzeroed stacks stay
-        // resident in the pool.
-        .total_stacks(slots)
-        .max_memory_size(memory_bytes)
-        // Keep each slot's whole memory resident, and where the kernel can list the pages a
-        // decision wrote (PAGEMAP_SCAN, Linux 6.7+) copy back only those from the image: a
-        // Python or JavaScript heap otherwise takes a page fault for every page it touches, in
-        // every decision. Without PAGEMAP_SCAN only the first MiB is kept, as memset of a
-        // whole slot would cost more than the faults it saves.
-        .linear_memory_keep_resident(if pagemap_scan {
-            resident_bytes
-        } else {
-            1 << 20
-        })
-        .pagemap_scan(if pagemap_scan {
-            wasmtime::Enabled::Yes
-        } else {
-            wasmtime::Enabled::No
-        })
-        .table_keep_resident(64 << 10);
-    pool
-}
-
 /// The timers of decisions on blocking threads (their deadline, WASI clock waits): a runtime of
 /// the engine's own, which lives as long as the process. The server's runtime would do until it
 /// shuts down with a decision in flight (a shadow evaluation, say): its timer goes first, and
@@ -751,20 +570,6 @@ fn is_builtin(digest: &str) -> bool {
         ]
     });
     BUILTIN.iter().any(|d| d == digest)
-}
-
-pub(crate) fn outcome(decision: moderation_types::ModerationDecision) -> ModerationOutcome {
-    use moderation_types::Verdict as W;
-    ModerationOutcome {
-        verdict: match decision.verdict {
-            W::Publish => Verdict::Publish,
-            W::Hold => Verdict::Hold,
-            W::Reject => Verdict::Reject,
-            W::Hide => Verdict::Hide,
-        },
-        reasons: decision.reasons,
-        labels: decision.labels,
-    }
 }
 
 fn classify(e: wasmtime::Error) -> PolicyFailure {

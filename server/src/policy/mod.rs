@@ -41,8 +41,10 @@ mod cases;
 mod coverage;
 mod decisions;
 mod engine;
+mod moderation;
 mod native_cache;
 mod runtime;
+mod settings;
 #[cfg(test)]
 mod tests;
 mod wit;
@@ -58,11 +60,11 @@ pub use decisions::{
     current_correlation, failure_kind, with_correlation,
 };
 pub use engine::{
-    CompiledPolicy, DecisionProfile, EngineSettings, InstanceAllocation, ModerationInput,
-    ModerationOutcome, NativeCodeCounts, PolicyEngine, PolicyFailure, PolicyKind, ReportInput,
-    Verdict,
+    CompiledPolicy, DecisionProfile, NativeCodeCounts, PolicyEngine, PolicyFailure, PolicyKind,
 };
+pub use moderation::{ModerationInput, ModerationOutcome, ReportInput, Verdict};
 pub use runtime::{Disagreement, DisagreementSink, PolicyRuntime};
+pub use settings::{EngineSettings, InstanceAllocation};
 pub use wit::AuthzInput;
 
 /// The default policies, built from `policies/` into `policies/dist/` and embedded.

@@ -17,10 +17,8 @@ use super::decisions::{
     DecisionEvent, DecisionLog, DecisionMetrics, DecisionOutcome, PolicyName, bounded_reason,
     current_correlation, failure_kind,
 };
-use super::engine::{
-    CompiledPolicy, ModerationInput, ModerationOutcome, PolicyEngine, PolicyFailure, PolicyKind,
-    SHADOW_WORKERS, Verdict,
-};
+use super::engine::{CompiledPolicy, PolicyEngine, PolicyFailure, PolicyKind, SHADOW_WORKERS};
+use super::moderation::{ModerationInput, ModerationOutcome, Verdict};
 use super::wit::{AuthzInput, authz_types};
 use crate::service::{Authorizer, AuthzRequest, Decision, DenyStatus};
 

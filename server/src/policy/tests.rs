@@ -2,7 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::engine::{EngineSettings, PolicyEngine, PolicyFailure, PolicyKind};
+use super::engine::{PolicyEngine, PolicyFailure, PolicyKind};
+use super::settings::EngineSettings;
 use super::wit::{authz_types as a, moderation_types as m};
 use super::{defaults, fixtures};
 use crate::service::Operation;
