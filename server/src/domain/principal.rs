@@ -1,7 +1,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::Scopes;
+use super::{CorrelationId, Scopes};
 
 /// An authenticated caller: a live token and what it grants.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,9 +17,20 @@ pub struct Principal {
     /// Empty means "every environment of the granted workspaces".
     pub environment_ids: Vec<Uuid>,
     pub expires_at: DateTime<Utc>,
+    /// The request this caller is acting in, when it came over HTTP: recorded with the policy
+    /// decisions it asks for, never decided on.
+    pub correlation_id: Option<CorrelationId>,
 }
 
 impl Principal {
+    /// This caller as the request `id` presents it.
+    pub fn in_request(self, id: CorrelationId) -> Self {
+        Self {
+            correlation_id: Some(id),
+            ..self
+        }
+    }
+
     pub fn has_workspace(&self, workspace_id: Uuid) -> bool {
         self.workspace_ids.contains(&workspace_id)
     }

@@ -159,9 +159,14 @@ impl<E: Endpoint> RequestContext<E> {
                 .check(Caller::RunnerAddress(&address), class)
                 .await?);
         }
+        // The caller carries the request's id to the policy decisions it asks for.
+        let cid = req.data::<CorrelationId>().cloned();
         let outcome = match bearer(req) {
             Some(token) => Some(match self.services.authenticate(token).await {
-                Ok(principal) => AuthOutcome::Authenticated(principal),
+                Ok(principal) => AuthOutcome::Authenticated(match cid {
+                    Some(cid) => principal.in_request(cid),
+                    None => principal,
+                }),
                 Err(e @ ServiceError::Unavailable) => return Err(ApiFailure::from(e).into()),
                 Err(e) => AuthOutcome::Failed(e),
             }),
@@ -215,10 +220,7 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
 
         let mut decision = None;
         let route_decision = RouteDecision::default();
-        // The policy decisions this request asks for are logged under its correlation id.
-        let outcome = crate::policy::with_correlation(
-            cid.clone(),
-            async {
+        let outcome = async {
                 if let Some(reason) = refused {
                     return Err(field_failure(CORRELATION_HEADER, reason));
                 }
@@ -234,8 +236,7 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
                 req.set_data(route_decision.clone());
                 self.inner.call(req).await.map(IntoResponse::into_response)
             }
-            .instrument(span.clone()),
-        )
+            .instrument(span.clone())
         .await;
 
         let mut code: Option<&'static str> = None;

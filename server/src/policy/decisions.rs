@@ -4,12 +4,11 @@
 //! never wait. The runtime (`runtime.rs`) calls this where a decision's result and latency are
 //! known; the service layer's recorder samples, queues and writes (`service/policy_decisions.rs`).
 //!
-//! The request's correlation id reaches the runtime as a task-local set by the HTTP layer
-//! ([`with_correlation`]): the `Authorizer` port is asked from a dozen service methods, some of
-//! them reads that carry no `WriteContext`, and the id is only ever recorded, never decided on.
+//! The request's correlation id reaches the runtime with the question: on the
+//! [`Principal`](crate::domain::Principal) an authorization names, beside the input a moderation
+//! decides on.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -230,20 +229,6 @@ impl DecisionMetrics {
     pub fn collectors(&self) -> Vec<Box<dyn Collector>> {
         vec![Box::new(self.seconds.clone()), Box::new(self.total.clone())]
     }
-}
-
-tokio::task_local! {
-    static CORRELATION: CorrelationId;
-}
-
-/// Runs `work` with `id` as the correlation id of the decisions it asks for.
-pub async fn with_correlation<F: Future>(id: CorrelationId, work: F) -> F::Output {
-    CORRELATION.scope(id, work).await
-}
-
-/// The correlation id of the request this task serves, if one was set.
-pub fn current_correlation() -> Option<CorrelationId> {
-    CORRELATION.try_with(Clone::clone).ok()
 }
 
 /// A reason as the log keeps it: at most [`REASON_MAX`] characters, `None` when empty.

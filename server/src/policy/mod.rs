@@ -57,7 +57,7 @@ pub use cases::{CaseResult, run_cases};
 pub use coverage::{Coverage, CoverageRow};
 pub use decisions::{
     DecisionEvent, DecisionLog, DecisionMetrics, DecisionOutcome, PolicyName, REASON_MAX,
-    current_correlation, failure_kind, with_correlation,
+    failure_kind,
 };
 pub use engine::{
     CompiledPolicy, DecisionProfile, NativeCodeCounts, PolicyEngine, PolicyFailure, PolicyKind,

@@ -15,11 +15,12 @@ use tokio::sync::mpsc;
 
 use super::decisions::{
     DecisionEvent, DecisionLog, DecisionMetrics, DecisionOutcome, PolicyName, bounded_reason,
-    current_correlation, failure_kind,
+    failure_kind,
 };
 use super::engine::{CompiledPolicy, PolicyEngine, PolicyFailure, PolicyKind, SHADOW_WORKERS};
 use super::moderation::{ModerationInput, ModerationOutcome, Verdict};
 use super::wit::{AuthzInput, authz_types};
+use crate::domain::CorrelationId;
 use crate::service::{Authorizer, AuthzRequest, Decision, DenyStatus};
 
 /// A disagreement between the active and the shadow authorizer.
@@ -49,6 +50,7 @@ struct Detail {
     reason: Option<String>,
     organisation_id: Option<uuid::Uuid>,
     workspace_id: Option<uuid::Uuid>,
+    correlation_id: Option<CorrelationId>,
 }
 
 pub struct PolicyRuntime {
@@ -234,7 +236,7 @@ impl PolicyRuntime {
             policy: active.name.clone(),
             digest: active.policy.digest.clone(),
             latency,
-            correlation_id: current_correlation(),
+            correlation_id: detail.correlation_id,
             organisation_id: detail.organisation_id,
             workspace_id: detail.workspace_id,
         });
@@ -268,8 +270,13 @@ impl PolicyRuntime {
         }
     }
 
-    /// Moderates with the active moderator; any failure holds the review.
-    pub async fn moderate(&self, input: &ModerationInput) -> ModerationOutcome {
+    /// Moderates with the active moderator; any failure holds the review. `correlation` is the
+    /// request's id, for the decision log.
+    pub async fn moderate(
+        &self,
+        input: &ModerationInput,
+        correlation: Option<&CorrelationId>,
+    ) -> ModerationOutcome {
         let active = read(&self.moderator);
         let started = Instant::now();
         let result = self.engine.moderate(active.policy.clone(), input).await;
@@ -294,6 +301,7 @@ impl PolicyRuntime {
                 },
                 organisation_id: None,
                 workspace_id: None,
+                correlation_id: correlation.cloned(),
             }
         });
         match result {
@@ -350,6 +358,7 @@ impl Authorizer for PolicyRuntime {
                     .workspace_id
                     .as_deref()
                     .and_then(|w| uuid::Uuid::parse_str(w).ok()),
+                correlation_id: request.principal.correlation_id.clone(),
             }
         });
         if let Some(shadow) = read(&self.shadow) {

@@ -318,6 +318,7 @@ fn input() -> super::AuthzInput {
             workspace_ids: vec![WS.parse().expect("uuid")],
             environment_ids: vec![],
             expires_at: chrono::Utc::now(),
+            correlation_id: None,
         },
         operation: Operation::ReadActivity.id(),
         method: "GET",

@@ -187,7 +187,11 @@ impl Access {
             _ if expired => return Some(StreamEnd::TokenExpired),
             _ => return Some(StreamEnd::AccessRevoked),
         };
-        self.principal = principal;
+        // Still the stream's request, for the decision log.
+        self.principal = Principal {
+            correlation_id: self.principal.correlation_id.take(),
+            ..principal
+        };
         self.services
             .authorize(
                 &self.principal,

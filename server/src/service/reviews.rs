@@ -147,9 +147,13 @@ impl Services {
         Ok(self.store.list_reviews(plugin_id).await?)
     }
 
-    async fn moderate(&self, input: &ModerationInput) -> crate::policy::ModerationOutcome {
+    async fn moderate(
+        &self,
+        input: &ModerationInput,
+        cid: &CorrelationId,
+    ) -> crate::policy::ModerationOutcome {
         match &self.policies {
-            Some(runtime) => runtime.moderate(input).await,
+            Some(runtime) => runtime.moderate(input, Some(cid)).await,
             // No policy engine: nothing is published unseen.
             None => crate::policy::ModerationOutcome {
                 verdict: Verdict::Hold,
@@ -196,7 +200,7 @@ impl Services {
                 report: None,
                 prior_reports: prior.iter().map(report_input).collect(),
                 blocklist: self.settings.moderation_blocklist.clone(),
-            })
+            }, write.correlation_id())
             .await;
         let now = Self::now();
         let status = status_of(outcome.verdict);
@@ -291,7 +295,7 @@ impl Services {
                     report: Some(report_input(&report)),
                     prior_reports: prior.iter().map(report_input).collect(),
                     blocklist: self.settings.moderation_blocklist.clone(),
-                })
+                }, write.correlation_id())
                 .await;
             // A report can hide a review or hold it, never publish one the moderator had held.
             let moderation = match outcome.verdict {
@@ -369,7 +373,7 @@ impl Services {
                     report: None,
                     prior_reports: vec![],
                     blocklist: self.settings.moderation_blocklist.clone(),
-                })
+                }, cid)
                 .await;
             let moderation = ReviewModeration {
                 status: status_of(outcome.verdict),

@@ -184,6 +184,7 @@ impl Services {
             workspace_ids: token.workspace_ids,
             environment_ids: token.environment_ids,
             expires_at: token.expires_at,
+            correlation_id: None,
         })
     }
 
