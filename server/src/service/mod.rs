@@ -8,6 +8,7 @@ mod admin;
 mod audit;
 pub mod audit_integrity;
 mod authz;
+mod batch_queue;
 mod commands;
 mod deliveries;
 mod dispatcher;

@@ -2,11 +2,11 @@
 //!
 //! The policy runtime offers each decision to [`DecisionRecorder`] on the request's path. The
 //! recorder keeps every decision that is not routine (deny, hold, reject, hide, failure) and a
-//! sample ([`DecisionLogSettings::sample`]) of the routine ones (allow, publish), and puts it on
-//! a bounded queue with `try_send`: a full queue drops the decision and counts it in
-//! `policy_decisions_dropped_total`, so logging never delays nor fails a request. One task per
-//! process drains the queue in batches, each written in one transaction, and after each batch
-//! (and at least once a minute) prunes the log to its row count and age. The log is one for the
+//! sample ([`DecisionLogSettings::sample`]) of the routine ones (allow, publish), and offers it
+//! to a [`BatchQueue`]: a full queue drops the decision and counts it in
+//! `policy_decisions_dropped_total`, so logging never delays nor fails a request. The queue's
+//! writer puts each batch in one transaction, and after each batch (and at least once a minute)
+//! prunes the log to its row count and age. The log is one for the
 //! deployment, not one per organisation (docs/decisions.md).
 
 use std::sync::Arc;
@@ -14,8 +14,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use prometheus::IntCounter;
-use tokio::sync::mpsc;
-
+use super::batch_queue::{BatchQueue, BatchWriter, QueueShape};
 use super::{ServiceError, Services};
 use crate::domain::{SampleRate, Span};
 use crate::policy::{DecisionEvent, DecisionLog, DecisionOutcome};
@@ -23,12 +22,13 @@ use crate::storage::{
     DecisionBounds, DecisionFilter, PolicyDecisionRecord, SharedRecordStore, WriteContext,
 };
 
-/// Decisions waiting for the writer; beyond this they are dropped.
-const QUEUE: usize = 4096;
-/// Decisions written in one transaction at most.
-const BATCH: usize = 256;
-/// The log is pruned at least this often, even when nothing is written.
-const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// Up to 4,096 decisions wait for the writer, 256 are written in one transaction, and the log is
+/// pruned at least once a minute, even when nothing is written.
+const QUEUE: QueueShape = QueueShape {
+    capacity: 4096,
+    batch: 256,
+    tick: Some(Duration::from_secs(60)),
+};
 /// Rows one listing returns at most.
 pub const DECISION_LIST_MAX: u32 = 1000;
 
@@ -43,7 +43,7 @@ pub struct DecisionLogSettings {
 
 /// Samples and queues decisions, and runs the writer (see the module documentation).
 pub struct DecisionRecorder {
-    queue: mpsc::Sender<PolicyDecisionRecord>,
+    queue: BatchQueue<PolicyDecisionRecord>,
     sample: SampleRate,
     dropped: IntCounter,
     written: IntCounter,
@@ -63,13 +63,12 @@ impl DecisionRecorder {
             "policy_decisions_logged_total",
             "Policy decisions this process wrote to the decision log",
         )?;
-        let (queue, decisions) = mpsc::channel(QUEUE);
         let writer = Writer {
             store,
             settings,
             written: written.clone(),
         };
-        tokio::spawn(writer.run(decisions));
+        let queue = BatchQueue::start(QUEUE, dropped.clone(), writer);
         Ok(Arc::new(Self {
             queue,
             sample: settings.sample,
@@ -85,9 +84,7 @@ impl DecisionLog for DecisionRecorder {
     }
 
     fn record(&self, event: DecisionEvent) {
-        if self.queue.try_send(stored(event)).is_err() {
-            self.dropped.inc();
-        }
+        self.queue.offer(stored(event));
     }
 
     fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
@@ -124,31 +121,29 @@ struct Writer {
     written: IntCounter,
 }
 
-impl Writer {
-    async fn run(self, mut decisions: mpsc::Receiver<PolicyDecisionRecord>) {
-        let mut batch = Vec::with_capacity(BATCH);
-        loop {
-            match tokio::time::timeout(PRUNE_EVERY, decisions.recv_many(&mut batch, BATCH)).await {
-                // The recorder is gone.
-                Ok(0) => return,
-                Ok(_) => {
-                    let write = WriteContext::system();
-                    match self.store.insert_decisions(&write, &batch).await {
-                        Ok(written) => self.written.inc_by(written),
-                        Err(e) => tracing::warn!(
-                            error = %e,
-                            decisions = batch.len(),
-                            "could not write policy decisions"
-                        ),
-                    }
-                    batch.clear();
-                }
-                Err(_) => {}
-            }
-            self.prune().await;
+#[async_trait::async_trait]
+impl BatchWriter<PolicyDecisionRecord> for Writer {
+    async fn write(&mut self, batch: &mut Vec<PolicyDecisionRecord>) {
+        match self
+            .store
+            .insert_decisions(&WriteContext::system(), batch)
+            .await
+        {
+            Ok(written) => self.written.inc_by(written),
+            Err(e) => tracing::warn!(
+                error = %e,
+                decisions = batch.len(),
+                "could not write policy decisions"
+            ),
         }
     }
 
+    async fn after(&mut self) {
+        self.prune().await;
+    }
+}
+
+impl Writer {
     async fn prune(&self) {
         let bounds = DecisionBounds {
             max_rows: self.settings.max_rows,

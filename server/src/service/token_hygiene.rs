@@ -5,8 +5,8 @@
 //! request and off the request's path. After a successful authentication the HTTP layer calls
 //! [`LastUseRecorder::observe`], which is synchronous and never waits: a token this process
 //! saw within the window ([`LAST_USE_WINDOW`]) is ignored at once, from a small in-process map;
-//! any other use is put on a bounded queue (`try_send`: a full queue drops the use, never
-//! blocks the request). One task per process drains the queue: for each use it asks fast state
+//! any other use is offered to a [`BatchQueue`] (a full queue drops the use, never blocks the
+//! request). The queue's writer, one per process, asks fast state for each use
 //! for the token's claim of the window (`UseClaims`, Redis `SET NX PX`, shared by every
 //! replica), and only the uses whose claim it won are written, together, in one transaction
 //! (`record_last_uses`). So a token is written at most once a window across replicas while
@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 
 use prometheus::IntCounter;
 use serde_json::json;
-use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use super::batch_queue::{BatchQueue, BatchWriter, QueueShape};
 use super::{ServiceError, Services};
 use crate::domain::{Actor, NewAuditEvent, Span, TOKEN_PREFIX, Timestamp};
 use crate::storage::{
@@ -43,10 +43,12 @@ use crate::storage::{
 pub const LAST_USE_WINDOW: Duration = Duration::from_secs(60);
 /// The user agent kept with a last use, in characters.
 pub const USER_AGENT_MAX: usize = 256;
-/// Uses waiting for the writer; beyond this they are dropped.
-const QUEUE: usize = 1024;
-/// Uses written in one transaction at most.
-const BATCH: usize = 256;
+/// Up to 1,024 uses wait for the writer, 256 are written in one transaction.
+const QUEUE: QueueShape = QueueShape {
+    capacity: 1024,
+    batch: 256,
+    tick: None,
+};
 /// Tokens remembered by the in-process map before its expired entries are swept.
 const REMEMBERED: usize = 50_000;
 /// Tokens given their expiry notice in one transaction at most.
@@ -69,7 +71,7 @@ pub fn bounded_user_agent(raw: &str) -> Option<String> {
 
 /// Records tokens' last uses in the background (see the module documentation).
 pub struct LastUseRecorder {
-    queue: mpsc::Sender<LastUseWrite>,
+    queue: BatchQueue<LastUseWrite>,
     /// When this process last queued each token's use.
     recent: Mutex<HashMap<Uuid, Instant>>,
     window: Duration,
@@ -92,7 +94,6 @@ impl LastUseRecorder {
             "token_last_used_dropped_total",
             "Token uses not recorded because the last-use queue was full",
         )?;
-        let (queue, uses) = mpsc::channel(QUEUE);
         let writer = Writer {
             store,
             claims,
@@ -100,7 +101,7 @@ impl LastUseRecorder {
             window: LAST_USE_WINDOW,
             writes: writes.clone(),
         };
-        tokio::spawn(writer.run(uses));
+        let queue = BatchQueue::start(QUEUE, dropped.clone(), writer);
         Ok(Arc::new(Self {
             queue,
             recent: Mutex::default(),
@@ -145,9 +146,7 @@ impl LastUseRecorder {
                 user_agent: user_agent.and_then(bounded_user_agent),
             },
         };
-        if self.queue.try_send(used).is_err() {
-            self.dropped.inc();
-        }
+        self.queue.offer(used);
     }
 }
 
@@ -160,36 +159,34 @@ struct Writer {
     writes: IntCounter,
 }
 
-impl Writer {
-    async fn run(self, mut uses: mpsc::Receiver<LastUseWrite>) {
-        let mut batch = Vec::with_capacity(BATCH);
-        while uses.recv_many(&mut batch, BATCH).await > 0 {
-            let mut won = Vec::with_capacity(batch.len());
-            for used in batch.drain(..) {
-                let key = keys::token_last_use(&self.key_prefix, used.token_id);
-                match self.claims.claim_window(&key, self.window).await {
-                    Ok(true) => won.push(used),
-                    Ok(false) => {}
-                    Err(e) => {
-                        // Written all the same: this process's map still bounds it to once a
-                        // window per replica.
-                        tracing::debug!(error = %e, "last-use claim unavailable; writing unclaimed");
-                        won.push(used);
-                    }
-                }
-            }
-            if won.is_empty() {
-                continue;
-            }
-            match self
-                .store
-                .record_last_uses(&WriteContext::system(), &won)
-                .await
-            {
-                Ok(written) => self.writes.inc_by(written),
+#[async_trait::async_trait]
+impl BatchWriter<LastUseWrite> for Writer {
+    async fn write(&mut self, batch: &mut Vec<LastUseWrite>) {
+        let mut won = Vec::with_capacity(batch.len());
+        for used in batch.drain(..) {
+            let key = keys::token_last_use(&self.key_prefix, used.token_id);
+            match self.claims.claim_window(&key, self.window).await {
+                Ok(true) => won.push(used),
+                Ok(false) => {}
                 Err(e) => {
-                    tracing::warn!(error = %e, tokens = won.len(), "could not record tokens' last use")
+                    // Written all the same: this process's map still bounds it to once a
+                    // window per replica.
+                    tracing::debug!(error = %e, "last-use claim unavailable; writing unclaimed");
+                    won.push(used);
                 }
+            }
+        }
+        if won.is_empty() {
+            return;
+        }
+        match self
+            .store
+            .record_last_uses(&WriteContext::system(), &won)
+            .await
+        {
+            Ok(written) => self.writes.inc_by(written),
+            Err(e) => {
+                tracing::warn!(error = %e, tokens = won.len(), "could not record tokens' last use")
             }
         }
     }
