@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::FromRow;
 use uuid::Uuid;
 
 use crate::storage::records::dialect::Dialect;
@@ -10,21 +11,44 @@ use crate::storage::{
     WriteContext,
 };
 
-type DecisionRow = (
-    DateTime<Utc>,
-    String,
-    String,
-    String,
-    Option<String>,
-    Option<String>,
-    String,
-    i32,
-    String,
-    i64,
-    Option<String>,
-    Option<Uuid>,
-    Option<Uuid>,
-);
+/// A row by column name: thirteen columns, several of them strings, are too many to map by
+/// position.
+#[derive(FromRow)]
+struct DecisionRow {
+    occurred_at: DateTime<Utc>,
+    kind: String,
+    operation: String,
+    outcome: String,
+    failure: Option<String>,
+    reason: Option<String>,
+    policy_name: String,
+    policy_version: i32,
+    policy_digest: String,
+    latency_us: i64,
+    correlation_id: Option<String>,
+    organisation_id: Option<Uuid>,
+    workspace_id: Option<Uuid>,
+}
+
+impl From<DecisionRow> for PolicyDecisionRecord {
+    fn from(row: DecisionRow) -> Self {
+        Self {
+            occurred_at: row.occurred_at,
+            kind: row.kind,
+            operation: row.operation,
+            outcome: row.outcome,
+            failure: row.failure,
+            reason: row.reason,
+            policy_name: row.policy_name,
+            policy_version: row.policy_version,
+            policy_digest: row.policy_digest,
+            latency_us: row.latency_us,
+            correlation_id: row.correlation_id,
+            organisation_id: row.organisation_id,
+            workspace_id: row.workspace_id,
+        }
+    }
+}
 
 #[async_trait]
 impl<S: Dialect> PolicyDecisionStore for S {
@@ -87,40 +111,7 @@ impl<S: Dialect> PolicyDecisionStore for S {
         .bind(i64::from(filter.limit))
         .fetch_all(self.pool())
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(
-                    occurred_at,
-                    kind,
-                    operation,
-                    outcome,
-                    failure,
-                    reason,
-                    policy_name,
-                    policy_version,
-                    policy_digest,
-                    latency_us,
-                    correlation_id,
-                    organisation_id,
-                    workspace_id,
-                )| PolicyDecisionRecord {
-                    occurred_at,
-                    kind,
-                    operation,
-                    outcome,
-                    failure,
-                    reason,
-                    policy_name,
-                    policy_version,
-                    policy_digest,
-                    latency_us,
-                    correlation_id,
-                    organisation_id,
-                    workspace_id,
-                },
-            )
-            .collect())
+        Ok(rows.into_iter().map(PolicyDecisionRecord::from).collect())
     }
 
     async fn prune_decisions(&self, bounds: DecisionBounds) -> Result<u64, StoreError> {
