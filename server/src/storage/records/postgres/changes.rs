@@ -1,6 +1,6 @@
 //! The change feed on Postgres: LISTEN on the channel of a topic, which every replica's
-//! writes NOTIFY at commit (`insert_event` on [`AUDIT_CHANNEL`], `policy_changed` on
-//! [`POLICY_CHANNEL`]).
+//! writes NOTIFY at commit (the numbering pass, `throughput/event_numbering.rs`, on
+//! [`AUDIT_CHANNEL`] once events have their sequence; `policy_changed` on [`POLICY_CHANNEL`]).
 //!
 //! Each stream holds one pool connection for good (counted in `LISTENING_CONNECTIONS`). One
 //! listener per topic keeps each consumer's connection carrying only what it acts on; one

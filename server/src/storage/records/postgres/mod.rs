@@ -2,9 +2,10 @@
 //!
 //! Most statements are shared with SQLite (`storage/records/sql/`); each port file here holds only what
 //! Postgres does its own way. This module opens, migrates, maps errors and provides the
-//! primitives the shared code needs; `audit` writes events and announces them on
-//! [`AUDIT_CHANNEL`] (NOTIFY), `policies` announces policy changes on [`POLICY_CHANNEL`], and
-//! `lane` keeps the request path's read connections (credential lookup, activity pages).
+//! primitives the shared code needs; `audit` writes events, which the numbering pass
+//! (`throughput/event_numbering.rs`) numbers and announces on [`AUDIT_CHANNEL`] (NOTIFY),
+//! `policies` announces policy changes on [`POLICY_CHANNEL`], and `throughput/read_pool.rs`
+//! keeps the request path's read connections (credential lookup, activity pages).
 
 mod audit;
 mod changes;
@@ -56,11 +57,13 @@ impl Default for PostgresSettings {
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: PgPool,
-    /// Connections for the request path's single-statement reads (see `lane`).
+    /// Connections for the request path's single-statement reads
+    /// (`throughput/read_pool.rs`).
     reads: Arc<ReadPool>,
-    /// Numbers audit events after their writer's commit (see `sequencer`).
+    /// Numbers audit events after their writer's commit (see `throughput/event_numbering.rs`).
     sequencer: Arc<Sequencer>,
-    /// Gather concurrent writes of a kind into shared transactions (see `batch`).
+    /// Gather concurrent writes of a kind into shared transactions
+    /// (`throughput/write_batcher.rs`).
     issuances: Arc<Batcher<tokens::Issuances>>,
     reports: Arc<Batcher<runners::Reports>>,
 }
