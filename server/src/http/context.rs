@@ -221,22 +221,22 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
         let mut decision = None;
         let route_decision = RouteDecision::default();
         let outcome = async {
-                if let Some(reason) = refused {
-                    return Err(field_failure(CORRELATION_HEADER, reason));
-                }
-                if req.headers().get_all(header::AUTHORIZATION).iter().count() > 1 {
-                    return Err(ApiFailure::from(ServiceError::Unauthenticated).into());
-                }
-                if declared_length(&req).is_some_and(|n| n > self.body_limit) {
-                    return Err(ApiFailure::payload_too_large(self.body_limit).into());
-                }
-                let key = idempotency_key(&req)?;
-                req.set_data(key);
-                decision = self.admit(&mut req).await?;
-                req.set_data(route_decision.clone());
-                self.inner.call(req).await.map(IntoResponse::into_response)
+            if let Some(reason) = refused {
+                return Err(field_failure(CORRELATION_HEADER, reason));
             }
-            .instrument(span.clone())
+            if req.headers().get_all(header::AUTHORIZATION).iter().count() > 1 {
+                return Err(ApiFailure::from(ServiceError::Unauthenticated).into());
+            }
+            if declared_length(&req).is_some_and(|n| n > self.body_limit) {
+                return Err(ApiFailure::payload_too_large(self.body_limit).into());
+            }
+            let key = idempotency_key(&req)?;
+            req.set_data(key);
+            decision = self.admit(&mut req).await?;
+            req.set_data(route_decision.clone());
+            self.inner.call(req).await.map(IntoResponse::into_response)
+        }
+        .instrument(span.clone())
         .await;
 
         let mut code: Option<&'static str> = None;

@@ -95,4 +95,3 @@ pub(crate) fn outcome(decision: moderation_types::ModerationDecision) -> Moderat
         labels: decision.labels,
     }
 }
-

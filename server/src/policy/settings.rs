@@ -109,4 +109,3 @@ pub(super) fn pool(
         .table_keep_resident(64 << 10);
     pool
 }
-

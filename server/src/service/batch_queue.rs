@@ -57,11 +57,9 @@ async fn drain<T: Send + 'static>(
     let mut batch = Vec::with_capacity(shape.batch);
     loop {
         let received = match shape.tick {
-            Some(tick) => {
-                tokio::time::timeout(tick, receiver.recv_many(&mut batch, shape.batch))
-                    .await
-                    .ok()
-            }
+            Some(tick) => tokio::time::timeout(tick, receiver.recv_many(&mut batch, shape.batch))
+                .await
+                .ok(),
             None => Some(receiver.recv_many(&mut batch, shape.batch).await),
         };
         match received {

@@ -12,8 +12,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use prometheus::IntCounter;
 use super::batch_queue::{BatchQueue, BatchWriter, QueueShape};
 use super::{ServiceError, Services};
 use crate::domain::{SampleRate, Span};
@@ -21,6 +19,8 @@ use crate::policy::{DecisionEvent, DecisionLog, DecisionOutcome};
 use crate::storage::{
     DecisionBounds, DecisionFilter, PolicyDecisionRecord, SharedRecordStore, WriteContext,
 };
+use chrono::{DateTime, Utc};
+use prometheus::IntCounter;
 
 /// Up to 4,096 decisions wait for the writer, 256 are written in one transaction, and the log is
 /// pruned at least once a minute, even when nothing is written.

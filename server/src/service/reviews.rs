@@ -190,17 +190,20 @@ impl Services {
             None => vec![],
         };
         let outcome = self
-            .moderate(&ModerationInput {
-                review_id: id.to_string(),
-                plugin_id: plugin_id.to_string(),
-                author_id: principal.user_id.to_string(),
-                rating: input.rating,
-                title: input.title.clone(),
-                body: input.body.clone(),
-                report: None,
-                prior_reports: prior.iter().map(report_input).collect(),
-                blocklist: self.settings.moderation_blocklist.clone(),
-            }, write.correlation_id())
+            .moderate(
+                &ModerationInput {
+                    review_id: id.to_string(),
+                    plugin_id: plugin_id.to_string(),
+                    author_id: principal.user_id.to_string(),
+                    rating: input.rating,
+                    title: input.title.clone(),
+                    body: input.body.clone(),
+                    report: None,
+                    prior_reports: prior.iter().map(report_input).collect(),
+                    blocklist: self.settings.moderation_blocklist.clone(),
+                },
+                write.correlation_id(),
+            )
             .await;
         let now = Self::now();
         let status = status_of(outcome.verdict);
@@ -285,17 +288,20 @@ impl Services {
                 return Err(already());
             }
             let outcome = self
-                .moderate(&ModerationInput {
-                    review_id: review_id.to_string(),
-                    plugin_id: plugin_id.to_string(),
-                    author_id: current.author_id.to_string(),
-                    rating: current.rating,
-                    title: current.title.clone(),
-                    body: current.body.clone(),
-                    report: Some(report_input(&report)),
-                    prior_reports: prior.iter().map(report_input).collect(),
-                    blocklist: self.settings.moderation_blocklist.clone(),
-                }, write.correlation_id())
+                .moderate(
+                    &ModerationInput {
+                        review_id: review_id.to_string(),
+                        plugin_id: plugin_id.to_string(),
+                        author_id: current.author_id.to_string(),
+                        rating: current.rating,
+                        title: current.title.clone(),
+                        body: current.body.clone(),
+                        report: Some(report_input(&report)),
+                        prior_reports: prior.iter().map(report_input).collect(),
+                        blocklist: self.settings.moderation_blocklist.clone(),
+                    },
+                    write.correlation_id(),
+                )
                 .await;
             // A report can hide a review or hold it, never publish one the moderator had held.
             let moderation = match outcome.verdict {
@@ -363,17 +369,20 @@ impl Services {
                 .await?
                 .ok_or_else(not_found)?;
             let outcome = self
-                .moderate(&ModerationInput {
-                    review_id: review_id.to_string(),
-                    plugin_id: current.plugin_id.to_string(),
-                    author_id: current.author_id.to_string(),
-                    rating: current.rating,
-                    title: current.title.clone(),
-                    body: current.body.clone(),
-                    report: None,
-                    prior_reports: vec![],
-                    blocklist: self.settings.moderation_blocklist.clone(),
-                }, cid)
+                .moderate(
+                    &ModerationInput {
+                        review_id: review_id.to_string(),
+                        plugin_id: current.plugin_id.to_string(),
+                        author_id: current.author_id.to_string(),
+                        rating: current.rating,
+                        title: current.title.clone(),
+                        body: current.body.clone(),
+                        report: None,
+                        prior_reports: vec![],
+                        blocklist: self.settings.moderation_blocklist.clone(),
+                    },
+                    cid,
+                )
                 .await;
             let moderation = ReviewModeration {
                 status: status_of(outcome.verdict),
