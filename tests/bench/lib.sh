@@ -87,15 +87,15 @@ port_free() {
     return 1
   fi
 }
-# start_server PORT [ENV=VALUE ...]: a release server in the background, waited for; SERVER_BIN
-# names another binary (policy.sh's allow-all build).
+# start_server PORT [ENV=VALUE ...]: a release server in the background, waited for (at most
+# START_WAIT seconds, default 10); SERVER_BIN names another binary (policy.sh's allow-all build).
 start_server() {
   local port=$1 pid; shift
   port_free "$port"
   env "$@" "${SERVER_BIN:-$BIN/control-plane}" --listen "127.0.0.1:$port" --log-format json > "$OUT/server-$port.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
-  for _ in $(seq 1 50); do
+  for _ in $(seq 1 $((${START_WAIT:-10} * 5))); do
     kill -0 "$pid" 2>/dev/null || break
     curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && return
     sleep 0.2
