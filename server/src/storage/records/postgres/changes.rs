@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::StreamExt as _;
 use sqlx::postgres::PgListener;
 use uuid::Uuid;
 
@@ -33,9 +34,10 @@ impl ChangeFeed for PostgresStore {
         match listening {
             Ok(listener) => ChangeStream::new(
                 futures_util::stream::unfold(listener, |mut listener| async move {
-                    let change = next_change(&mut listener).await;
-                    Some((change, listener))
-                }),
+                    let changes = next_changes(&mut listener).await;
+                    Some((futures_util::stream::iter(changes), listener))
+                })
+                .flatten(),
                 true,
             ),
             Err(e) => {
@@ -53,36 +55,44 @@ impl ChangeFeed for PostgresStore {
     }
 }
 
-async fn next_change(listener: &mut PgListener) -> Change {
+/// The changes of the next notification that names any.
+async fn next_changes(listener: &mut PgListener) -> Vec<Change> {
     loop {
         match listener.try_recv().await {
             Ok(Some(notification)) => {
-                if let Some(change) = parse(notification.channel(), notification.payload()) {
-                    return change;
+                let changes = parse(notification.channel(), notification.payload());
+                if !changes.is_empty() {
+                    return changes;
                 }
             }
             // The connection was lost and is re-established: what was sent meanwhile is gone.
-            Ok(None) => return Change::Resync,
+            Ok(None) => return vec![Change::Resync],
             Err(e) => {
                 tracing::debug!(error = %e, "the change listener cannot reconnect yet");
                 tokio::time::sleep(RETRY_PAUSE).await;
-                return Change::Resync;
+                return vec![Change::Resync];
             }
         }
     }
 }
 
-/// An audit announcement is `<workspace id> <sequence>`; a policy one is empty.
-fn parse(channel: &str, payload: &str) -> Option<Change> {
+/// An audit announcement is `<workspace id> <sequence>`, several joined by `,` (one
+/// notification per numbering pass); a policy one is empty. A malformed head is skipped.
+fn parse(channel: &str, payload: &str) -> Vec<Change> {
     if channel == POLICY_CHANNEL {
-        return Some(Change::PolicyChanged);
+        return vec![Change::PolicyChanged];
     }
-    let mut parts = payload.split(' ');
-    let workspace_id = parts.next().and_then(|w| Uuid::parse_str(w).ok())?;
-    Some(Change::AuditAppended {
-        workspace_id,
-        sequence: parts.next().and_then(|s| s.parse().ok()),
-    })
+    payload
+        .split(',')
+        .filter_map(|head| {
+            let mut parts = head.split(' ');
+            let workspace_id = parts.next().and_then(|w| Uuid::parse_str(w).ok())?;
+            Some(Change::AuditAppended {
+                workspace_id,
+                sequence: parts.next().and_then(|s| s.parse().ok()),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -91,15 +101,28 @@ mod tests {
 
     #[test]
     fn announcements_parse() {
-        let ws = Uuid::new_v4();
+        let (ws, other) = (Uuid::new_v4(), Uuid::new_v4());
         assert_eq!(
-            parse(AUDIT_CHANNEL, &format!("{ws} 42")),
-            Some(Change::AuditAppended {
-                workspace_id: ws,
-                sequence: Some(42)
-            })
+            parse(AUDIT_CHANNEL, &format!("{ws} 42,{other} 7")),
+            vec![
+                Change::AuditAppended {
+                    workspace_id: ws,
+                    sequence: Some(42)
+                },
+                Change::AuditAppended {
+                    workspace_id: other,
+                    sequence: Some(7)
+                }
+            ]
         );
-        assert_eq!(parse(AUDIT_CHANNEL, "not-a-uuid 1"), None);
-        assert_eq!(parse(POLICY_CHANNEL, ""), Some(Change::PolicyChanged));
+        assert_eq!(
+            parse(AUDIT_CHANNEL, &format!("not-a-uuid 1,{ws} 3")),
+            vec![Change::AuditAppended {
+                workspace_id: ws,
+                sequence: Some(3)
+            }]
+        );
+        assert_eq!(parse(AUDIT_CHANNEL, "not-a-uuid 1"), vec![]);
+        assert_eq!(parse(POLICY_CHANNEL, ""), vec![Change::PolicyChanged]);
     }
 }
