@@ -61,7 +61,7 @@ impl Dialect for PostgresStore {
     /// sequencer's pass announces them by NOTIFY), so its writer reads them back at once.
     async fn announce(numbering: Self::Announcer, workspaces: Vec<Uuid>) {
         if !workspaces.is_empty() {
-            settle_after_commit(Some(numbering)).await;
+            settle_after_commit(Some(numbering), &workspaces).await;
         }
     }
 
@@ -84,7 +84,7 @@ impl Dialect for PostgresStore {
     }
 
     async fn number_waiting_events(&self) -> Result<(), StoreError> {
-        self.sequencer.settle(&self.pool).await
+        self.sequencer.sweep(&self.pool).await
     }
 
     async fn batch_insert_token(

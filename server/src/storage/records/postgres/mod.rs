@@ -23,11 +23,14 @@ use std::time::Duration;
 use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
+use uuid::Uuid;
+
 use self::throughput::{Batcher, ReadPool, Sequencer};
 use crate::storage::StoreError;
 
 pub use self::audit::AUDIT_CHANNEL;
 pub use self::policies::POLICY_CHANNEL;
+pub use self::throughput::{NUMBERING_PARTITIONS, numbering_partition};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -174,9 +177,9 @@ pub(crate) type WriteTx = super::write_tx::WriteTx<Postgres>;
 /// After a commit that wrote events: waits for their numbering. A failure here is not the
 /// write's (it committed; answering an error would invite a retry that runs it twice): it is
 /// logged, and the audit feed's next pass numbers the events.
-async fn settle_after_commit(numbering: Option<(Arc<Sequencer>, PgPool)>) {
+async fn settle_after_commit(numbering: Option<(Arc<Sequencer>, PgPool)>, workspaces: &[Uuid]) {
     if let Some((sequencer, pool)) = numbering
-        && let Err(e) = sequencer.settle(&pool).await
+        && let Err(e) = sequencer.settle(&pool, workspaces).await
     {
         tracing::warn!(error = %e, "could not number audit events after a commit; retrying in the background");
     }

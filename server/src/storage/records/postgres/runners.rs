@@ -110,7 +110,10 @@ async fn report_batch(
         .collect();
     Ok(Ran {
         verdicts,
-        wrote_events: !accepted.is_empty(),
+        workspaces: accepted
+            .iter()
+            .filter_map(|t| t.event.workspace_id)
+            .collect(),
     })
 }
 

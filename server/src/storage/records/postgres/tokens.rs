@@ -181,7 +181,11 @@ async fn issue_batch(
         write_events(&mut *tx, issued.iter().flat_map(|j| &j.events)).await?;
     }
     Ok(Ran {
-        wrote_events: !issued.is_empty(),
+        workspaces: issued
+            .iter()
+            .flat_map(|j| &j.events)
+            .filter_map(|e| e.workspace_id)
+            .collect(),
         verdicts: verdicts.into_iter().map(Some).collect(),
     })
 }

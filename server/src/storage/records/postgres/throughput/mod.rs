@@ -8,5 +8,6 @@ mod read_pool;
 mod write_batcher;
 
 pub(super) use event_numbering::Sequencer;
+pub use event_numbering::{NUMBERING_PARTITIONS, numbering_partition};
 pub(super) use read_pool::ReadPool;
 pub(super) use write_batcher::{Batcher, Kind, Ran};

@@ -54,7 +54,8 @@ pub(in super::super) trait Kind: Send + Sync + 'static {
     fn key(job: &Self::Job) -> Uuid;
 
     /// Applies `jobs` in the batch's transaction (the batcher begins and commits it): one
-    /// verdict for each, in order (`None`: it runs alone), and whether it wrote any event.
+    /// verdict for each, in order (`None`: it runs alone), and the workspaces it wrote events
+    /// into.
     /// `Err` rolls the whole batch back.
     async fn run(
         tx: &mut PgConnection,
@@ -64,7 +65,8 @@ pub(in super::super) trait Kind: Send + Sync + 'static {
 
 pub(in super::super) struct Ran<V> {
     pub verdicts: Vec<Option<V>>,
-    pub wrote_events: bool,
+    /// The workspaces the batch wrote events into, whose numbering its writers wait for.
+    pub workspaces: Vec<Uuid>,
 }
 
 /// The lanes of one kind, whose tasks start with its first write.
@@ -146,20 +148,20 @@ async fn run_lane<K: Kind>(
         }
         let (jobs, answers): (Vec<K::Job>, Vec<_>) =
             queued.into_iter().map(|q| (q.job, q.answer)).unzip();
-        let (verdicts, wrote_events) = match run_batch::<K>(&pool, &jobs).await {
-            Ok(ran) => (ran.verdicts, ran.wrote_events),
+        let (verdicts, workspaces) = match run_batch::<K>(&pool, &jobs).await {
+            Ok(ran) => (ran.verdicts, ran.workspaces),
             Err(e) => {
                 let writes = jobs.len();
                 tracing::info!(error = %e, writes, "a {} batch failed; each runs alone", K::WHAT);
                 // No verdicts: each of the batch's writes runs alone.
-                (Vec::new(), false)
+                (Vec::new(), Vec::new())
             }
         };
         // The batch has committed and released its locks: the lane's next batch starts while
         // this one's events are numbered, which its writers wait for.
-        let numbering = wrote_events.then(|| (sequencer.clone(), pool.clone()));
+        let numbering = (!workspaces.is_empty()).then(|| (sequencer.clone(), pool.clone()));
         tokio::spawn(async move {
-            settle_after_commit(numbering).await;
+            settle_after_commit(numbering, &workspaces).await;
             let mut verdicts = verdicts.into_iter();
             for answer in answers {
                 let _ = answer.send(verdicts.next().flatten());
