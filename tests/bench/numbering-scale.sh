@@ -2,9 +2,9 @@
 # The numbering pass at scale: token issuance spread over 1,000 workspaces (one token granted
 # to each, so every request appends an event to its own workspace) through one server and
 # through three servers on the same Postgres and Redis, next to the unserialised floor of the
-# same run (pgbench committing the two inserts of an issuance: pgbench-two-inserts.sql). Every
-# pass of every replica takes one advisory lock; the three-server run samples pg_stat_activity
-# to count how often a backend waits on it.
+# same run (pgbench committing the two inserts of an issuance: pgbench-two-inserts.sql). Each
+# pass takes its partition's advisory lock; the three-server run samples pg_stat_activity to
+# count how often a backend waits on one, and on what else.
 #
 #   tests/bench/numbering-scale.sh [seconds] [workspaces]   (default 15 s, 1000 workspaces)
 #
@@ -115,8 +115,15 @@ lines = [l for l in open(sys.argv[1]) if "|" in l]
 advisory = sum(1 for l in lines if "|Lock:advisory:" in l)
 samples = len({l.split("|")[0] for l in lines})
 print(f"pg_stat_activity during the three-server run: {samples} samples, {len(lines)} busy "
-      f"backends seen, {advisory} of them waiting on the numbering lock "
+      f"backends seen, {advisory} of them waiting on a numbering lock "
       f"({100 * advisory / max(1, len(lines)):.1f}%)")
+# What each sampled backend was waiting on ("CPU:-": running), most frequent first.
+kinds = {}
+for l in lines:
+    kind = ":".join(l.split("|")[1].split(":")[:2])
+    kinds[kind] = kinds.get(kind, 0) + 1
+top = sorted(kinds.items(), key=lambda kv: -kv[1])[:6]
+print("  by wait event: " + ", ".join(f"{k} {100 * n / max(1, len(lines)):.1f}%" for k, n in top))
 PY
 echo "checked: $WRITTEN workspaces written, 0 unnumbered events, 0 workspaces with a gap"
 echo "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
