@@ -76,8 +76,8 @@ async fn next_changes(listener: &mut PgListener) -> Vec<Change> {
     }
 }
 
-/// An audit announcement is `<workspace id> <sequence>`, several joined by `,` (one
-/// notification per numbering pass); a policy one is empty. A malformed head is skipped.
+/// An audit announcement is `<workspace id> <sequence>`, up to 100 joined by `,` (a numbering
+/// pass's heads); a policy one is empty. A malformed head is skipped.
 fn parse(channel: &str, payload: &str) -> Vec<Change> {
     if channel == POLICY_CHANNEL {
         return vec![Change::PolicyChanged];

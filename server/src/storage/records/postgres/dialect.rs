@@ -60,9 +60,8 @@ impl Dialect for PostgresStore {
     /// A transaction that wrote workspace events returns once they are numbered (the
     /// sequencer's pass announces them by NOTIFY), so its writer reads them back at once.
     async fn announce(numbering: Self::Announcer, workspaces: Vec<Uuid>) {
-        if !workspaces.is_empty() {
-            settle_after_commit(Some(numbering), &workspaces).await;
-        }
+        let (sequencer, pool) = numbering;
+        settle_after_commit(&sequencer, &pool, &workspaces).await;
     }
 
     /// Through the read pool (`throughput/read_pool.rs`): no pool ping, and a client-side

@@ -174,13 +174,12 @@ pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
 /// A Postgres write transaction (see `records/write_tx.rs`).
 pub(crate) type WriteTx = super::write_tx::WriteTx<Postgres>;
 
-/// After a commit that wrote events: waits for their numbering. A failure here is not the
-/// write's (it committed; answering an error would invite a retry that runs it twice): it is
-/// logged, and the audit feed's next pass numbers the events.
-async fn settle_after_commit(numbering: Option<(Arc<Sequencer>, PgPool)>, workspaces: &[Uuid]) {
-    if let Some((sequencer, pool)) = numbering
-        && let Err(e) = sequencer.settle(&pool, workspaces).await
-    {
+/// After a commit that wrote events into `workspaces` (none: nothing to wait for): waits for
+/// their numbering. A failure here is not the write's (it committed; answering an error would
+/// invite a retry that runs it twice): it is logged, and the audit feed's sweep numbers the
+/// events.
+async fn settle_after_commit(sequencer: &Sequencer, pool: &PgPool, workspaces: &[Uuid]) {
+    if let Err(e) = sequencer.settle(pool, workspaces).await {
         tracing::warn!(error = %e, "could not number audit events after a commit; retrying in the background");
     }
 }

@@ -11,10 +11,10 @@
 //! the workspaces (one pass per partition at a time across every replica), it numbers every
 //! committed event of that partition still unnumbered, per workspace in the order they were
 //! appended, and bumps each workspace's counter by the count; after its commit, the new heads
-//! are announced on `cp_audit`, many to a notification (see [`announce`]). Events committed together are ordered by when they were
-//! appended; an event committed after a pass read gets a higher number in a later pass. No
-//! reader ever saw an unnumbered event, so this is a valid commit order with no gap and no
-//! repeat, on every replica.
+//! are announced on `cp_audit`, many to a notification (see [`announce`]). Events committed
+//! together are ordered by when they were appended; an event committed after a pass read gets
+//! a higher number in a later pass. No reader ever saw an unnumbered event, so this is a valid
+//! commit order with no gap and no repeat, on every replica.
 //!
 //! Passes coalesce per partition: a writer waits for a pass of its workspace's partition that
 //! started after its commit; while one runs, the writers that committed meanwhile queue and the
@@ -155,8 +155,9 @@ async fn waiting_partitions(pool: &PgPool) -> Result<Vec<usize>, StoreError> {
     Ok(found.into_iter().map(|p| p as usize).collect())
 }
 
-/// One pass over partition `p`: numbers every committed, unnumbered event, links it into its workspace's hash
-/// chain (`domain/audit_chain.rs`); returns each moved head, for [`announce`].
+/// One pass over partition `p`: numbers every committed, unnumbered event of it and links each
+/// into its workspace's hash chain (`domain/audit_chain.rs`); returns each moved head, for
+/// [`announce`].
 ///
 /// The chain is why a pass reads the waiting events whole (the old pass numbered them in one
 /// statement without reading them): the hash covers every field, so it is computed here, in

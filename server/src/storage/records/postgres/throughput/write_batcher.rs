@@ -159,9 +159,9 @@ async fn run_lane<K: Kind>(
         };
         // The batch has committed and released its locks: the lane's next batch starts while
         // this one's events are numbered, which its writers wait for.
-        let numbering = (!workspaces.is_empty()).then(|| (sequencer.clone(), pool.clone()));
+        let (sequencer, pool) = (sequencer.clone(), pool.clone());
         tokio::spawn(async move {
-            settle_after_commit(numbering, &workspaces).await;
+            settle_after_commit(&sequencer, &pool, &workspaces).await;
             let mut verdicts = verdicts.into_iter();
             for answer in answers {
                 let _ = answer.send(verdicts.next().flatten());
