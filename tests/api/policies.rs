@@ -98,7 +98,7 @@ async fn postgres_only_an_activation_reaches_another_process_within_a_second_and
 
 #[tokio::test]
 async fn a_failing_policy_is_a_403_policy_error_and_the_server_keeps_serving() {
-    let app = spawn_app_with(|_| {}).await;
+    let app = spawn_app_with(|c| c.policy_deadline_ms = 50).await;
     let tenant = app.bootstrap().await;
     let client = reqwest::Client::new();
     for (name, bytes) in [
@@ -239,8 +239,8 @@ fn counter(metrics: &str, name: &str) -> f64 {
 #[tokio::test]
 async fn a_sleeping_policy_is_stopped_at_its_deadline_like_a_spinning_one() {
     // The hostile policy sleeps 30 s in a WASI clock wait: a blocking host call, which the
-    // epoch deadline alone would not interrupt. The default deadline is 50 ms.
-    let app = spawn_app_with(|_| {}).await;
+    // epoch deadline alone would not interrupt. The deadline is the default, 50 ms.
+    let app = spawn_app_with(|c| c.policy_deadline_ms = 50).await;
     let tenant = app.bootstrap().await;
     activate(
         &app,

@@ -13,17 +13,9 @@ use uuid::Uuid;
 
 use crate::reviews::{create_plugin, put_review};
 use crate::services;
-use crate::support::{Call, TestApp, spawn_app_with};
+use crate::support::{Call, TestApp, spawn_app};
 
 const EXAMPLES_VAR: &str = "CP_TEST_POLICY_EXAMPLES";
-
-/// A server whose decisions may take a second: these tests check what the guests decide or
-/// which budget stops them, and instantiating an 18 MB guest in a debug build on a loaded
-/// machine can pass the 50 ms default (their speed is a benchmark's business). The memory
-/// budget stays the default 16 MiB.
-async fn patient_app() -> TestApp {
-    spawn_app_with(|c| c.policy_deadline_ms = 1000).await
-}
 
 /// The folder of built examples, or `None` (after the skip line) when this run has none.
 fn examples(test: &str) -> Option<PathBuf> {
@@ -72,7 +64,7 @@ async fn python_and_js_authorizers_allow_and_deny_over_http() {
     let Some(dir) = examples(services::test_name!()) else {
         return;
     };
-    let app = patient_app().await;
+    let app = spawn_app().await;
     let tenant = app.bootstrap().await;
     for lang in ["python", "js"] {
         let name = format!("{lang}-authorizer");
@@ -107,7 +99,7 @@ async fn python_and_js_moderators_publish_hold_and_reject_over_http() {
     let Some(dir) = examples(services::test_name!()) else {
         return;
     };
-    let app = patient_app().await;
+    let app = spawn_app().await;
     let tenant = app.bootstrap().await;
     for lang in ["python", "js"] {
         let name = format!("{lang}-moderator");
@@ -153,7 +145,7 @@ async fn hostile_python_authorizers_are_stopped_at_their_budget() {
     let Some(dir) = examples(services::test_name!()) else {
         return;
     };
-    let app = patient_app().await;
+    let app = spawn_app().await;
     let tenant = app.bootstrap().await;
     let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
     let metrics = app.metrics().await;

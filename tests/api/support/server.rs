@@ -83,6 +83,10 @@ pub fn test_config(database_url: &str) -> ServerConfig {
         control_plane::storage::Rate::parse("100000/m").unwrap(),
     ));
     config.issue_rate_limit = config.rate_limit;
+    // Patient, so a decision of the built-in authorizer is never failed closed because the whole
+    // suite shares two cores (a 50 ms stall did it once in CI). Tests about the deadline set
+    // their own; a policy's speed is a benchmark's business.
+    config.policy_deadline_ms = 1000;
     config.ops_rate_limit = config.rate_limit;
     config.user_rate_limit = config.rate_limit;
     config.org_rate_limit = config.rate_limit;
@@ -254,6 +258,10 @@ impl ServerProcess {
                 config.command_timeout_sweep_secs.to_string(),
             )
             .env("RUST_LOG", "info")
+            .env(
+                "CP_POLICY_DEADLINE_MS",
+                config.policy_deadline_ms.to_string(),
+            )
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null());
         for (name, rate) in [
