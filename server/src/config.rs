@@ -54,6 +54,17 @@ pub struct ServerConfig {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 
+    /// A streaming replica of the DATABASE_URL database (postgres://…): activity pages and
+    /// stream replays are read from it while it keeps up; everything else stays on the primary.
+    #[arg(long, env = "CP_READ_DATABASE_URL", hide_env_values = true)]
+    pub read_database_url: Option<String>,
+
+    /// How far the read replica may lag, in milliseconds, and still serve; past it, reads go to
+    /// the primary until it catches up.
+    #[arg(long, env = "CP_READ_REPLICA_MAX_LAG_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub read_replica_max_lag_ms: u64,
+
     /// Where the embedded default keeps its SQLite file, when no DATABASE_URL is given, and,
     /// with Postgres, where the default key-encryption key file is.
     #[arg(long, env = "CP_DATA_DIR", default_value = "./data")]
@@ -438,6 +449,7 @@ impl ServerConfig {
         config.listen = "127.0.0.1:0".into();
         config.token_hash_key = None;
         config.redis_url = None;
+        config.read_database_url = None;
         config.idempotency_keys = None;
         config.webhook_signing_keys = None;
         config.key_encryption_key = None;

@@ -88,6 +88,11 @@ pub fn build_app(
             metrics.register(collector)?;
         }
     }
+    if let Some(replica) = services.read_replica() {
+        for collector in replica.health().collectors() {
+            metrics.register(collector)?;
+        }
+    }
     let plain: Vec<&str> = ops::OPERATOR_PATHS
         .iter()
         .chain(&ops::DOCUMENT_PATHS)

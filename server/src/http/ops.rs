@@ -151,7 +151,19 @@ pub fn operator_routes(
                             ServiceError::Unavailable,
                         )));
                     }
-                    Ok::<_, poem::Error>(Json(serde_json::json!({ "status": "ready" })))
+                    let mut body = serde_json::json!({ "status": "ready" });
+                    // A replica that is down or lagging does not make this process unready:
+                    // its reads go to the primary. It is reported for the operator.
+                    if let Some(replica) = readiness.services.read_replica() {
+                        let status = replica.health().status();
+                        body["readReplica"] = serde_json::json!({
+                            "available": status.available,
+                            "answering": status.up,
+                            "lagSeconds": status.lag.as_secs_f64(),
+                            "maxLagSeconds": status.max_lag.as_secs_f64(),
+                        });
+                    }
+                    Ok::<_, poem::Error>(Json(body))
                 }
             })),
         )

@@ -130,7 +130,7 @@ impl Services {
         let mut items = Vec::with_capacity(batch as usize);
         let mut before = page.before;
         for read in 0..SCAN_READS {
-            let events = self.store.list_events(workspace_id, before, batch).await?;
+            let events = self.reads.list_events(workspace_id, before, batch).await?;
             if read == 0 && events.is_empty() {
                 // Only an empty first read can be a cursor into removed events: one more read.
                 if let Some(before) = page.before {

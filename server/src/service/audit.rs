@@ -62,7 +62,6 @@ use uuid::Uuid;
 use super::tokens::GRANT_REVOKED;
 use super::{Operation, ServiceError, Services, StreamPermit};
 use crate::domain::{AuditEvent, FieldError, Principal, ValidationErrors, parse_sequence};
-use crate::storage::SharedRecordStore;
 
 /// How often an open stream re-checks its token and authorization (the backstop).
 pub const RECHECK: Duration = Duration::from_secs(1);
@@ -207,7 +206,8 @@ impl Access {
 
 struct Cursor {
     access: Access,
-    store: SharedRecordStore,
+    /// Where replays are read: the read replica when one serves, else the records store.
+    store: Arc<dyn crate::storage::AuditStore>,
     rx: broadcast::Receiver<Arc<AuditEvent>>,
     workspace_id: Uuid,
     /// The newest sequence passed on (or skipped by the filter).
@@ -376,7 +376,7 @@ impl Services {
                 policy_reloads,
                 recheck,
             },
-            store: self.store.clone(),
+            store: self.reads.clone(),
             rx,
             workspace_id,
             last: request.after.unwrap_or(head),

@@ -37,7 +37,7 @@ use chrono::{DateTime, Utc};
 
 use crate::domain::{RecordCipher, TokenHasher, WebhookSigner};
 use crate::policy::PolicyRuntime;
-use crate::storage::{AuditFeed, NonceStore, SharedRecordStore};
+use crate::storage::{AuditFeed, AuditStore, NonceStore, ReplicaReads, SharedRecordStore};
 
 pub use activity::{ActivityPage, PageRequest};
 pub use admin::{Bootstrap, BootstrapInput, UserRef};
@@ -113,6 +113,9 @@ pub struct NonceDeps {
 pub struct ServiceDeps {
     /// Every group.
     pub store: SharedRecordStore,
+    /// audit and activity: a read replica for activity pages and stream replays (`None`: the
+    /// store).
+    pub replica: Option<Arc<ReplicaReads>>,
     /// Every group's authorization check (`authorize`, in tokens): usually the policy runtime.
     pub authorizer: Arc<dyn Authorizer>,
     /// tokens: the keyed hash of token secrets (issuance and authentication).
@@ -136,6 +139,9 @@ pub struct ServiceDeps {
 pub struct Services {
     // Every group.
     store: SharedRecordStore,
+    // activity and audit: where pages and stream replays are read (the replica or `store`).
+    reads: Arc<dyn AuditStore>,
+    replica: Option<Arc<ReplicaReads>>,
     authorizer: Arc<dyn Authorizer>,
     // tokens.
     hasher: TokenHasher,
@@ -167,6 +173,7 @@ impl Services {
     pub fn new(deps: ServiceDeps) -> Self {
         let ServiceDeps {
             store,
+            replica,
             authorizer,
             hasher,
             policies,
@@ -178,6 +185,11 @@ impl Services {
         Self {
             feed: AuditFeed::new(store.clone()),
             stream_permits: StreamPermits::new(settings.audit_streams),
+            reads: match &replica {
+                Some(replica) => replica.clone(),
+                None => store.clone(),
+            },
+            replica,
             store,
             authorizer,
             hasher,
@@ -205,6 +217,11 @@ impl Services {
 
     pub fn store(&self) -> &SharedRecordStore {
         &self.store
+    }
+
+    /// The read replica, when one is configured (its health for `/readyz` and metrics).
+    pub fn read_replica(&self) -> Option<&Arc<ReplicaReads>> {
+        self.replica.as_ref()
     }
 
     /// Is the records store answering?

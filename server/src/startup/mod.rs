@@ -60,14 +60,14 @@ impl Application {
             RecordsLocation::Postgres(_) => None,
         };
         let kek = key_encryption_key(config)?;
-        let opened = open_records(config).await?;
+        let opened = open_records(config, true).await?;
         let store = opened.records;
         let fast = fast_state(config, opened.durable_fast_state)?;
         let nonces = NonceDeps {
             store: fast.nonces.clone(),
             key_prefix: config.redis_prefix.clone(),
         };
-        let services = build_services(config, store, Some(nonces), &kek).await?;
+        let services = build_services(config, store, opened.replica, Some(nonces), &kek).await?;
         let bootstrapped = first_start(config, &services).await?;
         let (cipher, source) = load_keys(
             services.store().as_ref(),

@@ -18,19 +18,20 @@ use crate::service::{
     DisableRule, NonceDeps, ServiceDeps, ServiceSettings, Services, StreamLimits, WEBHOOK_KEYS,
     load_keys, load_secrets_cipher, load_token_hasher,
 };
-use crate::storage::{DisagreementRecord, SharedRecordStore};
+use crate::storage::{DisagreementRecord, ReplicaReads, SharedRecordStore};
 
 /// Opens the records store, applies migrations and builds the service layer without fast
 /// state (signed runner reports need it): what `cpctl` needs.
 pub async fn open_services(config: &ServerConfig) -> anyhow::Result<Arc<Services>> {
     let kek = key_encryption_key(config)?;
     let store = open_store(config).await?;
-    build_services(config, store, None, &kek).await
+    build_services(config, store, None, None, &kek).await
 }
 
 pub(super) async fn build_services(
     config: &ServerConfig,
     store: SharedRecordStore,
+    replica: Option<Arc<ReplicaReads>>,
     nonces: Option<NonceDeps>,
     kek: &KeyEncryptionKey,
 ) -> anyhow::Result<Arc<Services>> {
@@ -143,6 +144,7 @@ pub(super) async fn build_services(
     let authorizer: Arc<dyn Authorizer> = runtime.clone();
     let services = Arc::new(Services::new(ServiceDeps {
         store,
+        replica,
         authorizer,
         hasher,
         policies: Some(runtime),

@@ -59,14 +59,24 @@ fn lock_refused(path: &std::path::Path, e: std::fs::TryLockError) -> anyhow::Res
     }
 }
 
-/// Opens the records store the configuration names and applies its migrations.
+/// Opens the records store the configuration names and applies its migrations (without the
+/// read replica: `cpctl` reads the primary).
 pub async fn open_store(config: &ServerConfig) -> anyhow::Result<SharedRecordStore> {
-    Ok(open_records(config).await?.records)
+    Ok(open_records(config, false).await?.records)
 }
 
-pub(super) async fn open_records(config: &ServerConfig) -> anyhow::Result<Opened> {
+/// Opens the records store, and with `replica` the read replica the configuration names.
+pub(super) async fn open_records(config: &ServerConfig, replica: bool) -> anyhow::Result<Opened> {
+    let read_replica = match &config.read_database_url {
+        Some(url) if replica => Some(crate::storage::ReadReplica {
+            url: url.clone(),
+            max_lag: Duration::from_millis(config.read_replica_max_lag_ms),
+        }),
+        _ => None,
+    };
     let settings = OpenSettings {
         max_connections: config.db_max_connections,
+        read_replica,
     };
     Ok(crate::storage::open(&config.records(), &settings).await?)
 }

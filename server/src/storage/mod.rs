@@ -30,7 +30,7 @@ pub use fast_state::{
     RateDecision, RateLimiter, RedisConnection, RedisFastState, RedisLocation, RedisLocationError,
     SqliteFastState, UseClaims, Verdict, keys,
 };
-pub use open::{OpenError, OpenSettings, Opened, RecordsLocation, open};
+pub use open::{OpenError, OpenSettings, Opened, ReadReplica, RecordsLocation, open};
 pub use records::*;
 pub use write_context::{HeldCommit, OutcomeSlot, WriteContext};
 

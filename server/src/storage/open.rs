@@ -3,9 +3,13 @@
 
 use std::path::PathBuf;
 
-use super::postgres::PostgresSettings;
-use super::{PostgresStore, SharedRecordStore, SqliteFastState, SqliteStore, StoreError};
 use std::sync::Arc;
+use std::time::Duration;
+
+use super::postgres::PostgresSettings;
+use super::{
+    PostgresStore, ReplicaReads, SharedRecordStore, SqliteFastState, SqliteStore, StoreError,
+};
 
 /// Which records store a configuration names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +25,15 @@ pub enum RecordsLocation {
 pub struct OpenSettings {
     /// Connections in all (on Postgres, including those held by LISTEN).
     pub max_connections: u32,
+    /// A streaming replica of a Postgres store, for activity pages and stream replays.
+    pub read_replica: Option<ReadReplica>,
+}
+
+/// `CP_READ_DATABASE_URL` and how far behind it may serve.
+#[derive(Debug, Clone)]
+pub struct ReadReplica {
+    pub url: String,
+    pub max_lag: Duration,
 }
 
 /// Why the store could not be opened; each says what to check.
@@ -34,6 +47,10 @@ pub enum OpenError {
         "could not apply migrations to the records store (is Postgres running and DATABASE_URL right?)"
     )]
     PostgresMigrations(#[source] StoreError),
+    #[error("CP_READ_DATABASE_URL names a replica of a Postgres records store; these are SQLite")]
+    ReplicaWithoutPostgres,
+    #[error(transparent)]
+    ReplicaUrl(StoreError),
     #[error("could not open the SQLite records store {}", .0.display())]
     SqliteOpen(PathBuf, #[source] StoreError),
     #[error("could not apply migrations to {}", .0.display())]
@@ -46,6 +63,8 @@ pub struct Opened {
     /// SQLite only: idempotency records and nonces in the same file, for a server without
     /// Redis, so they survive its restarts.
     pub durable_fast_state: Option<SqliteFastState>,
+    /// Postgres with `read_replica`: the audit reads routed to it.
+    pub replica: Option<Arc<ReplicaReads>>,
 }
 
 /// Opens the records store at `location` and applies its pending migrations. Postgres: creates
@@ -55,14 +74,35 @@ pub async fn open(
     location: &RecordsLocation,
     settings: &OpenSettings,
 ) -> Result<Opened, OpenError> {
+    if settings.read_replica.is_some() && matches!(location, RecordsLocation::Sqlite(_)) {
+        return Err(OpenError::ReplicaWithoutPostgres);
+    }
     Ok(match open_backend(location, settings).await? {
-        Backend::Postgres(store) => Opened {
-            records: Arc::new(store),
-            durable_fast_state: None,
-        },
+        Backend::Postgres(store) => {
+            let records: SharedRecordStore = Arc::new(store.clone());
+            let replica = match &settings.read_replica {
+                Some(read) => Some(
+                    super::postgres::open_replica(
+                        &read.url,
+                        &store,
+                        records.clone(),
+                        read.max_lag,
+                        settings.max_connections,
+                    )
+                    .map_err(OpenError::ReplicaUrl)?,
+                ),
+                None => None,
+            };
+            Opened {
+                records,
+                durable_fast_state: None,
+                replica,
+            }
+        }
         Backend::Sqlite(store) => Opened {
             durable_fast_state: Some(store.fast_state()),
             records: Arc::new(store),
+            replica: None,
         },
     })
 }

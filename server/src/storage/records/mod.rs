@@ -20,6 +20,8 @@
 //! - `changes.rs`: the change-feed port (audit events appended, policies changed), implemented
 //!   by each adapter's `changes.rs` (Postgres LISTEN/NOTIFY, SQLite in process);
 //!   `audit_feed.rs`: the audit fan-out to stream subscribers, fed by it.
+//! - `replica.rs`: activity pages and stream replays from a streaming replica when its answer
+//!   is the primary's; `postgres/replica.rs` measures its lag.
 //! - `copy.rs`: copies every record of one store into another, empty one (`cpctl store copy`),
 //!   table by table from its list of tables, with `sql/copy.rs` and each adapter's `copy.rs`.
 
@@ -29,6 +31,7 @@ pub(crate) mod copy;
 pub(crate) mod dialect;
 mod ports;
 pub mod postgres;
+mod replica;
 pub(crate) mod rows;
 mod sql;
 mod sqlite;
@@ -41,6 +44,7 @@ pub use changes::{Change, ChangeFeed, ChangeStream, Topic};
 pub use copy::{CopyError, CopyReport, copy_records};
 pub use ports::*;
 pub use postgres::{AUDIT_CHANNEL, POLICY_CHANNEL, PostgresStore};
+pub use replica::{ReplicaHealth, ReplicaReads, ReplicaStatus};
 pub use sqlite::SqliteStore;
 pub use sqlite::files as embedded_files;
 

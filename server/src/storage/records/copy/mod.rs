@@ -121,7 +121,10 @@ pub async fn copy_records(
     to: &RecordsLocation,
 ) -> Result<CopyReport, CopyError> {
     // One connection each would do; a few spare keep opening simple.
-    let settings = OpenSettings { max_connections: 4 };
+    let settings = OpenSettings {
+        max_connections: 4,
+        read_replica: None,
+    };
     let source = open_backend(from, &settings)
         .await
         .map_err(CopyError::OpenSource)?;

@@ -12,6 +12,7 @@ mod changes;
 pub(super) mod copy;
 mod dialect;
 mod policies;
+mod replica;
 mod runners;
 mod throughput;
 mod tokens;
@@ -30,6 +31,7 @@ use crate::storage::StoreError;
 
 pub use self::audit::AUDIT_CHANNEL;
 pub use self::policies::POLICY_CHANNEL;
+pub use self::replica::open_replica;
 pub use self::throughput::{NUMBERING_PARTITIONS, numbering_partition};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
