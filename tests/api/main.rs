@@ -25,11 +25,14 @@ mod offboarding;
 mod operation_auth;
 mod ops_endpoints;
 mod outcomes;
+#[path = "../support/pg_replica.rs"]
+mod pg_replica;
 mod policies;
 mod policy_budgets;
 mod policy_decisions;
 mod policy_languages;
 mod rate_limits;
+mod read_replicas;
 #[path = "../support/redis_cluster.rs"]
 mod redis_cluster;
 mod redis_cluster_outage;

@@ -16,6 +16,9 @@ pub enum Need {
     Postgres,
     /// The shared Redis fast state of the run: a single Redis or the cluster.
     Redis,
+    /// A Postgres primary and streaming replica of the test's own (`pg_replica`), on a Postgres
+    /// run: the server binaries (`pg_config --bindir`).
+    PostgresReplica,
     /// The single Redis of the Postgres + Redis run, not the cluster run.
     SingleRedis,
     /// The `TEST_FAST_STATE=cluster` run (`redis-server` and `redis-cli` on the PATH).
@@ -85,6 +88,11 @@ fn lacks(need: Need) -> Option<String> {
                 ),
             })
         }
+        Need::PostgresReplica => lacks(Need::Postgres).or_else(|| {
+            let what = crate::pg_replica::PgPair::available().err()?;
+            services::missing(&what);
+            Some(what)
+        }),
         Need::SingleRedis => match fast_state() {
             FastState::Cluster => {
                 Some("a single Redis; this is the TEST_FAST_STATE=cluster run".into())
