@@ -411,15 +411,37 @@ async fn tenants(services: &Services, n: usize, hooks: &str) -> Res<Vec<Arc<Tena
     Ok(all)
 }
 
-async fn metric_sum(client: &reqwest::Client, server: &str, prefixes: &[&str]) -> f64 {
-    let Ok(r) = client.get(format!("{server}/metrics")).send().await else {
-        return 0.0;
-    };
-    let text = r.text().await.unwrap_or_default();
-    text.lines()
-        .filter(|l| prefixes.iter().any(|p| l.starts_with(p)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+/// Activity and replay reads `servers` answered from the primary because the replica was
+/// skipped or failed (`replica_reads_total`).
+async fn moved_to_primary(client: &reqwest::Client, servers: &[String]) -> f64 {
+    let mut sum = 0.0;
+    for server in servers {
+        let Ok(r) = client.get(format!("{server}/metrics")).send().await else {
+            continue;
+        };
+        let text = r.text().await.unwrap_or_default();
+        sum += text
+            .lines()
+            .filter(|l| {
+                l.starts_with("replica_reads_total{outcome=\"skipped\"}")
+                    || l.starts_with("replica_reads_total{outcome=\"failed\"}")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    sum
+}
+
+/// Accepted commands whose delivery has not reached the runner.
+fn undelivered(drill: &Drill, receiver: &Receiver) -> usize {
+    let got = receiver.deliveries.lock().unwrap();
+    drill
+        .accepted_deliveries
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|d| !got.contains_key(*d))
+        .count()
 }
 
 #[tokio::main]
@@ -559,21 +581,7 @@ async fn main() -> Res<()> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     drill.redis_down.store(false, Ordering::Relaxed);
     tokio::time::sleep_until(at(0.45).into()).await;
-    let primary_reads_before: f64 = {
-        let mut sum = 0.0;
-        for server in &servers[..2] {
-            sum += metric_sum(
-                &drill.client,
-                server,
-                &[
-                    "replica_reads_total{outcome=\"skipped\"}",
-                    "replica_reads_total{outcome=\"failed\"}",
-                ],
-            )
-            .await;
-        }
-        sum
-    };
+    let primary_reads_before = moved_to_primary(&drill.client, &servers[..2]).await;
     println!(
         "fault: the replica stopped at {:.1} s",
         load_started.elapsed().as_secs_f64()
@@ -598,18 +606,7 @@ async fn main() -> Res<()> {
     // workers' last retries can outlast the load.
     let drained_secs = load_started.elapsed().as_secs_f64();
     let load_secs = secs as f64;
-    let mut primary_reads_after = 0.0;
-    for server in &servers[..2] {
-        primary_reads_after += metric_sum(
-            &drill.client,
-            server,
-            &[
-                "replica_reads_total{outcome=\"skipped\"}",
-                "replica_reads_total{outcome=\"failed\"}",
-            ],
-        )
-        .await;
-    }
+    let primary_reads_after = moved_to_primary(&drill.client, &servers[..2]).await;
 
     // Catching up: every stream to its workspace's head, every delivery to the runner.
     let grace = Instant::now();
@@ -630,17 +627,8 @@ async fn main() -> Res<()> {
                 behind += 1;
             }
         }
-        let delivered = {
-            let got = receiver.deliveries.lock().unwrap();
-            drill
-                .accepted_deliveries
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|d| !got.contains_key(*d))
-                .count()
-        };
-        if (behind == 0 && delivered == 0) || grace.elapsed() > GRACE {
+        let undelivered = undelivered(&drill, &receiver);
+        if (behind == 0 && undelivered == 0) || grace.elapsed() > GRACE {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -712,16 +700,7 @@ async fn main() -> Res<()> {
     if lost > 0 || repeated > 0 {
         failures.push((2, format!("{lost} events lost, {repeated} repeated")));
     }
-    let undelivered = {
-        let got = receiver.deliveries.lock().unwrap();
-        drill
-            .accepted_deliveries
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|d| !got.contains_key(*d))
-            .count()
-    };
+    let undelivered = undelivered(&drill, &receiver);
     let redelivered: usize = receiver
         .deliveries
         .lock()
