@@ -1,8 +1,9 @@
-//! Activity pages and stream replays from a streaming replica (`CP_READ_DATABASE_URL`), on a
-//! primary and replica of the test's own (`support/pg_replica.rs`). The replica serves while
-//! it keeps up; a cursor or `Last-Event-ID` ahead of what it has replayed is answered by the
-//! primary, a replica lagging past the limit is skipped, and one that stops moves every read to
-//! the primary without an error.
+//! Activity pages below a cursor and stream replays from a streaming replica
+//! (`CP_READ_DATABASE_URL`), on a primary and replica of the test's own
+//! (`support/pg_replica.rs`). The replica serves while it keeps up; a first page, and a cursor
+//! or `Last-Event-ID` ahead of what it has replayed, are answered by the primary; a replica
+//! lagging past the limit is skipped, and one that stops moves every read to the primary
+//! without an error.
 
 use std::time::Duration;
 
@@ -21,6 +22,8 @@ async fn app_on(pair: &PgPair, max_lag_ms: u64) -> TestApp {
     let mut config = test_config(&pair.primary_url(&name));
     config.read_database_url = Some(pair.replica_url(&name));
     config.read_replica_max_lag_ms = max_lag_ms;
+    // Short replay pages, so a replay of a few events reads full pages.
+    config.audit_stream_replay_page = 2;
     spawn_with_config(name, config).await
 }
 
@@ -105,7 +108,7 @@ fn pair() -> PgPair {
 }
 
 #[tokio::test]
-async fn postgres_only_the_replica_serves_pages_and_replays_unless_the_reader_is_ahead_of_it() {
+async fn postgres_only_the_replica_serves_pages_below_a_cursor_unless_the_reader_is_ahead_of_it() {
     needs!(PostgresReplica);
     let pair = pair();
     // A wide limit, so the paused replica still serves while the cursor rule is checked.
@@ -115,8 +118,10 @@ async fn postgres_only_the_replica_serves_pages_and_replays_unless_the_reader_is
     let (secret, _) = reader(&app, &tenant, &[tenant.workspace_id]).await;
     let old_head = write_events(&app, &tenant, 3).await;
     until_replica(&app, true).await;
-    assert_eq!(page(&app, &tenant, "").await[0], old_head);
-    assert!(reads(&app.metrics().await, "served") >= 1);
+    let below = format!("?cursor={old_head}");
+    let served = reads(&app.metrics().await, "served");
+    assert_eq!(page(&app, &tenant, &below).await[0], old_head - 1);
+    assert!(reads(&app.metrics().await, "served") > served);
 
     // The replica stops replaying; the primary goes on.
     let mut replica = replica_connection(&pair).await;
@@ -126,11 +131,12 @@ async fn postgres_only_the_replica_serves_pages_and_replays_unless_the_reader_is
         .unwrap();
     let new_head = write_events(&app, &tenant, 3).await;
 
-    // A first page may be the replica's view, within the limit: it lacks the new events.
+    // A first page is the primary's: the writer reads its write at once.
+    assert_eq!(page(&app, &tenant, "").await[0], new_head);
+    // Below what the replica has, it still serves.
     let served = reads(&app.metrics().await, "served");
-    assert_eq!(page(&app, &tenant, "").await[0], old_head);
+    assert_eq!(page(&app, &tenant, &below).await[0], old_head - 1);
     assert!(reads(&app.metrics().await, "served") > served);
-
     // A cursor ahead of the replica (a reader who saw the newest event) reads the primary.
     let behind = reads(&app.metrics().await, "behind");
     let below_newest = page(&app, &tenant, &format!("?cursor={}", new_head + 1)).await;
@@ -145,10 +151,10 @@ async fn postgres_only_the_replica_serves_pages_and_replays_unless_the_reader_is
     }
     drop(stream);
 
-    // Past the limit the replica is skipped: a first page is the primary's.
+    // Past the limit the replica is skipped.
     until_replica(&app, false).await;
     let skipped = reads(&app.metrics().await, "skipped");
-    assert_eq!(page(&app, &tenant, "").await[0], new_head);
+    assert_eq!(page(&app, &tenant, &below).await[0], old_head - 1);
     assert!(reads(&app.metrics().await, "skipped") > skipped);
     let metrics = app.metrics().await;
     assert!(metrics.contains("db_replica_available 0"), "{metrics}");
@@ -160,7 +166,8 @@ async fn postgres_only_the_replica_serves_pages_and_replays_unless_the_reader_is
         .unwrap();
     until_replica(&app, true).await;
     let served = reads(&app.metrics().await, "served");
-    assert_eq!(page(&app, &tenant, "").await[0], new_head);
+    let newest = format!("?cursor={new_head}");
+    assert_eq!(page(&app, &tenant, &newest).await[0], new_head - 1);
     assert!(reads(&app.metrics().await, "served") > served);
 }
 
@@ -173,11 +180,21 @@ async fn postgres_only_a_stopped_replica_moves_every_read_to_the_primary() {
     let (secret, _) = reader(&app, &tenant, &[tenant.workspace_id]).await;
     let newest = write_events(&app, &tenant, 3).await;
     until_replica(&app, true).await;
+    // A replay of full pages is the replica's.
+    let served = reads(&app.metrics().await, "served");
+    let mut stream = Sse::open(&app, &secret, tenant.workspace_id, "?after=0", None).await;
+    stream.expect_preamble().await;
+    for seq in 1..=newest {
+        assert_eq!(stream.next_event().await.id, seq);
+    }
+    drop(stream);
+    assert!(reads(&app.metrics().await, "served") > served);
 
     pair.stop_replica().unwrap();
     // At once, before the monitor notices: each read is answered, none with an error.
+    let below = format!("?cursor={newest}");
     for _ in 0..5 {
-        assert_eq!(page(&app, &tenant, "").await[0], newest);
+        assert_eq!(page(&app, &tenant, &below).await[0], newest - 1);
     }
     let mut stream = Sse::open(&app, &secret, tenant.workspace_id, "?after=0", None).await;
     stream.expect_preamble().await;
@@ -192,9 +209,10 @@ async fn postgres_only_a_stopped_replica_moves_every_read_to_the_primary() {
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
 
+    // Back, it is first seen to catch up, then serves.
     pair.start_replica().unwrap();
     until_replica(&app, true).await;
     let served = reads(&app.metrics().await, "served");
-    assert_eq!(page(&app, &tenant, "").await[0], newest);
+    assert_eq!(page(&app, &tenant, &below).await[0], newest - 1);
     assert!(reads(&app.metrics().await, "served") > served);
 }

@@ -159,7 +159,7 @@ pub fn operator_routes(
                         body["readReplica"] = serde_json::json!({
                             "available": status.available,
                             "answering": status.up,
-                            "lagSeconds": status.lag.as_secs_f64(),
+                            "lagSeconds": status.lag.map(|lag| lag.as_secs_f64()),
                             "maxLagSeconds": status.max_lag.as_secs_f64(),
                         });
                     }

@@ -1,12 +1,12 @@
-//! Audit reads from a streaming replica (`CP_READ_DATABASE_URL`): activity pages and stream
-//! replays, and nothing else. A replica's answer is used only when it is the primary's, or
-//! bounded-stale where no reader can tell: a page below a cursor must begin right below it (its
-//! events are numbered without gaps, so then it holds every one), a replay page must be full
-//! (a short one may lack what the primary has, and the stream would wait for an event already
-//! announced), and a first page is the replica's view, at most the lag limit old. Anything
-//! else, a replica that lags past the limit, is down or fails a read, is answered by the
-//! primary. The lag is measured by the adapter (`postgres/replica.rs`); docs/decisions.md says
-//! why these reads and no others.
+//! Audit reads from a streaming replica (`CP_READ_DATABASE_URL`): activity pages below a
+//! cursor and stream replays, and only when the replica's answer is the primary's. A page below
+//! a cursor must begin right below it (events are numbered without gaps, so it then holds every
+//! event the primary would); a replay page must be full (a short one may lack what the primary
+//! has, and the stream would wait for an event already announced). A first page (no cursor)
+//! always reads the primary, so a client reads its own write at once. Everything else, and every
+//! read while the replica lags past the limit, is down or fails a read, goes to the primary. The
+//! lag is measured by the adapter (`postgres/replica.rs`); docs/decisions.md says why these
+//! reads and no others.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,7 +36,9 @@ pub struct ReplicaStatus {
     /// Serving reads: answering, a standby, and within the lag limit.
     pub available: bool,
     pub up: bool,
-    pub lag: Duration,
+    /// `None` while unknown (a replica not yet seen to replay a position the primary had):
+    /// older than any limit.
+    pub lag: Option<Duration>,
     pub max_lag: Duration,
 }
 
@@ -70,10 +72,10 @@ impl ReplicaHealth {
             max_lag,
             // Not until the monitor's first look.
             up: AtomicBool::new(false),
-            lag_ms: AtomicU64::new(0),
+            lag_ms: AtomicU64::new(u64::MAX),
             lag_gauge: Gauge::new(
                 "db_replica_lag_seconds",
-                "How long ago the oldest write the read replica has not applied was made",
+                "How long ago the oldest write the read replica has not applied was made (+Inf: unknown)",
             )?,
             lag_bytes: IntGauge::new(
                 "db_replica_lag_bytes",
@@ -95,34 +97,42 @@ impl ReplicaHealth {
 
     pub fn status(&self) -> ReplicaStatus {
         let up = self.up.load(Ordering::Relaxed);
-        let lag = Duration::from_millis(self.lag_ms.load(Ordering::Relaxed));
+        let lag = match self.lag_ms.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            ms => Some(Duration::from_millis(ms)),
+        };
         ReplicaStatus {
-            available: up && lag <= self.max_lag,
+            available: up && lag.is_some_and(|lag| lag <= self.max_lag),
             up,
             lag,
             max_lag: self.max_lag,
         }
     }
 
-    /// The monitor's finding: answering as a standby `lag` behind (`bytes` of WAL), or not.
-    pub(in crate::storage::records) fn observed(&self, up: bool, lag: Duration, bytes: i64) {
+    /// The monitor's finding: answering as a standby `lag` behind (`None`: unknown, older
+    /// than any limit) with `bytes` of WAL not replayed (`None`: not measured this time), or
+    /// not answering.
+    pub(in crate::storage::records) fn observed(
+        &self,
+        up: bool,
+        lag: Option<Duration>,
+        bytes: Option<i64>,
+    ) {
         let was_available = self.status().available;
         self.up.store(up, Ordering::Relaxed);
-        self.lag_ms.store(
-            lag.as_millis().try_into().unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-        self.lag_gauge.set(lag.as_secs_f64());
-        self.lag_bytes.set(bytes.max(0));
+        let ms = lag.map_or(u64::MAX, |lag| {
+            u64::try_from(lag.as_millis()).unwrap_or(u64::MAX - 1)
+        });
+        self.lag_ms.store(ms, Ordering::Relaxed);
+        self.lag_gauge
+            .set(lag.map_or(f64::INFINITY, |lag| lag.as_secs_f64()));
+        if let Some(bytes) = bytes {
+            self.lag_bytes.set(bytes.max(0));
+        }
         let available = self.status().available;
         self.available.set(i64::from(available));
         if was_available != available {
-            tracing::info!(
-                available,
-                up,
-                lag_ms = lag.as_millis() as u64,
-                "read replica"
-            );
+            tracing::info!(available, up, lag_ms = ms, "read replica");
         }
     }
 
@@ -198,11 +208,8 @@ impl ReplicaReads {
 }
 
 /// Whether a page read below `before` is the primary's: it begins right below the cursor.
-fn page_is_complete(before: Option<i64>, events: &[AuditEvent]) -> bool {
-    match before {
-        None => true,
-        Some(before) => events.first().and_then(|e| e.sequence) == Some(before - 1),
-    }
+fn begins_below(before: i64, events: &[AuditEvent]) -> bool {
+    events.first().and_then(|e| e.sequence) == Some(before - 1)
 }
 
 #[async_trait]
@@ -213,12 +220,15 @@ impl AuditStore for ReplicaReads {
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<AuditEvent>, StoreError> {
-        let replica = self.replica.list_events(workspace_id, before, limit);
-        if let Some(events) = self
-            .ask_replica(replica, |events| page_is_complete(before, events))
-            .await
-        {
-            return Ok(events);
+        // A first page is the primary's: a client reads its own write at once.
+        if let Some(cursor) = before {
+            let replica = self.replica.list_events(workspace_id, before, limit);
+            if let Some(events) = self
+                .ask_replica(replica, |events| begins_below(cursor, events))
+                .await
+            {
+                return Ok(events);
+            }
         }
         self.primary.list_events(workspace_id, before, limit).await
     }
@@ -267,22 +277,26 @@ mod tests {
 
     #[test]
     fn a_page_below_a_cursor_must_begin_right_below_it() {
-        assert!(page_is_complete(None, &[]));
-        assert!(page_is_complete(Some(10), &[event(9), event(8)]));
+        assert!(begins_below(10, &[event(9), event(8)]));
         // The replica has not applied 9 yet: the primary answers.
-        assert!(!page_is_complete(Some(10), &[event(8), event(7)]));
-        assert!(!page_is_complete(Some(10), &[]));
+        assert!(!begins_below(10, &[event(8), event(7)]));
+        assert!(!begins_below(10, &[]));
     }
 
     #[test]
-    fn the_replica_serves_only_within_the_lag_limit() {
+    fn the_replica_serves_only_within_a_known_lag_limit() {
         let health = ReplicaHealth::new(Duration::from_millis(500)).unwrap();
         assert!(!health.status().available, "not before the first look");
-        health.observed(true, Duration::from_millis(200), 10);
+        health.observed(true, Some(Duration::from_millis(200)), Some(10));
         assert!(health.status().available);
-        health.observed(true, Duration::from_millis(501), 10);
+        health.observed(true, Some(Duration::from_millis(501)), Some(10));
         assert!(!health.status().available);
-        health.observed(false, Duration::ZERO, 0);
+        health.observed(true, None, None);
+        assert!(
+            !health.status().available,
+            "an unknown lag is past any limit"
+        );
+        health.observed(false, Some(Duration::ZERO), Some(0));
         assert!(!health.status().available);
     }
 }

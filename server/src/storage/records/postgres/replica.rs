@@ -2,8 +2,11 @@
 //! then the replica's replay position. The lag is the age of the oldest primary position the
 //! replica has not replayed, so an idle primary never reads as lag and a replica that stopped
 //! replaying under writes reads as the time since the first write it missed (within one look).
-//! A replica that does not answer, or is not a standby (promoted, or the primary by mistake:
-//! it no longer follows), serves nothing until it is one again.
+//! Where the age cannot be known it is taken as past any limit: a position first seen before
+//! the replica was seen to catch up (at start-up, after it stopped answering) has no age, and
+//! while the primary does not answer the lag is counted from the last time it did. A replica
+//! that does not answer, or is not a standby (promoted, or the primary by mistake: it no longer
+//! follows), serves nothing until it is one again.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
@@ -18,8 +21,8 @@ use crate::storage::{SharedRecordStore, StoreError};
 /// Between two looks at the replica: a quarter second, a small share of a lag limit of 1 s.
 const EVERY: Duration = Duration::from_millis(250);
 /// Primary positions remembered while the replica lags: ten minutes of looks. Past that the
-/// newest are not kept, so a lag older than ten minutes reads as ten minutes or less, still
-/// far past any useful limit.
+/// newest position replaces the last one kept, keeping its older time: the lag may read
+/// longer than it is, never shorter.
 const KEPT: usize = 2_400;
 /// A look that takes longer counts as the replica not answering.
 const LOOK_TIMEOUT: Duration = Duration::from_secs(1);
@@ -58,7 +61,12 @@ pub fn open_replica(
 /// Looks at the replica every [`EVERY`] for as long as `health` is held.
 fn watch(primary: PgPool, replica: PgPool, health: Weak<ReplicaHealth>) {
     tokio::spawn(async move {
-        let mut unreplayed: VecDeque<(Instant, i64)> = VecDeque::new();
+        // Primary positions not yet replayed, oldest first, each with when it was seen (`None`:
+        // seen before the replica was known to have caught up; its age is unknown).
+        let mut unreplayed: VecDeque<(Option<Instant>, i64)> = VecDeque::new();
+        // Whether the replica has been seen to replay every position seen so far.
+        let mut known = false;
+        let mut primary_seen = Instant::now();
         let mut ticks = tokio::time::interval(EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut warned = false;
@@ -69,26 +77,37 @@ fn watch(primary: PgPool, replica: PgPool, health: Weak<ReplicaHealth>) {
             };
             let looked = Instant::now();
             // The primary first: whatever it had then, the replica must have replayed.
-            let Ok(Ok(written)) = tokio::time::timeout(LOOK_TIMEOUT, wal_position(&primary)).await
-            else {
-                // The primary is down: every request answers 503 anyway; keep the last finding.
-                continue;
-            };
+            let written = tokio::time::timeout(LOOK_TIMEOUT, wal_position(&primary))
+                .await
+                .ok()
+                .and_then(Result::ok);
             match tokio::time::timeout(LOOK_TIMEOUT, replay_position(&replica)).await {
                 Ok(Ok(Some(replayed))) => {
                     warned = false;
-                    if unreplayed.len() < KEPT
-                        && unreplayed.back().is_none_or(|&(_, lsn)| lsn < written)
-                    {
-                        unreplayed.push_back((looked, written));
+                    if let Some(written) = written {
+                        primary_seen = looked;
+                        let at = known.then_some(looked);
+                        let full = unreplayed.len() >= KEPT;
+                        match unreplayed.back_mut() {
+                            Some((_, lsn)) if *lsn >= written => {}
+                            Some((_, lsn)) if full => *lsn = written,
+                            _ => unreplayed.push_back((at, written)),
+                        }
                     }
                     while unreplayed.front().is_some_and(|&(_, lsn)| lsn <= replayed) {
                         unreplayed.pop_front();
                     }
-                    let lag = unreplayed
-                        .front()
-                        .map_or(Duration::ZERO, |&(at, _)| at.elapsed());
-                    health.observed(true, lag, written - replayed);
+                    known |= unreplayed.is_empty() && written.is_some();
+                    let lag = match unreplayed.front() {
+                        Some(&(Some(at), _)) => Some(at.elapsed()),
+                        Some(&(None, _)) => None,
+                        None if !known => None,
+                        // Caught up with the primary as last seen; what it wrote since is
+                        // unknown while it does not answer.
+                        None if written.is_none() => Some(primary_seen.elapsed()),
+                        None => Some(Duration::ZERO),
+                    };
+                    health.observed(true, lag, written.map(|w| w - replayed));
                 }
                 outcome => {
                     if !warned {
@@ -103,7 +122,8 @@ fn watch(primary: PgPool, replica: PgPool, health: Weak<ReplicaHealth>) {
                         warned = true;
                     }
                     unreplayed.clear();
-                    health.observed(false, Duration::ZERO, 0);
+                    known = false;
+                    health.observed(false, None, None);
                 }
             }
         }
