@@ -26,6 +26,7 @@ for binary in "$BIN/control-plane" "$BIN/examples/scale_drill"; do
   [ -x "$binary" ] || { echo "missing $binary" >&2; exit 2; }
 done
 PGBIN=$(pg_config --bindir)
+PORT=${DRILL_PORT:-18120}
 DIR=$(mktemp -d /tmp/cp-scale-XXXXXX)
 chmod 755 "$DIR"
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
@@ -34,7 +35,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 cleanup() {
   set +e
   # The drill's servers, should the drill itself have been stopped before it stopped them.
-  for i in 0 1 2; do pkill -9 -f -- "--listen 127.0.0.1:$(( ${PORT:-0} + i ))" 2>/dev/null; done
+  for i in 0 1 2; do pkill -9 -f -- "control-plane --listen 127.0.0.1:$((PORT + i)) " 2>/dev/null; done
   for port in "${REDIS_PORTS[@]}"; do redis-cli -p "$port" shutdown nosave >/dev/null 2>&1; done
   for data in replica primary; do
     [ -d "$DIR/pg/$data" ] && as_pg "$PGBIN/pg_ctl" stop -D "$DIR/pg/$data" -m immediate >/dev/null 2>&1
@@ -106,7 +107,7 @@ CP_TOKEN_HASH_KEY=$(head -c 32 /dev/urandom | base64)
 CP_IDEMPOTENCY_KEYS=$(head -c 32 /dev/urandom | base64)
 CP_KEY_ENCRYPTION_KEY=$(head -c 32 /dev/urandom | base64)
 export CP_TOKEN_HASH_KEY CP_IDEMPOTENCY_KEYS CP_KEY_ENCRYPTION_KEY
-export SERVER_BIN=$BIN/control-plane DRILL_DIR=$DIR PORT=${DRILL_PORT:-18120}
+export SERVER_BIN=$BIN/control-plane DRILL_DIR=$DIR PORT
 export CP_REDIS_PREFIX="scale:"
 ulimit -n "$(ulimit -Hn)"
 SECS=${DRILL_SECS:-60}

@@ -41,8 +41,8 @@ fn criteria() -> [&'static str; 6] {
         "every keyed request answered 2xx in the end (same key and body retried on any live server, within 90 s)",
         "0 lost and 0 repeated events: every stream, resumed with Last-Event-ID after its server died, received each sequence of its workspace from its start to the head exactly once, in order",
         "every accepted command delivered to its runner (within 30 s of the load's end)",
-        "activity reads: every answer from a live server is 200 (the replica stopped does not show)",
-        "the faults bit: keyed requests got 503 while the Redis master was down, reads moved to the primary when the replica stopped, streams resumed on another server after the kill",
+        "activity reads: every answer from a live server is 200, none timed out (the replica stopped does not show)",
+        "the faults bit: keyed requests got 503 while the Redis master was down, the replica served reads and they moved to the primary when it stopped, streams resumed on another server after the kill",
     ]
 }
 
@@ -257,20 +257,40 @@ impl Drill {
         }
     }
 
+    /// Reads a first page (the primary's) and the page below it (the replica's while it
+    /// serves), 10 events each.
     async fn read(&self, t: &Tenant, n: usize) {
         let server = self.live(n);
+        let first = format!("{server}/v1/workspaces/{}/activity?limit=10", t.workspace);
+        let Some(body) = self.get("activity", &first, &t.token).await else {
+            return;
+        };
+        if let Some(cursor) = body["nextCursor"].as_str() {
+            let next = format!("{first}&cursor={cursor}");
+            self.get("activity", &next, &t.token).await;
+        }
+    }
+
+    async fn get(&self, kind: &'static str, url: &str, token: &str) -> Option<Value> {
         let sent = Instant::now();
-        let path = format!("{server}/v1/workspaces/{}/activity?limit=50", t.workspace);
-        match self.client.get(path).bearer_auth(&t.token).send().await {
+        match self.client.get(url).bearer_auth(token).send().await {
             Ok(r) => {
                 let ok = r.status().is_success();
                 let status = r.status().as_u16().to_string();
-                let _ = r.bytes().await;
-                self.tally.note("activity", status, sent.elapsed(), ok);
+                let body = r.json::<Value>().await.ok();
+                self.tally.note(kind, status, sent.elapsed(), ok);
+                body.filter(|_| ok)
             }
-            Err(_) => self
-                .tally
-                .note("activity", "connection".into(), sent.elapsed(), false),
+            // A refused connection is the killed server's; a timeout is a live server's.
+            Err(e) => {
+                let what = if e.is_timeout() {
+                    "timeout"
+                } else {
+                    "connection"
+                };
+                self.tally.note(kind, what.into(), sent.elapsed(), false);
+                None
+            }
         }
     }
 }
@@ -411,9 +431,12 @@ async fn tenants(services: &Services, n: usize, hooks: &str) -> Res<Vec<Arc<Tena
     Ok(all)
 }
 
-/// Activity and replay reads `servers` answered from the primary because the replica was
-/// skipped or failed (`replica_reads_total`).
-async fn moved_to_primary(client: &reqwest::Client, servers: &[String]) -> f64 {
+/// Activity and replay reads `servers` counted under `outcomes` of `replica_reads_total`.
+async fn replica_reads(client: &reqwest::Client, servers: &[String], outcomes: &[&str]) -> f64 {
+    let series: Vec<String> = outcomes
+        .iter()
+        .map(|o| format!("replica_reads_total{{outcome=\"{o}\"}} "))
+        .collect();
     let mut sum = 0.0;
     for server in servers {
         let Ok(r) = client.get(format!("{server}/metrics")).send().await else {
@@ -422,11 +445,8 @@ async fn moved_to_primary(client: &reqwest::Client, servers: &[String]) -> f64 {
         let text = r.text().await.unwrap_or_default();
         sum += text
             .lines()
-            .filter(|l| {
-                l.starts_with("replica_reads_total{outcome=\"skipped\"}")
-                    || l.starts_with("replica_reads_total{outcome=\"failed\"}")
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .filter_map(|l| series.iter().find_map(|s| l.strip_prefix(s.as_str())))
+            .filter_map(|n| n.trim().parse::<f64>().ok())
             .sum::<f64>();
     }
     sum
@@ -581,7 +601,18 @@ async fn main() -> Res<()> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     drill.redis_down.store(false, Ordering::Relaxed);
     tokio::time::sleep_until(at(0.45).into()).await;
-    let primary_reads_before = moved_to_primary(&drill.client, &servers[..2]).await;
+    let served_before = replica_reads(&drill.client, &servers, &["served"]).await;
+    let mut by_outcome = Vec::new();
+    for outcome in ["served", "behind", "skipped", "failed"] {
+        let n = replica_reads(&drill.client, &servers, &[outcome]).await;
+        by_outcome.push(format!("{outcome} {n}"));
+    }
+    println!(
+        "replica reads before it stopped: {} (pages below a cursor and replays)",
+        by_outcome.join(", ")
+    );
+    let primary_reads_before =
+        replica_reads(&drill.client, &servers[..2], &["skipped", "failed"]).await;
     println!(
         "fault: the replica stopped at {:.1} s",
         load_started.elapsed().as_secs_f64()
@@ -606,7 +637,8 @@ async fn main() -> Res<()> {
     // workers' last retries can outlast the load.
     let drained_secs = load_started.elapsed().as_secs_f64();
     let load_secs = secs as f64;
-    let primary_reads_after = moved_to_primary(&drill.client, &servers[..2]).await;
+    let primary_reads_after =
+        replica_reads(&drill.client, &servers[..2], &["skipped", "failed"]).await;
 
     // Catching up: every stream to its workspace's head, every delivery to the runner.
     let grace = Instant::now();
@@ -730,7 +762,7 @@ async fn main() -> Res<()> {
     }
     let redis_503 = drill.redis_503.load(Ordering::Relaxed);
     let moved = primary_reads_after - primary_reads_before;
-    if redis_503 == 0 || moved <= 0.0 || resumed == 0 {
+    if redis_503 == 0 || served_before <= 0.0 || moved <= 0.0 || resumed == 0 {
         failures.push((5, format!(
             "keyed 503s during the Redis outage: {redis_503}; reads moved to the primary: {moved}; streams resumed: {resumed}"
         )));
@@ -776,7 +808,8 @@ async fn main() -> Res<()> {
         drill.accepted_deliveries.lock().unwrap().len()
     );
     println!(
-        "keyed 503s while the Redis master was down: {redis_503}; reads moved to the primary after the replica stopped: {moved}"
+        "keyed 503s while the Redis master was down: {redis_503}; reads the replica served \
+         before it stopped: {served_before}; reads moved to the primary after: {moved}"
     );
 
     for child in children.iter_mut().flatten() {
