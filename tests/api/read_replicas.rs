@@ -40,13 +40,36 @@ async fn replica_status(app: &TestApp) -> Value {
     body["readReplica"].clone()
 }
 
-/// Waits until `/readyz` says the replica is `available` (and, when available, caught up).
-async fn until_replica(app: &TestApp, available: bool) {
+/// Waits until `/readyz` says the replica is `available`; when available, also until the
+/// replica has replayed everything the primary had at the call (a `/readyz` answer may come
+/// from a look taken before the test's last write).
+async fn until_replica(app: &TestApp, pair: &PgPair, available: bool) {
     let started = std::time::Instant::now();
+    let mut primary = PgConnection::connect(&pair.primary_url("postgres"))
+        .await
+        .expect("connect to the primary");
+    let written: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+        .fetch_one(&mut primary)
+        .await
+        .unwrap();
     loop {
         let status = replica_status(app).await;
-        let caught_up = status["lagSeconds"].as_f64() == Some(0.0);
-        if status["available"] == available && (!available || caught_up) {
+        let ready = status["available"] == available
+            && (!available || {
+                let replayed: Option<bool> =
+                    match PgConnection::connect(&pair.replica_url("postgres")).await {
+                        Ok(mut replica) => {
+                            sqlx::query_scalar("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn")
+                                .bind(&written)
+                                .fetch_one(&mut replica)
+                                .await
+                                .ok()
+                        }
+                        Err(_) => None,
+                    };
+                replayed == Some(true)
+            });
+        if ready {
             return;
         }
         assert!(
@@ -117,7 +140,7 @@ async fn postgres_only_the_replica_serves_pages_below_a_cursor_unless_the_reader
     // Issued first: its issuance is an event of the workspace too.
     let (secret, _) = reader(&app, &tenant, &[tenant.workspace_id]).await;
     let old_head = write_events(&app, &tenant, 3).await;
-    until_replica(&app, true).await;
+    until_replica(&app, &pair, true).await;
     let below = format!("?cursor={old_head}");
     let served = reads(&app.metrics().await, "served");
     assert_eq!(page(&app, &tenant, &below).await[0], old_head - 1);
@@ -152,7 +175,7 @@ async fn postgres_only_the_replica_serves_pages_below_a_cursor_unless_the_reader
     drop(stream);
 
     // Past the limit the replica is skipped.
-    until_replica(&app, false).await;
+    until_replica(&app, &pair, false).await;
     let skipped = reads(&app.metrics().await, "skipped");
     assert_eq!(page(&app, &tenant, &below).await[0], old_head - 1);
     assert!(reads(&app.metrics().await, "skipped") > skipped);
@@ -164,7 +187,7 @@ async fn postgres_only_the_replica_serves_pages_below_a_cursor_unless_the_reader
         .execute(&mut replica)
         .await
         .unwrap();
-    until_replica(&app, true).await;
+    until_replica(&app, &pair, true).await;
     let served = reads(&app.metrics().await, "served");
     let newest = format!("?cursor={new_head}");
     assert_eq!(page(&app, &tenant, &newest).await[0], new_head - 1);
@@ -179,7 +202,7 @@ async fn postgres_only_a_stopped_replica_moves_every_read_to_the_primary() {
     let tenant = app.bootstrap().await;
     let (secret, _) = reader(&app, &tenant, &[tenant.workspace_id]).await;
     let newest = write_events(&app, &tenant, 3).await;
-    until_replica(&app, true).await;
+    until_replica(&app, &pair, true).await;
     // A replay of full pages is the replica's.
     let served = reads(&app.metrics().await, "served");
     let mut stream = Sse::open(&app, &secret, tenant.workspace_id, "?after=0", None).await;
@@ -202,7 +225,7 @@ async fn postgres_only_a_stopped_replica_moves_every_read_to_the_primary() {
         assert_eq!(stream.next_event().await.id, seq);
     }
     drop(stream);
-    until_replica(&app, false).await;
+    until_replica(&app, &pair, false).await;
     let status = replica_status(&app).await;
     assert_eq!(status["answering"], false, "{status}");
     // The process stays ready: its reads have somewhere to go.
@@ -211,7 +234,7 @@ async fn postgres_only_a_stopped_replica_moves_every_read_to_the_primary() {
 
     // Back, it is first seen to catch up, then serves.
     pair.start_replica().unwrap();
-    until_replica(&app, true).await;
+    until_replica(&app, &pair, true).await;
     let served = reads(&app.metrics().await, "served");
     assert_eq!(page(&app, &tenant, &below).await[0], newest - 1);
     assert!(reads(&app.metrics().await, "served") > served);
