@@ -73,9 +73,15 @@ EOF
 
 echo "starting a three-master Redis Cluster..." >&2
 while [ ${#REDIS_PORTS[@]} -lt 3 ]; do
-  port=$(free_port)
-  # The cluster bus listens on port + 10000.
-  [ "$port" -lt 55000 ] && REDIS_PORTS+=("$port")
+  # The cluster bus listens on port + 10000: both must be free.
+  port=$(python3 -c 'import socket
+while True:
+    a = socket.socket(); a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
+    if p >= 55000: continue
+    try:
+        b = socket.socket(); b.bind(("127.0.0.1", p + 10000)); print(p); break
+    except OSError: pass')
+  [[ " ${REDIS_PORTS[*]} " == *" $port "* ]] || REDIS_PORTS+=("$port")
 done
 start_node() {
   redis-server --port "$1" --bind 127.0.0.1 --cluster-enabled yes \
@@ -83,7 +89,15 @@ start_node() {
     --logfile "$DIR/redis-$1.log" --save '' --appendonly no --daemonize yes >/dev/null
 }
 for port in "${REDIS_PORTS[@]}"; do start_node "$port"; done
-sleep 0.5
+# A daemonized node answers a moment after it forks; a loaded machine makes that moment long.
+for port in "${REDIS_PORTS[@]}"; do
+  for _ in $(seq 1 100); do
+    [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
+    sleep 0.1
+  done
+  [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] || {
+    echo "the Redis node on $port did not start:" >&2; tail -5 "$DIR/redis-$port.log" >&2; exit 1; }
+done
 redis-cli --cluster create "${REDIS_PORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >/dev/null
 for _ in $(seq 1 100); do
   redis-cli -p "${REDIS_PORTS[0]}" cluster info | grep -q cluster_state:ok && break
