@@ -2,8 +2,8 @@
 //! (`CP_READ_DATABASE_URL`), on a primary and replica of the test's own
 //! (`support/pg_replica.rs`). The replica serves while it keeps up; a first page, and a cursor
 //! or `Last-Event-ID` ahead of what it has replayed, are answered by the primary; a replica
-//! lagging past the limit is skipped, and one that stops moves every read to the primary
-//! without an error.
+//! lagging past the limit is skipped, and one that stops, or stops answering, moves every read
+//! to the primary without an error.
 
 use std::time::Duration;
 
@@ -234,6 +234,51 @@ async fn postgres_only_a_stopped_replica_moves_every_read_to_the_primary() {
 
     // Back, it is first seen to catch up, then serves.
     pair.start_replica().unwrap();
+    until_replica(&app, &pair, true).await;
+    let served = reads(&app.metrics().await, "served");
+    assert_eq!(page(&app, &tenant, &below).await[0], newest - 1);
+    assert!(reads(&app.metrics().await, "served") > served);
+}
+
+/// A replica that takes a read and never answers (its processes stopped, as behind a partition
+/// that drops packets) costs that read its timeout, then the primary answers: a page and a
+/// replay read before the monitor notices are both answered, and counted `failed`.
+#[tokio::test]
+async fn postgres_only_a_replica_that_stops_answering_costs_a_read_its_timeout() {
+    needs!(PostgresReplica);
+    let pair = pair();
+    let app = app_on(&pair, 60_000).await;
+    let tenant = app.bootstrap().await;
+    let (secret, _) = reader(&app, &tenant, &[tenant.workspace_id]).await;
+    let newest = write_events(&app, &tenant, 3).await;
+    until_replica(&app, &pair, true).await;
+    // Its connections are open and pooled, so a read goes out on one at once.
+    let below = format!("?cursor={newest}");
+    assert_eq!(page(&app, &tenant, &below).await[0], newest - 1);
+
+    pair.freeze_replica(true).unwrap();
+    let failed = reads(&app.metrics().await, "failed");
+    // Bounded, so that a read held by the frozen replica fails this test instead of hanging it.
+    let answered = tokio::time::timeout(Duration::from_secs(20), async {
+        let (page_below, replay) = tokio::join!(page(&app, &tenant, &below), async {
+            let mut stream = Sse::open(&app, &secret, tenant.workspace_id, "?after=0", None).await;
+            stream.expect_preamble().await;
+            let mut seen = Vec::new();
+            for _ in 1..=newest {
+                seen.push(stream.next_event().await.id);
+            }
+            seen
+        });
+        assert_eq!(page_below[0], newest - 1);
+        assert_eq!(replay, (1..=newest).collect::<Vec<_>>());
+    })
+    .await;
+    let failed_after = reads(&app.metrics().await, "failed");
+    pair.freeze_replica(false).unwrap();
+    assert!(answered.is_ok(), "a read waited on the frozen replica");
+    assert!(failed_after > failed, "no read reached the frozen replica");
+
+    // Answering again, it is first seen to catch up, then serves.
     until_replica(&app, &pair, true).await;
     let served = reads(&app.metrics().await, "served");
     assert_eq!(page(&app, &tenant, &below).await[0], newest - 1);

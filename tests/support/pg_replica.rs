@@ -125,6 +125,35 @@ impl PgPair {
         )
     }
 
+    /// Stops every process of the replica with SIGSTOP (SIGCONT with `false`): its sockets stay
+    /// open and take what is sent, but nothing answers, as behind a partition that drops
+    /// packets.
+    pub fn freeze_replica(&self, frozen: bool) -> Result<(), String> {
+        let pidfile = self.dir.join("replica").join("postmaster.pid");
+        let pid =
+            std::fs::read_to_string(&pidfile).map_err(|e| format!("{}: {e}", pidfile.display()))?;
+        let postmaster = pid.lines().next().unwrap_or_default().trim().to_owned();
+        let children = Command::new("pgrep")
+            .args(["-P", &postmaster])
+            .output()
+            .map_err(|e| format!("pgrep: {e}"))?;
+        let mut pids: Vec<String> = String::from_utf8_lossy(&children.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        // The postmaster last when freezing, first when thawing, so it forks nothing unfrozen.
+        pids.push(postmaster);
+        if !frozen {
+            pids.reverse();
+        }
+        let signal = if frozen { "-STOP" } else { "-CONT" };
+        if succeeds(Command::new("kill").arg(signal).args(&pids)) {
+            Ok(())
+        } else {
+            Err(format!("kill {signal} {pids:?} failed"))
+        }
+    }
+
     pub fn start_replica(&self) -> Result<(), String> {
         self.pg_ctl_start(&self.dir.join("replica"))
     }

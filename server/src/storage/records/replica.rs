@@ -19,6 +19,10 @@ use uuid::Uuid;
 use crate::domain::AuditEvent;
 use crate::storage::{AuditStore, SharedRecordStore, StoreError};
 
+/// Longest wait for one replica read: a page takes about a millisecond there, a full replay
+/// page a few; a second means it is not answering.
+const REPLICA_READ_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Whether the replica may serve, as its monitor last saw it, and what it served.
 pub struct ReplicaHealth {
     max_lag: Duration,
@@ -186,7 +190,16 @@ impl ReplicaReads {
             self.health.count(Outcome::Skipped);
             return None;
         }
-        match read.await {
+        // A replica that drops packets instead of refusing them must not hold the reader: past
+        // this the read is abandoned (its connection with it) and the primary answers.
+        let read = match tokio::time::timeout(REPLICA_READ_TIMEOUT, read).await {
+            Ok(read) => read,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no answer within {} ms",
+                REPLICA_READ_TIMEOUT.as_millis()
+            ))),
+        };
+        match read {
             Ok(events) if complete(&events) => {
                 self.health.count(Outcome::Served);
                 Some(events)
