@@ -5,8 +5,9 @@
 //! Where the age cannot be known it is taken as past any limit: a position first seen before
 //! the replica was seen to catch up (at start-up, after it stopped answering) has no age, and
 //! while the primary does not answer the lag is counted from the last time it did. A replica
-//! that does not answer, or is not a standby (promoted, or the primary by mistake: it no longer
-//! follows), serves nothing until it is one again.
+//! that does not answer, or is not a standby of this primary (promoted, the primary by mistake,
+//! or a standby of another cluster, told by `system_identifier`), serves nothing until it is one
+//! again.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
@@ -70,6 +71,9 @@ fn watch(primary: PgPool, replica: PgPool, health: Weak<ReplicaHealth>) {
         let mut ticks = tokio::time::interval(EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut warned = false;
+        // The primary's cluster, as last read: a replica of another cluster has LSNs that mean
+        // nothing here.
+        let mut cluster = None;
         loop {
             ticks.tick().await;
             let Some(health) = health.upgrade() else {
@@ -80,9 +84,20 @@ fn watch(primary: PgPool, replica: PgPool, health: Weak<ReplicaHealth>) {
             let written = tokio::time::timeout(LOOK_TIMEOUT, wal_position(&primary))
                 .await
                 .ok()
-                .and_then(Result::ok);
-            match tokio::time::timeout(LOOK_TIMEOUT, replay_position(&replica)).await {
-                Ok(Ok(Some(replayed))) => {
+                .and_then(Result::ok)
+                .map(|(id, written)| {
+                    cluster = Some(id);
+                    written
+                });
+            let look = tokio::time::timeout(LOOK_TIMEOUT, replay_position(&replica)).await;
+            let look = match look {
+                Ok(Ok(Some((id, _)))) if cluster.is_some_and(|c| c != id) => Err(Foreign),
+                Ok(Ok(Some((_, replayed)))) => Ok(replayed),
+                Ok(Ok(None)) => Err(NotStandby),
+                _ => Err(Silent),
+            };
+            match look {
+                Ok(replayed) => {
                     warned = false;
                     if let Some(written) = written {
                         primary_seen = looked;
@@ -109,13 +124,17 @@ fn watch(primary: PgPool, replica: PgPool, health: Weak<ReplicaHealth>) {
                     };
                     health.observed(true, lag, written.map(|w| w - replayed));
                 }
-                outcome => {
+                Err(why) => {
                     if !warned {
-                        match outcome {
-                            Ok(Ok(None)) => tracing::warn!(
+                        match why {
+                            NotStandby => tracing::warn!(
                                 "CP_READ_DATABASE_URL is not a standby (promoted?): reading the primary"
                             ),
-                            _ => tracing::warn!(
+                            Foreign => tracing::warn!(
+                                "CP_READ_DATABASE_URL is a standby of another cluster than DATABASE_URL \
+                                 (system_identifier differs): reading the primary"
+                            ),
+                            Silent => tracing::warn!(
                                 "the read replica does not answer: reading the primary"
                             ),
                         }
@@ -130,18 +149,33 @@ fn watch(primary: PgPool, replica: PgPool, health: Weak<ReplicaHealth>) {
     });
 }
 
-async fn wal_position(primary: &PgPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint")
-        .fetch_one(primary)
-        .await
+/// Why a look found no replica to read.
+enum Unusable {
+    NotStandby,
+    /// A standby, of another cluster.
+    Foreign,
+    Silent,
+}
+use Unusable::*;
+
+/// The primary's cluster (`system_identifier`) and WAL position.
+async fn wal_position(primary: &PgPool) -> Result<(i64, i64), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT (SELECT system_identifier FROM pg_control_system()),
+                pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint",
+    )
+    .fetch_one(primary)
+    .await
 }
 
-/// The replica's replay position, or `None` when it is not a standby.
-async fn replay_position(replica: &PgPool) -> Result<Option<i64>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT CASE WHEN pg_is_in_recovery()
+/// The replica's cluster and replay position, or `None` when it is not a standby.
+async fn replay_position(replica: &PgPool) -> Result<Option<(i64, i64)>, sqlx::Error> {
+    let (cluster, replayed): (i64, Option<i64>) = sqlx::query_as(
+        "SELECT (SELECT system_identifier FROM pg_control_system()),
+                CASE WHEN pg_is_in_recovery()
                 THEN pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0')::bigint END",
     )
     .fetch_one(replica)
-    .await
+    .await?;
+    Ok(replayed.map(|replayed| (cluster, replayed)))
 }
