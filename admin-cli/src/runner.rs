@@ -33,8 +33,12 @@ const KEYS_MAX_AGE: Duration = Duration::from_secs(300);
 /// An unknown signature refetches the key set at most this often, so a flood of bad
 /// signatures is not a flood of fetches.
 const REFETCH_EVERY: Duration = Duration::from_secs(5);
-/// Attempts of one status report on a transient failure (5xx, 429, connection).
-const REPORT_ATTEMPTS: u32 = 4;
+/// How long one status report retries transient failures (5xx, 429, connection): past a
+/// dependency's outage (a Redis master restarting takes seconds; four attempts in 3 s left
+/// commands stuck in the scale drill), well short of a command's timeout.
+const REPORT_PATIENCE: Duration = Duration::from_secs(60);
+/// The longest pause between two attempts, whatever `retry-after` asks.
+const MAX_RETRY_PAUSE: Duration = Duration::from_secs(10);
 /// The status route's longest `detail`.
 const MAX_DETAIL_CHARS: usize = 2000;
 
@@ -350,7 +354,8 @@ impl State {
         let path = format!("/v1/runner/webhook-deliveries/{delivery}/status");
         let body = report.to_string();
         let status = report["status"].as_str().unwrap_or_default();
-        for attempt in 1..=REPORT_ATTEMPTS {
+        let started = Instant::now();
+        for attempt in 1.. {
             let nonce = Uuid::new_v4().simple().to_string();
             let headers = sign_request(
                 &self.config.private_key,
@@ -382,19 +387,41 @@ impl State {
                     return true;
                 }
                 Ok(r) if r.status().is_server_error() || r.status().as_u16() == 429 => {
-                    format!("answered {}", r.status())
+                    let asked = r
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse().ok())
+                        .map(Duration::from_secs);
+                    (format!("answered {}", r.status()), asked)
                 }
                 Ok(r) => {
                     tracing::warn!(delivery_id = %delivery, status, answer = %r.status(), "report refused");
                     return false;
                 }
-                Err(e) => format!("{e}"),
+                Err(e) => (format!("{e}"), None),
             };
-            tracing::warn!(delivery_id = %delivery, status, attempt, error = %retry, "report failed");
-            tokio::time::sleep(Duration::from_millis(500) * attempt).await;
+            let (error, asked) = retry;
+            let pause = retry_pause(attempt, asked);
+            if started.elapsed() + pause > REPORT_PATIENCE {
+                tracing::warn!(delivery_id = %delivery, status, attempt, %error, "report failed; giving up");
+                break;
+            }
+            tracing::warn!(delivery_id = %delivery, status, attempt, %error, "report failed; retrying");
+            tokio::time::sleep(pause).await;
         }
         false
     }
+}
+
+/// The pause before attempt `attempt + 1`: doubling from 250 ms up to 5 s, or longer when the
+/// control plane's `retry-after` asks for it (up to [`MAX_RETRY_PAUSE`]).
+fn retry_pause(attempt: u32, asked: Option<Duration>) -> Duration {
+    let backoff = Duration::from_millis(250) * 2u32.pow(attempt.saturating_sub(1).min(5));
+    backoff
+        .min(Duration::from_secs(5))
+        .max(asked.unwrap_or_default())
+        .min(MAX_RETRY_PAUSE)
 }
 
 /// The example runner, bound and ready to serve.
@@ -496,5 +523,24 @@ mod tests {
         assert!(seen.insert("c"));
         assert!(seen.insert("a"), "the oldest was forgotten");
         assert!(!seen.insert("c"));
+    }
+
+    #[test]
+    fn report_retries_back_off_and_honour_retry_after_within_bounds() {
+        let ms = |n| Duration::from_millis(n);
+        let pauses: Vec<_> = (1..=8).map(|a| retry_pause(a, None)).collect();
+        assert_eq!(
+            pauses,
+            [250, 500, 1000, 2000, 4000, 5000, 5000, 5000].map(ms)
+        );
+        assert_eq!(retry_pause(1, Some(Duration::from_secs(3))), ms(3000));
+        assert_eq!(retry_pause(6, Some(Duration::from_secs(1))), ms(5000));
+        assert_eq!(
+            retry_pause(1, Some(Duration::from_secs(3600))),
+            MAX_RETRY_PAUSE
+        );
+        // A run of 503s is retried for about REPORT_PATIENCE, not four attempts.
+        let spent: Duration = (1..=12).map(|a| retry_pause(a, None)).sum();
+        assert!(spent > Duration::from_secs(30) && spent < REPORT_PATIENCE);
     }
 }
