@@ -20,7 +20,7 @@ if [ -n "${DRILL_BIN_DIR:-}" ]; then
   BIN=$DRILL_BIN_DIR
 else
   BIN=${CARGO_TARGET_DIR:-target}/release
-  cargo build --release -p control-plane --bin control-plane --example scale_drill
+  cargo build --release -p control-plane --bin control-plane -p cpctl --example scale_drill
 fi
 for binary in "$BIN/control-plane" "$BIN/examples/scale_drill"; do
   [ -x "$binary" ] || { echo "missing $binary" >&2; exit 2; }
