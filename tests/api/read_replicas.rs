@@ -259,8 +259,13 @@ async fn postgres_only_a_replica_that_stops_answering_costs_a_read_its_timeout()
     pair.freeze_replica(true).unwrap();
     let failed = reads(&app.metrics().await, "failed");
     // Bounded, so that a read held by the frozen replica fails this test instead of hanging it.
+    let started = std::time::Instant::now();
     let answered = tokio::time::timeout(Duration::from_secs(20), async {
-        let (page_below, replay) = tokio::join!(page(&app, &tenant, &below), async {
+        let timed_page = async {
+            let sequences = page(&app, &tenant, &below).await;
+            (sequences, started.elapsed())
+        };
+        let ((page_below, page_took), replay) = tokio::join!(timed_page, async {
             let mut stream = Sse::open(&app, &secret, tenant.workspace_id, "?after=0", None).await;
             stream.expect_preamble().await;
             let mut seen = Vec::new();
@@ -271,11 +276,18 @@ async fn postgres_only_a_replica_that_stops_answering_costs_a_read_its_timeout()
         });
         assert_eq!(page_below[0], newest - 1);
         assert_eq!(replay, (1..=newest).collect::<Vec<_>>());
+        page_took
     })
     .await;
     let failed_after = reads(&app.metrics().await, "failed");
     pair.freeze_replica(false).unwrap();
-    assert!(answered.is_ok(), "a read waited on the frozen replica");
+    let page_took = answered.expect("a read waited on the frozen replica");
+    // The replica's 1 s, then the primary; without it the read lane's 6 s deadline would end
+    // the wait. A bound, not a speed target: 4 s leaves a loaded machine 3 s of slack.
+    assert!(
+        page_took < Duration::from_secs(4),
+        "the page waited {page_took:?} on the frozen replica"
+    );
     assert!(failed_after > failed, "no read reached the frozen replica");
 
     // Answering again, it is first seen to catch up, then serves.

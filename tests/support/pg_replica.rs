@@ -24,6 +24,9 @@ impl PgPair {
         if !bin.join("initdb").exists() || !bin.join("pg_basebackup").exists() {
             return Err(format!("initdb and pg_basebackup in {}", bin.display()));
         }
+        if !succeeds(Command::new("pgrep").arg("--version")) {
+            return Err("pgrep (procps), to freeze the replica".into());
+        }
         if is_root() && !succeeds(Command::new("id").arg("postgres")) {
             return Err("a postgres user to run initdb as (the tests run as root)".into());
         }
@@ -127,31 +130,26 @@ impl PgPair {
 
     /// Stops every process of the replica with SIGSTOP (SIGCONT with `false`): its sockets stay
     /// open and take what is sent, but nothing answers, as behind a partition that drops
-    /// packets.
+    /// packets. The postmaster is stopped first, so it forks no child after the children are
+    /// listed; a process that has exited meanwhile is skipped.
     pub fn freeze_replica(&self, frozen: bool) -> Result<(), String> {
         let pidfile = self.dir.join("replica").join("postmaster.pid");
         let pid =
             std::fs::read_to_string(&pidfile).map_err(|e| format!("{}: {e}", pidfile.display()))?;
         let postmaster = pid.lines().next().unwrap_or_default().trim().to_owned();
+        let signal = if frozen { "-STOP" } else { "-CONT" };
+        let send = |pid: &str| succeeds(Command::new("kill").args([signal, pid]));
+        if !send(&postmaster) {
+            return Err(format!("kill {signal} {postmaster} failed"));
+        }
         let children = Command::new("pgrep")
             .args(["-P", &postmaster])
             .output()
             .map_err(|e| format!("pgrep: {e}"))?;
-        let mut pids: Vec<String> = String::from_utf8_lossy(&children.stdout)
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect();
-        // The postmaster last when freezing, first when thawing, so it forks nothing unfrozen.
-        pids.push(postmaster);
-        if !frozen {
-            pids.reverse();
+        for child in String::from_utf8_lossy(&children.stdout).split_whitespace() {
+            send(child);
         }
-        let signal = if frozen { "-STOP" } else { "-CONT" };
-        if succeeds(Command::new("kill").arg(signal).args(&pids)) {
-            Ok(())
-        } else {
-            Err(format!("kill {signal} {pids:?} failed"))
-        }
+        Ok(())
     }
 
     pub fn start_replica(&self) -> Result<(), String> {
@@ -204,6 +202,8 @@ impl PgPair {
 
 impl Drop for PgPair {
     fn drop(&mut self) {
+        // A test that failed while the replica was frozen: a stopped postmaster would not stop.
+        let _ = self.freeze_replica(false);
         for data in ["replica", "primary"] {
             let _ = self.run(
                 "pg_ctl",
