@@ -71,9 +71,10 @@ fn watch(primary: PgPool, replica: PgPool, health: Weak<ReplicaHealth>) {
         let mut ticks = tokio::time::interval(EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut warned = false;
-        // The primary's cluster, as last read: a replica of another cluster has LSNs that mean
-        // nothing here.
-        let mut cluster = None;
+        // Whether the replica, since it last answered, was seen to follow this primary's cluster
+        // (a standby of another has LSNs that mean nothing here), or could not be checked.
+        let mut same_cluster = false;
+        let mut unchecked_warned = false;
         loop {
             ticks.tick().await;
             let Some(health) = health.upgrade() else {
@@ -84,18 +85,34 @@ fn watch(primary: PgPool, replica: PgPool, health: Weak<ReplicaHealth>) {
             let written = tokio::time::timeout(LOOK_TIMEOUT, wal_position(&primary))
                 .await
                 .ok()
-                .and_then(Result::ok)
-                .map(|(id, written)| {
-                    cluster = Some(id);
-                    written
-                });
-            let look = tokio::time::timeout(LOOK_TIMEOUT, replay_position(&replica)).await;
-            let look = match look {
-                Ok(Ok(Some((id, _)))) if cluster.is_some_and(|c| c != id) => Err(Foreign),
-                Ok(Ok(Some((_, replayed)))) => Ok(replayed),
+                .and_then(Result::ok);
+            let mut look = match tokio::time::timeout(LOOK_TIMEOUT, replay_position(&replica)).await
+            {
+                Ok(Ok(Some(replayed))) => Ok(replayed),
                 Ok(Ok(None)) => Err(NotStandby),
                 _ => Err(Silent),
             };
+            if look.is_ok() && !same_cluster {
+                match clusters(&primary, &replica).await {
+                    Some((ours, theirs)) if ours != theirs => look = Err(Foreign),
+                    Some(_) => same_cluster = true,
+                    None => {
+                        // pg_control_system() revoked (some managed databases): serve unchecked
+                        // rather than never.
+                        if !unchecked_warned {
+                            tracing::warn!(
+                                "cannot read system_identifier on DATABASE_URL or CP_READ_DATABASE_URL: \
+                                 not checking that the replica follows this primary"
+                            );
+                            unchecked_warned = true;
+                        }
+                        same_cluster = true;
+                    }
+                }
+            }
+            if look.is_err() {
+                same_cluster = false;
+            }
             match look {
                 Ok(replayed) => {
                     warned = false;
@@ -158,24 +175,29 @@ enum Unusable {
 }
 use Unusable::*;
 
-/// The primary's cluster (`system_identifier`) and WAL position.
-async fn wal_position(primary: &PgPool) -> Result<(i64, i64), sqlx::Error> {
-    sqlx::query_as(
-        "SELECT (SELECT system_identifier FROM pg_control_system()),
-                pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint",
-    )
-    .fetch_one(primary)
-    .await
+async fn wal_position(primary: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint")
+        .fetch_one(primary)
+        .await
 }
 
-/// The replica's cluster and replay position, or `None` when it is not a standby.
-async fn replay_position(replica: &PgPool) -> Result<Option<(i64, i64)>, sqlx::Error> {
-    let (cluster, replayed): (i64, Option<i64>) = sqlx::query_as(
-        "SELECT (SELECT system_identifier FROM pg_control_system()),
-                CASE WHEN pg_is_in_recovery()
+/// The replica's replay position, or `None` when it is not a standby.
+async fn replay_position(replica: &PgPool) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT CASE WHEN pg_is_in_recovery()
                 THEN pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0')::bigint END",
     )
     .fetch_one(replica)
-    .await?;
-    Ok(replayed.map(|replayed| (cluster, replayed)))
+    .await
+}
+
+/// The clusters (`system_identifier`) of the primary and the replica; `None` when either
+/// cannot be read.
+async fn clusters(primary: &PgPool, replica: &PgPool) -> Option<(i64, i64)> {
+    async fn cluster(pool: &PgPool) -> Option<i64> {
+        let read =
+            sqlx::query_scalar("SELECT system_identifier FROM pg_control_system()").fetch_one(pool);
+        tokio::time::timeout(LOOK_TIMEOUT, read).await.ok()?.ok()
+    }
+    Some((cluster(primary).await?, cluster(replica).await?))
 }
