@@ -367,9 +367,12 @@ impl State {
                 chrono::Utc::now().timestamp(),
                 &nonce,
             );
+            // The last attempt ends with the patience, not 10 s past it.
+            let left = REPORT_PATIENCE.saturating_sub(started.elapsed());
             let mut request = self
                 .http
                 .post(format!("{}{path}", self.base()))
+                .timeout(left.clamp(Duration::from_secs(1), Duration::from_secs(10)))
                 .header("content-type", "application/json")
                 .body(body.clone());
             for (name, value) in headers.pairs() {
@@ -402,7 +405,8 @@ impl State {
                 Err(e) => (format!("{e}"), None),
             };
             let (error, asked) = retry;
-            let pause = retry_pause(attempt, asked);
+            // Up to a quarter more, so runners refused together do not retry together.
+            let pause = retry_pause(attempt, asked).mul_f64(1.0 + rand::random::<f64>() / 4.0);
             if started.elapsed() + pause > REPORT_PATIENCE {
                 tracing::warn!(delivery_id = %delivery, status, attempt, %error, "report failed; giving up");
                 break;
