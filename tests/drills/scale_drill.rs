@@ -445,24 +445,26 @@ async fn replica_reads(client: &reqwest::Client, servers: &[String], outcomes: &
     sum
 }
 
-/// Accepted commands not yet reported `succeeded` by their runner, by status.
+/// Accepted commands not yet reported `succeeded` by their runner, by status (`missing`: a
+/// delivery id an answer named that is not in the records, or is not an id at all).
 async fn unfinished(drill: &Drill, records: &sqlx::PgPool) -> Res<BTreeMap<String, i64>> {
-    let deliveries: Vec<Uuid> = drill
-        .accepted_deliveries
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|d| d.parse().ok())
-        .collect();
+    let accepted = drill.accepted_deliveries.lock().unwrap().clone();
+    let deliveries: Vec<Uuid> = accepted.iter().filter_map(|d| d.parse().ok()).collect();
     let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT c.status, count(*) FROM webhook_deliveries d
-         JOIN runner_commands c ON c.id = d.command_id
-         WHERE d.id = ANY($1) AND c.status <> 'succeeded' GROUP BY c.status",
+        "SELECT coalesce(c.status, 'missing'), count(*) FROM unnest($1::uuid[]) AS a(id)
+         LEFT JOIN webhook_deliveries d ON d.id = a.id
+         LEFT JOIN runner_commands c ON c.id = d.command_id
+         WHERE c.status IS DISTINCT FROM 'succeeded' GROUP BY 1",
     )
     .bind(&deliveries)
     .fetch_all(records)
     .await?;
-    Ok(rows.into_iter().collect())
+    let mut by_status: BTreeMap<String, i64> = rows.into_iter().collect();
+    let unparsed = (accepted.len() - deliveries.len()) as i64;
+    if unparsed > 0 {
+        *by_status.entry("missing".into()).or_default() += unparsed;
+    }
+    Ok(by_status)
 }
 
 #[tokio::main]
@@ -744,10 +746,11 @@ async fn main() -> Res<()> {
     )
     .fetch_one(&records)
     .await?;
-    if not_succeeded > 0 {
+    let accepted = drill.accepted_deliveries.lock().unwrap().len();
+    if not_succeeded > 0 || accepted == 0 {
         failures.push((
             3,
-            format!("{not_succeeded} accepted commands not reported succeeded, by status: {unfinished:?}"),
+            format!("{not_succeeded} of {accepted} accepted commands not reported succeeded, by status: {unfinished:?}"),
         ));
     }
     let statuses = drill.tally.statuses.lock().unwrap().clone();
@@ -809,7 +812,7 @@ async fn main() -> Res<()> {
     );
     println!(
         "deliveries: {} accepted, {not_succeeded} not reported succeeded by their runner, {resent} attempts past the first",
-        drill.accepted_deliveries.lock().unwrap().len()
+        accepted
     );
     println!(
         "keyed 503s while the Redis master was down: {redis_503}; reads the replica answered \
