@@ -378,7 +378,7 @@ impl State {
             for (name, value) in headers.pairs() {
                 request = request.header(name, value);
             }
-            let retry = match request.send().await {
+            let (error, asked) = match request.send().await {
                 Ok(r) if r.status().is_success() => {
                     tracing::info!(delivery_id = %delivery, status, "reported");
                     return true;
@@ -404,7 +404,6 @@ impl State {
                 }
                 Err(e) => (format!("{e}"), None),
             };
-            let (error, asked) = retry;
             // Up to a quarter more, so runners refused together do not retry together.
             let pause = retry_pause(attempt, asked).mul_f64(1.0 + rand::random::<f64>() / 4.0);
             if started.elapsed() + pause > REPORT_PATIENCE {

@@ -71,10 +71,7 @@ fn watch(primary: PgPool, replica: PgPool, health: Weak<ReplicaHealth>) {
         let mut ticks = tokio::time::interval(EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut warned = false;
-        // Whether the replica, since it last answered, was seen to follow this primary's cluster
-        // (a standby of another has LSNs that mean nothing here), or could not be checked.
-        let mut same_cluster = false;
-        let mut unchecked_warned = false;
+        let mut cluster = SameCluster::default();
         loop {
             ticks.tick().await;
             let Some(health) = health.upgrade() else {
@@ -92,26 +89,11 @@ fn watch(primary: PgPool, replica: PgPool, health: Weak<ReplicaHealth>) {
                 Ok(Ok(None)) => Err(NotStandby),
                 _ => Err(Silent),
             };
-            if look.is_ok() && !same_cluster {
-                match clusters(&primary, &replica).await {
-                    Some((ours, theirs)) if ours != theirs => look = Err(Foreign),
-                    Some(_) => same_cluster = true,
-                    None => {
-                        // pg_control_system() revoked (some managed databases): serve unchecked
-                        // rather than never.
-                        if !unchecked_warned {
-                            tracing::warn!(
-                                "cannot read system_identifier on DATABASE_URL or CP_READ_DATABASE_URL: \
-                                 not checking that the replica follows this primary"
-                            );
-                            unchecked_warned = true;
-                        }
-                        same_cluster = true;
-                    }
-                }
+            if look.is_ok() && !cluster.follows(&primary, &replica).await {
+                look = Err(Foreign);
             }
             if look.is_err() {
-                same_cluster = false;
+                cluster.forget();
             }
             match look {
                 Ok(replayed) => {
@@ -189,6 +171,44 @@ async fn replay_position(replica: &PgPool) -> Result<Option<i64>, sqlx::Error> {
     )
     .fetch_one(replica)
     .await
+}
+
+/// Whether the replica follows this primary's cluster (a standby of another has LSNs that mean
+/// nothing here): asked once per spell of answers, as a replica can only be swapped while it
+/// does not answer.
+#[derive(Default)]
+struct SameCluster {
+    checked: bool,
+    unchecked_warned: bool,
+}
+
+impl SameCluster {
+    /// False only for a standby of another cluster.
+    async fn follows(&mut self, primary: &PgPool, replica: &PgPool) -> bool {
+        if self.checked {
+            return true;
+        }
+        match clusters(primary, replica).await {
+            Some((ours, theirs)) if ours != theirs => return false,
+            Some(_) => {}
+            // pg_control_system() revoked (some managed databases): serve unchecked rather
+            // than never.
+            None if !self.unchecked_warned => {
+                tracing::warn!(
+                    "cannot read system_identifier on DATABASE_URL or CP_READ_DATABASE_URL: \
+                     not checking that the replica follows this primary"
+                );
+                self.unchecked_warned = true;
+            }
+            None => {}
+        }
+        self.checked = true;
+        true
+    }
+
+    fn forget(&mut self) {
+        self.checked = false;
+    }
 }
 
 /// The clusters (`system_identifier`) of the primary and the replica; `None` when either
