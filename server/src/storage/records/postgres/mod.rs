@@ -7,6 +7,8 @@
 //! `policies` announces policy changes on [`POLICY_CHANNEL`], and `throughput/read_pool.rs`
 //! keeps the request path's read connections (credential lookup, activity pages).
 
+#[cfg(test)]
+mod activity_floor;
 mod audit;
 mod changes;
 pub(super) mod copy;

@@ -113,6 +113,18 @@ pub(in crate::storage::records) async fn insert_event_row<S: Dialect>(
     Ok(())
 }
 
+/// One page of a workspace's events, newest first, below an optional cursor. `seq IS NOT
+/// NULL`: Postgres numbers events after their commit (SQLite as it inserts). Named so that the
+/// activity floor can be checked against it.
+pub(in crate::storage::records) fn page_sql() -> String {
+    format!(
+        "SELECT {EVENT_COLUMNS} FROM audit_events
+         WHERE workspace_id = $1 AND seq IS NOT NULL
+           AND (CAST($2 AS BIGINT) IS NULL OR seq < $2)
+         ORDER BY seq DESC LIMIT $3"
+    )
+}
+
 #[async_trait]
 impl<S: Dialect> AuditStore for S {
     async fn list_events(
@@ -121,16 +133,10 @@ impl<S: Dialect> AuditStore for S {
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<AuditEvent>, StoreError> {
-        // `seq IS NOT NULL`: Postgres numbers events after their commit (SQLite as it inserts).
-        let query = S::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {EVENT_COLUMNS} FROM audit_events
-             WHERE workspace_id = $1 AND seq IS NOT NULL
-               AND (CAST($2 AS BIGINT) IS NULL OR seq < $2)
-             ORDER BY seq DESC LIMIT $3"
-        )))
-        .bind(workspace_id)
-        .bind(before)
-        .bind(i64::from(limit));
+        let query = S::query(sqlx::AssertSqlSafe(page_sql()))
+            .bind(workspace_id)
+            .bind(before)
+            .bind(i64::from(limit));
         let rows: Vec<EventRow> = self.read_all(query).await?;
         rows.into_iter().map(EventRow::into_event).collect()
     }

@@ -19,7 +19,7 @@ mod runner_admin;
 mod runners;
 mod settings;
 mod stmt;
-mod tokens;
+pub(super) mod tokens;
 mod workflows;
 
 pub(crate) use self::stmt::{Done, List, ListParam, On, Param, Rows, Stmt, run_statements};

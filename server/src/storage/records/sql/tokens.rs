@@ -80,6 +80,24 @@ struct CredentialRow {
     user_disabled: bool,
 }
 
+/// The statement authentication sends: the token's current secret, or one a rotation
+/// replaced; either way with its user's disabled state, read in the same statement so nothing
+/// can serve a stale answer. Named so that the activity floor can be checked against it.
+pub(in crate::storage::records) fn credential_sql<S: Dialect>() -> String {
+    format!(
+        "SELECT {token_columns}, t.secret_hash, NULL AS valid_until,
+                u.disabled_at IS NOT NULL AS user_disabled
+         FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.public_id = $1
+         UNION ALL
+         SELECT {token_columns}, p.secret_hash, p.valid_until,
+                u.disabled_at IS NOT NULL AS user_disabled
+         FROM token_previous_secrets p JOIN tokens t ON t.id = p.token_id
+              JOIN users u ON u.id = t.user_id
+         WHERE p.public_id = $1",
+        token_columns = S::TOKEN_COLUMNS,
+    )
+}
+
 #[async_trait]
 impl<S: Dialect> TokenStore for S {
     async fn insert_token(
@@ -108,21 +126,7 @@ impl<S: Dialect> TokenStore for S {
         &self,
         public_id: &str,
     ) -> Result<Option<StoredCredential>, StoreError> {
-        // The token's current secret, or one a rotation replaced; either way with its user's
-        // disabled state, read in the same statement so nothing can serve a stale answer.
-        let query = S::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {token_columns}, t.secret_hash, NULL AS valid_until,
-                    u.disabled_at IS NOT NULL AS user_disabled
-             FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.public_id = $1
-             UNION ALL
-             SELECT {token_columns}, p.secret_hash, p.valid_until,
-                    u.disabled_at IS NOT NULL AS user_disabled
-             FROM token_previous_secrets p JOIN tokens t ON t.id = p.token_id
-                  JOIN users u ON u.id = t.user_id
-             WHERE p.public_id = $1",
-            token_columns = S::TOKEN_COLUMNS,
-        )))
-        .bind(public_id);
+        let query = S::query(sqlx::AssertSqlSafe(credential_sql::<S>())).bind(public_id);
         // Authentication is the request path's hottest read.
         let row: Option<CredentialRow> = self.read_optional(query).await?;
         row.map(|r| {
