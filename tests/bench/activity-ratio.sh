@@ -11,7 +11,8 @@ ROUNDS=${1:-5}
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
-start_server 18080 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off
+# Postgres and Redis, as the server runs in production; BENCH_REDIS_URL names another Redis.
+start_server 18080 REDIS_URL="${BENCH_REDIS_URL:-redis://127.0.0.1:6379}" CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off
 wrk -t2 -c$CONNS -d3s -s $HERE/activity.lua http://127.0.0.1:18080 >/dev/null
 PUBLIC_ID=$(cut -d_ -f2 <<<"$TOKEN0")
 for r in $(seq 1 "$ROUNDS"); do
