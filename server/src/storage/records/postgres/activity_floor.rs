@@ -29,11 +29,11 @@ fn as_the_server_sends(floor_statement: &str) -> String {
 
 #[test]
 fn the_activity_floor_runs_the_statements_the_endpoint_sends() {
-    let without_comments: String = FLOOR
+    let without_comments = FLOOR
         .lines()
         .filter(|line| !line.trim_start().starts_with("--"))
-        .map(|line| format!("{line}\n"))
-        .collect();
+        .collect::<Vec<_>>()
+        .join("\n");
     let floor: Vec<String> = without_comments
         .split(';')
         .map(normalise)
