@@ -59,14 +59,13 @@ impl<S: Dialect> AuditIntegrityStore for S {
         .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;
-        rows.into_iter()
-            .map(|ChainedRow(row, hash)| {
-                Ok(ChainedEvent {
-                    event: row.into_event()?,
-                    hash,
-                })
+        Ok(rows
+            .into_iter()
+            .map(|ChainedRow(row, hash)| ChainedEvent {
+                event: row.into_event(),
+                hash,
             })
-            .collect()
+            .collect())
     }
 
     async fn audit_head(&self, workspace_id: Uuid) -> Result<Option<AuditHead>, StoreError> {
@@ -124,7 +123,7 @@ impl<S: Dialect> AuditIntegrityStore for S {
         .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;
-        rows.into_iter().map(EventRow::into_event).collect()
+        Ok(rows.into_iter().map(EventRow::into_event).collect())
     }
 
     async fn set_audit_retention(

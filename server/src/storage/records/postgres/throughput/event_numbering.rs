@@ -236,10 +236,7 @@ async fn number_batch(
     .fetch_all(&mut *tx)
     .await
     .map_err(map_err)?;
-    let waiting = rows
-        .into_iter()
-        .map(EventRow::into_event)
-        .collect::<Result<Vec<_>, _>>()?;
+    let waiting: Vec<_> = rows.into_iter().map(EventRow::into_event).collect();
     if waiting.is_empty() {
         return Ok(0);
     }
