@@ -32,7 +32,7 @@ where
     /// By position, in [`EVENT_COLUMNS`] order: a page is 51 rows, and looking each column up
     /// by name showed in profiles. Unchecked: the types are fixed by `EVENT_COLUMNS` beside
     /// this and read back by every backend's suite, while sqlx's check of each cell (a type
-    /// clone and compare, 612 per page) was 5% of the server's CPU on `GET activity`.
+    /// clone and compare, 612 per page) showed in profiles of `GET activity`.
     fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
         let data: String = row.try_get_unchecked(11)?;
         let data = serde_json::value::RawValue::from_string(data).map_err(|e| {
