@@ -34,27 +34,39 @@ where
     let _ = result;
 }
 
+type BoxedFilter<S> = Box<dyn Layer<S> + Send + Sync>;
+
 /// The filter `spec` (else `default`) describes. A list of `target=level` directives, the usual
 /// case, becomes a static [`Targets`] filter. `EnvFilter` is kept for directives that name a
 /// span or a field (`[request{path=..}]=debug`): it takes a shared lock each time any span is
 /// entered or left, and sqlx enters the request span at every row it yields, which cost about
 /// 2% of the server's CPU on `GET activity` (BENCHMARKS.md). A spec that does not parse, or an
 /// empty one, gives `default`, as before.
-fn filter<S>(spec: Option<&str>, default: &str) -> Box<dyn Layer<S> + Send + Sync>
+fn filter<S>(spec: Option<&str>, default: &str) -> BoxedFilter<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    let spec = spec.map(str::trim).filter(|s| !s.is_empty());
-    if let Some(spec) = spec.filter(|s| names_spans_or_fields(s)) {
-        if let Ok(filter) = EnvFilter::try_new(spec) {
-            return Box::new(filter);
-        }
-    } else if let Some(Ok(targets)) = spec.map(str::parse::<Targets>) {
-        return Box::new(targets);
-    }
-    match default.parse::<Targets>() {
-        Ok(targets) if !names_spans_or_fields(default) => Box::new(targets),
-        _ => Box::new(EnvFilter::new(default)),
+    spec.and_then(parse)
+        .or_else(|| parse(default))
+        .unwrap_or_else(|| Box::new(EnvFilter::new(default)))
+}
+
+/// One spec as a filter, `None` when it is empty or does not parse.
+fn parse<S>(spec: &str) -> Option<BoxedFilter<S>>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let spec = spec.trim();
+    if spec.is_empty() {
+        None
+    } else if names_spans_or_fields(spec) {
+        EnvFilter::try_new(spec)
+            .ok()
+            .map(|f| Box::new(f) as BoxedFilter<S>)
+    } else {
+        spec.parse::<Targets>()
+            .ok()
+            .map(|t| Box::new(t) as BoxedFilter<S>)
     }
 }
 

@@ -42,6 +42,14 @@ split() {
   awk -v rate="$(awk -v r="$2" '$1 == r {print $2}' "$OUT/rates.txt")" \
     '{printf "%-14s %s cores, %4.0f us per request\n", $1, $2, $2 * 1e6 / rate}' "$OUT/cpu-$1.txt"
 }
+# record_server: with PERF set, `perf record` of the server started last, for SECS.
+record_server() {
+  [ -n "${PERF:-}" ] || return 0
+  perf record -F 499 -g -e cpu-clock -p "${PIDS[-1]}" -o "$PERF" -- sleep "$SECS" >/dev/null 2>&1 &
+  PIDS+=($!)
+}
+LIMITS_OFF=(CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off
+  CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off)
 STATEMENTS=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_stat_statements'" \
   -c "SHOW shared_preload_libraries" | tail -1 | grep -c pg_stat_statements || true)
 
@@ -51,13 +59,9 @@ if [ "$LOAD" = activity ]; then
   wait $SAMPLER
   figures check "pgbench: activity SQL (floor):pg_activity:pg"
   echo "== floor: pgbench, activity SQL"; grep -o "tps = [0-9.]*" "$OUT/pg_activity.txt"; split floor pg_activity
-  start_server 18080 REDIS_URL="${BENCH_REDIS_URL:-redis://127.0.0.1:6379}" CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off \
-    CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off
+  start_server 18080 REDIS_URL="${BENCH_REDIS_URL:-redis://127.0.0.1:6379}" "${LIMITS_OFF[@]}"
   wrk -t2 -c$CONNS -d3s -s $HERE/activity.lua http://127.0.0.1:18080 >/dev/null
-  if [ -n "${PERF:-}" ]; then
-    perf record -F 499 -g -e cpu-clock -p "${PIDS[-1]}" -o "$PERF" -- sleep "$SECS" >/dev/null 2>&1 &
-    PIDS+=($!)
-  fi
+  record_server
   sample activity & SAMPLER=$!
   wrk_run -s $HERE/activity.lua http://127.0.0.1:18080 > "$OUT/activity.txt"; wait $SAMPLER
   figures check "GET activity:activity:wrk"
@@ -71,16 +75,12 @@ figures check "pgbench: two inserts (floor):pg_two:pg"
 echo "== floor: pgbench, two inserts"; grep -o "tps = [0-9.]*" "$OUT/pg_two.txt"; split floor pg_two
 delete_floor_rows
 
-start_server 18080 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off \
-  CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off CP_MAX_ACTIVE_TOKENS_PER_USER=1000000
+start_server 18080 "${LIMITS_OFF[@]}" CP_MAX_ACTIVE_TOKENS_PER_USER=1000000
 wrk -t2 -c$CONNS -d3s -s $HERE/issue.lua http://127.0.0.1:18080 >/dev/null
 if [ "$STATEMENTS" = 1 ]; then
   psql "$DATABASE_URL" -qc "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null
 fi
-if [ -n "${PERF:-}" ]; then
-  perf record -F 499 -g -e cpu-clock -p "${PIDS[-1]}" -o "$PERF" -- sleep "$SECS" >/dev/null 2>&1 &
-  PIDS+=($!)
-fi
+record_server
 if [ "$LOAD" = issuance ]; then
   sample issue & SAMPLER=$!
   wrk_run -s $HERE/issue.lua http://127.0.0.1:18080 > "$OUT/issue1.txt"; wait $SAMPLER
