@@ -104,6 +104,11 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
         &self,
         write: &WriteContext,
     ) -> impl Future<Output = Result<WriteTx<Self::DB>, StoreError>> + Send;
+    /// Begins a read-only transaction whose statements all see one snapshot, so a record read
+    /// in several statements is of one moment.
+    fn begin_snapshot(
+        &self,
+    ) -> impl Future<Output = Result<sqlx::Transaction<'static, Self::DB>, StoreError>> + Send;
     /// What announcing a commit needs of the store, taken when the transaction is done.
     type Announcer: Send + 'static;
     fn announcer(&self) -> Self::Announcer;

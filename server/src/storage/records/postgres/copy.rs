@@ -11,6 +11,7 @@ use sqlx::{AssertSqlSafe, PgConnection, Postgres, QueryBuilder, Row as _, Transa
 use super::{PostgresStore, map_err};
 use crate::storage::StoreError;
 use crate::storage::records::copy::{Cell, Kind, Table};
+use crate::storage::records::dialect::Dialect as _;
 
 /// jsonb is read as its text, so it crosses without being parsed.
 pub(super) fn select_column(name: &str, kind: Kind) -> String {
@@ -87,11 +88,7 @@ async fn untimed(tx: &mut Transaction<'static, Postgres>) -> Result<(), StoreErr
 pub(in crate::storage) async fn begin_snapshot(
     store: &PostgresStore,
 ) -> Result<Transaction<'static, Postgres>, StoreError> {
-    let mut tx = store
-        .pool
-        .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        .await
-        .map_err(map_err)?;
+    let mut tx = store.begin_snapshot().await?;
     untimed(&mut tx).await?;
     Ok(tx)
 }

@@ -51,6 +51,13 @@ impl Dialect for PostgresStore {
         Ok(WriteTx::new(tx, None))
     }
 
+    async fn begin_snapshot(&self) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
+        self.pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(map_err)
+    }
+
     type Announcer = (Arc<Sequencer>, PgPool);
 
     fn announcer(&self) -> Self::Announcer {

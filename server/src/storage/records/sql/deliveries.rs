@@ -480,26 +480,29 @@ impl<S: Dialect> DeliveryStore for S {
             latency_ms: Option<i32>,
             error: Option<String>,
         }
-        // Two statements, so two snapshots, the second no older than the first: the attempts
-        // first, so the delivery is never shown older than its attempts (a finished 202 beside
-        // the lease's `next_attempt_at` was seen in CI with the other order).
+        // One snapshot for both statements: an attempt's outcome and its delivery's state
+        // commit together, and two snapshots could show either without the other (CI saw a
+        // `failed` delivery beside its last attempt still in flight, and, in the other order,
+        // a finished 202 beside the lease's `next_attempt_at`).
+        let mut tx = self.begin_snapshot().await?;
         let attempts: Vec<AttemptRow> = S::query(
             "SELECT number, runner_id, url, started_at, finished_at, status_code, latency_ms, error
              FROM webhook_attempts WHERE delivery_id = $1 ORDER BY number",
         )
         .bind(delivery_id)
-        .fetch_all(self.pool())
+        .fetch_all(&mut *tx)
         .await?;
-        let Some(row): Option<Row> = S::query(
+        let row: Option<Row> = S::query(
             "SELECT d.id, d.command_id, c.workspace_id, c.pool_id, d.status,
                     c.status AS command_status, d.detail, d.next_attempt_at
              FROM webhook_deliveries d JOIN runner_commands c ON c.id = d.command_id
              WHERE d.id = $1",
         )
         .bind(delivery_id)
-        .fetch_optional(self.pool())
-        .await?
-        else {
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await.map_err(S::map_err)?;
+        let Some(row) = row else {
             return Ok(None);
         };
         Ok(Some(DeliveryReport {

@@ -37,7 +37,9 @@ struct StatusRow {
 impl<S: Dialect> RunnerAdminStore for S {
     async fn list_runners(&self, pool_id: Uuid) -> Result<Vec<RunnerStatus>, StoreError> {
         // The last success and failure come from the attempts (an admin's read, not the
-        // dispatcher's): a healthy runner's row is not rewritten on every success.
+        // dispatcher's): a healthy runner's row is not rewritten on every success. Runners and
+        // keys in one snapshot, so a runner is never shown beside keys of another moment.
+        let mut tx = self.begin_snapshot().await?;
         let rows: Vec<StatusRow> = S::query(
             "SELECT r.id, r.pool_id, r.name, r.delivery_url, r.created_at,
                     r.consecutive_failures, r.failing_since, r.held_until, r.disabled_at,
@@ -51,7 +53,7 @@ impl<S: Dialect> RunnerAdminStore for S {
              FROM runners r WHERE r.pool_id = $1 ORDER BY r.created_at, r.id",
         )
         .bind(pool_id)
-        .fetch_all(self.pool())
+        .fetch_all(&mut *tx)
         .await?;
         let keys: Vec<(Uuid, Uuid, DateTime<Utc>, Option<DateTime<Utc>>)> = S::query(
             "SELECT k.id, k.runner_id, k.created_at, k.revoked_at FROM runner_keys k
@@ -59,8 +61,9 @@ impl<S: Dialect> RunnerAdminStore for S {
              WHERE r.pool_id = $1 ORDER BY k.created_at, k.id",
         )
         .bind(pool_id)
-        .fetch_all(self.pool())
+        .fetch_all(&mut *tx)
         .await?;
+        tx.commit().await.map_err(S::map_err)?;
         Ok(rows
             .into_iter()
             .map(|r| RunnerStatus {

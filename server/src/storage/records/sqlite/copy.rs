@@ -10,6 +10,7 @@ use sqlx::{QueryBuilder, Row as _, Sqlite, Transaction};
 use super::{SqliteStore, from_json, map_err, to_json};
 use crate::storage::StoreError;
 use crate::storage::records::copy::{Cell, Kind};
+use crate::storage::records::dialect::Dialect as _;
 
 pub(super) fn decode(row: &SqliteRow, i: usize, kind: Kind) -> Result<Cell, StoreError> {
     let list = |i| -> Result<Option<String>, StoreError> { row.try_get(i).map_err(map_err) };
@@ -63,11 +64,11 @@ pub(in crate::storage) async fn schema(
     Ok(schema)
 }
 
-/// A read transaction: its first read fixes the snapshot every later read sees (WAL).
+/// One snapshot for every read, so the copy is of one moment even if something writes.
 pub(in crate::storage) async fn begin_snapshot(
     store: &SqliteStore,
 ) -> Result<Transaction<'static, Sqlite>, StoreError> {
-    store.pool.begin().await.map_err(map_err)
+    store.begin_snapshot().await
 }
 
 /// A write transaction holding the write lock from its start (the copy is its process's only

@@ -70,6 +70,11 @@ impl Dialect for SqliteStore {
         Ok(WriteTx::new(tx, Some(turn)))
     }
 
+    /// A deferred transaction: its first read fixes the snapshot every later read sees (WAL).
+    async fn begin_snapshot(&self) -> Result<sqlx::Transaction<'static, Sqlite>, StoreError> {
+        self.pool.begin().await.map_err(map_err)
+    }
+
     type Announcer = broadcast::Sender<Change>;
 
     fn announcer(&self) -> Self::Announcer {
