@@ -92,8 +92,9 @@ org=$(json "$work/bootstrap.json" 'd["organisationId"]')
 ws=$(json "$work/bootstrap.json" 'd["workspaceId"]')
 admin=$(json "$work/bootstrap.json" 'd["userId"]')
 # Real ids for the path parameters, so operations get past their 404s: a pool to delete, a
-# pool with a runner to send commands to, a workflow revision to approve, a plugin to review,
-# and a second token whose workspace access may be revoked (never the one schemathesis uses).
+# pool with a runner to send commands to, a workflow revision to approve, a plugin to review
+# (and another user's review of it to report, written once the server runs), and a second
+# token whose workspace access may be revoked (never the one schemathesis uses).
 pool=$("$cpctl" pools create --workspace "$ws" doomed)
 busy_pool=$("$cpctl" pools create --workspace "$ws" builders)
 "$cpctl" runners register --pool "$busy_pool" -o json >"$work/runner.json"
@@ -102,6 +103,10 @@ revision=$("$cpctl" workflows revisions create --workflow "$workflow")
 plugin=$("$cpctl" plugins create --org "$org" linter)
 "$cpctl" tokens issue --user "$admin" --name victim --scope activity:read --workspace "$ws" -o json >"$work/victim.json"
 victim=$(json "$work/victim.json" 'd["id"]')
+# A second user's token, to write the review the admin reports (one's own cannot be reported).
+reviewer=$("$cpctl" users create --org "$org" reviewer@contract.test)
+"$cpctl" tokens issue --user "$reviewer" --name reviewer --scope reviews:write --workspace "$ws" -o json >"$work/reviewer.json"
+reviewer_token=$(json "$work/reviewer.json" 'd["token"]')
 # A second organisation's admin: the peer object_level_authorization replays reads as.
 "$cpctl" bootstrap --org stranger --workspace theirs --admin admin@stranger.test -o json >"$work/stranger.json"
 stranger=$(json "$work/stranger.json" 'd["credential"]["token"]')
@@ -153,6 +158,15 @@ import sys, urllib.request
 open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1], timeout=10).read())
 EOF
 echo "listening on $base"
+# The review to report, written over HTTP (reviews have no cpctl command to create them).
+review=$("$python" - "$base/v1/marketplace/plugins/$plugin/reviews/me" "$reviewer_token" <<'EOF'
+import json, sys, urllib.request
+body = json.dumps({"rating": 4, "title": "Solid", "body": "It lints what it says."}).encode()
+request = urllib.request.Request(sys.argv[1], data=body, method="PUT", headers={
+    "Authorization": "Bearer " + sys.argv[2], "Content-Type": "application/json"})
+print(json.load(urllib.request.urlopen(request, timeout=10))["review"]["id"])
+EOF
+)
 
 log "(a) openapi-python-client: a complete client, no warning"
 # --fail-on-warning fails on the generator's own warnings; its output is also searched, so a
@@ -211,6 +225,7 @@ pool = { values = ["$busy_pool"] }
 "path.workflowId" = "$workflow"
 "path.revisionId" = "$revision"
 "path.pluginId" = "$plugin"
+"path.reviewId" = "$review"
 "path.tokenId" = "$victim"
 "body.organisationId" = { dictionary = "organisation", probability = 0.8 }
 "body.workspaceIds[*]" = { dictionary = "workspace", probability = 0.8 }
