@@ -104,8 +104,10 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
         &self,
         write: &WriteContext,
     ) -> impl Future<Output = Result<WriteTx<Self::DB>, StoreError>> + Send;
-    /// Begins a read-only transaction whose statements all see one snapshot, so a record read
-    /// in several statements is of one moment.
+    /// Begins a transaction whose statements all see one snapshot, so a record read in
+    /// several statements is of one moment. Only reads belong in it (Postgres refuses a
+    /// write; SQLite does not check). `store copy` takes its snapshot here too and lifts the
+    /// statement timeout itself: a deadline added here would stop long copies.
     fn begin_snapshot(
         &self,
     ) -> impl Future<Output = Result<sqlx::Transaction<'static, Self::DB>, StoreError>> + Send;

@@ -480,10 +480,11 @@ impl<S: Dialect> DeliveryStore for S {
             latency_ms: Option<i32>,
             error: Option<String>,
         }
-        // One snapshot for both statements: an attempt's outcome and its delivery's state
-        // commit together, and two snapshots could show either without the other (CI saw a
-        // `failed` delivery beside its last attempt still in flight, and, in the other order,
-        // a finished 202 beside the lease's `next_attempt_at`).
+        // One snapshot for both statements: what one transaction writes to an attempt and
+        // its delivery (a lease, `finish_attempt`) shows together. Two snapshots showed a
+        // delivery given up beside its last attempt still in flight, and, in the other order,
+        // a finished 202 beside the lease's `next_attempt_at`. A delivery a timeout or a
+        // runner's report ended may still sit beside an unfinished attempt: that is its state.
         let mut tx = self.begin_snapshot().await?;
         let attempts: Vec<AttemptRow> = S::query(
             "SELECT number, runner_id, url, started_at, finished_at, status_code, latency_ms, error
