@@ -4,12 +4,15 @@
 # loopback ports) and a three-master Redis Cluster (also its own), DRILL_WORKSPACES (1000)
 # workspaces under a mixed load with DRILL_STREAMS (200) audit streams open; during it a Redis
 # master is killed and restarted without its keys, the replica is stopped, and a server is
-# SIGKILLed. The drill prints its criteria first and exits non-zero naming each broken one;
-# this script adds one (no panic in a server log). Stops by itself; figures go to
-# RELIABILITY.md.
+# SIGKILLed. With DRILL_REDIS_REPLICAS=1 each master has a replica, and the killed master's
+# replica must take over its slots before it comes back (it then rejoins as a replica). The
+# drill prints its criteria first and exits non-zero naming each broken one; this script adds
+# two (no panic in a server log; with replicas, the takeover happened). Stops by itself;
+# figures go to RELIABILITY.md.
 #
 #   tests/drills/scale.sh                                 (builds what it needs)
 #   DRILL_SECS=20 DRILL_WORKSPACES=200 DRILL_STREAMS=50 tests/drills/scale.sh   (CI's short form)
+#   DRILL_REDIS_REPLICAS=1 tests/drills/scale.sh          (six Redis nodes: a replica takes over)
 #   DRILL_BIN_DIR=/abs/target/release: take control-plane and examples/scale_drill from there
 #
 # Needs redis-server and redis-cli on the PATH, and the Postgres server binaries
@@ -71,8 +74,11 @@ $(declare -f as_pg)
 as_pg "$PGBIN/pg_ctl" stop -D "$DIR/pg/replica" -m immediate >/dev/null
 EOF
 
-echo "starting a three-master Redis Cluster..." >&2
-while [ ${#REDIS_PORTS[@]} -lt 3 ]; do
+REPLICAS=${DRILL_REDIS_REPLICAS:-0}
+case $REPLICAS in 0|1) ;; *) echo "DRILL_REDIS_REPLICAS must be 0 or 1" >&2; exit 2 ;; esac
+NODES=$(( 3 * (1 + REPLICAS) ))
+echo "starting a three-master Redis Cluster ($REPLICAS replica per master)..." >&2
+while [ ${#REDIS_PORTS[@]} -lt "$NODES" ]; do
   # The cluster bus listens on port + 10000: both must be free.
   port=$(python3 -c 'import socket
 while True:
@@ -98,12 +104,25 @@ for port in "${REDIS_PORTS[@]}"; do
   [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] || {
     echo "the Redis node on $port did not start:" >&2; tail -5 "$DIR/redis-$port.log" >&2; exit 1; }
 done
-redis-cli --cluster create "${REDIS_PORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >/dev/null
-for _ in $(seq 1 100); do
-  redis-cli -p "${REDIS_PORTS[0]}" cluster info | grep -q cluster_state:ok && break
+redis-cli --cluster create "${REDIS_PORTS[@]/#/127.0.0.1:}" --cluster-replicas "$REPLICAS" \
+  --cluster-yes >/dev/null
+# Ready: every node sees the cluster ok, and every replica has finished its first sync (a
+# master killed before that would leave nothing to take over).
+for _ in $(seq 1 150); do
+  ready=1
+  for port in "${REDIS_PORTS[@]}"; do
+    redis-cli -p "$port" cluster info | grep -q cluster_state:ok || ready=0
+    if redis-cli -p "$port" role | head -1 | grep -q slave; then
+      redis-cli -p "$port" info replication | grep -q master_link_status:up || ready=0
+    fi
+  done
+  [ "$ready" = 1 ] && break
   sleep 0.2
 done
-KILLED=${REDIS_PORTS[0]}
+[ "$ready" = 1 ] || { echo "the Redis Cluster did not become ready" >&2; exit 1; }
+# The node killed: a master (with replicas, `--cluster create` chooses which nodes are).
+KILLED=$(redis-cli -p "${REDIS_PORTS[0]}" cluster nodes |
+  awk '$3 ~ /master/ { split($2, a, "[:@]"); print a[2]; exit }')
 echo "redis-cli -p $KILLED shutdown nosave >/dev/null 2>&1 || true" > "$DIR/redis-kill.sh"
 cat > "$DIR/redis-start.sh" <<EOF
 redis-server --port $KILLED --bind 127.0.0.1 --cluster-enabled yes \
@@ -126,6 +145,8 @@ export CP_REDIS_PREFIX="scale:"
 ulimit -n "$(ulimit -Hn)"
 SECS=${DRILL_SECS:-60}
 rc=0
+echo "criteria this script adds: 7. no panic in a server log$([ "$REPLICAS" -gt 0 ] &&
+  echo '; 8. a replica took over the killed master'"'"'s slots before it came back')"
 # Stops by itself: the drill is bounded, and the trap stops what it started.
 timeout -k 10 $(( SECS + 540 ))s "$BIN/examples/scale_drill" || rc=$?
 # The default panic hook writes "thread '…' panicked at"; a JSON log line would carry "panic".
@@ -135,6 +156,16 @@ if [ "$panics" -ne 0 ]; then
   echo "FAILED criterion 7 (no panic): $panics panics in the server logs:"
   grep -Ehi 'panicked|"panic' "$DIR"/server-*.log | head -5
   rc=1
+fi
+if [ "$REPLICAS" -gt 0 ]; then
+  # Restarted, the killed master rejoins as a replica only if another node took its slots
+  # while it was down; had it come back first, it would still be their master.
+  role=$(redis-cli -p "$KILLED" role 2>/dev/null | head -1)
+  echo "the killed Redis master ($KILLED) is now: ${role:-not answering}"
+  if [ "$role" != slave ]; then
+    echo "FAILED criterion 8 (a replica took over the killed master's slots): it is ${role:-not answering}"
+    rc=1
+  fi
 fi
 if [ "$rc" -ne 0 ]; then
   echo "scale drill: FAILED (exit $rc); the lines above name each broken criterion"

@@ -3,7 +3,8 @@
 //! each workspace's runner, `cpctl runners serve` in this process, which reports them through
 //! the signed status route; keyed token issuance, activity reads, open audit streams), and
 //! three faults during
-//! it: a Redis master killed and restarted without its keys, the replica stopped, a server
+//! it: a Redis master killed and restarted without its keys (or, where `scale.sh` gave each
+//! master a replica, restarted after the replica took over), the replica stopped, a server
 //! SIGKILLed. Checked against [`criteria`]; exits non-zero naming each criterion that broke.
 //! `tests/drills/scale.sh` starts the cluster and the Postgres pair and runs this.
 //!
@@ -15,7 +16,7 @@
 //! stream forgets an event before the check: the drill must fail).
 
 use std::collections::{BTreeMap, HashMap};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -81,7 +82,8 @@ fn start_server(port: u16, log: &str) -> Res<Child> {
         // cores: the built-in authorizer must not fail closed on a scheduling stall (the
         // deadline is for hostile policies; the abuse drill measures it).
         .args(["--policy-deadline-ms", "500"])
-        .stdout(Stdio::null())
+        // The JSON log (stdout) beside the panic hook's lines (stderr): scale.sh reads both.
+        .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()?)
 }
