@@ -3,10 +3,11 @@
 //! touches one key, or (the rate limit) keys of one hash tag, so each runs within one cluster
 //! slot (`keys.rs` pins it). Only the connection differs (`redis_connection.rs`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, Semaphore};
 
 use super::redis_connection::{RedisConnection, RedisDialler};
 use super::redis_location::RedisLocation;
@@ -15,9 +16,13 @@ use super::{
     RateLimiter, Verdict,
 };
 
+/// A claim finding its own value is the same call run again: the cluster client retries a
+/// script whose answer a failover lost, and that retry must acquire, not report the key in
+/// flight (its caller would then wait out the lease on a claim no one runs). The owner in the
+/// value is new per call, so no other request can match it.
 const CLAIM: &str = r"
 local v = redis.call('GET', KEYS[1])
-if v then return v end
+if v and v ~= ARGV[1] then return v end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false
 ";
@@ -89,10 +94,16 @@ end
 return 1
 ";
 
+/// Claims released in the background at once, at most: past that, a claim whose release
+/// failed is left to its lease. Each retries 7 times, 0.25 s doubling to 16 s (32 s in all,
+/// about a lease), so a long outage costs Redis at most this many calls every few seconds.
+const RELEASES_LATER: usize = 64;
+
 pub struct RedisFastState {
     dialler: RedisDialler,
     connection: OnceCell<RedisConnection>,
     timeout: Duration,
+    releases_later: Arc<Semaphore>,
     claim: redis::Script,
     complete: redis::Script,
     release: redis::Script,
@@ -110,6 +121,7 @@ impl RedisFastState {
             dialler,
             connection: OnceCell::new(),
             timeout,
+            releases_later: Arc::new(Semaphore::new(RELEASES_LATER)),
             claim: redis::Script::new(CLAIM),
             complete: redis::Script::new(COMPLETE),
             release: redis::Script::new(RELEASE),
@@ -221,20 +233,67 @@ fn new_owner() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
-#[async_trait]
-impl IdempotencyStore for RedisFastState {
-    async fn claim(&self, key: &str, fingerprint: &str, lease: Duration) -> FastResult<Claim> {
-        let owner = new_owner();
+impl RedisFastState {
+    /// Releases the claim stored as `value` once Redis answers again, so that the retries of a
+    /// request answered 503 need not wait out its lease. Only that exact value is removed: a
+    /// claim another request made since is left alone. Best effort, bounded (`RELEASES_LATER`).
+    fn release_later(&self, key: &str, value: Vec<u8>) {
+        let (Some(connection), Ok(permit)) = (
+            self.connection.get().cloned(),
+            self.releases_later.clone().try_acquire_owned(),
+        ) else {
+            // Never connected (so nothing was claimed), or enough retries running already.
+            return;
+        };
+        let (key, script, timeout) = (key.to_owned(), self.release.clone(), self.timeout);
+        tokio::spawn(async move {
+            let _permit = permit;
+            let mut connection = connection;
+            let mut wait = Duration::from_millis(250);
+            for _ in 0..7 {
+                tokio::time::sleep(wait).await;
+                let mut invocation = script.key(&key);
+                invocation.arg(&value);
+                let call = invocation.invoke_async::<i64>(&mut connection);
+                if let Ok(Ok(_)) = tokio::time::timeout(timeout * 2, call).await {
+                    return;
+                }
+                wait *= 2;
+            }
+        });
+    }
+
+    async fn claim_as(
+        &self,
+        key: &str,
+        owner: String,
+        fingerprint: &str,
+        lease: Duration,
+    ) -> FastResult<Claim> {
+        let value = in_flight(&owner, fingerprint);
         let mut invocation = self.claim.key(key);
-        invocation
-            .arg(in_flight(&owner, fingerprint))
-            .arg(lease.as_millis() as u64);
-        let existing: Option<Vec<u8>> = self.run(invocation).await?;
+        invocation.arg(&value).arg(lease.as_millis() as u64);
+        let existing: Option<Vec<u8>> = match self.run(invocation).await {
+            Ok(existing) => existing,
+            Err(e) => {
+                // The script may have run with its answer lost (a master dying, a timeout):
+                // the claim would then hold the key against every retry until its lease ends.
+                self.release_later(key, value);
+                return Err(e);
+            }
+        };
         match existing {
             None => Ok(Claim::Acquired { owner }),
             Some(value) => decode(&value)
                 .ok_or_else(|| FastStateError::Unavailable("unreadable idempotency record".into())),
         }
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for RedisFastState {
+    async fn claim(&self, key: &str, fingerprint: &str, lease: Duration) -> FastResult<Claim> {
+        self.claim_as(key, new_owner(), fingerprint, lease).await
     }
 
     async fn complete(&self, held: HeldKey<'_>, record: &[u8], ttl: Duration) -> FastResult<()> {
@@ -252,7 +311,10 @@ impl IdempotencyStore for RedisFastState {
         let (key, owner, fingerprint) = (held.key, held.owner, held.fingerprint);
         let mut invocation = self.release.key(key);
         invocation.arg(in_flight(owner, fingerprint));
-        let _: i64 = self.run(invocation).await?;
+        if let Err(e) = self.run::<i64>(invocation).await {
+            self.release_later(key, in_flight(owner, fingerprint));
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -350,4 +412,62 @@ mod tests {
     }
 
     contract::contract_tests!(open());
+
+    /// The cluster client's retry of a claim whose answer was lost runs the script again with
+    /// the same owner: it acquires (and renews the lease); any other owner still finds it held.
+    #[tokio::test]
+    async fn a_claim_run_again_by_its_own_call_acquires() {
+        let Some((_, ns, state)) = open().await else {
+            return;
+        };
+        let (key, lease) = (format!("{ns}claim"), Duration::from_secs(5));
+        for _ in 0..2 {
+            let claim = state.claim_as(&key, "one".into(), "fp", lease).await;
+            assert_eq!(
+                claim.ok(),
+                Some(Claim::Acquired {
+                    owner: "one".into()
+                })
+            );
+        }
+        let other = state.claim_as(&key, "two".into(), "fp", lease).await;
+        assert_eq!(
+            other.ok(),
+            Some(Claim::InFlight {
+                fingerprint: "fp".into()
+            })
+        );
+    }
+
+    /// A release made later removes the claim it names, and only that one.
+    #[tokio::test]
+    async fn a_release_made_later_frees_its_own_claim_only() {
+        let Some((_, ns, state)) = open().await else {
+            return;
+        };
+        let lease = Duration::from_secs(30);
+        let (mine, theirs) = (format!("{ns}mine"), format!("{ns}theirs"));
+        state.claim_as(&mine, "one".into(), "fp", lease).await.ok();
+        state
+            .claim_as(&theirs, "two".into(), "fp", lease)
+            .await
+            .ok();
+        state.release_later(&mine, in_flight("one", "fp"));
+        state.release_later(&theirs, in_flight("one", "fp"));
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let again = state.claim_as(&mine, "three".into(), "fp", lease).await;
+        assert_eq!(
+            again.ok(),
+            Some(Claim::Acquired {
+                owner: "three".into()
+            })
+        );
+        let held = state.claim_as(&theirs, "three".into(), "fp", lease).await;
+        assert_eq!(
+            held.ok(),
+            Some(Claim::InFlight {
+                fingerprint: "fp".into()
+            })
+        );
+    }
 }
