@@ -95,9 +95,12 @@ return 1
 ";
 
 /// Claims released in the background at once, at most: past that, a claim whose release
-/// failed is left to its lease. Each retries 7 times, 0.25 s doubling to 16 s (32 s in all,
-/// about a lease), so a long outage costs Redis at most this many calls every few seconds.
+/// failed is left to its lease. Each tries `RELEASE_TRIES` times, waiting 0.25 s doubling to
+/// 16 s (32 s in all, about a lease), so a long outage costs Redis at most this many calls
+/// every few seconds.
 const RELEASES_LATER: usize = 64;
+const RELEASE_TRIES: u32 = 7;
+const RELEASE_FIRST_WAIT: Duration = Duration::from_millis(250);
 
 pub struct RedisFastState {
     dialler: RedisDialler,
@@ -253,8 +256,8 @@ impl RedisFastState {
         tokio::spawn(async move {
             let _permit = permit;
             let mut connection = connection;
-            let mut wait = Duration::from_millis(250);
-            for _ in 0..7 {
+            let mut wait = RELEASE_FIRST_WAIT;
+            for _ in 0..RELEASE_TRIES {
                 tokio::time::sleep(wait).await;
                 let mut invocation = script.key(&key);
                 invocation.arg(&value);
@@ -313,10 +316,11 @@ impl IdempotencyStore for RedisFastState {
 
     async fn release(&self, held: HeldKey<'_>) -> FastResult<()> {
         let (key, owner, fingerprint) = (held.key, held.owner, held.fingerprint);
+        let value = in_flight(owner, fingerprint);
         let mut invocation = self.release.key(key);
-        invocation.arg(in_flight(owner, fingerprint));
+        invocation.arg(&value);
         if let Err(e) = self.run::<i64>(invocation).await {
-            self.release_later(key, in_flight(owner, fingerprint));
+            self.release_later(key, value);
             return Err(e);
         }
         Ok(())
