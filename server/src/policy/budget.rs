@@ -15,9 +15,8 @@ use super::cases::{decide, parse_cases};
 use super::engine::{CompiledPolicy, PolicyEngine, PolicyKind};
 use super::settings::EngineSettings;
 
-/// The largest memory budget a version may have. The pooling allocator reserves this much
-/// address space (twice, rounded to a power of two) for every memory slot, so it is a bound,
-/// not a default: decisions run under the version's own budget.
+/// The largest memory budget a version may have: the pooling allocator's largest memory, so
+/// it is a bound, not a default; decisions run under the version's own budget.
 pub const MEMORY_CEILING_MIB: u32 = 256;
 
 /// Decisions a measurement runs: with 200, the p99 is the third slowest.
