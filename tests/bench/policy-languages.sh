@@ -3,7 +3,8 @@
 # each with pooled copy-on-write instances and with on-demand ones
 # (CP_POLICY_INSTANCE_ALLOCATION): six embedded servers, one run, rounds alternated (the order
 # rotates each round), medians reported with ratios against the Rust authorizer of the same
-# allocation. Then the decision alone, in process: tests/bench/policy_profile.rs.
+# allocation, and with each server's CPU and minor page faults per request (from /proc). Then
+# the decision alone, in process: tests/bench/policy_profile.rs.
 #
 #   tests/bench/policy-languages.sh [seconds-per-run] [rounds]     (default 10 s, 3 rounds)
 #
@@ -35,7 +36,7 @@ fi
 declare -A DEADLINE_MS=([pooling]=50 [on-demand]=1000)
 LIMITS_OFF=(CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off
   CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off)
-declare -A PORT WS TOKEN
+declare -A PORT PID WS TOKEN
 NAMES=()
 port=18110
 # serve LANG ALLOCATION: a fresh embedded store whose active authorizer is LANG's, and a
@@ -56,6 +57,7 @@ serve() {
   start_server "$port" DATABASE_URL="sqlite://$dir/control-plane.db" CP_DATA_DIR="$dir" \
     CP_POLICY_MEMORY_MIB="$MEMORY_MIB" CP_POLICY_INSTANCE_ALLOCATION="$allocation" \
     CP_POLICY_DEADLINE_MS="${DEADLINE_MS[$allocation]}" "${LIMITS_OFF[@]}"
+  PID[$name]=${PIDS[-1]}
   NAMES+=("$name")
   port=$((port + 1))
 }
@@ -67,6 +69,10 @@ get() { # NAME SECONDS: wrk on NAME's server
   BENCH_WS=${WS[$1]} BENCH_TOKEN=${TOKEN[$1]} SECS=$2 \
     wrk_run -s $HERE/activity.lua "http://127.0.0.1:${PORT[$1]}"
 }
+# The server's minor page faults and CPU ticks (user + system) so far: what a request costs the
+# server beyond the decision measured in process (a fault in a threaded process can cost a
+# TLB shootdown on the other cores).
+server_counts() { awk '{print $10, $14 + $15}' "/proc/${PID[$1]}/stat"; }
 for name in "${NAMES[@]}"; do get "$name" 2 > /dev/null; done
 ROWS=()
 for round in $(seq 1 "$ROUNDS"); do
@@ -74,7 +80,9 @@ for round in $(seq 1 "$ROUNDS"); do
   for i in $(seq 0 $((n - 1))); do
     name=${NAMES[$(( (i + round - 1) % n ))]}
     echo "round $round: $name" >&2
+    before=$(server_counts "$name")
     get "$name" "$SECS" > "$OUT/$name-$round.txt"
+    echo "$before $(server_counts "$name") $(getconf CLK_TCK)" > "$OUT/$name-$round.counts"
     ROWS+=("$name round $round:$name-$round:wrk")
   done
 done
@@ -89,21 +97,25 @@ def unit(v):
     return float(m[1]) * {"us": 0.001, "ms": 1, "s": 1000}[m[2]]
 med = {}
 for name in names:
-    rps, p50, p99 = [], [], []
+    rps, p50, p99, faults, cpu = [], [], [], [], []
     for r in range(1, rounds + 1):
         t = open(f"{out}/{name}-{r}.txt").read()
         rps.append(float(re.search(r"Requests/sec:\s+([\d.]+)", t)[1]))
         p = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", t, re.M))
         p50.append(unit(p["50"])); p99.append(unit(p["99"]))
-    med[name] = (statistics.median(rps), statistics.median(p50), statistics.median(p99), min(rps), max(rps))
-print("\n| authorizer | allocation | req/s (median; min-max) | p50 ms | p99 ms | / Rust, same allocation | / Rust pooling |")
-print("|---|---|---:|---:|---:|---:|---:|")
+        n = int(re.search(r"(\d+) requests in", t)[1])
+        f0, c0, f1, c1, hz = map(int, open(f"{out}/{name}-{r}.counts").read().split())
+        faults.append((f1 - f0) / n); cpu.append((c1 - c0) / hz / n * 1e6)
+    med[name] = (statistics.median(rps), statistics.median(p50), statistics.median(p99), min(rps), max(rps),
+                 statistics.median(faults), statistics.median(cpu))
+print("\n| authorizer | allocation | req/s (median; min-max) | p50 ms | p99 ms | / Rust, same allocation | / Rust pooling | server CPU µs/request | page faults/request |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
 for name in names:
     lang, allocation = name.split("-", 1)
     r = med[name]
     same = med[f"rust-{allocation}"][0]
     pool = med["rust-pooling"][0]
-    print(f"| {lang} | {allocation} | {r[0]:,.0f} ({r[3]:,.0f}-{r[4]:,.0f}) | {r[1]:.2f} | {r[2]:.2f} | {r[0]/same:.2f} | {r[0]/pool:.2f} |")
+    print(f"| {lang} | {allocation} | {r[0]:,.0f} ({r[3]:,.0f}-{r[4]:,.0f}) | {r[1]:.2f} | {r[2]:.2f} | {r[0]/same:.2f} | {r[0]/pool:.2f} | {r[6]:,.0f} | {r[5]:.0f} |")
 PY
 echo
 echo "checked: no answer outside 2xx (3xx included) and no socket error in any run"
