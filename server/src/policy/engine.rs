@@ -166,7 +166,7 @@ impl PolicyEngine {
             config
                 .epoch_interruption(true)
                 // A whole 32-bit index space per memory lets compiled guests drop their bounds
-                // checks: a JavaScript call is 15% faster (BENCHMARKS.md). It is address space,
+                // checks: a JavaScript call is 14% faster (BENCHMARKS.md). It is address space,
                 // not memory: the default 42 slots of 4 memories reserve about 680 GiB of 128 TiB.
                 .memory_reservation(
                     MEMORY_RESERVATION.max(super::budget::pool_memory_bytes(&settings) as u64),
