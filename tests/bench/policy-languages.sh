@@ -11,6 +11,9 @@
 # The Python and JavaScript components are BENCH_POLICY_DIR/{python,js}-authorizer.wasm, or
 # built there by policies/examples/build.sh when BENCH_POLICY_DIR is unset.
 # BENCH_POLICY_MEMORY_MIB (default 64) is every server's CP_POLICY_MEMORY_MIB.
+# BENCH_POLICY_ALLOCATIONS (default "pooling on-demand") limits the allocations measured.
+# BENCH_POLICY_SLOTS="2 32" runs each pooled Python and JavaScript server once per decision slot
+# count (CP_POLICY_CONCURRENCY), named python-pooling@2 and so on; unset, the server's default.
 SECS=${1:-10}
 # A server compiles a Python or JavaScript component at start when no native code of its
 # engine configuration is cached yet (on-demand allocation is another configuration): allow it.
@@ -42,7 +45,7 @@ port=18110
 # serve LANG ALLOCATION: a fresh embedded store whose active authorizer is LANG's, and a
 # server on it.
 serve() {
-  local lang=$1 allocation=$2 name=$1-$2 dir boot
+  local lang=$1 allocation=$2 slots=${3:-} name=$1-$2${3:+@$3} dir boot
   dir=$OUT/$name
   mkdir -p "$dir"
   local store=(env DATABASE_URL="sqlite://$dir/control-plane.db" CP_DATA_DIR="$dir"
@@ -56,13 +59,22 @@ serve() {
   PORT[$name]=$port
   start_server "$port" DATABASE_URL="sqlite://$dir/control-plane.db" CP_DATA_DIR="$dir" \
     CP_POLICY_MEMORY_MIB="$MEMORY_MIB" CP_POLICY_INSTANCE_ALLOCATION="$allocation" \
-    CP_POLICY_DEADLINE_MS="${DEADLINE_MS[$allocation]}" "${LIMITS_OFF[@]}"
+    CP_POLICY_DEADLINE_MS="${DEADLINE_MS[$allocation]}" ${slots:+CP_POLICY_CONCURRENCY=$slots} \
+    "${LIMITS_OFF[@]}"
   PID[$name]=${PIDS[-1]}
   NAMES+=("$name")
   port=$((port + 1))
 }
-for allocation in pooling on-demand; do
-  for lang in rust python js; do serve $lang $allocation; done
+read -ra SLOTS <<<"${BENCH_POLICY_SLOTS:-}"
+for allocation in ${BENCH_POLICY_ALLOCATIONS:-pooling on-demand}; do
+  serve rust "$allocation"
+  for lang in python js; do
+    if [ "$allocation" = pooling ] && [ ${#SLOTS[@]} -gt 0 ]; then
+      for slots in "${SLOTS[@]}"; do serve $lang pooling "$slots"; done
+    else
+      serve $lang "$allocation"
+    fi
+  done
 done
 
 get() { # NAME SECONDS: wrk on NAME's server
@@ -113,8 +125,8 @@ print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
 for name in names:
     lang, allocation = name.split("-", 1)
     r = med[name]
-    same = med[f"rust-{allocation}"][0]
-    pool = med["rust-pooling"][0]
+    same = med[f"rust-{allocation.split('@')[0]}"][0]
+    pool = med.get("rust-pooling", med[f"rust-{allocation.split('@')[0]}"])[0]
     print(f"| {lang} | {allocation} | {r[0]:,.0f} ({r[3]:,.0f}-{r[4]:,.0f}) | {r[1]:.2f} | {r[2]:.2f} | {r[0]/same:.2f} | {r[0]/pool:.2f} | {r[6]:,.0f} | {r[5]:.0f} |")
 PY
 echo
