@@ -375,8 +375,9 @@ pub struct ServerConfig {
     pub policy_memory_mib: usize,
 
     /// Policy decisions evaluated at once; more wait, up to `--policy-queue-timeout-ms`.
-    #[arg(long, env = "CP_POLICY_CONCURRENCY", default_value_t = 32)]
-    pub policy_concurrency: usize,
+    /// Twice the cores this process may use when absent.
+    #[arg(long, env = "CP_POLICY_CONCURRENCY")]
+    pub policy_concurrency: Option<usize>,
 
     /// How long a policy decision waits for a free slot before the request fails with 503
     /// `unavailable`, in milliseconds. Twice the deadline when absent.

@@ -286,7 +286,7 @@ async fn a_decision_with_no_free_slot_is_a_503_with_retry_after_not_a_hang() {
     // One slot, held for a whole 1.5 s deadline by the sleeping policy; a second request waits
     // 50 ms for it and is refused.
     let app = spawn_app_with(|c| {
-        c.policy_concurrency = 1;
+        c.policy_concurrency = Some(1);
         c.policy_deadline_ms = 1500;
         c.policy_queue_timeout_ms = Some(50);
     })
@@ -339,7 +339,7 @@ async fn a_full_shadow_queue_drops_evaluations_without_delaying_active_decisions
     // queue of one take three of the 20 requests' evaluations, the rest are dropped and counted,
     // and every request is answered before a single shadow evaluation could end.
     let app = spawn_app_with(|c| {
-        c.policy_concurrency = 2;
+        c.policy_concurrency = Some(2);
         c.policy_deadline_ms = 3000;
         c.policy_shadow_queue = 1;
     })

@@ -131,7 +131,7 @@ const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 /// Address space per linear memory: all a 32-bit index reaches (wasmtime's 64-bit default), so
 /// only an access whose static offset passes the guard keeps a bounds check: a JavaScript call
-/// is 14% faster (BENCHMARKS.md). About 680 GiB of 128 TiB for the default pool; not memory.
+/// is 14% faster (BENCHMARKS.md). About 16 GiB of 128 TiB per pool slot; not memory.
 const MEMORY_RESERVATION: u64 = 4 << 30;
 const MEMORY_GUARD: u64 = 32 << 20;
 

@@ -50,6 +50,14 @@ impl InstanceAllocation {
 }
 
 impl EngineSettings {
+    /// Decision slots when none are configured: twice the cores this process may use. A
+    /// decision is CPU work under a wall-clock deadline, so slots past the cores only share
+    /// them: at 32 slots on 2 cores, 16 Python decisions at once stretched some past 50 ms and
+    /// refused their requests, where 4 slots queued them (BENCHMARKS.md).
+    pub fn default_concurrency() -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get()) * 2
+    }
+
     /// The slot wait when none is configured: two deadlines, as long as the slowest decision
     /// holding a slot can take, twice over.
     pub fn default_queue_timeout(deadline: Duration) -> Duration {
@@ -63,7 +71,7 @@ impl Default for EngineSettings {
         Self {
             deadline,
             memory_bytes: 16 << 20,
-            max_concurrent: 32,
+            max_concurrent: Self::default_concurrency(),
             queue_timeout: Self::default_queue_timeout(deadline),
             shadow_queue: 64,
             allocation: InstanceAllocation::Pooling,

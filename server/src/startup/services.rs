@@ -87,7 +87,10 @@ pub(super) async fn build_services(
     let engine = PolicyEngine::new(EngineSettings {
         deadline,
         memory_bytes: config.policy_memory_mib << 20,
-        max_concurrent: config.policy_concurrency.max(1),
+        max_concurrent: config
+            .policy_concurrency
+            .unwrap_or_else(EngineSettings::default_concurrency)
+            .max(1),
         queue_timeout: config
             .policy_queue_timeout_ms
             .map(Duration::from_millis)
