@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GET activity with the built-in Rust authorizer, a Python and a JavaScript authorizer active,
 # each with pooled copy-on-write instances and with on-demand ones
-# (CP_POLICY_INSTANCE_ALLOCATION): six embedded servers, one run, rounds alternated (the order
+# (CP_POLICY_INSTANCE_ALLOCATION): an embedded server each, one run, rounds alternated (the order
 # rotates each round), medians reported with ratios against the Rust authorizer of the same
 # allocation, and with each server's CPU and minor page faults per request (from /proc). Then
 # the decision alone, in process: tests/bench/policy_profile.rs.
@@ -126,8 +126,9 @@ for name in names:
     lang, allocation = name.split("-", 1)
     r = med[name]
     same = med[f"rust-{allocation.split('@')[0]}"][0]
-    pool = med.get("rust-pooling", med[f"rust-{allocation.split('@')[0]}"])[0]
-    print(f"| {lang} | {allocation} | {r[0]:,.0f} ({r[3]:,.0f}-{r[4]:,.0f}) | {r[1]:.2f} | {r[2]:.2f} | {r[0]/same:.2f} | {r[0]/pool:.2f} | {r[6]:,.0f} | {r[5]:.0f} |")
+    pool = med.get("rust-pooling", (None,))[0]
+    vs_pool = f"{r[0] / pool:.2f}" if pool else "–"
+    print(f"| {lang} | {allocation} | {r[0]:,.0f} ({r[3]:,.0f}-{r[4]:,.0f}) | {r[1]:.2f} | {r[2]:.2f} | {r[0]/same:.2f} | {vs_pool} | {r[6]:,.0f} | {r[5]:.0f} |")
 PY
 echo
 echo "checked: no answer outside 2xx (3xx included) and no socket error in any run"
