@@ -42,8 +42,8 @@ LIMITS_OFF=(CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_
 declare -A PORT PID WS TOKEN
 NAMES=()
 port=18110
-# serve LANG ALLOCATION: a fresh embedded store whose active authorizer is LANG's, and a
-# server on it.
+# serve LANG ALLOCATION [SLOTS]: a fresh embedded store whose active authorizer is LANG's, and a
+# server on it with SLOTS decision slots (the default when omitted).
 serve() {
   local lang=$1 allocation=$2 slots=${3:-} name=$1-$2${3:+@$3} dir boot
   dir=$OUT/$name
