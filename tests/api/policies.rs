@@ -332,6 +332,48 @@ async fn a_decision_with_no_free_slot_is_a_503_with_retry_after_not_a_hang() {
 }
 
 #[tokio::test]
+async fn a_freed_slot_goes_to_another_organisation_before_a_floods_backlog() {
+    // One slot; every decision sleeps to its 1 s deadline and waits at most 1.2 s for the slot.
+    // One organisation holds it and queues two more; another queues one after them. When the
+    // slot frees at 1 s, first come first served would give it to the flood, and the other
+    // organisation's request would time out at 1.6 s; in turns, it is decided (and fails
+    // closed, 403, as every decision of this policy does) while the flood's backlog times out.
+    let app = spawn_app_with(|c| {
+        c.policy_concurrency = Some(1);
+        c.policy_deadline_ms = 1000;
+        c.policy_queue_timeout_ms = Some(1200);
+    })
+    .await;
+    let flood = app.bootstrap().await;
+    let other = app.bootstrap().await;
+    activate(
+        &app,
+        &flood,
+        "sleep",
+        fixtures::SLEEP,
+        Duration::from_secs(10),
+    )
+    .await;
+    let send = |tenant: &Tenant| {
+        let request = app.get(
+            &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
+            &tenant.token,
+        );
+        tokio::spawn(async move { request.response().await })
+    };
+    let holder = send(&flood);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let backlog = [send(&flood), send(&flood)];
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let newcomer = send(&other);
+    assert_api_error(newcomer.await.unwrap(), 403, "policy_error").await;
+    assert_api_error(holder.await.unwrap(), 403, "policy_error").await;
+    for queued in backlog {
+        assert_api_error(queued.await.unwrap(), 503, "unavailable").await;
+    }
+}
+
+#[tokio::test]
 async fn a_full_shadow_queue_drops_evaluations_without_delaying_active_decisions() {
     // The active authorizer is an installed one (deny-all), so each decision needs one of the
     // two slots. Every shadow evaluation sleeps to its 3 s deadline. Were shadows to take slots,

@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use uuid::Uuid;
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -10,6 +10,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::budget::{Limiter, PeakMemory};
 use super::moderation::{ModerationInput, ModerationOutcome, outcome};
 use super::settings::{EngineSettings, InstanceAllocation, pool};
+use super::slots::{DecisionSlots, NoSlot, Slot};
 use super::wit::{AuthzInput, authorizer, authz_types, moderation_types, moderator};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -121,7 +122,7 @@ pub struct PolicyEngine {
     engine: Engine,
     linker: Linker<Sandbox>,
     settings: EngineSettings,
-    permits: Arc<Semaphore>,
+    slots: DecisionSlots,
     disk: Option<super::native_cache::NativeCache>,
     compiled: AtomicU64,
     from_disk: AtomicU64,
@@ -190,7 +191,7 @@ impl PolicyEngine {
                 }
             })
             .map_err(|e| format!("could not start the epoch ticker: {e}"))?;
-        let permits = Arc::new(Semaphore::new(settings.max_concurrent));
+        let slots = DecisionSlots::new(settings.max_concurrent);
         let disk = settings.cache_dir.as_deref().and_then(|dir| {
             super::native_cache::NativeCache::open(dir)
                 .inspect_err(|e| {
@@ -205,7 +206,7 @@ impl PolicyEngine {
             engine,
             linker,
             settings,
-            permits,
+            slots,
             disk,
             compiled: AtomicU64::new(0),
             from_disk: AtomicU64::new(0),
@@ -456,29 +457,26 @@ impl PolicyEngine {
         .await
     }
 
-    /// Waits for a decision slot, at most `queue_timeout`: a decision that cannot start in time
-    /// fails as unavailable rather than queueing without bound.
-    async fn slot(&self) -> Result<OwnedSemaphorePermit, PolicyFailure> {
-        match tokio::time::timeout(
-            self.settings.queue_timeout,
-            self.permits.clone().acquire_owned(),
-        )
-        .await
-        {
-            Ok(Ok(permit)) => Ok(permit),
-            Ok(Err(closed)) => Err(PolicyFailure::Unavailable(closed.to_string())),
-            Err(_) => Err(PolicyFailure::Unavailable(format!(
-                "no decision slot was free within {} ms",
-                self.settings.queue_timeout.as_millis()
-            ))),
-        }
+    /// Waits for a decision slot for `organisation`, at most `queue_timeout`: a decision that
+    /// cannot start in time fails as unavailable rather than queueing without bound. Freed
+    /// slots go to organisations in turn (`slots.rs`).
+    async fn slot(&self, organisation: Uuid) -> Result<Slot, PolicyFailure> {
+        self.slots
+            .acquire(organisation, self.settings.queue_timeout)
+            .await
+            .map_err(|NoSlot| {
+                PolicyFailure::Unavailable(format!(
+                    "no decision slot was free within {} ms",
+                    self.settings.queue_timeout.as_millis()
+                ))
+            })
     }
 
     /// Runs `decision` off the async workers, holding `slot` if given: an installed policy may
     /// spin to its deadline, and guest code runs inside `poll`, so it gets a blocking thread
     /// that drives the future (host waits included) to the end.
     async fn on_blocking_thread<T: Send + 'static>(
-        slot: Option<OwnedSemaphorePermit>,
+        slot: Option<Slot>,
         decision: impl Future<Output = Result<T, PolicyFailure>> + Send + 'static,
     ) -> Result<T, PolicyFailure> {
         let timers = DECISION_TIMERS
@@ -508,7 +506,7 @@ impl PolicyEngine {
             // installed policy may spin to its deadline, so it never runs on an async worker.
             return self.authorize_now(&policy, &request).await;
         }
-        let slot = self.slot().await?;
+        let slot = self.slot(input.principal.organisation_id).await?;
         let engine = self.clone();
         Self::on_blocking_thread(Some(slot), async move {
             engine.authorize_now(&policy, &request).await
@@ -534,14 +532,16 @@ impl PolicyEngine {
         .await
     }
 
-    /// Moderates in a fresh instance, in a decision slot off the async workers.
+    /// Moderates in a fresh instance, in a decision slot of `organisation` (whose review or
+    /// report it is) off the async workers.
     pub async fn moderate(
         self: &Arc<Self>,
         policy: Arc<CompiledPolicy>,
         input: &ModerationInput,
+        organisation: Uuid,
     ) -> Result<ModerationOutcome, PolicyFailure> {
         let request = input.to_wit();
-        let slot = self.slot().await?;
+        let slot = self.slot(organisation).await?;
         let engine = self.clone();
         Self::on_blocking_thread(Some(slot), async move {
             engine.moderate_now(&policy, &request).await

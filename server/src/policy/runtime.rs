@@ -270,16 +270,21 @@ impl PolicyRuntime {
         }
     }
 
-    /// Moderates with the active moderator; any failure holds the review. `correlation` is the
+    /// Moderates with the active moderator; any failure holds the review. `organisation` is
+    /// the review's or the report's, whose turn the decision slot is; `correlation` is the
     /// request's id, for the decision log.
     pub async fn moderate(
         &self,
         input: &ModerationInput,
+        organisation: uuid::Uuid,
         correlation: Option<&CorrelationId>,
     ) -> ModerationOutcome {
         let active = read(&self.moderator);
         let started = Instant::now();
-        let result = self.engine.moderate(active.policy.clone(), input).await;
+        let result = self
+            .engine
+            .moderate(active.policy.clone(), input, organisation)
+            .await;
         let latency = started.elapsed();
         let outcome = match &result {
             Ok(o) => DecisionOutcome::of_verdict(o.verdict),

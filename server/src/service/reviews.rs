@@ -147,13 +147,16 @@ impl Services {
         Ok(self.store.list_reviews(plugin_id).await?)
     }
 
+    /// `organisation` is the one whose review or report it is: decision slots go to
+    /// organisations in turn.
     async fn moderate(
         &self,
         input: &ModerationInput,
+        organisation: Uuid,
         cid: &CorrelationId,
     ) -> crate::policy::ModerationOutcome {
         match &self.policies {
-            Some(runtime) => runtime.moderate(input, Some(cid)).await,
+            Some(runtime) => runtime.moderate(input, organisation, Some(cid)).await,
             // No policy engine: nothing is published unseen.
             None => crate::policy::ModerationOutcome {
                 verdict: Verdict::Hold,
@@ -202,6 +205,7 @@ impl Services {
                     prior_reports: prior.iter().map(report_input).collect(),
                     blocklist: self.settings.moderation_blocklist.clone(),
                 },
+                principal.organisation_id,
                 write.correlation_id(),
             )
             .await;
@@ -300,6 +304,8 @@ impl Services {
                         prior_reports: prior.iter().map(report_input).collect(),
                         blocklist: self.settings.moderation_blocklist.clone(),
                     },
+                    // The reporter's turn: a flood of reports is theirs.
+                    principal.organisation_id,
                     write.correlation_id(),
                 )
                 .await;
@@ -381,6 +387,7 @@ impl Services {
                         prior_reports: vec![],
                         blocklist: self.settings.moderation_blocklist.clone(),
                     },
+                    current.organisation_id,
                     cid,
                 )
                 .await;

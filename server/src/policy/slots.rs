@@ -1,0 +1,314 @@
+//! Decision slots, shared between organisations in turn.
+//!
+//! A plain semaphore queues waiters first come, first served: an organisation that keeps 16
+//! requests in flight keeps 16 decisions ahead of everyone else's, and with 4 slots another
+//! organisation's one request waits out all of them, or the queue timeout. Here a freed slot
+//! goes to the waiting organisation that holds the fewest slots, the one served longest ago on
+//! a tie, so a newcomer waits for one decision to end, not for a flood's backlog. No slot is
+//! held back: one organisation alone may take them all. Within an organisation, first come,
+//! first served.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+/// The decision slots of one engine.
+pub struct DecisionSlots {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    free: usize,
+    /// Organisations that hold or wait for a slot; one that does neither is removed, so the map
+    /// is bounded by the slots and the waiters.
+    tenants: HashMap<Uuid, Tenant>,
+    /// Numbers waiters (their order within an organisation) and grants (turns between them).
+    clock: u64,
+}
+
+#[derive(Default)]
+struct Tenant {
+    held: usize,
+    last_grant: u64,
+    waiting: VecDeque<Waiter>,
+}
+
+struct Waiter {
+    ticket: u64,
+    grant: oneshot::Sender<Slot>,
+}
+
+/// A held slot; dropping it passes it on.
+pub struct Slot {
+    /// `None` once it was handed back without being used (its waiter was gone).
+    shared: Option<Arc<Shared>>,
+    tenant: Uuid,
+}
+
+/// No slot came free within the wait.
+#[derive(Debug, PartialEq, Eq)]
+pub struct NoSlot;
+
+impl DecisionSlots {
+    pub fn new(slots: usize) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    free: slots,
+                    ..State::default()
+                }),
+            }),
+        }
+    }
+
+    /// Waits at most `wait` for a slot for `tenant` (an organisation).
+    pub async fn acquire(&self, tenant: Uuid, wait: Duration) -> Result<Slot, NoSlot> {
+        let (ticket, mut granted) = {
+            let mut state = self.shared.lock();
+            // Waiters exist only while no slot is free, so a free slot is never taken past one.
+            if state.free > 0 {
+                state.free -= 1;
+                state.clock += 1;
+                let now = state.clock;
+                let t = state.tenants.entry(tenant).or_default();
+                t.held += 1;
+                t.last_grant = now;
+                return Ok(self.shared.slot(tenant));
+            }
+            state.clock += 1;
+            let ticket = state.clock;
+            let (grant, granted) = oneshot::channel();
+            let t = state.tenants.entry(tenant).or_default();
+            t.waiting.push_back(Waiter { ticket, grant });
+            (ticket, granted)
+        };
+        match tokio::time::timeout(wait, &mut granted).await {
+            Ok(Ok(slot)) => Ok(slot),
+            // The sender is dropped only with its slot handed on, never here; treat it as full.
+            Ok(Err(_)) => Err(NoSlot),
+            Err(_) => {
+                let mut state = self.shared.lock();
+                if let Some(t) = state.tenants.get_mut(&tenant) {
+                    t.waiting.retain(|w| w.ticket != ticket);
+                }
+                state.forget_if_idle(tenant);
+                drop(state);
+                // Granted between the timeout and the lock: the work is about to start, so keep it.
+                granted.try_recv().map_err(|_| NoSlot)
+            }
+        }
+    }
+
+    /// Slots free now.
+    #[cfg(test)]
+    fn free(&self) -> usize {
+        self.shared.lock().free
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is counts and queues changed in single steps; a panic elsewhere leaves it
+        // whole.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn slot(self: &Arc<Self>, tenant: Uuid) -> Slot {
+        Slot {
+            shared: Some(self.clone()),
+            tenant,
+        }
+    }
+
+    /// Gives the slot `from` held to the next waiter in turn, or frees it.
+    fn release(self: &Arc<Self>, from: Uuid) {
+        let mut state = self.lock();
+        if let Some(t) = state.tenants.get_mut(&from) {
+            t.held -= 1;
+        }
+        state.forget_if_idle(from);
+        // Sent under the lock: a send to a waiter that timed out fails at once and gives the
+        // slot back, so the loop tries the next one and no slot is lost or counted twice.
+        while let Some((to, waiter)) = state.next_waiter() {
+            state.clock += 1;
+            let now = state.clock;
+            let t = state.tenants.entry(to).or_default();
+            t.held += 1;
+            t.last_grant = now;
+            match waiter.grant.send(self.slot(to)) {
+                Ok(()) => return,
+                Err(mut unused) => {
+                    unused.shared = None;
+                    if let Some(t) = state.tenants.get_mut(&to) {
+                        t.held -= 1;
+                    }
+                    state.forget_if_idle(to);
+                }
+            }
+        }
+        state.free += 1;
+    }
+}
+
+impl State {
+    /// The head waiter of the organisation holding the fewest slots, served longest ago on a
+    /// tie (then the one waiting longest: organisations never served tie at 0).
+    fn next_waiter(&mut self) -> Option<(Uuid, Waiter)> {
+        let to = self
+            .tenants
+            .iter()
+            .filter_map(|(id, t)| Some((id, t.held, t.last_grant, t.waiting.front()?.ticket)))
+            .min_by_key(|&(_, held, last_grant, ticket)| (held, last_grant, ticket))
+            .map(|(id, ..)| *id)?;
+        let waiter = self.tenants.get_mut(&to)?.waiting.pop_front()?;
+        Some((to, waiter))
+    }
+
+    fn forget_if_idle(&mut self, tenant: Uuid) {
+        if self
+            .tenants
+            .get(&tenant)
+            .is_some_and(|t| t.held == 0 && t.waiting.is_empty())
+        {
+            self.tenants.remove(&tenant);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            shared.release(self.tenant);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LONG: Duration = Duration::from_secs(5);
+
+    fn org() -> Uuid {
+        Uuid::new_v4()
+    }
+
+    /// Queues a waiter for `tenant` and lets it register before the next step.
+    async fn queue(
+        slots: &Arc<DecisionSlots>,
+        tenant: Uuid,
+        wait: Duration,
+    ) -> tokio::task::JoinHandle<Result<Slot, NoSlot>> {
+        let slots = slots.clone();
+        let waiter = tokio::spawn(async move { slots.acquire(tenant, wait).await });
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        waiter
+    }
+
+    #[tokio::test]
+    async fn one_organisation_alone_may_take_every_slot() {
+        let slots = DecisionSlots::new(3);
+        let a = org();
+        let mut held = vec![];
+        for _ in 0..3 {
+            held.push(slots.acquire(a, LONG).await.unwrap());
+        }
+        assert_eq!(slots.free(), 0);
+        assert_eq!(
+            slots.acquire(a, Duration::from_millis(20)).await.err(),
+            Some(NoSlot)
+        );
+        drop(held);
+        assert_eq!(slots.free(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_freed_slot_goes_to_the_organisation_behind_a_flood_not_the_flood() {
+        let slots = Arc::new(DecisionSlots::new(1));
+        let (flood, other) = (org(), org());
+        let first = slots.acquire(flood, LONG).await.unwrap();
+        let mut backlog = vec![];
+        for _ in 0..5 {
+            backlog.push(queue(&slots, flood, LONG).await);
+        }
+        let newcomer = queue(&slots, other, LONG).await;
+        drop(first);
+        let granted = newcomer.await.unwrap().unwrap();
+        assert_eq!(granted.tenant, other);
+        assert!(
+            backlog.iter().all(|w| !w.is_finished()),
+            "the flood's backlog waits"
+        );
+        drop(granted);
+        for waiter in backlog {
+            drop(waiter.await.unwrap().unwrap());
+        }
+        assert_eq!(slots.free(), 1);
+    }
+
+    #[tokio::test]
+    async fn waiting_organisations_take_turns() {
+        let slots = Arc::new(DecisionSlots::new(1));
+        let (a, b) = (org(), org());
+        let holder = slots.acquire(a, LONG).await.unwrap();
+        let (granted, mut grants) = tokio::sync::mpsc::unbounded_channel();
+        for (label, tenant) in [("a1", a), ("a2", a), ("b1", b), ("b2", b)] {
+            let (slots, granted) = (slots.clone(), granted.clone());
+            tokio::spawn(async move {
+                let slot = slots.acquire(tenant, LONG).await.unwrap();
+                granted.send((label, slot)).unwrap();
+            });
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(holder);
+        let mut order = vec![];
+        for _ in 0..4 {
+            let (label, slot) = grants.recv().await.unwrap();
+            order.push(label);
+            drop(slot);
+        }
+        // b was never served, so it goes first; then turns; within each, first come first.
+        assert_eq!(order, ["b1", "a1", "b2", "a2"]);
+        assert_eq!(slots.free(), 1);
+    }
+
+    #[tokio::test]
+    async fn organisations_never_served_go_in_the_order_they_came() {
+        let slots = Arc::new(DecisionSlots::new(1));
+        let holder = slots.acquire(org(), LONG).await.unwrap();
+        let tenants: Vec<Uuid> = (0..8).map(|_| org()).collect();
+        let mut waiters = vec![];
+        for &tenant in &tenants {
+            waiters.push(queue(&slots, tenant, LONG).await);
+        }
+        drop(holder);
+        for (waiter, tenant) in waiters.into_iter().zip(tenants) {
+            let slot = waiter.await.unwrap().unwrap();
+            assert_eq!(slot.tenant, tenant);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_gave_up_takes_no_slot_with_it() {
+        let slots = Arc::new(DecisionSlots::new(1));
+        let (a, b) = (org(), org());
+        let holder = slots.acquire(a, LONG).await.unwrap();
+        let gone = queue(&slots, b, Duration::from_millis(10)).await;
+        assert_eq!(gone.await.unwrap().err(), Some(NoSlot));
+        drop(holder);
+        assert_eq!(slots.free(), 1);
+        assert!(
+            slots.shared.lock().tenants.is_empty(),
+            "no organisation is remembered"
+        );
+    }
+}
