@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Decision slots between organisations: one embedded server with the Python authorizer active
+# and its default slots, two organisations. Each round, the quiet organisation's GET activity
+# (1 connection) runs alone, then beside the other's flood (16 connections); the order of the
+# two runs alternates. Medians of rounds are printed. The script exits non-zero, naming it,
+# when under the flood the quiet organisation's median p50 is more than half the flood's: a
+# freed slot goes to the quiet one in its turn, so it waits for about one decision to end, not
+# behind the flood's queued decisions (docs/decisions.md, "Decision slots go to organisations
+# in turn"). Any answer outside 2xx refuses the run, as in every benchmark here.
+#
+#   tests/bench/policy-fairness.sh [seconds-per-run] [rounds]     (default 10 s, 3 rounds)
+#
+# BENCH_POLICY_DIR holds python-authorizer.wasm, or it is built there (policy-languages.sh).
+# SERVER_BIN runs another server build, for an A/B against an older one.
+SECS=${1:-10}
+ROUNDS=${2:-3}
+START_WAIT=180
+# shellcheck source=lib.sh
+BENCH_SETUP=none source "$(dirname "$0")/lib.sh"
+CONNS=16
+POLICIES=${BENCH_POLICY_DIR:-$OUT/policies}
+if [ ! -f "$POLICIES/python-authorizer.wasm" ]; then
+  policies/examples/build.sh "$POLICIES" python >&2
+fi
+PORT=18130
+STORE=(env DATABASE_URL="sqlite://$OUT/control-plane.db" CP_DATA_DIR="$OUT")
+declare -A WS TOKEN
+for org in flood quiet; do
+  boot=$("${STORE[@]}" "$CPCTL" bootstrap --org "$org" --workspace main --admin "admin@$org.test" -o json)
+  read -r WS[$org] TOKEN[$org] < <(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["workspaceId"], d["credential"]["token"])' <<<"$boot")
+done
+"${STORE[@]}" "$CPCTL" policies install "$POLICIES/python-authorizer.wasm" --kind authorizer --name python >/dev/null
+"${STORE[@]}" "$CPCTL" policies activate python@1 >/dev/null
+start_server "$PORT" DATABASE_URL="sqlite://$OUT/control-plane.db" CP_DATA_DIR="$OUT" \
+  CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off
+
+get() { # ORG CONNECTIONS OUTPUT: wrk on ORG's activity
+  BENCH_WS=${WS[$1]} BENCH_TOKEN=${TOKEN[$1]} \
+    wrk -t1 -c"$2" -d"${SECS}s" --latency -s $HERE/activity.lua "http://127.0.0.1:$PORT" > "$3"
+}
+SECS=2 get flood "$CONNS" /dev/null
+ROWS=()
+for round in $(seq 1 "$ROUNDS"); do
+  alone() { get quiet 1 "$OUT/alone-$round.txt"; }
+  beside() {
+    get flood "$CONNS" "$OUT/flood-$round.txt" &
+    local flood=$!
+    sleep 0.5
+    get quiet 1 "$OUT/beside-$round.txt"
+    wait "$flood"
+  }
+  echo "round $round" >&2
+  if [ $((round % 2)) -eq 1 ]; then alone; beside; else beside; alone; fi
+  ROWS+=("quiet alone $round:alone-$round:wrk" "quiet beside the flood $round:beside-$round:wrk"
+    "flood $round:flood-$round:wrk")
+done
+figures check "${ROWS[@]}"
+
+echo "GET activity, Python authorizer, default decision slots; quiet organisation 1 connection, flood 16; ${SECS} s per run, $ROUNDS rounds, medians; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$OUT" "$ROUNDS" <<'PY'
+import re, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+def unit(v):
+    m = re.match(r"([\d.]+)(us|ms|s)", v)
+    return float(m[1]) * {"us": 0.001, "ms": 1, "s": 1000}[m[2]]
+def med(run):
+    rps, p50, p99 = [], [], []
+    for r in range(1, rounds + 1):
+        t = open(f"{out}/{run}-{r}.txt").read()
+        rps.append(float(re.search(r"Requests/sec:\s+([\d.]+)", t)[1]))
+        p = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", t, re.M))
+        p50.append(unit(p["50"])); p99.append(unit(p["99"]))
+    return statistics.median(rps), statistics.median(p50), statistics.median(p99)
+rows = {run: med(run) for run in ("alone", "beside", "flood")}
+print("\n| client | req/s | p50 ms | p99 ms |\n|---|---:|---:|---:|")
+for run, label in (("alone", "quiet organisation, alone"), ("beside", "quiet organisation, beside the flood"), ("flood", "flooding organisation")):
+    rps, p50, p99 = rows[run]
+    print(f"| {label} | {rps:,.0f} | {p50:.2f} | {p99:.2f} |")
+ratio = rows["beside"][1] / rows["flood"][1]
+print(f"\nquiet p50 beside the flood / flood p50: {ratio:.2f} (at most 0.50)")
+if ratio > 0.5:
+    print("FAILED: the quiet organisation waited behind the flood's queued decisions")
+    sys.exit(1)
+PY
+echo "checked: no answer outside 2xx (3xx included) and no socket error in any run"
