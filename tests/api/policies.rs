@@ -336,7 +336,7 @@ async fn a_freed_slot_goes_to_another_organisation_before_a_floods_backlog() {
     // One slot; every decision sleeps to its 1 s deadline and waits at most 1.2 s for the slot.
     // One organisation holds it and queues two more; another queues one after them. When the
     // slot frees at 1 s, first come first served would give it to the flood, and the other
-    // organisation's request would time out at 1.6 s; in turns, it is decided (and fails
+    // organisation's request would time out at 1.8 s; in turns, it is decided (and fails
     // closed, 403, as every decision of this policy does) while the flood's backlog times out.
     let app = spawn_app_with(|c| {
         c.policy_concurrency = Some(1);
@@ -362,9 +362,9 @@ async fn a_freed_slot_goes_to_another_organisation_before_a_floods_backlog() {
         tokio::spawn(async move { request.response().await })
     };
     let holder = send(&flood);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let backlog = [send(&flood), send(&flood)];
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let newcomer = send(&other);
     assert_api_error(newcomer.await.unwrap(), 403, "policy_error").await;
     assert_api_error(holder.await.unwrap(), 403, "policy_error").await;

@@ -28,12 +28,11 @@
 //! An installed policy may spin to its deadline, so it runs on a blocking thread (which drives
 //! its future, on timers of the engine's own) in one of `max_concurrent` decision slots; the
 //! built-in authorizer takes microseconds and runs in place on the request's task. Freed slots
-//! go to the waiting organisations in turn (`slots.rs`). A decision
-//! waits for a slot at most `queue_timeout`, then fails as [`PolicyFailure::Unavailable`]:
-//! authorization answers 503 `unavailable` with `retry-after`, a review is held. Shadow
-//! evaluations go through a bounded queue to a fixed number of workers that use no slot
-//! (`runtime.rs`); a full queue drops the evaluation and counts it in
-//! `policy_shadow_dropped_total`.
+//! go to the waiting organisations in turn (`slots.rs`). A decision waits for a slot at most
+//! `queue_timeout`, then fails as [`PolicyFailure::Unavailable`]: authorization answers 503
+//! `unavailable` with `retry-after`, a review is held. Shadow evaluations go through a bounded
+//! queue to a fixed number of workers that use no slot (`runtime.rs`); a full queue drops the
+//! evaluation and counts it in `policy_shadow_dropped_total`.
 
 mod budget;
 #[cfg(test)]

@@ -1,12 +1,11 @@
-//! Decision slots, shared between organisations in turn.
-//!
-//! A plain semaphore queues waiters first come, first served: an organisation that keeps 16
-//! requests in flight keeps 16 decisions ahead of everyone else's, and with 4 slots another
-//! organisation's one request waits out all of them, or the queue timeout. Here a freed slot
-//! goes to the waiting organisation that holds the fewest slots, the one served longest ago on
-//! a tie, so a newcomer waits for one decision to end, not for a flood's backlog. No slot is
-//! held back: one organisation alone may take them all. Within an organisation, first come,
-//! first served.
+//! Decision slots, shared between organisations in turn. A plain semaphore serves waiters first
+//! come, first served: with 4 slots, an organisation that keeps 16 requests in flight keeps 12
+//! decisions queued ahead of anyone else's request, which waits out all of them or the queue
+//! timeout. Here a freed slot goes to the waiting organisation that holds the fewest slots (on a
+//! tie, the one served least recently; an organisation that holds and waits for nothing is
+//! forgotten, so it counts as never served), so a newcomer waits for one decision to end, not
+//! for a flood's backlog. No slot is held back: one organisation alone may take them all.
+//! Within an organisation, first come, first served.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,8 +26,9 @@ struct Shared {
 #[derive(Default)]
 struct State {
     free: usize,
-    /// Organisations that hold or wait for a slot; one that does neither is removed, so the map
-    /// is bounded by the slots and the waiters.
+    /// Organisations that hold or wait for a slot; one that does neither is removed (a waiter
+    /// that gives up or is cancelled removes itself), so the map is bounded by the slots and the
+    /// live waiters.
     tenants: HashMap<Uuid, Tenant>,
     /// Numbers waiters (their order within an organisation) and grants (turns between them).
     clock: u64,
@@ -90,20 +90,21 @@ impl DecisionSlots {
             t.waiting.push_back(Waiter { ticket, grant });
             (ticket, granted)
         };
-        match tokio::time::timeout(wait, &mut granted).await {
+        // Declared after `granted`, so a cancelled acquire (its request dropped) leaves the queue
+        // before a slot granted meanwhile is dropped with the receiver and passed on.
+        let queued = Queued {
+            shared: &self.shared,
+            tenant,
+            ticket,
+        };
+        let waited = tokio::time::timeout(wait, &mut granted).await;
+        drop(queued);
+        match waited {
             Ok(Ok(slot)) => Ok(slot),
             // The sender is dropped only with its slot handed on, never here; treat it as full.
             Ok(Err(_)) => Err(NoSlot),
-            Err(_) => {
-                let mut state = self.shared.lock();
-                if let Some(t) = state.tenants.get_mut(&tenant) {
-                    t.waiting.retain(|w| w.ticket != ticket);
-                }
-                state.forget_if_idle(tenant);
-                drop(state);
-                // Granted between the timeout and the lock: the work is about to start, so keep it.
-                granted.try_recv().map_err(|_| NoSlot)
-            }
+            // Granted between the timeout and leaving the queue: keep it, the work can start.
+            Err(_) => granted.try_recv().map_err(|_| NoSlot),
         }
     }
 
@@ -111,6 +112,23 @@ impl DecisionSlots {
     #[cfg(test)]
     fn free(&self) -> usize {
         self.shared.lock().free
+    }
+}
+
+/// A waiter's place in its organisation's queue, left when this is dropped.
+struct Queued<'a> {
+    shared: &'a Arc<Shared>,
+    tenant: Uuid,
+    ticket: u64,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        if let Some(t) = state.tenants.get_mut(&self.tenant) {
+            t.waiting.retain(|w| w.ticket != self.ticket);
+        }
+        state.forget_if_idle(self.tenant);
     }
 }
 
@@ -159,8 +177,8 @@ impl Shared {
 }
 
 impl State {
-    /// The head waiter of the organisation holding the fewest slots, served longest ago on a
-    /// tie (then the one waiting longest: organisations never served tie at 0).
+    /// The head waiter of the organisation holding the fewest slots; on a tie, the one served
+    /// least recently, then the one waiting longest (organisations never served tie at 0).
     fn next_waiter(&mut self) -> Option<(Uuid, Waiter)> {
         let to = self
             .tenants
@@ -295,6 +313,41 @@ mod tests {
             let slot = waiter.await.unwrap().unwrap();
             assert_eq!(slot.tenant, tenant);
         }
+    }
+
+    #[tokio::test]
+    async fn the_organisation_holding_fewer_slots_goes_first() {
+        // b holds two, a one; b queued before a. Served least recently alone would pick b
+        // (its grants are older); fewest held picks a.
+        let slots = Arc::new(DecisionSlots::new(3));
+        let (a, b) = (org(), org());
+        let _b1 = slots.acquire(b, LONG).await.unwrap();
+        let _b2 = slots.acquire(b, LONG).await.unwrap();
+        let a1 = slots.acquire(a, LONG).await.unwrap();
+        let b_waiter = queue(&slots, b, LONG).await;
+        let a_waiter = queue(&slots, a, LONG).await;
+        drop(a1);
+        let granted = a_waiter.await.unwrap().unwrap();
+        assert_eq!(granted.tenant, a);
+        assert!(!b_waiter.is_finished());
+        drop(granted);
+        drop(b_waiter.await.unwrap().unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_waiter_leaves_the_queue() {
+        let slots = Arc::new(DecisionSlots::new(1));
+        let (a, b) = (org(), org());
+        let holder = slots.acquire(a, LONG).await.unwrap();
+        let cancelled = queue(&slots, b, LONG).await;
+        cancelled.abort();
+        assert!(cancelled.await.err().is_some_and(|e| e.is_cancelled()));
+        assert!(
+            !slots.shared.lock().tenants.contains_key(&b),
+            "the cancelled waiter's organisation is forgotten"
+        );
+        drop(holder);
+        assert_eq!(slots.free(), 1);
     }
 
     #[tokio::test]
