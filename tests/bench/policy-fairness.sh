@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Decision slots between organisations: one embedded server with the Python authorizer active
-# and its default slots, two organisations. Each round, the quiet organisation's GET activity
-# (1 connection) runs alone, then beside the other's flood (16 connections); the order of the
-# two runs alternates. Medians of rounds are printed. The script exits non-zero, naming it,
-# when under the flood the quiet organisation's median p50 is more than half the flood's: a
-# freed slot goes to the quiet one in its turn, so it waits for about one decision to end, not
-# behind the flood's queued decisions (docs/decisions.md, "Decision slots go to organisations
-# in turn"). Any answer outside 2xx refuses the run, as in every benchmark here.
+# and 4 decision slots (the default on 2 cores, pinned so that 16 connections queue on any
+# machine), two organisations. Each round, the quiet organisation's GET activity (1
+# connection) runs alone, then beside the other's flood (16 connections, started before it and
+# ended after it); the order of the two runs alternates. Medians of rounds are printed. The
+# script exits non-zero, naming it, when beside the flood the quiet organisation's median p50
+# is more than 0.7 of the flood's: a freed slot goes to the quiet one in its turn, so it does
+# not wait behind the flood's queued decisions (docs/decisions.md, "Decision slots go to
+# organisations in turn"). Measured on 2 cores: 0.44 in turns, 1.01 with one first-come queue;
+# 0.7 leaves room for a busy machine. Any answer outside 2xx refuses the run, as in every
+# benchmark here.
 #
 #   tests/bench/policy-fairness.sh [seconds-per-run] [rounds]     (default 10 s, 3 rounds)
 #
@@ -32,18 +35,19 @@ done
 "${STORE[@]}" "$CPCTL" policies install "$POLICIES/python-authorizer.wasm" --kind authorizer --name python >/dev/null
 "${STORE[@]}" "$CPCTL" policies activate python@1 >/dev/null
 start_server "$PORT" DATABASE_URL="sqlite://$OUT/control-plane.db" CP_DATA_DIR="$OUT" \
-  CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off
+  CP_POLICY_CONCURRENCY=4 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off
 
-get() { # ORG CONNECTIONS OUTPUT: wrk on ORG's activity
+get() { # ORG CONNECTIONS OUTPUT [SECONDS]: wrk on ORG's activity
   BENCH_WS=${WS[$1]} BENCH_TOKEN=${TOKEN[$1]} \
-    wrk -t1 -c"$2" -d"${SECS}s" --latency -s $HERE/activity.lua "http://127.0.0.1:$PORT" > "$3"
+    wrk -t1 -c"$2" -d"${4:-$SECS}s" --latency -s $HERE/activity.lua "http://127.0.0.1:$PORT" > "$3"
 }
-SECS=2 get flood "$CONNS" /dev/null
+get flood "$CONNS" /dev/null 2
 ROWS=()
 for round in $(seq 1 "$ROUNDS"); do
   alone() { get quiet 1 "$OUT/alone-$round.txt"; }
   beside() {
-    get flood "$CONNS" "$OUT/flood-$round.txt" &
+    # The flood outlasts the quiet run by half a second at each end.
+    get flood "$CONNS" "$OUT/flood-$round.txt" $((SECS + 1)) &
     local flood=$!
     sleep 0.5
     get quiet 1 "$OUT/beside-$round.txt"
@@ -56,7 +60,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 figures check "${ROWS[@]}"
 
-echo "GET activity, Python authorizer, default decision slots; quiet organisation 1 connection, flood 16; ${SECS} s per run, $ROUNDS rounds, medians; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "GET activity, Python authorizer, 4 decision slots; quiet organisation 1 connection, flood 16; ${SECS} s per run, $ROUNDS rounds, medians; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$OUT" "$ROUNDS" <<'PY'
 import re, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
@@ -77,8 +81,8 @@ for run, label in (("alone", "quiet organisation, alone"), ("beside", "quiet org
     rps, p50, p99 = rows[run]
     print(f"| {label} | {rps:,.0f} | {p50:.2f} | {p99:.2f} |")
 ratio = rows["beside"][1] / rows["flood"][1]
-print(f"\nquiet p50 beside the flood / flood p50: {ratio:.2f} (at most 0.50)")
-if ratio > 0.5:
+print(f"\nquiet p50 beside the flood / flood p50: {ratio:.2f} (at most 0.70)")
+if ratio > 0.7:
     print("FAILED: the quiet organisation waited behind the flood's queued decisions")
     sys.exit(1)
 PY
