@@ -125,9 +125,33 @@ struct Drill {
     redis_down: AtomicBool,
     redis_503: AtomicUsize,
     unanswered: AtomicUsize,
+    /// Keys answered 409 `idempotency_in_progress`, by what an earlier attempt of the key met
+    /// (`InProgressCause`): a claim held by the killed server, or one made during the failover.
+    in_progress: Mutex<BTreeMap<InProgressCause, (usize, usize)>>,
     /// Idempotency key -> the id every 2xx answer named (commands and tokens).
     answered: Mutex<HashMap<String, (String, bool)>>,
     accepted_deliveries: Mutex<Vec<String>>,
+}
+
+/// What came before a key's first 409: its claim's likely holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum InProgressCause {
+    /// An attempt ended in a connection error: in flight on the SIGKILLed server.
+    KilledServer,
+    /// An attempt was answered 503 while the Redis master was down.
+    Failover,
+    /// Neither: a claim held by a live server (a slow attempt), or an unknown cause.
+    Other,
+}
+
+impl InProgressCause {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::KilledServer => "in flight on the killed server",
+            Self::Failover => "after a 503 in the Redis failover",
+            Self::Other => "neither",
+        }
+    }
 }
 
 impl Drill {
@@ -151,6 +175,7 @@ impl Drill {
         let key = Uuid::new_v4().simple().to_string();
         let started = Instant::now();
         let mut attempt = rand::random::<u32>() as usize;
+        let (mut cause, mut conflicts) = (InProgressCause::Other, 0);
         while started.elapsed() < PATIENCE {
             attempt += 1;
             let server = self.live(attempt);
@@ -165,6 +190,7 @@ impl Drill {
                 .await;
             let wait = match response {
                 Ok(r) if r.status().is_success() => {
+                    self.note_in_progress(cause, conflicts);
                     self.tally
                         .note(kind, r.status().as_u16().to_string(), sent.elapsed(), true);
                     let body: Value = r.json().await.ok()?;
@@ -174,6 +200,12 @@ impl Drill {
                     let status = r.status().as_u16();
                     if status == 503 && self.redis_down.load(Ordering::Relaxed) {
                         self.redis_503.fetch_add(1, Ordering::Relaxed);
+                        if conflicts == 0 && cause == InProgressCause::Other {
+                            cause = InProgressCause::Failover;
+                        }
+                    }
+                    if status == 409 {
+                        conflicts += 1;
                     }
                     self.tally
                         .note(kind, status.to_string(), sent.elapsed(), false);
@@ -183,6 +215,9 @@ impl Drill {
                         .map_or(Duration::from_millis(200), Duration::from_secs)
                 }
                 Err(_) => {
+                    if conflicts == 0 {
+                        cause = InProgressCause::KilledServer;
+                    }
                     self.tally
                         .note(kind, "connection".into(), sent.elapsed(), false);
                     Duration::from_millis(100)
@@ -190,8 +225,18 @@ impl Drill {
             };
             tokio::time::sleep(wait.min(Duration::from_secs(2))).await;
         }
+        self.note_in_progress(cause, conflicts);
         self.unanswered.fetch_add(1, Ordering::Relaxed);
         None
+    }
+
+    fn note_in_progress(&self, cause: InProgressCause, conflicts: usize) {
+        if conflicts > 0 {
+            let mut counts = self.in_progress.lock().unwrap();
+            let (keys, answers) = counts.entry(cause).or_default();
+            *keys += 1;
+            *answers += conflicts;
+        }
     }
 
     async fn command(&self, t: &Tenant) {
@@ -540,6 +585,7 @@ async fn main() -> Res<()> {
         redis_down: AtomicBool::new(false),
         redis_503: AtomicUsize::new(0),
         unanswered: AtomicUsize::new(0),
+        in_progress: Mutex::default(),
         answered: Mutex::new(HashMap::new()),
         accepted_deliveries: Mutex::new(Vec::new()),
     });
@@ -815,6 +861,23 @@ async fn main() -> Res<()> {
     println!(
         "deliveries: {} accepted, {not_succeeded} not reported succeeded by their runner, {resent} attempts past the first",
         accepted
+    );
+    let in_progress: Vec<String> = drill
+        .in_progress
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(cause, (keys, answers))| {
+            format!("{keys} keys {} ({answers} answers)", cause.as_str())
+        })
+        .collect();
+    println!(
+        "keys answered 409 in progress, by what an earlier attempt met: {}",
+        if in_progress.is_empty() {
+            "none".to_owned()
+        } else {
+            in_progress.join("; ")
+        }
     );
     println!(
         "keyed 503s while the Redis master was down: {redis_503}; reads the replica answered \
