@@ -76,11 +76,7 @@ impl DecisionSlots {
             // Waiters exist only while no slot is free, so a free slot is never taken past one.
             if state.free > 0 {
                 state.free -= 1;
-                state.clock += 1;
-                let now = state.clock;
-                let t = state.tenants.entry(tenant).or_default();
-                t.held += 1;
-                t.last_grant = now;
+                state.grant(tenant);
                 return Ok(self.shared.slot(tenant));
             }
             state.clock += 1;
@@ -153,14 +149,10 @@ impl Shared {
             t.held -= 1;
         }
         state.forget_if_idle(from);
-        // Sent under the lock: a send to a waiter that timed out fails at once and gives the
-        // slot back, so the loop tries the next one and no slot is lost or counted twice.
+        // Sent under the lock. A waiter leaves its queue before its receiver is dropped, so a
+        // send should not fail; if one does, the slot comes back unused and goes to the next.
         while let Some((to, waiter)) = state.next_waiter() {
-            state.clock += 1;
-            let now = state.clock;
-            let t = state.tenants.entry(to).or_default();
-            t.held += 1;
-            t.last_grant = now;
+            state.grant(to);
             match waiter.grant.send(self.slot(to)) {
                 Ok(()) => return,
                 Err(mut unused) => {
@@ -177,6 +169,15 @@ impl Shared {
 }
 
 impl State {
+    /// Counts a slot given to `tenant` now.
+    fn grant(&mut self, tenant: Uuid) {
+        self.clock += 1;
+        let now = self.clock;
+        let t = self.tenants.entry(tenant).or_default();
+        t.held += 1;
+        t.last_grant = now;
+    }
+
     /// The head waiter of the organisation holding the fewest slots; on a tie, the one served
     /// least recently, then the one waiting longest (organisations never served tie at 0).
     fn next_waiter(&mut self) -> Option<(Uuid, Waiter)> {
