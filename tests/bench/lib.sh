@@ -146,6 +146,8 @@ delete_floor_rows() {
 #   figures table ROW...  the same checks, then a Markdown table of the rows.
 #   figures ratio A B     A's rate over B's, two decimals; A and B are run names or sums of
 #                         them ("a1+a2"). Refused (exit 1) above 1.0 when B is a floor.
+#   figures medians NAME...  "req/s p50 p99" (ms), each the median over the named wrk runs,
+#                         which `check` has passed.
 figures() {
   python3 - "$OUT" "$@" <<'PY'
 import glob, os, re, sys
@@ -277,6 +279,10 @@ elif cmd == "ratio":
               "a floor that is exceeded is not a floor", file=sys.stderr)
         sys.exit(1)
     print(f"{a / b:.2f}")
+elif cmd == "medians":
+    import statistics
+    runs = [wrk(name)[0] for name in args]
+    print(" ".join(f"{statistics.median(r[i] for r in runs):.3f}" for i in range(3)))
 else:
     sys.exit(f"figures: unknown command {cmd}")
 PY

@@ -61,29 +61,21 @@ done
 figures check "${ROWS[@]}"
 
 echo "GET activity, Python authorizer, 4 decision slots; quiet organisation 1 connection, flood 16; ${SECS} s per run, $ROUNDS rounds, medians; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$OUT" "$ROUNDS" <<'PY'
-import re, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
-def unit(v):
-    m = re.match(r"([\d.]+)(us|ms|s)", v)
-    return float(m[1]) * {"us": 0.001, "ms": 1, "s": 1000}[m[2]]
-def med(run):
-    rps, p50, p99 = [], [], []
-    for r in range(1, rounds + 1):
-        t = open(f"{out}/{run}-{r}.txt").read()
-        rps.append(float(re.search(r"Requests/sec:\s+([\d.]+)", t)[1]))
-        p = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", t, re.M))
-        p50.append(unit(p["50"])); p99.append(unit(p["99"]))
-    return statistics.median(rps), statistics.median(p50), statistics.median(p99)
-rows = {run: med(run) for run in ("alone", "beside", "flood")}
-print("\n| client | req/s | p50 ms | p99 ms |\n|---|---:|---:|---:|")
-for run, label in (("alone", "quiet organisation, alone"), ("beside", "quiet organisation, beside the flood"), ("flood", "flooding organisation")):
-    rps, p50, p99 = rows[run]
-    print(f"| {label} | {rps:,.0f} | {p50:.2f} | {p99:.2f} |")
-ratio = rows["beside"][1] / rows["flood"][1]
-print(f"\nquiet p50 beside the flood / flood p50: {ratio:.2f} (at most 0.70)")
-if ratio > 0.7:
-    print("FAILED: the quiet organisation waited behind the flood's queued decisions")
-    sys.exit(1)
-PY
+medians() { figures medians $(for r in $(seq 1 "$ROUNDS"); do echo "$1-$r"; done); }
+quiet_alone=$(medians alone); quiet_beside=$(medians beside); flooding=$(medians flood)
+echo
+echo "| client | req/s | p50 ms | p99 ms |"
+echo "|---|---:|---:|---:|"
+for row in "quiet organisation, alone:$quiet_alone" "quiet organisation, beside the flood:$quiet_beside" \
+  "flooding organisation:$flooding"; do
+  read -r rps p50 p99 <<<"${row##*:}"
+  printf '| %s | %.0f | %.2f | %.2f |\n' "${row%%:*}" "$rps" "$p50" "$p99"
+done
+ratio=$(awk -v q="$(cut -d' ' -f2 <<<"$quiet_beside")" -v f="$(cut -d' ' -f2 <<<"$flooding")" 'BEGIN { printf "%.2f", q / f }')
+echo
+echo "quiet p50 beside the flood / flood p50: $ratio (at most 0.70)"
+if awk -v r="$ratio" 'BEGIN { exit !(r > 0.7) }'; then
+  echo "FAILED: the quiet organisation waited behind the flood's queued decisions"
+  exit 1
+fi
 echo "checked: no answer outside 2xx (3xx included) and no socket error in any run"
