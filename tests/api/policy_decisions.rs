@@ -1,6 +1,6 @@
 //! The policy decision log and the decision metrics: a denied request logged with its
 //! correlation id, reason, policy and digest; allows sampled (all at rate 1, none at rate 0,
-//! every deny whatever the rate); the metrics on `/metrics` after one decision; the log pruned
+//! every deny whatever the rate); a moderation logged with its organisation; the metrics on `/metrics` after one decision; the log pruned
 //! to its row count and age.
 
 use std::time::{Duration, Instant};
@@ -11,6 +11,9 @@ use control_plane::service::DecisionListing;
 use control_plane::storage::PolicyDecisionRecord;
 use uuid::Uuid;
 
+use serde_json::json;
+
+use crate::reviews::{create_plugin, user_token};
 use crate::support::{Call, Tenant, TestApp, activate_deny_all, spawn_app_with};
 
 fn every(outcome: Option<DecisionOutcome>) -> DecisionListing {
@@ -124,6 +127,42 @@ async fn a_denied_request_is_logged_with_its_correlation_id_reason_policy_and_di
     assert_eq!(denies.len(), 2, "{denies:?}");
     assert_eq!(denies[0].correlation_id.as_deref(), Some(cid.as_str()));
     assert!(logged(&app, Some(DecisionOutcome::Allow)).await.is_empty());
+}
+
+/// A moderation is logged with the organisation whose turn it was: the author's for a review,
+/// the reporter's for a report, so an operator can see who a flood of holds came from.
+#[tokio::test]
+async fn a_moderation_is_logged_with_its_organisation() {
+    let (app, tenant) = app_sampling(SampleRate::NONE).await;
+    let plugin = create_plugin(&app, &tenant, "deployer").await;
+    let (_, author) = user_token(&app, &tenant, &[Scope::ReviewsWrite]).await;
+    let cid = format!("decision-{}", Uuid::new_v4().simple());
+    let status = app
+        .client
+        .put(format!(
+            "{}/v1/marketplace/plugins/{plugin}/reviews/me",
+            app.address
+        ))
+        .bearer_auth(&author)
+        .header("x-correlation-id", &cid)
+        .json(&json!({"rating": 2, "title": "See", "body": "more at https://example.com"}))
+        .status_code()
+        .await;
+    assert_eq!(status, 200);
+    // A hold is kept whatever the sampling rate.
+    let rows = once(&app, "the hold", |rows| with_cid(rows, &cid).is_some()).await;
+    let row = with_cid(&rows, &cid).unwrap();
+    assert_eq!(
+        (
+            row.kind.as_str(),
+            row.operation.as_str(),
+            row.outcome.as_str()
+        ),
+        ("moderator", "review", "hold")
+    );
+    assert_eq!(row.organisation_id, Some(tenant.organisation_id));
+    // Reviews belong to no workspace.
+    assert_eq!(row.workspace_id, None);
 }
 
 #[tokio::test]

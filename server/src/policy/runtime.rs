@@ -304,7 +304,8 @@ impl PolicyRuntime {
                     Ok(o) => bounded_reason(&o.reasons.join("; ")),
                     Err(e) => bounded_reason(&e.to_string()),
                 },
-                organisation_id: None,
+                organisation_id: Some(organisation),
+                // Reviews belong to no workspace.
                 workspace_id: None,
                 correlation_id: correlation.cloned(),
             }
