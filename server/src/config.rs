@@ -104,7 +104,7 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_MAX_ACTIVE_TOKENS_PER_USER", default_value_t = 500)]
     pub max_active_tokens_per_user: u32,
 
-    /// Comma-separated words the moderation policy holds reviews for (case-insensitive).
+    /// Comma-separated words the moderation policy rejects reviews for (case-insensitive).
     #[arg(
         long,
         env = "CP_MODERATION_BLOCKLIST",

@@ -82,7 +82,7 @@ pub use workflows::DECISION_REASON_MAX;
 #[derive(Debug, Clone)]
 pub struct ServiceSettings {
     pub max_active_tokens_per_user: u32,
-    /// Words the moderation policy holds reviews for (passed to it with every review).
+    /// Words the moderation policy rejects reviews for (passed to it with every review).
     pub moderation_blocklist: Vec<String>,
     /// Caps on open audit streams, their age, and the replay's page size.
     pub audit_streams: StreamLimits,
