@@ -148,6 +148,8 @@ delete_floor_rows() {
 #                         them ("a1+a2"). Refused (exit 1) above 1.0 when B is a floor.
 #   figures medians NAME...  "req/s p50 p99" (ms), each the median over the named wrk runs,
 #                         which `check` has passed.
+#   figures runs NAME...  "NAME req/s p50 p99 requests" (ms), one line per named wrk run,
+#                         which `check` has passed.
 figures() {
   python3 - "$OUT" "$@" <<'PY'
 import glob, os, re, sys
@@ -283,6 +285,10 @@ elif cmd == "medians":
     import statistics
     runs = [wrk(name)[0] for name in args]
     print(" ".join(f"{statistics.median(r[i] for r in runs):.3f}" for i in range(3)))
+elif cmd == "runs":
+    for name in args:
+        (rps, p50, p99), done = wrk(name)[0], re.search(r"(\d+) requests in", read(name))[1]
+        print(f"{name} {rps} {p50} {p99} {done}")
 else:
     sys.exit(f"figures: unknown command {cmd}")
 PY

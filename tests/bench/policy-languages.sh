@@ -101,21 +101,21 @@ done
 figures check "${ROWS[@]}"
 
 echo "GET activity, ${CONNS} connections, ${SECS} s per run, $ROUNDS rounds alternated, median of rounds; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+RUNS=()
+for name in "${NAMES[@]}"; do for round in $(seq 1 "$ROUNDS"); do RUNS+=("$name-$round"); done; done
+figures runs "${RUNS[@]}" > "$OUT/runs.txt"
 python3 - "$OUT" "$ROUNDS" "${NAMES[@]}" <<'PY'
-import re, statistics, sys
+import statistics, sys
 out, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-def unit(v):
-    m = re.match(r"([\d.]+)(us|ms|s)", v)
-    return float(m[1]) * {"us": 0.001, "ms": 1, "s": 1000}[m[2]]
+# "NAME req/s p50 p99 requests" per run, from lib.sh's figures.
+runs = {line.split()[0]: line.split()[1:] for line in open(f"{out}/runs.txt")}
 med = {}
 for name in names:
     rps, p50, p99, faults, cpu = [], [], [], [], []
     for r in range(1, rounds + 1):
-        t = open(f"{out}/{name}-{r}.txt").read()
-        rps.append(float(re.search(r"Requests/sec:\s+([\d.]+)", t)[1]))
-        p = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", t, re.M))
-        p50.append(unit(p["50"])); p99.append(unit(p["99"]))
-        n = int(re.search(r"(\d+) requests in", t)[1])
+        run = runs[f"{name}-{r}"]
+        rps.append(float(run[0])); p50.append(float(run[1])); p99.append(float(run[2]))
+        n = int(run[3])
         f0, c0, f1, c1, hz = map(int, open(f"{out}/{name}-{r}.counts").read().split())
         faults.append((f1 - f0) / n); cpu.append((c1 - c0) / hz / n * 1e6)
     med[name] = (statistics.median(rps), statistics.median(p50), statistics.median(p99), min(rps), max(rps),
