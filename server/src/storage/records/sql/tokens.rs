@@ -199,6 +199,18 @@ impl<S: Dialect> TokenStore for S {
         revoke: &RevokeGrant,
     ) -> Result<Option<RevokeOutcome>, StoreError> {
         let root = revoke.token_id;
+        // Another organisation's token is the same 404 as an unknown one, found by its primary
+        // key alone: no lock on it or its lineage, and no place in a write lane, which would
+        // let one organisation stall another's issuances by naming its tokens.
+        let ours: Option<(i32,)> =
+            S::query("SELECT 1 FROM tokens WHERE id = $1 AND organisation_id = $2")
+                .bind(root)
+                .bind(revoke.event.organisation_id)
+                .fetch_optional(self.pool())
+                .await?;
+        if ours.is_none() {
+            return Ok(None);
+        }
         let mut tx = self.begin(write).await?;
         // Lock the token (and with `cascade` its descendants) first: two revocations of its
         // last grants must not both see one left. All in id order, so overlapping cascades
