@@ -117,8 +117,9 @@ async fn reason_is_required_and_bounded() {
         .await;
 }
 
-#[tokio::test]
-async fn unknown_or_foreign_tokens_are_404_and_foreign_workspaces_403() {
+/// An app, a tenant, another organisation's tenant, and a token that one issued (its
+/// credential body).
+async fn with_foreign_token() -> (TestApp, Tenant, Tenant, Value) {
     let (app, tenant) = tenant_app().await;
     let other = app.bootstrap().await;
     let foreign: Value = app
@@ -126,6 +127,12 @@ async fn unknown_or_foreign_tokens_are_404_and_foreign_workspaces_403() {
         .await
         .json_body()
         .await;
+    (app, tenant, other, foreign)
+}
+
+#[tokio::test]
+async fn unknown_or_foreign_tokens_are_404_and_foreign_workspaces_403() {
+    let (app, tenant, other, foreign) = with_foreign_token().await;
     let foreign_id = foreign["credential"]["id"].as_str().unwrap();
     let reason = json!({"reason": "cleanup"});
     for token in [
@@ -175,13 +182,7 @@ async fn unknown_or_foreign_tokens_are_404_and_foreign_workspaces_403() {
 #[tokio::test]
 async fn postgres_only_a_foreign_tokens_lock_does_not_stall_a_revocation_naming_it() {
     needs!(Postgres);
-    let (app, tenant) = tenant_app().await;
-    let other = app.bootstrap().await;
-    let foreign: Value = app
-        .issue(&other.token, &issuance_body(&other))
-        .await
-        .json_body()
-        .await;
+    let (app, tenant, _, foreign) = with_foreign_token().await;
     let foreign_id: Uuid = foreign["credential"]["id"]
         .as_str()
         .unwrap()
