@@ -1,7 +1,7 @@
 //! The policy decision log and the decision metrics: a denied request logged with its
 //! correlation id, reason, policy and digest; allows sampled (all at rate 1, none at rate 0,
-//! every deny whatever the rate); a moderation logged with its organisation; the metrics on `/metrics` after one decision; the log pruned
-//! to its row count and age.
+//! every deny whatever the rate); a moderation logged with its organisation; the metrics on
+//! `/metrics` after one decision; the log pruned to its row count and age.
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use serde_json::json;
 
-use crate::reviews::{create_plugin, user_token};
+use crate::reviews::{create_plugin, published_review, user_token};
 use crate::support::{Call, Tenant, TestApp, activate_deny_all, spawn_app_with};
 
 fn every(outcome: Option<DecisionOutcome>) -> DecisionListing {
@@ -55,6 +55,12 @@ async fn once(
 fn with_cid<'a>(rows: &'a [PolicyDecisionRecord], cid: &str) -> Option<&'a PolicyDecisionRecord> {
     rows.iter()
         .find(|r| r.correlation_id.as_deref() == Some(cid))
+}
+
+/// The moderator's row of the request `cid` (the authorizer's shares the id).
+fn moderation<'a>(rows: &'a [PolicyDecisionRecord], cid: &str) -> Option<&'a PolicyDecisionRecord> {
+    rows.iter()
+        .find(|r| r.kind == "moderator" && r.correlation_id.as_deref() == Some(cid))
 }
 
 /// Reads the tenant's activity with `token` under a fresh correlation id: (status, id).
@@ -130,10 +136,12 @@ async fn a_denied_request_is_logged_with_its_correlation_id_reason_policy_and_di
 }
 
 /// A moderation is logged with the organisation whose turn it was: the author's for a review,
-/// the reporter's for a report, so an operator can see who a flood of holds came from.
+/// the reporter's for a report, so an operator can see who a flood of holds or reports came
+/// from.
 #[tokio::test]
 async fn a_moderation_is_logged_with_its_organisation() {
-    let (app, tenant) = app_sampling(SampleRate::NONE).await;
+    // Every decision kept: a report that changes nothing is a publish, sampled like an allow.
+    let (app, tenant) = app_sampling(SampleRate::ALL).await;
     let plugin = create_plugin(&app, &tenant, "deployer").await;
     let (_, author) = user_token(&app, &tenant, &[Scope::ReviewsWrite]).await;
     let cid = format!("decision-{}", Uuid::new_v4().simple());
@@ -149,9 +157,8 @@ async fn a_moderation_is_logged_with_its_organisation() {
         .status_code()
         .await;
     assert_eq!(status, 200);
-    // A hold is kept whatever the sampling rate.
-    let rows = once(&app, "the hold", |rows| with_cid(rows, &cid).is_some()).await;
-    let row = with_cid(&rows, &cid).unwrap();
+    let rows = once(&app, "the hold", |rows| moderation(rows, &cid).is_some()).await;
+    let row = moderation(&rows, &cid).unwrap();
     assert_eq!(
         (
             row.kind.as_str(),
@@ -163,6 +170,29 @@ async fn a_moderation_is_logged_with_its_organisation() {
     assert_eq!(row.organisation_id, Some(tenant.organisation_id));
     // Reviews belong to no workspace.
     assert_eq!(row.workspace_id, None);
+
+    // A report is the reporter's organisation's decision, not the author's.
+    let (_, writer) = user_token(&app, &tenant, &[Scope::ReviewsWrite]).await;
+    let review = published_review(&app, &writer, plugin).await;
+    let other = app.bootstrap().await;
+    let (_, reporter) = user_token(&app, &other, &[Scope::ReviewsReport]).await;
+    let cid = format!("decision-{}", Uuid::new_v4().simple());
+    let status = app
+        .client
+        .post(format!(
+            "{}/v1/marketplace/plugins/{plugin}/reviews/{review}/report",
+            app.address
+        ))
+        .bearer_auth(&reporter)
+        .header("x-correlation-id", &cid)
+        .json(&json!({"reason": "spam"}))
+        .status_code()
+        .await;
+    assert_eq!(status, 200);
+    let rows = once(&app, "the report", |rows| moderation(rows, &cid).is_some()).await;
+    let row = moderation(&rows, &cid).unwrap();
+    assert_eq!(row.operation, "report");
+    assert_eq!(row.organisation_id, Some(other.organisation_id));
 }
 
 #[tokio::test]
