@@ -63,20 +63,20 @@ fn moderation<'a>(rows: &'a [PolicyDecisionRecord], cid: &str) -> Option<&'a Pol
         .find(|r| r.kind == "moderator" && r.correlation_id.as_deref() == Some(cid))
 }
 
+/// Sends `request` under a fresh correlation id: (status, id).
+async fn with_fresh_cid(request: reqwest::RequestBuilder) -> (u16, String) {
+    let cid = format!("decision-{}", Uuid::new_v4().simple());
+    let status = request.header("x-correlation-id", &cid).status_code().await;
+    (status, cid)
+}
+
 /// Reads the tenant's activity with `token` under a fresh correlation id: (status, id).
 async fn read_activity(app: &TestApp, tenant: &Tenant, token: &str) -> (u16, String) {
-    let cid = format!("decision-{}", Uuid::new_v4().simple());
-    let status = app
-        .client
-        .get(format!(
-            "{}/v1/workspaces/{}/activity",
-            app.address, tenant.workspace_id
-        ))
-        .bearer_auth(token)
-        .header("x-correlation-id", &cid)
-        .status_code()
-        .await;
-    (status, cid)
+    let url = format!(
+        "{}/v1/workspaces/{}/activity",
+        app.address, tenant.workspace_id
+    );
+    with_fresh_cid(app.client.get(url).bearer_auth(token)).await
 }
 
 async fn app_sampling(rate: SampleRate) -> (TestApp, Tenant) {
@@ -144,18 +144,9 @@ async fn a_moderation_is_logged_with_its_organisation() {
     let (app, tenant) = app_sampling(SampleRate::ALL).await;
     let plugin = create_plugin(&app, &tenant, "deployer").await;
     let (_, author) = user_token(&app, &tenant, &[Scope::ReviewsWrite]).await;
-    let cid = format!("decision-{}", Uuid::new_v4().simple());
-    let status = app
-        .client
-        .put(format!(
-            "{}/v1/marketplace/plugins/{plugin}/reviews/me",
-            app.address
-        ))
-        .bearer_auth(&author)
-        .header("x-correlation-id", &cid)
-        .json(&json!({"rating": 2, "title": "See", "body": "more at https://example.com"}))
-        .status_code()
-        .await;
+    let url = format!("{}/v1/marketplace/plugins/{plugin}/reviews/me", app.address);
+    let body = json!({"rating": 2, "title": "See", "body": "more at https://example.com"});
+    let (status, cid) = with_fresh_cid(app.client.put(url).bearer_auth(&author).json(&body)).await;
     assert_eq!(status, 200);
     let rows = once(&app, "the hold", |rows| moderation(rows, &cid).is_some()).await;
     let row = moderation(&rows, &cid).unwrap();
@@ -176,18 +167,13 @@ async fn a_moderation_is_logged_with_its_organisation() {
     let review = published_review(&app, &writer, plugin).await;
     let other = app.bootstrap().await;
     let (_, reporter) = user_token(&app, &other, &[Scope::ReviewsReport]).await;
-    let cid = format!("decision-{}", Uuid::new_v4().simple());
-    let status = app
-        .client
-        .post(format!(
-            "{}/v1/marketplace/plugins/{plugin}/reviews/{review}/report",
-            app.address
-        ))
-        .bearer_auth(&reporter)
-        .header("x-correlation-id", &cid)
-        .json(&json!({"reason": "spam"}))
-        .status_code()
-        .await;
+    let url = format!(
+        "{}/v1/marketplace/plugins/{plugin}/reviews/{review}/report",
+        app.address
+    );
+    let body = json!({"reason": "spam"});
+    let (status, cid) =
+        with_fresh_cid(app.client.post(url).bearer_auth(&reporter).json(&body)).await;
     assert_eq!(status, 200);
     let rows = once(&app, "the report", |rows| moderation(rows, &cid).is_some()).await;
     let row = moderation(&rows, &cid).unwrap();

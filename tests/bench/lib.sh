@@ -188,7 +188,7 @@ def wrk(name):
         if any(int(n) for n in re.findall(r"\d+", line)):
             bad.append(line)
     p = {k: unit(v) for k, v in re.findall(r"^\s+(50|99)%\s+(\S+)", t, re.M)}
-    return (float(rps[1]), p.get("50"), p.get("99")), bad
+    return (float(rps[1]), p.get("50"), p.get("99"), int(done[1])), bad
 
 def pg(name):
     t, bad = read(name), []
@@ -287,8 +287,7 @@ elif cmd == "medians":
     print(" ".join(f"{statistics.median(r[i] for r in runs):.3f}" for i in range(3)))
 elif cmd == "runs":
     for name in args:
-        (rps, p50, p99), done = wrk(name)[0], re.search(r"(\d+) requests in", read(name))[1]
-        print(f"{name} {rps} {p50} {p99} {done}")
+        print(name, *wrk(name)[0])
 else:
     sys.exit(f"figures: unknown command {cmd}")
 PY
