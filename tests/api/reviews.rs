@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::support::{
-    Call, Tenant, TestApp, assert_api_error, spawn_app_with, sql_one, sql_value, tenant_app,
+    Call, Tenant, TestApp, assert_api_error, events_about, spawn_app_with, sql_one, sql_value,
+    tenant_app,
 };
 
 #[tokio::test]
@@ -276,6 +277,76 @@ async fn reports_are_validated_and_name_a_review_of_that_plugin() {
 }
 
 #[tokio::test]
+async fn a_review_that_is_not_published_is_no_review_to_other_users() {
+    let (app, tenant) = tenant_app().await;
+    let plugin = create_plugin(&app, &tenant, "unseen").await;
+    let other = app.bootstrap().await;
+    let (_, foreign) = user_token(&app, &other, &[Scope::ReviewsReport]).await;
+    let (_, colleague) = user_token(&app, &tenant, &[Scope::ReviewsReport]).await;
+    let spam = json!({"reason": "spam"});
+
+    // Held and rejected on their content: only the author has seen them.
+    for (body, status) in [
+        ("more at https://example.com", "held"),
+        ("https://a.example and www.b.example", "rejected"),
+    ] {
+        let (_, author) = user_token(&app, &tenant, &[Scope::ReviewsWrite]).await;
+        let response = put_review(
+            &app,
+            &author,
+            plugin,
+            &json!({"rating": 3, "title": "See", "body": body}),
+        )
+        .await;
+        let v: Value = response.json().await.unwrap();
+        assert_eq!(v["review"]["status"], status, "{v}");
+        let review = v["review"]["id"].as_str().unwrap().to_owned();
+        // Another organisation's user and a colleague alike get what a random id gets.
+        for reporter in [&foreign, &colleague] {
+            let response = report(&app, reporter, plugin, &review, &spam).await;
+            let err = assert_api_error(response, 404, "not_found").await;
+            assert_eq!(err["error"]["message"], "no such review of this plugin");
+            assert!(err["error"].get("details").is_none(), "{err}");
+        }
+        // Its author still learns it is theirs.
+        let response = report(&app, &author, plugin, &review, &spam).await;
+        assert_api_error(response, 403, "forbidden").await;
+        assert_eq!(review_status(&app, &review).await, status);
+        let id: Uuid = review.parse().unwrap();
+        assert_eq!(events_about(&app, "review.reported", id).await.0, 0);
+    }
+
+    // Hidden after reports: one who reported it still gets the 409, a newcomer the 404.
+    let review = published_review(&app, &tenant.token, plugin).await;
+    assert_eq!(
+        report(&app, &foreign, plugin, &review, &spam)
+            .await
+            .status(),
+        200
+    );
+    for _ in 0..2 {
+        let (_, reporter) = user_token(&app, &tenant, &[Scope::ReviewsReport]).await;
+        let response = report(&app, &reporter, plugin, &review, &spam).await;
+        assert_eq!(response.status(), 200);
+    }
+    assert_eq!(review_status(&app, &review).await, "hidden");
+    let response = report(&app, &foreign, plugin, &review, &spam).await;
+    assert_api_error(response, 409, "already_reported").await;
+    let (_, newcomer) = user_token(&app, &other, &[Scope::ReviewsReport]).await;
+    let response = report(&app, &newcomer, plugin, &review, &spam).await;
+    assert_api_error(response, 404, "not_found").await;
+    let id: Uuid = review.parse().unwrap();
+    let (reports,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM review_reports WHERE review_id = $1",
+        id
+    )
+    .unwrap();
+    assert_eq!(reports, 3, "the refused report is not stored");
+}
+
+#[tokio::test]
 async fn reports_from_three_distinct_users_hide_a_review() {
     let (app, tenant) = tenant_app().await;
     let plugin = create_plugin(&app, &tenant, "profiler").await;
@@ -445,18 +516,21 @@ async fn concurrent_reports_cannot_all_miss_the_threshold() {
             .map(|token| report(&app, token, plugin, &review, &spam)),
     )
     .await;
-    let mut statuses = Vec::new();
+    let mut answers = Vec::new();
     for response in responses {
-        assert_eq!(response.status(), 200);
-        let body: Value = response.json().await.unwrap();
-        statuses.push(body["review"]["status"].as_str().unwrap().to_owned());
+        let answer = match response.status().as_u16() {
+            200 => {
+                let body: Value = response.json().await.unwrap();
+                body["review"]["status"].as_str().unwrap().to_owned()
+            }
+            status => status.to_string(),
+        };
+        answers.push(answer);
     }
-    // The reports were decided one after another: two saw fewer than three reporters.
-    statuses.sort();
-    assert_eq!(
-        statuses,
-        ["hidden", "hidden", "hidden", "published", "published"]
-    );
+    // The reports were decided one after another: two saw fewer than three reporters, the
+    // third hid the review, and the last two found it no longer shown.
+    answers.sort();
+    assert_eq!(answers, ["404", "404", "hidden", "published", "published"]);
     assert_eq!(review_status(&app, &review).await, "hidden");
 }
 

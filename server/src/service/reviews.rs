@@ -244,7 +244,8 @@ impl Services {
         })
     }
 
-    /// Reports another user's review, once; the moderator decides whether it is hidden.
+    /// Reports another user's published review, once; the moderator decides whether it is
+    /// hidden.
     pub async fn report_review(
         &self,
         principal: &Principal,
@@ -290,6 +291,11 @@ impl Services {
             let prior = self.store.list_reports(review_id).await?;
             if prior.iter().any(|r| r.reporter_id == principal.user_id) {
                 return Err(already());
+            }
+            // Held, rejected or hidden, a review is shown to its author alone: anyone else
+            // gets what a random id gets, or the answer would tell them its status.
+            if current.status != ReviewStatus::Published {
+                return Err(not_found());
             }
             let outcome = self
                 .moderate(

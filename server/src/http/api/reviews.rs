@@ -199,8 +199,10 @@ impl ReviewsApi {
     /// Report a plugin review
     ///
     /// Requires `reviews:report`. One report per user per review (409 `already_reported`); 403
-    /// for one's own review. The moderation policy decides whether the review is hidden (by
-    /// default after reports from three distinct users).
+    /// for one's own review. Only a published review can be reported: a held, rejected or
+    /// hidden one is shown to its author alone, and anyone else gets the 404 of an unknown id.
+    /// The moderation policy decides whether the review is hidden (by default after reports
+    /// from three distinct users).
     #[oai(
         path = "/marketplace/plugins/:pluginId/reviews/:reviewId/report",
         method = "post",
