@@ -83,13 +83,16 @@ pub(crate) fn replacement_keeps_moderation(stored: Option<ReviewStatus>) -> bool
 }
 
 /// A moderation decision applies only to the review it was made on: the same number of reports
-/// (`reports`, counted under the review's lock) and not replaced or restored since.
+/// (`reports`, counted under the review's lock), the same status, and not replaced or restored
+/// since. The status is compared too because the service reads it apart from the count: a
+/// report that hid the review in between adds to the count, but the count may be read after it.
 pub(crate) fn moderation_is_current(
     reports: i64,
+    status: ReviewStatus,
     updated_at: DateTime<Utc>,
     basis: &ModerationBasis,
 ) -> bool {
-    reports == basis.reports as i64 && updated_at == basis.updated_at
+    reports == basis.reports as i64 && status == basis.status && updated_at == basis.updated_at
 }
 
 #[cfg(test)]
@@ -138,19 +141,24 @@ mod tests {
     }
 
     #[test]
-    fn a_decision_on_fewer_reports_or_an_older_review_is_stale() {
+    fn a_decision_on_fewer_reports_another_status_or_an_older_review_is_stale() {
         let at = Utc::now();
+        let published = ReviewStatus::Published;
         let basis = ModerationBasis {
             reports: 2,
+            status: published,
             updated_at: at,
         };
-        assert!(moderation_is_current(2, at, &basis));
-        assert!(!moderation_is_current(3, at, &basis));
+        assert!(moderation_is_current(2, published, at, &basis));
+        assert!(!moderation_is_current(3, published, at, &basis));
         assert!(!moderation_is_current(
             2,
+            published,
             at + chrono::Duration::microseconds(1),
             &basis
         ));
+        // Hidden by a report the count was read after: the same count, another status.
+        assert!(!moderation_is_current(2, ReviewStatus::Hidden, at, &basis));
     }
 
     #[test]

@@ -343,6 +343,7 @@ impl Services {
             );
             let basis = ModerationBasis {
                 reports: prior.len(),
+                status: current.status,
                 updated_at: current.updated_at,
             };
             match self
@@ -417,6 +418,7 @@ impl Services {
             );
             let basis = ModerationBasis {
                 reports: 0,
+                status: current.status,
                 updated_at: current.updated_at,
             };
             match self

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::domain::NewAuditEvent;
+use crate::domain::{NewAuditEvent, ReviewStatus};
 use crate::storage::StoreError;
 use crate::storage::WriteContext;
 
@@ -51,11 +51,12 @@ pub struct ReviewModeration {
 }
 
 /// What a moderation decision on a review was based on. The store applies the decision only if
-/// the review is still as read: exactly `reports` reports and not replaced or restored since
-/// `updated_at` (see `rules::moderation_is_current`).
+/// the review is still as read: exactly `reports` reports, still `status`, and not replaced or
+/// restored since `updated_at` (see `rules::moderation_is_current`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ModerationBasis {
     pub reports: usize,
+    pub status: ReviewStatus,
     pub updated_at: DateTime<Utc>,
 }
 

@@ -318,19 +318,22 @@ async fn review_is_as_read<S: Dialect>(
     review_id: Uuid,
     basis: &ModerationBasis,
 ) -> Result<bool, StoreError> {
-    let stored: Option<(DateTime<Utc>,)> = S::query(sqlx::AssertSqlSafe(format!(
-        "SELECT updated_at FROM plugin_reviews WHERE id = $1 {for_update}",
+    let stored: Option<(String, DateTime<Utc>)> = S::query(sqlx::AssertSqlSafe(format!(
+        "SELECT status, updated_at FROM plugin_reviews WHERE id = $1 {for_update}",
         for_update = S::FOR_UPDATE
     )))
     .bind(review_id)
     .fetch_optional(&mut *conn)
     .await?;
-    let Some((updated_at,)) = stored else {
+    let Some((status, updated_at)) = stored else {
         return Ok(false);
     };
+    let status = parse_state(&status, ReviewStatus::parse)?;
     let (reports,): (i64,) = S::query("SELECT count(*) FROM review_reports WHERE review_id = $1")
         .bind(review_id)
         .fetch_one(&mut *conn)
         .await?;
-    Ok(rules::moderation_is_current(reports, updated_at, basis))
+    Ok(rules::moderation_is_current(
+        reports, status, updated_at, basis,
+    ))
 }
