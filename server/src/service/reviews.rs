@@ -315,7 +315,8 @@ impl Services {
                     write.correlation_id(),
                 )
                 .await;
-            // A report can hide a review or hold it, never publish one the moderator had held.
+            // A report can hide or hold the (published) review; a publish leaves it as it is,
+            // with its reasons and labels.
             let moderation = match outcome.verdict {
                 Verdict::Publish => ReviewModeration {
                     status: current.status,
