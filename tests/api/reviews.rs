@@ -335,15 +335,11 @@ async fn a_review_that_is_not_published_is_no_review_to_other_users() {
     let (_, newcomer) = user_token(&app, &other, &[Scope::ReviewsReport]).await;
     let response = report(&app, &newcomer, plugin, &review, &spam).await;
     assert_api_error(response, 404, "not_found").await;
-    let id: Uuid = review.parse().unwrap();
-    let (reports,) = sql_one!(
-        &mut app.db().await,
-        (i64,),
-        "SELECT count(*) FROM review_reports WHERE review_id = $1",
-        id
-    )
-    .unwrap();
-    assert_eq!(reports, 3, "the refused report is not stored");
+    assert_eq!(
+        report_count(&app, &review).await,
+        3,
+        "the refused report is not stored"
+    );
 }
 
 #[tokio::test]
@@ -463,15 +459,12 @@ async fn an_administrator_restores_a_hidden_review_and_its_reports_are_dismissed
         .expect("restore");
     assert_eq!(restored.status.as_str(), "published");
     assert_eq!(review_status(&app, &review).await, "published");
+    assert_eq!(
+        report_count(&app, &review).await,
+        0,
+        "the reports that hid it are dismissed"
+    );
     let mut db = app.db().await;
-    let (reports,) = sql_one!(
-        &mut db,
-        (i64,),
-        "SELECT count(*) FROM review_reports WHERE review_id = $1",
-        id
-    )
-    .unwrap();
-    assert_eq!(reports, 0, "the reports that hid it are dismissed");
     let (actor, data) = sql_one!(
         &mut db,
         (String, String),
@@ -555,6 +548,17 @@ async fn review_status(app: &TestApp, review: &str) -> String {
     )
     .unwrap();
     status
+}
+
+async fn report_count(app: &TestApp, review: &str) -> i64 {
+    let (reports,) = sql_one!(
+        &mut app.db().await,
+        (i64,),
+        "SELECT count(*) FROM review_reports WHERE review_id = $1",
+        review.parse::<Uuid>().unwrap()
+    )
+    .unwrap();
+    reports
 }
 
 pub(crate) async fn create_plugin(app: &TestApp, tenant: &Tenant, name: &str) -> Uuid {
