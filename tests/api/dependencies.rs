@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::{
-    Call, Proxy, Tenant, TestApp, create_database, issuance_body, needs, spawn_app_with,
-    spawn_with_config,
+    Call, Proxy, Tenant, TestApp, assert_api_error, create_database, issuance_body, needs,
+    spawn_app, spawn_app_with, spawn_with_config, sql_exec, sql_value,
 };
 
 /// An app whose Postgres is reached through a proxy the test controls, a tenant, and the path
@@ -98,4 +98,40 @@ async fn the_smallest_pool_serves_reads_and_writes() {
         let write = app.issue(&tenant.token, &issuance_body(&tenant)).await;
         assert_eq!(write.status(), 200);
     }
+}
+
+/// Postgres only: a statement that Postgres fails for now, not for good (here a deadlock, which
+/// it resolves by failing one side; a failover's read-only primary is the same case) is a 503
+/// with `retry-after`, not a 500: the transaction rolled back, so a retry is safe and succeeds.
+#[tokio::test]
+async fn postgres_only_a_deadlock_is_503_and_nothing_is_written() {
+    needs!(Postgres);
+    let app = spawn_app().await;
+    let tenant = app.bootstrap().await;
+    let mut db = app.db().await;
+    sql_exec!(
+        &mut db,
+        "CREATE FUNCTION test_deadlock() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'a test deadlock' USING ERRCODE = 'deadlock_detected'; END $$"
+    )
+    .unwrap();
+    sql_exec!(
+        &mut db,
+        "CREATE TRIGGER test_deadlock BEFORE INSERT ON tokens
+         FOR EACH ROW EXECUTE FUNCTION test_deadlock()"
+    )
+    .unwrap();
+    let before = sql_value!(app, i64, "SELECT count(*) FROM tokens");
+
+    let refused = app.issue(&tenant.token, &issuance_body(&tenant)).await;
+    assert!(
+        refused.headers().contains_key("retry-after"),
+        "a 503 says when to retry"
+    );
+    assert_api_error(refused, 503, "unavailable").await;
+    assert_eq!(sql_value!(app, i64, "SELECT count(*) FROM tokens"), before);
+
+    sql_exec!(&mut db, "DROP TRIGGER test_deadlock ON tokens").unwrap();
+    let retried = app.issue(&tenant.token, &issuance_body(&tenant)).await;
+    assert_eq!(retried.status(), 200, "the retry succeeds");
 }

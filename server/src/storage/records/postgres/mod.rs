@@ -152,19 +152,10 @@ pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
         sqlx::Error::Database(db) if db.is_unique_violation() => {
             StoreError::Conflict(db.constraint().unwrap_or("unique").to_owned())
         }
-        sqlx::Error::Database(db) => {
-            let code = db.code().unwrap_or_default();
-            // 08: connection exceptions, 57P: shutdown, 57014: statement timeout, 53: resources.
-            if code.starts_with("08")
-                || code.starts_with("57P")
-                || code == "57014"
-                || code.starts_with("53")
-            {
-                StoreError::Unavailable(e.to_string())
-            } else {
-                StoreError::Internal(e.to_string())
-            }
+        sqlx::Error::Database(db) if transient(&db.code().unwrap_or_default()) => {
+            StoreError::Unavailable(e.to_string())
         }
+        sqlx::Error::Database(_) => StoreError::Internal(e.to_string()),
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_)
@@ -173,6 +164,21 @@ pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
         | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e.to_string()),
         _ => StoreError::Internal(e.to_string()),
     }
+}
+
+/// Whether a SQLSTATE says the database could not do the work now, not that the request or
+/// the code is wrong: the caller gets a 503 with `retry-after`, and a retry is safe because
+/// Postgres rolled the failed transaction back.
+/// - 08, 57P, 53, 58: the connection, a shutdown, exhausted resources, a system or I/O error;
+/// - 57014, 55P03: a statement or lock timeout;
+/// - 25006: a read-only transaction, as on a primary demoted by a failover;
+/// - 28, 3D000: a new connection refused (credentials or database changed under the pool);
+/// - 40001, 40P01: a serialization failure or a deadlock, which Postgres resolves by failing
+///   one side.
+fn transient(code: &str) -> bool {
+    const CLASSES: [&str; 5] = ["08", "57P", "53", "58", "28"];
+    const CODES: [&str; 6] = ["57014", "55P03", "25006", "3D000", "40001", "40P01"];
+    CLASSES.iter().any(|class| code.starts_with(class)) || CODES.contains(&code)
 }
 
 /// A Postgres write transaction (see `records/write_tx.rs`).
@@ -185,5 +191,24 @@ pub(crate) type WriteTx = super::write_tx::WriteTx<Postgres>;
 async fn settle_after_commit(sequencer: &Sequencer, pool: &PgPool, workspaces: &[Uuid]) {
     if let Err(e) = sequencer.settle(pool, workspaces).await {
         tracing::warn!(error = %e, "could not number audit events after a commit; retrying in the background");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::transient;
+
+    #[test]
+    fn sqlstates_that_a_retry_can_get_past_are_transient() {
+        for code in [
+            "08006", "57P01", "57P03", "53300", "58030", "57014", "55P03", "25006", "28P01",
+            "3D000", "40001", "40P01",
+        ] {
+            assert!(transient(code), "{code}");
+        }
+        // The request or the code is wrong: a retry fails the same way.
+        for code in ["23503", "22P02", "42703", "42P01", "XX000", "P0001", ""] {
+            assert!(!transient(code), "{code}");
+        }
     }
 }

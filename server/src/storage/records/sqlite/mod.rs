@@ -121,12 +121,13 @@ pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
             StoreError::Conflict(rule.to_owned())
         }
         sqlx::Error::Database(db) => {
-            // Primary result codes: 5 BUSY, 6 LOCKED, 10 IOERR, 13 FULL, 14 CANTOPEN.
+            // Primary result codes: 5 BUSY, 6 LOCKED, 8 READONLY (the file or its folder is
+            // not writable now), 10 IOERR, 13 FULL, 14 CANTOPEN.
             let primary = db
                 .code()
                 .and_then(|code| code.parse::<i32>().ok())
                 .map(|code| code & 0xff);
-            if matches!(primary, Some(5 | 6 | 10 | 13 | 14)) {
+            if matches!(primary, Some(5 | 6 | 8 | 10 | 13 | 14)) {
                 StoreError::Unavailable(e.to_string())
             } else {
                 StoreError::Internal(e.to_string())
