@@ -291,11 +291,24 @@ impl IdempotencyGuard {
             Ok(response) if response.status().is_success() => response,
             other => {
                 // A failure changed nothing the key must remember. A store call that did commit
-                // before the handler failed keeps its change, as without a key.
-                if let Some(change) = slot.take()
-                    && let Err(e) = change.commit(None, now_ms()).await
-                {
-                    tracing::error!(error = %e, "could not commit the change of a failed keyed request");
+                // before the handler failed keeps its change, as without a key. Bounded as the
+                // success's commit below: a store that stopped answering must not turn this
+                // answer (often a 503) into a hang.
+                if let Some(change) = slot.take() {
+                    let wait = self.lease.saturating_sub(self.handler_deadline());
+                    match tokio::time::timeout(wait, change.commit(None, now_ms())).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::error!(error = %e, "could not commit the change of a failed keyed request")
+                        }
+                        Err(_) => {
+                            // It may yet land: the key stays claimed until the lease ends.
+                            tracing::error!(
+                                "the change of a failed keyed request did not commit in time"
+                            );
+                            return other;
+                        }
+                    }
                 }
                 self.release(&held).await;
                 return other;
