@@ -163,6 +163,12 @@ impl IdempotencyGuard {
         self.lease * 2 / 3
     }
 
+    /// How long a handler's change may take to commit: the rest of the lease, so the commit
+    /// settles before a retry may claim the key.
+    fn commit_deadline(&self) -> Duration {
+        self.lease.saturating_sub(self.handler_deadline())
+    }
+
     /// Claims `key` for `request`: run the handler, replay the stored response, or a 409.
     pub(super) async fn claim(
         &self,
@@ -295,8 +301,8 @@ impl IdempotencyGuard {
                 // success's commit below: a store that stopped answering must not turn this
                 // answer (often a 503) into a hang.
                 if let Some(change) = slot.take() {
-                    let wait = self.lease.saturating_sub(self.handler_deadline());
-                    match tokio::time::timeout(wait, change.commit(None, now_ms())).await {
+                    let committing = change.commit(None, now_ms());
+                    match tokio::time::timeout(self.commit_deadline(), committing).await {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => {
                             tracing::error!(error = %e, "could not commit the change of a failed keyed request")
@@ -336,8 +342,7 @@ impl IdempotencyGuard {
                 None => self.outcomes.put_outcome(&record, now_ms()).await,
             }
         };
-        // Bounded by the rest of the lease, so the commit settles before a retry may claim.
-        let wait = self.lease.saturating_sub(self.handler_deadline());
+        let wait = self.commit_deadline();
         match tokio::time::timeout(wait, committing).await {
             Ok(Ok(())) => {}
             Ok(Err(StoreError::Conflict(_))) => {
