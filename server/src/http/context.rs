@@ -107,7 +107,7 @@ fn field_failure(field: &str, reason: impl Into<String>) -> poem::Error {
 
 /// The `Idempotency-Key` of a mutating request, parsed; other methods ignore the header.
 fn idempotency_key(req: &Request) -> Result<IdempotencyHeader, poem::Error> {
-    let mutating = matches!(req.method().as_str(), "POST" | "PUT" | "DELETE" | "PATCH");
+    let mutating = super::idempotency::is_mutating(req.method());
     let values = req.headers().get_all(IDEMPOTENCY_HEADER);
     if !mutating {
         return Ok(IdempotencyHeader(None));

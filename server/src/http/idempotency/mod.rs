@@ -29,6 +29,11 @@
 //! released, because a commit in flight at that instant may still land. Until the lease ends
 //! a retry gets 409 `idempotency_in_progress` (with `retry-after: 1`).
 //!
+//! A mutating request without a key is stopped at the same deadline, with `retry-after: 1`:
+//! its transaction rolls back unless it was committing, so without a key a retry is safe only
+//! for a change the caller can look up. Either way the caller gets an answer, not a hang on a
+//! connection that stopped answering mid-statement.
+//!
 //! The parts: `guard` claims, stores and replays records (with the quota and the committed
 //! outcome); `input` is the extractor; `record` is what a record holds and where it lives.
 //!
@@ -72,13 +77,43 @@ impl<E> Idempotency<E> {
     }
 }
 
+/// The methods whose requests may write, and so take the handler's deadline.
+pub(super) fn is_mutating(method: &poem::http::Method) -> bool {
+    matches!(method.as_str(), "POST" | "PUT" | "DELETE" | "PATCH")
+}
+
+impl<E: Endpoint> Idempotency<E> {
+    /// A write without a key, stopped at the same deadline as a keyed one. There is no claim to
+    /// keep, so the caller is told to retry in a second; a commit in flight at that instant may
+    /// still land, which only a key makes safe to retry (docs/decisions.md).
+    async fn unkeyed(&self, req: Request) -> poem::Result<Response> {
+        let deadline = self.guard.handler_deadline();
+        match tokio::time::timeout(deadline, self.inner.call(req)).await {
+            Ok(outcome) => outcome.map(IntoResponse::into_response),
+            Err(_) => {
+                tracing::error!(
+                    deadline_ms = deadline.as_millis() as u64,
+                    "a request without a key ran past its deadline and was stopped"
+                );
+                Err(ApiFailure::from(crate::service::ServiceError::Unavailable)
+                    .with_retry_after(Duration::from_secs(1))
+                    .into())
+            }
+        }
+    }
+}
+
 impl<E: Endpoint> Endpoint for Idempotency<E> {
     type Output = Response;
 
     async fn call(&self, mut req: Request) -> poem::Result<Response> {
         // Only mutating requests have a parsed key (the middleware ignores it on the others).
         let Some(key) = req.data::<IdempotencyHeader>().and_then(|h| h.0.clone()) else {
-            return self.inner.call(req).await.map(IntoResponse::into_response);
+            if !is_mutating(req.method()) {
+                // Reads bound their own statements; a stream must outlive any deadline.
+                return self.inner.call(req).await.map(IntoResponse::into_response);
+            }
+            return self.unkeyed(req).await;
         };
         let ticket = Arc::new(Ticket {
             guard: self.guard.clone(),
