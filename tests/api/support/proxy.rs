@@ -1,7 +1,9 @@
 //! A TCP proxy a test puts between the server and a dependency (Postgres, Redis), to cut and
 //! restore it, as the dependency going down and coming back, or to stall it, as a network that
-//! silently drops packets.
+//! silently drops packets (all of them, or only the connections open at that moment, as when
+//! a NAT or a firewall forgets them).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A TCP proxy that a test can cut and restore, to simulate a dependency going down, or
@@ -9,9 +11,24 @@ use std::sync::{Arc, Mutex};
 pub struct Proxy {
     pub port: u16,
     target: String,
+    /// The number the next accepted connection gets.
+    numbers: Arc<AtomicU64>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// While true, bytes are held instead of forwarded; connections stay open.
-    stalled: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Which connections have their bytes held instead of forwarded; they stay open.
+    stalled: Arc<tokio::sync::watch::Sender<Stall>>,
+}
+
+/// Connections are numbered as they are accepted; those below `before` are held for good.
+#[derive(Clone, Copy, Default)]
+struct Stall {
+    all: bool,
+    before: u64,
+}
+
+impl Stall {
+    fn holds(&self, connection: u64) -> bool {
+        self.all || connection < self.before
+    }
 }
 
 impl Proxy {
@@ -23,8 +40,9 @@ impl Proxy {
         let proxy = Arc::new(Self {
             port,
             target: target.to_owned(),
+            numbers: Arc::default(),
             task: Mutex::new(None),
-            stalled: Arc::new(tokio::sync::watch::channel(false).0),
+            stalled: Arc::new(tokio::sync::watch::channel(Stall::default()).0),
         });
         proxy.serve(listener);
         proxy
@@ -33,18 +51,20 @@ impl Proxy {
     fn serve(&self, listener: tokio::net::TcpListener) {
         let target = self.target.clone();
         let stalled = self.stalled.clone();
+        let numbers = self.numbers.clone();
         let task = tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
             while let Ok((inbound, _)) = listener.accept().await {
                 let target = target.clone();
                 let stalled = stalled.clone();
+                let number = numbers.fetch_add(1, Ordering::SeqCst);
                 connections.spawn(async move {
                     if let Ok(outbound) = tokio::net::TcpStream::connect(target).await {
                         let (in_read, in_write) = inbound.into_split();
                         let (out_read, out_write) = outbound.into_split();
                         tokio::join!(
-                            pump(in_read, out_write, stalled.subscribe()),
-                            pump(out_read, in_write, stalled.subscribe()),
+                            pump(in_read, out_write, stalled.subscribe(), number),
+                            pump(out_read, in_write, stalled.subscribe(), number),
                         );
                     }
                 });
@@ -57,12 +77,18 @@ impl Proxy {
 
     /// Holds every byte from now on, in both directions, without closing anything.
     pub fn stall(&self) {
-        self.stalled.send_replace(true);
+        self.stalled.send_modify(|s| s.all = true);
     }
 
-    /// Forwards again, held bytes first.
+    /// Forwards again, held bytes first (a stranded connection stays held).
     pub fn unstall(&self) {
-        self.stalled.send_replace(false);
+        self.stalled.send_modify(|s| s.all = false);
+    }
+
+    /// Holds every byte of the connections open now, for good; later ones are forwarded.
+    pub fn strand_open_connections(&self) {
+        let before = self.numbers.load(Ordering::SeqCst);
+        self.stalled.send_modify(|s| s.before = before);
     }
 
     /// Stops accepting and drops every open connection (the JoinSet aborts them on drop).
@@ -85,7 +111,8 @@ impl Proxy {
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut stalled: tokio::sync::watch::Receiver<bool>,
+    mut stalled: tokio::sync::watch::Receiver<Stall>,
+    connection: u64,
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buf = vec![0u8; 16 * 1024];
@@ -94,7 +121,8 @@ async fn pump(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if stalled.wait_for(|s| !*s).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+        let held = stalled.wait_for(|s| !s.holds(connection)).await.is_err();
+        if held || to.write_all(&buf[..n]).await.is_err() {
             break;
         }
     }

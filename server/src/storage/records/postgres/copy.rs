@@ -75,9 +75,14 @@ pub(in crate::storage) async fn schema(
     Ok(schema)
 }
 
-/// A copy reads and writes whole tables: no statement timeout.
+/// A copy reads and writes whole tables: no statement timeout, and its snapshot may sit idle
+/// while the other store writes what it read.
 async fn untimed(tx: &mut Transaction<'static, Postgres>) -> Result<(), StoreError> {
     sqlx::query("SET LOCAL statement_timeout = 0")
+        .execute(&mut **tx)
+        .await
+        .map_err(map_err)?;
+    sqlx::query("SET LOCAL idle_in_transaction_session_timeout = 0")
         .execute(&mut **tx)
         .await
         .map_err(map_err)?;

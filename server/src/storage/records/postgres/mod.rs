@@ -61,6 +61,15 @@ impl Default for PostgresSettings {
     }
 }
 
+/// When a transaction is taken for abandoned: its few statements are each cancelled by
+/// Postgres at the statement timeout, and nothing else runs inside it, so one still open after
+/// three of them waits on a connection that stopped answering, not on work. The server then
+/// ends it (`idle_in_transaction_session_timeout`), releasing its row locks, and a batch of
+/// writes (`throughput/write_batcher.rs`) is dropped by its lane.
+fn abandoned_after(settings: &PostgresSettings) -> Duration {
+    settings.statement_timeout * 3
+}
+
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: PgPool,
@@ -88,10 +97,16 @@ impl PostgresStore {
     pub fn connect_lazy(url: &str, settings: &PostgresSettings) -> Result<Self, StoreError> {
         let options = PgConnectOptions::from_str(url)
             .map_err(|e| StoreError::Internal(format!("invalid DATABASE_URL: {e}")))?
-            .options([(
-                "statement_timeout",
-                settings.statement_timeout.as_millis().to_string(),
-            )]);
+            .options([
+                (
+                    "statement_timeout",
+                    settings.statement_timeout.as_millis().to_string(),
+                ),
+                (
+                    "idle_in_transaction_session_timeout",
+                    abandoned_after(settings).as_millis().to_string(),
+                ),
+            ]);
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections)
             .acquire_timeout(settings.acquire_timeout)
@@ -113,8 +128,8 @@ impl PostgresStore {
             pool,
             reads: Arc::new(reads),
             sequencer: Arc::new(Sequencer::default()),
-            issuances: Arc::default(),
-            reports: Arc::default(),
+            issuances: Arc::new(Batcher::new(abandoned_after(settings))),
+            reports: Arc::new(Batcher::new(abandoned_after(settings))),
         })
     }
 

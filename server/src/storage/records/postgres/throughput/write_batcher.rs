@@ -12,7 +12,10 @@
 //!
 //! A batch that fails as a whole (a deadlock, a lost connection) rolls back and each of its
 //! writes runs again alone, so one write's failure stays its own; a kind may also send a write
-//! alone when a batch cannot decide it (two reports of one delivery). A request with an
+//! alone when a batch cannot decide it (two reports of one delivery). A batch still running
+//! at its deadline (its connection went silent) is dropped so the lane goes on, and its writes
+//! answer 503 without running again: their COMMIT may have landed. A write whose caller
+//! stopped waiting is skipped before its batch starts. A request with an
 //! `Idempotency-Key` always runs alone: its transaction is held open for its outcome
 //! (`storage/write_context.rs`).
 //!
@@ -25,6 +28,7 @@
 //! batches (BENCHMARKS.md, issue 17).
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use sqlx::{PgConnection, PgPool};
 use tokio::sync::{mpsc, oneshot};
@@ -72,12 +76,15 @@ pub(in super::super) struct Ran<V> {
 /// The lanes of one kind, whose tasks start with its first write.
 pub(in super::super) struct Batcher<K: Kind> {
     lanes: OnceLock<Vec<mpsc::Sender<Queued<K>>>>,
+    /// How long a batch may run before its lane gives up on it (see [`run_lane`]).
+    deadline: Duration,
 }
 
-impl<K: Kind> Default for Batcher<K> {
-    fn default() -> Self {
+impl<K: Kind> Batcher<K> {
+    pub fn new(deadline: Duration) -> Self {
         Self {
             lanes: OnceLock::new(),
+            deadline,
         }
     }
 }
@@ -106,7 +113,9 @@ impl<K: Kind> Batcher<K> {
                     let (lane, waiting) = mpsc::channel(QUEUE);
                     // The task holds the pool and the sequencer, not the store: it ends when
                     // the store's last clone drops the lane.
-                    tokio::spawn(run_lane::<K>(pool.clone(), sequencer.clone(), waiting));
+                    let lane_task =
+                        run_lane::<K>(pool.clone(), sequencer.clone(), waiting, self.deadline);
+                    tokio::spawn(lane_task);
                     lane
                 })
                 .collect()
@@ -116,8 +125,9 @@ impl<K: Kind> Batcher<K> {
         lane.send(Queued { job, answer }).await.ok()?;
         match answered.await {
             Ok(verdict) => verdict.map(Ok),
-            // The batch task stopped mid-batch (its runtime is shutting down): whether the
-            // batch committed is unknown, so the caller is not told to run the write again.
+            // The batch was dropped at its deadline, or its task stopped mid-batch (the
+            // runtime is shutting down): whether it committed is unknown, so the caller is not
+            // told to run the write again.
             Err(_) => Some(Err(StoreError::Unavailable(format!(
                 "the {} batch stopped before it answered",
                 K::WHAT
@@ -134,10 +144,15 @@ async fn run_batch<K: Kind>(pool: &PgPool, jobs: &[K::Job]) -> Result<Ran<K::Ver
     Ok(ran)
 }
 
+/// A batch that has not finished by `deadline` is stuck on a connection that stopped
+/// answering (Postgres itself cancels any one statement sooner): the lane drops it and goes on,
+/// and its writers are answered 503 with the outcome unknown, never run again alone, since its
+/// COMMIT may have landed.
 async fn run_lane<K: Kind>(
     pool: PgPool,
     sequencer: Arc<Sequencer>,
     mut waiting: mpsc::Receiver<Queued<K>>,
+    deadline: Duration,
 ) {
     while let Some(first) = waiting.recv().await {
         // Whatever queued while the lane's last batch ran joins this one.
@@ -146,9 +161,28 @@ async fn run_lane<K: Kind>(
             let Ok(next) = waiting.try_recv() else { break };
             queued.push(next);
         }
+        // A writer stopped while it waited here (its request's deadline) was answered 503: its
+        // write must not land behind its back.
+        queued.retain(|q| !q.answer.is_closed());
+        if queued.is_empty() {
+            continue;
+        }
         let (jobs, answers): (Vec<K::Job>, Vec<_>) =
             queued.into_iter().map(|q| (q.job, q.answer)).unzip();
-        let (verdicts, workspaces) = match run_batch::<K>(&pool, &jobs).await {
+        let ran = match tokio::time::timeout(deadline, run_batch::<K>(&pool, &jobs)).await {
+            Ok(ran) => ran,
+            Err(_) => {
+                let writes = jobs.len();
+                tracing::error!(
+                    writes,
+                    "a {} batch ran past its deadline and was dropped; its outcome is unknown",
+                    K::WHAT
+                );
+                // Dropping the answers tells each writer so (see `submit`).
+                continue;
+            }
+        };
+        let (verdicts, workspaces) = match ran {
             Ok(ran) => (ran.verdicts, ran.workspaces),
             Err(e) => {
                 let writes = jobs.len();
