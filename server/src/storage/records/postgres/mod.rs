@@ -64,10 +64,34 @@ impl Default for PostgresSettings {
 /// When a transaction is taken for abandoned: its few statements are each cancelled by
 /// Postgres at the statement timeout, and nothing else runs inside it, so one still open after
 /// three of them waits on a connection that stopped answering, not on work. The server then
-/// ends it (`idle_in_transaction_session_timeout`), releasing its row locks, and a batch of
-/// writes (`throughput/write_batcher.rs`) is dropped by its lane.
+/// ends it (`idle_in_transaction_session_timeout`), releasing its row locks; a batch of
+/// writes (`throughput/write_batcher.rs`) is dropped by its lane, and a numbering pass
+/// (`throughput/event_numbering.rs`) gives up its partition's turn.
 fn abandoned_after(settings: &PostgresSettings) -> Duration {
     settings.statement_timeout * 3
+}
+
+/// Before a released connection goes back to the pool: one with work still queued (a
+/// transaction dropped mid-way, by a stopped handler or a batch past its deadline, queues its
+/// ROLLBACK) must answer within `within` (its statement ends by the statement timeout), or it
+/// is closed. sqlx's own release ping has no deadline, so on a connection whose path died it
+/// held the pool slot for good, and a partition drill lost the whole pool that way. A clean
+/// connection costs nothing here (sqlx pings it as before).
+async fn settle_released(
+    conn: &mut sqlx::PgConnection,
+    within: Duration,
+) -> Result<bool, sqlx::Error> {
+    use sqlx::Connection as _;
+    if !conn.should_flush() {
+        return Ok(true);
+    }
+    match tokio::time::timeout(within, conn.ping()).await {
+        Ok(settled) => settled.map(|()| true),
+        Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "a released connection did not settle within the statement deadline",
+        ))),
+    }
 }
 
 #[derive(Clone)]
@@ -107,12 +131,14 @@ impl PostgresStore {
                     abandoned_after(settings).as_millis().to_string(),
                 ),
             ]);
+        let settle_within = settings.statement_timeout + Duration::from_secs(1);
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections)
             .acquire_timeout(settings.acquire_timeout)
             // sqlx pings a connection before handing it out, within the acquire timeout: the
             // only bound on a statement sent over a silently partitioned network. The request
             // path's reads avoid that round trip through the read pool, which has its own.
+            .after_release(move |conn, _| Box::pin(settle_released(conn, settle_within)))
             .connect_lazy_with(options);
         // Half of what the listeners leave, so writes always find connections of their own.
         let reads = ReadPool::new(
@@ -127,7 +153,7 @@ impl PostgresStore {
         Ok(Self {
             pool,
             reads: Arc::new(reads),
-            sequencer: Arc::new(Sequencer::default()),
+            sequencer: Arc::new(Sequencer::new(abandoned_after(settings))),
             issuances: Arc::new(Batcher::new(abandoned_after(settings))),
             reports: Arc::new(Batcher::new(abandoned_after(settings))),
         })

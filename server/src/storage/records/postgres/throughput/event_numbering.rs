@@ -31,6 +31,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio::sync::Mutex;
@@ -69,9 +70,12 @@ const PASS_BATCH: i64 = 5_000;
 
 /// Numbers the events of every committed transaction, one pass per partition at a time (see
 /// the module doc).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Sequencer {
     partitions: [Partition; NUMBERING_PARTITIONS],
+    /// How long a pass may run: past it, it waits on a connection that stopped answering, and
+    /// holding its partition's turn would stall every writer of the partition behind it.
+    deadline: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -86,6 +90,13 @@ struct Partition {
 }
 
 impl Sequencer {
+    pub(crate) fn new(deadline: Duration) -> Self {
+        Self {
+            partitions: Default::default(),
+            deadline,
+        }
+    }
+
     /// Returns once a pass that started after this call has numbered every committed event of
     /// `workspaces`' partitions.
     pub(in super::super) async fn settle(
@@ -134,7 +145,11 @@ impl Sequencer {
                 return Ok(());
             }
             let target = partition.issued.load(Ordering::SeqCst);
-            let moved = number_pending(pool, p).await?;
+            let moved = tokio::time::timeout(self.deadline, number_pending(pool, p))
+                .await
+                .map_err(|_| {
+                    StoreError::Unavailable("a numbering pass ran past its deadline".into())
+                })??;
             partition.covered.fetch_max(target, Ordering::SeqCst);
             // Outside the partition's turn: the next pass need not wait for the announcement.
             drop(running);
