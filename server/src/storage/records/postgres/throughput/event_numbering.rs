@@ -73,8 +73,7 @@ const PASS_BATCH: i64 = 5_000;
 #[derive(Debug)]
 pub(crate) struct Sequencer {
     partitions: [Partition; NUMBERING_PARTITIONS],
-    /// How long a pass may run: past it, it waits on a connection that stopped answering, and
-    /// holding its partition's turn would stall every writer of the partition behind it.
+    /// How long one step of a pass may take (see [`number_pending`]).
     deadline: Duration,
 }
 
@@ -145,11 +144,7 @@ impl Sequencer {
                 return Ok(());
             }
             let target = partition.issued.load(Ordering::SeqCst);
-            let moved = tokio::time::timeout(self.deadline, number_pending(pool, p))
-                .await
-                .map_err(|_| {
-                    StoreError::Unavailable("a numbering pass ran past its deadline".into())
-                })??;
+            let moved = number_pending(pool, p, self.deadline).await?;
             partition.covered.fetch_max(target, Ordering::SeqCst);
             // Outside the partition's turn: the next pass need not wait for the announcement.
             drop(running);
@@ -178,28 +173,46 @@ async fn waiting_partitions(pool: &PgPool) -> Result<Vec<usize>, StoreError> {
 /// statement without reading them): the hash covers every field, so it is computed here, in
 /// Rust, under the pass's lock. A pass is three statements (the events, the heads, one write)
 /// and one SHA-256 per event.
-async fn number_pending(pool: &PgPool, p: usize) -> Result<HashMap<Uuid, i64>, StoreError> {
+///
+/// Each step (the locks, a batch, the commit) must finish within `deadline`: past it the pass
+/// waits on a connection that stopped answering, and holding its partition's turn would stall
+/// every writer of the partition behind it. A deadline on the whole pass instead would stop a
+/// backlog that takes longer than that for good; a step is bounded work.
+async fn number_pending(
+    pool: &PgPool,
+    p: usize,
+    deadline: Duration,
+) -> Result<HashMap<Uuid, i64>, StoreError> {
     let mut tx = pool.begin().await.map_err(map_err)?;
     // A plain index scan of the waiting events, never a bitmap scan: each pass leaves its
     // events' old versions in the partial index until vacuum, and only a plain index scan
     // marks such entries dead for the scans after it. A bitmap scan visited them all again on
     // every pass (55,000 entries, 8 ms a pass, a third of Postgres's time in BENCHMARKS.md).
-    sqlx::query(
+    let locks = sqlx::query(
         "SELECT pg_advisory_xact_lock_shared($1), pg_advisory_xact_lock($1 + 1 + $2),
                 set_config('enable_bitmapscan', 'off', true)",
     )
     .bind(SEQUENCER_LOCK)
     .bind(p as i64)
-    .execute(&mut *tx)
-    .await
-    .map_err(map_err)?;
+    .execute(&mut *tx);
+    step(deadline, async { locks.await.map_err(map_err) }).await?;
     // Batches of `PASS_BATCH`, in one transaction: a backlog (a replica that was down, a
     // burst) is numbered in bounded reads instead of one read of every waiting event, and the
     // heads each batch writes are what the next batch reads.
     let mut moved = HashMap::new();
-    while number_batch(&mut tx, p, &mut moved).await? == PASS_BATCH {}
-    tx.commit().await.map_err(map_err)?;
+    while step(deadline, number_batch(&mut tx, p, &mut moved)).await? == PASS_BATCH {}
+    step(deadline, async { tx.commit().await.map_err(map_err) }).await?;
     Ok(moved)
+}
+
+/// `work` within `deadline`, or unavailable (see [`number_pending`]).
+async fn step<T>(
+    deadline: Duration,
+    work: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(deadline, work).await.map_err(|_| {
+        StoreError::Unavailable("a step of a numbering pass ran past its deadline".into())
+    })?
 }
 
 /// Announces the moved heads on `cp_audit`, `<workspace> <sequence>` joined by `,`, in as few
