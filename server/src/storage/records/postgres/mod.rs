@@ -178,8 +178,26 @@ impl PostgresStore {
     }
 
     /// Applies pending migrations; replicas starting together serialise on an advisory lock.
+    /// Applies the migrations on a connection of their own, without the request path's
+    /// timeouts: a migration's statement over a big table, or on a loaded machine, outlives
+    /// the 5 s statement timeout (CI saw one of migration 3 cancelled while 240 test databases
+    /// were created at once), and a replica waits on another's migration lock for as long as
+    /// that one runs. The connection is closed afterwards, so no pooled connection keeps the
+    /// lifted limits.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        let run = MIGRATOR.run(&self.pool).await;
+        use sqlx::Connection as _;
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        for lift in [
+            "SET statement_timeout = 0",
+            "SET idle_in_transaction_session_timeout = 0",
+        ] {
+            sqlx::query(lift)
+                .execute(&mut *conn)
+                .await
+                .map_err(map_err)?;
+        }
+        let run = MIGRATOR.run(&mut *conn).await;
+        let _ = conn.detach().close().await;
         run.map_err(super::dialect::migration_failed::<Self>)
     }
 
