@@ -119,6 +119,7 @@ impl std::fmt::Debug for PostgresStore {
 impl PostgresStore {
     /// Opens a pool lazily: nothing is dialled until the first query.
     pub fn connect_lazy(url: &str, settings: &PostgresSettings) -> Result<Self, StoreError> {
+        let abandoned = abandoned_after(settings);
         let options = PgConnectOptions::from_str(url)
             .map_err(|e| StoreError::Internal(format!("invalid DATABASE_URL: {e}")))?
             .options([
@@ -128,17 +129,19 @@ impl PostgresStore {
                 ),
                 (
                     "idle_in_transaction_session_timeout",
-                    abandoned_after(settings).as_millis().to_string(),
+                    abandoned.as_millis().to_string(),
                 ),
             ]);
-        let settle_within = settings.statement_timeout + Duration::from_secs(1);
+        // A statement's own deadline on the client side: Postgres cancels it at the statement
+        // timeout, so one not answered a second later is on a connection that stopped answering.
+        let statement_deadline = settings.statement_timeout + Duration::from_secs(1);
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections)
             .acquire_timeout(settings.acquire_timeout)
             // sqlx pings a connection before handing it out, within the acquire timeout: the
             // only bound on a statement sent over a silently partitioned network. The request
             // path's reads avoid that round trip through the read pool, which has its own.
-            .after_release(move |conn, _| Box::pin(settle_released(conn, settle_within)))
+            .after_release(move |conn, _| Box::pin(settle_released(conn, statement_deadline)))
             .connect_lazy_with(options);
         // Half of what the listeners leave, so writes always find connections of their own.
         let reads = ReadPool::new(
@@ -148,14 +151,14 @@ impl PostgresStore {
                 .saturating_sub(LISTENING_CONNECTIONS)
                 / 2) as usize,
             settings.acquire_timeout,
-            settings.statement_timeout + Duration::from_secs(1),
+            statement_deadline,
         );
         Ok(Self {
             pool,
             reads: Arc::new(reads),
-            sequencer: Arc::new(Sequencer::new(abandoned_after(settings))),
-            issuances: Arc::new(Batcher::new(abandoned_after(settings))),
-            reports: Arc::new(Batcher::new(abandoned_after(settings))),
+            sequencer: Arc::new(Sequencer::new(abandoned)),
+            issuances: Arc::new(Batcher::new(abandoned)),
+            reports: Arc::new(Batcher::new(abandoned)),
         })
     }
 
@@ -178,8 +181,8 @@ impl PostgresStore {
     }
 
     /// Applies pending migrations; replicas starting together serialise on an advisory lock.
-    /// Applies the migrations on a connection of their own, without the request path's
-    /// timeouts: a migration's statement over a big table, or on a loaded machine, outlives
+    /// They run on a connection of their own, without the request path's timeouts: a
+    /// migration's statement over a big table, or on a loaded machine, outlives
     /// the 5 s statement timeout (CI saw one of migration 3 cancelled while 240 test databases
     /// were created at once), and a replica waits on another's migration lock for as long as
     /// that one runs. The connection is closed afterwards, so no pooled connection keeps the
