@@ -250,3 +250,40 @@ async fn postgres_only_a_deadlock_is_503_and_nothing_is_written() {
     let retried = app.issue(&tenant.token, &issuance_body(&tenant)).await;
     assert_eq!(retried.status(), 200, "the retry succeeds");
 }
+
+/// Postgres only: a replica that starts while the migrations are held (here a lock on their
+/// table, as another replica's long migration holds it) waits for them past the 5 s statement
+/// timeout and starts, instead of failing its start: migrations run without the request path's
+/// timeouts.
+#[tokio::test]
+async fn postgres_only_a_replica_starting_during_a_long_migration_waits_for_it() {
+    needs!(Postgres);
+    let first = spawn_app().await;
+    let mut holder = first.db().await;
+    sql_exec!(&mut holder, "BEGIN").unwrap();
+    sql_exec!(
+        &mut holder,
+        "LOCK TABLE _sqlx_migrations IN ACCESS EXCLUSIVE MODE"
+    )
+    .unwrap();
+    let held = Duration::from_secs(7);
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(held).await;
+        sql_exec!(&mut holder, "COMMIT").unwrap();
+    });
+
+    let started = std::time::Instant::now();
+    let second = spawn_with_config(first.database_name.clone(), first.config.clone()).await;
+    let waited = started.elapsed();
+    release.await.unwrap();
+    assert!(
+        waited >= held - Duration::from_secs(1),
+        "the second start waited for the migrations ({waited:?})"
+    );
+    let ready = second
+        .request(reqwest::Method::GET, "/readyz")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(ready.status(), 200, "the second replica serves");
+}
