@@ -11,6 +11,7 @@ use super::budget::{Limiter, PeakMemory};
 use super::moderation::{ModerationInput, ModerationOutcome, outcome};
 use super::settings::{EngineSettings, InstanceAllocation, pool};
 use super::slots::{DecisionSlots, NoSlot, Slot};
+use super::ticker::{EPOCH_TICK, Ticker, Ticking};
 use super::wit::{AuthzInput, authorizer, authz_types, moderation_types, moderator};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,6 +63,8 @@ pub struct Sandbox {
     wasi: WasiCtx,
     table: ResourceTable,
     limits: Limiter,
+    /// Keeps the epoch ticking while this decision's store lives.
+    _ticking: Ticking,
 }
 
 /// Where one decision's time went and the linear memory it took, for profiling guests.
@@ -121,14 +124,13 @@ impl std::fmt::Debug for CompiledPolicy {
 pub struct PolicyEngine {
     engine: Engine,
     linker: Linker<Sandbox>,
+    ticker: Arc<Ticker>,
     settings: EngineSettings,
     slots: DecisionSlots,
     disk: Option<super::native_cache::NativeCache>,
     compiled: AtomicU64,
     from_disk: AtomicU64,
 }
-
-const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 /// Address space per linear memory: all a 32-bit index reaches (wasmtime's 64-bit default), so
 /// only an access whose static offset passes the guard keeps a bounds check: a JavaScript call
@@ -180,17 +182,7 @@ impl PolicyEngine {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| format!("could not link WASI: {e}"))?;
 
-        let weak = engine.weak();
-        std::thread::Builder::new()
-            .name("policy-epoch".into())
-            .spawn(move || {
-                while let Some(engine) = weak.upgrade() {
-                    engine.increment_epoch();
-                    drop(engine);
-                    std::thread::sleep(EPOCH_TICK);
-                }
-            })
-            .map_err(|e| format!("could not start the epoch ticker: {e}"))?;
+        let ticker = Ticker::start(&engine)?;
         let slots = DecisionSlots::new(settings.max_concurrent);
         let disk = settings.cache_dir.as_deref().and_then(|dir| {
             super::native_cache::NativeCache::open(dir)
@@ -205,6 +197,7 @@ impl PolicyEngine {
         Ok(Arc::new(Self {
             engine,
             linker,
+            ticker,
             settings,
             slots,
             disk,
@@ -219,6 +212,12 @@ impl PolicyEngine {
             compiled: self.compiled.load(Ordering::Relaxed),
             from_disk: self.from_disk.load(Ordering::Relaxed),
         }
+    }
+
+    /// Epoch ticks given so far (`ticker.rs`).
+    #[cfg(test)]
+    pub(super) fn epoch_ticks(&self) -> u64 {
+        self.ticker.ticks()
     }
 
     pub fn settings(&self) -> &EngineSettings {
@@ -317,6 +316,7 @@ impl PolicyEngine {
             wasi: WasiCtx::builder().build(),
             table: ResourceTable::new(),
             limits,
+            _ticking: self.ticker.ticking(),
         };
         let mut store = Store::new(&self.engine, sandbox);
         store.limiter(|s| &mut s.limits);

@@ -48,6 +48,7 @@ mod settings;
 mod slots;
 #[cfg(test)]
 mod tests;
+mod ticker;
 mod wit;
 
 pub use budget::{

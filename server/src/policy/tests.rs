@@ -250,6 +250,30 @@ fn hostile_components_are_contained_and_the_default_still_answers() {
 }
 
 #[test]
+fn the_epoch_ticks_only_while_a_decision_runs() {
+    let engine = engine();
+    let spin = authorizer(&engine, fixtures::SPIN);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(engine.epoch_ticks(), 0, "an idle engine does not tick");
+
+    let req = request(Operation::ReadActivity, &["activity:read"], Some(WS));
+    let why = "a guest that starts on a sleeping ticker is still stopped near its deadline";
+    assert_stopped_within(&engine, &spin, &req, Duration::from_millis(500), why);
+    let after = engine.epoch_ticks();
+    assert!(
+        after > 40,
+        "the ticker ran through the 50 ms deadline: {after} ticks"
+    );
+
+    std::thread::sleep(Duration::from_millis(100));
+    let idle = engine.epoch_ticks();
+    assert!(
+        idle <= after + 2,
+        "the ticker sleeps again: {after}, then {idle}"
+    );
+}
+
+#[test]
 fn no_state_survives_between_decisions() {
     // The same request twice gives the same answer from fresh instances, and a trap in between
     // changes nothing.
