@@ -259,3 +259,54 @@ async fn a_crash_between_commit_and_completion_never_runs_the_change_twice() {
         1
     );
 }
+
+/// Postgres only: a first attempt whose COMMIT outlives its lease (a deferred trigger holds it
+/// 4 s; the lease is 3 s) is answered 503, and a retry after the lease runs beside it. The
+/// retry's change then fails on the first's once that lands (the token name it took). The
+/// retry is answered with the first attempt's committed outcome, not 409 `conflict`, and the
+/// token exists once. The partition drill found this when a healed network let a stalled
+/// COMMIT land just after a retry's claim.
+#[tokio::test]
+async fn postgres_only_a_retry_that_fails_on_its_keys_late_commit_replays_that_commit() {
+    needs!(Postgres);
+    let app = spawn_app_with(|c| c.idempotency_lease_ms = 3_000).await;
+    let tenant = app.bootstrap().await;
+    let mut db = app.db().await;
+    sql_exec!(
+        &mut db,
+        "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(4); RETURN NULL; END $$"
+    )
+    .unwrap();
+    sql_exec!(
+        &mut db,
+        "CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON idempotency_outcomes DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()"
+    )
+    .unwrap();
+    let body = issuance_body(&tenant);
+    let key = Uuid::new_v4().to_string();
+    let send = || {
+        app.post_json("/v1/personal-access-tokens", &tenant.token, &body)
+            .header("idempotency-key", &key)
+            .response()
+    };
+
+    let started = std::time::Instant::now();
+    let first = send().await;
+    assert_api_error(first, 503, "unavailable").await;
+    // Past the first attempt's lease, before its COMMIT lands (4 s after it began).
+    tokio::time::sleep(Duration::from_millis(3_300).saturating_sub(started.elapsed())).await;
+    let retry = send().await;
+    assert_eq!(
+        retry.status(),
+        200,
+        "the retry answers the first attempt's outcome"
+    );
+    let name = body["name"].as_str().unwrap().to_owned();
+    let tokens = sql_value!(
+        app,
+        i64,
+        "SELECT count(*) FROM tokens WHERE name = $1",
+        name
+    );
+    assert_eq!(tokens, 1, "the token exists once");
+}

@@ -39,7 +39,9 @@
 //!   never a run;
 //! - the outcome's primary key makes a second change under a live key fail and roll back,
 //!   whatever the timing (a commit landing after its lease ended included); that attempt
-//!   answers with the committed outcome;
+//!   answers with the committed outcome. When the second change fails first on the first's
+//!   change instead (a 4xx: the token name it took, the grant it revoked), the committed
+//!   outcome is looked up too, and answered when there is one;
 //! - a commit that fails or outlives the rest of the lease answers 503 and keeps the claim: its
 //!   outcome is unknown until the lease ends, and the retry after it finds the outcome if the
 //!   commit landed;
@@ -315,6 +317,18 @@ impl IdempotencyGuard {
                             return other;
                         }
                     }
+                }
+                // An earlier attempt whose commit landed after its lease ended makes this one
+                // fail on its change (the name it created taken, the grant it revoked gone):
+                // then the client gets that attempt's outcome, not the trace it left.
+                let status = match &other {
+                    Ok(response) => response.status(),
+                    Err(e) => e.status(),
+                };
+                if status.is_client_error()
+                    && let Ok(Some(replay)) = self.committed(&held).await
+                {
+                    return Ok(replay);
                 }
                 self.release(&held).await;
                 return other;
