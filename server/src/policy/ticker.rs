@@ -4,8 +4,9 @@
 //! ticker that never stops; an idle server no longer spends 2.4% of a core on 1,000 wake-ups a
 //! second (measured on 2 cores; docs/decisions.md).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
 use std::time::Duration;
 
 use wasmtime::{Engine, EngineWeak};
@@ -19,13 +20,10 @@ const IDLE_CHECK: Duration = Duration::from_secs(1);
 pub(super) struct Ticker {
     /// Stores alive now: the ticker runs while this is above zero.
     active: AtomicUsize,
-    /// Whether the ticker is (about to be) waiting on `wake`: only then does a new store pay
-    /// for a wake-up, a system call, instead of on every decision that finds none running.
-    sleeping: AtomicBool,
     /// Ticks given so far, for tests and nothing else.
     ticks: AtomicU64,
-    lock: Mutex<()>,
-    wake: Condvar,
+    /// The ticker's thread, parked while no store is alive.
+    thread: OnceLock<Thread>,
 }
 
 /// Held by each decision's store: the ticker runs until the last one is dropped.
@@ -42,22 +40,23 @@ impl Ticker {
     pub(super) fn start(engine: &Engine) -> Result<Arc<Self>, String> {
         let ticker = Arc::new(Self::default());
         let weak = engine.weak();
-        let thread = Arc::clone(&ticker);
-        std::thread::Builder::new()
+        let runner = Arc::clone(&ticker);
+        let handle = std::thread::Builder::new()
             .name("policy-epoch".into())
-            .spawn(move || thread.run(weak))
+            .spawn(move || runner.run(weak))
             .map_err(|e| format!("could not start the epoch ticker: {e}"))?;
+        let _ = ticker.thread.set(handle.thread().clone());
         Ok(ticker)
     }
 
-    /// Makes the ticker run (at once, if it slept) until the returned value is dropped.
+    /// Makes the ticker run (at once, if it slept) until the returned value is dropped. An
+    /// unpark that comes before the ticker parks is kept for it, so no wake-up is lost; it is
+    /// a system call only when the thread is parked.
     pub(super) fn ticking(self: &Arc<Self>) -> Ticking {
-        // Sequentially consistent with the sleeper's two steps (flag up, then look at
-        // `active`): either it sees this store, or this sees its flag and wakes it, under the
-        // lock so the wake cannot fall between its look and its wait.
-        if self.active.fetch_add(1, Ordering::SeqCst) == 0 && self.sleeping.load(Ordering::SeqCst) {
-            let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-            self.wake.notify_one();
+        if self.active.fetch_add(1, Ordering::SeqCst) == 0
+            && let Some(thread) = self.thread.get()
+        {
+            thread.unpark();
         }
         Ticking(Arc::clone(self))
     }
@@ -69,19 +68,11 @@ impl Ticker {
 
     fn run(&self, weak: EngineWeak) {
         loop {
-            if self.active.load(Ordering::SeqCst) == 0 {
-                let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-                self.sleeping.store(true, Ordering::SeqCst);
-                while self.active.load(Ordering::SeqCst) == 0 {
-                    guard = match self.wake.wait_timeout(guard, IDLE_CHECK) {
-                        Ok((guard, _)) => guard,
-                        Err(poisoned) => poisoned.into_inner().0,
-                    };
-                    if weak.upgrade().is_none() {
-                        return;
-                    }
+            while self.active.load(Ordering::SeqCst) == 0 {
+                std::thread::park_timeout(IDLE_CHECK);
+                if weak.upgrade().is_none() {
+                    return;
                 }
-                self.sleeping.store(false, Ordering::SeqCst);
             }
             let Some(engine) = weak.upgrade() else { return };
             engine.increment_epoch();
