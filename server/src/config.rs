@@ -347,6 +347,14 @@ pub struct ServerConfig {
     )]
     pub runner_address_rate_limit: RateOption,
 
+    /// Load balancers and proxies whose `X-Forwarded-For` names the client: comma-separated
+    /// addresses and CIDR blocks (`10.0.0.0/8,192.0.2.7`), or `none`. The client address is
+    /// what rate limits and a token's last use record; only a request whose TCP peer is one of
+    /// these is read this way.
+    #[arg(long, env = "CP_TRUSTED_PROXIES", default_value = "none",
+          value_parser = crate::http::TrustedProxies::parse)]
+    pub trusted_proxies: crate::http::TrustedProxies,
+
     /// Signed runner requests per runner, once the signature verifies: `N/period` or `off`.
     #[arg(long, env = "CP_RUNNER_RATE_LIMIT", default_value = "600/m", value_parser = parse_rate)]
     pub runner_rate_limit: RateOption,

@@ -2,6 +2,7 @@
 //! most restrictive answering; a lower budget for issuance, per user.
 
 use control_plane::domain::{CorrelationId, Scope};
+use control_plane::http::TrustedProxies;
 use reqwest::Response;
 use uuid::Uuid;
 
@@ -119,6 +120,59 @@ async fn unauthenticated_requests_are_limited_per_address() {
     app.get("/v1/workspaces/x/activity", "cpat_not-a-token")
         .expect(429, "rate_limited")
         .await;
+}
+
+/// An unauthenticated read carrying `forwarded` as its `X-Forwarded-For` field lines: its status.
+async fn anonymous_read(app: &TestApp, forwarded: &[&str]) -> u16 {
+    let mut request = app.get("/v1/workspaces/x/activity", "cpat_not-a-token");
+    for line in forwarded {
+        request = request.header("x-forwarded-for", *line);
+    }
+    request.status_code().await
+}
+
+#[tokio::test]
+async fn a_forwarded_address_is_not_believed_by_default() {
+    let app = spawn_app_with(|c| c.rate_limit = rate("2/m")).await;
+    assert_eq!(anonymous_read(&app, &["203.0.113.1"]).await, 401);
+    assert_eq!(anonymous_read(&app, &["203.0.113.2"]).await, 401);
+    // A third "client" is the same peer, whose budget is spent.
+    assert_eq!(anonymous_read(&app, &["203.0.113.3"]).await, 429);
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget() {
+    let app = spawn_app_with(|c| {
+        c.rate_limit = rate("2/m");
+        c.trusted_proxies = TrustedProxies::parse("127.0.0.0/8").unwrap();
+    })
+    .await;
+    assert_eq!(anonymous_read(&app, &["203.0.113.1"]).await, 401);
+    assert_eq!(anonymous_read(&app, &["203.0.113.1"]).await, 401);
+    assert_eq!(anonymous_read(&app, &["203.0.113.1"]).await, 429);
+    assert_eq!(
+        anonymous_read(&app, &["203.0.113.2"]).await,
+        401,
+        "another client behind the same proxy"
+    );
+    // A client that writes another's address is still charged as itself: the proxy appended
+    // its real address on the right, in the same field line or in a line of its own.
+    assert_eq!(
+        anonymous_read(&app, &["203.0.113.9, 203.0.113.1"]).await,
+        429
+    );
+    assert_eq!(
+        anonymous_read(&app, &["203.0.113.9", "203.0.113.1"]).await,
+        429
+    );
+    // A second trusted hop (127.0.0.9) is skipped to the client it saw.
+    assert_eq!(anonymous_read(&app, &["203.0.113.1, 127.0.0.9"]).await, 429);
+    // An entry that is no address stops at the hop that wrote it: here the peer, whose budget
+    // requests without the header share.
+    assert_eq!(anonymous_read(&app, &["203.0.113.3, unknown"]).await, 401);
+    assert_eq!(anonymous_read(&app, &[]).await, 401);
+    assert_eq!(anonymous_read(&app, &[]).await, 429);
+    assert_eq!(anonymous_read(&app, &["203.0.113.3"]).await, 401);
 }
 
 #[tokio::test]

@@ -8,13 +8,14 @@ use chrono::Utc;
 use control_plane::domain::{
     CorrelationId, ExpiresInDays, RevocationReason, Scope, Scopes, Span, TokenName,
 };
+use control_plane::http::TrustedProxies;
 use control_plane::service::{IssueTokenInput, TOKEN_EXPIRING, USER_AGENT_MAX};
 use control_plane::storage::{TokenFilter, TokenRecord};
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::support::{
-    ServerProcess, Tenant, TestApp, events_about, needs, spawn_app_with, sql_all, tenant_app,
+    Call, ServerProcess, Tenant, TestApp, events_about, needs, spawn_app_with, sql_all, tenant_app,
 };
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -155,6 +156,23 @@ async fn last_use_appears_after_use_and_is_written_once_a_minute_under_load() {
     )
     .unwrap();
     assert_eq!(tenant_tokens, vec![(None,)]);
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_last_use_records_the_forwarded_client() {
+    let app = spawn_app_with(|c| {
+        c.trusted_proxies = TrustedProxies::parse("127.0.0.1").unwrap();
+    })
+    .await;
+    let tenant = app.bootstrap().await;
+    let (id, secret) = token(&app, &tenant, &[tenant.workspace_id], 30).await;
+    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    app.get(&path, &secret)
+        .header("x-forwarded-for", "192.0.2.1, 198.51.100.9")
+        .ok_response()
+        .await;
+    let used = once_used(&app, id).await.last_use.unwrap();
+    assert_eq!(used.address, "198.51.100.9", "the address the proxy saw");
 }
 
 /// Two server processes on one Postgres and one Redis: the claim is shared, so 200 requests

@@ -1,7 +1,7 @@
 //! Outermost middleware, in the order of docs/design.md ("Request pipeline"): correlation id,
-//! body-size guard, authentication and rate limit (one limiter round trip per request), then the
-//! route; every failure on the way is rendered as an ApiError, and every response gets its
-//! headers.
+//! client address, body-size guard, authentication and rate limit (one limiter round trip per
+//! request), then the route; every failure on the way is rendered as an ApiError, and every
+//! response gets its headers.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use super::auth::{AuthOutcome, is_signed_path};
 use super::error::{ApiFailure, retry_after_value};
+use super::forwarded::{FORWARDED_FOR, TrustedProxies};
 use super::idempotency::IdempotencyHeader;
 use super::limits::{Caller, RateGuard, RouteDecision, rate_class, tightest};
 use super::metrics::HttpMetrics;
@@ -36,6 +37,7 @@ pub struct RequestContext<E> {
     body_limit: usize,
     allowed: Option<Arc<AllowedMethods>>,
     last_use: Option<Arc<LastUseRecorder>>,
+    trusted_proxies: Arc<TrustedProxies>,
 }
 
 impl<E> RequestContext<E> {
@@ -45,6 +47,7 @@ impl<E> RequestContext<E> {
         services: Arc<Services>,
         rates: Arc<RateGuard>,
         body_limit: usize,
+        trusted_proxies: Arc<TrustedProxies>,
     ) -> Self {
         Self {
             inner,
@@ -54,6 +57,7 @@ impl<E> RequestContext<E> {
             body_limit,
             allowed: None,
             last_use: None,
+            trusted_proxies,
         }
     }
 
@@ -134,11 +138,30 @@ fn bearer(req: &Request) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-pub(super) fn client_address(req: &Request) -> String {
-    req.remote_addr()
-        .as_socket_addr()
-        .map(|a| a.ip().to_string())
-        .unwrap_or_else(|| "unknown".into())
+/// The request's client address, as [`RequestContext`] found it (`forwarded.rs`).
+#[derive(Clone)]
+struct ClientAddress(String);
+
+pub(super) fn client_address(req: &Request) -> &str {
+    req.data::<ClientAddress>().map_or("unknown", |a| &a.0)
+}
+
+impl<E> RequestContext<E> {
+    fn find_client(&self, req: &Request) -> ClientAddress {
+        let Some(peer) = req.remote_addr().as_socket_addr().map(|a| a.ip()) else {
+            return ClientAddress("unknown".into());
+        };
+        if self.trusted_proxies.is_empty() {
+            return ClientAddress(peer.to_string());
+        }
+        // A field line that is not text is no address: the walk stops at its writer.
+        let lines = req
+            .headers()
+            .get_all(FORWARDED_FOR)
+            .iter()
+            .map(|v| v.to_str().unwrap_or(""));
+        ClientAddress(self.trusted_proxies.client(peer, lines).to_string())
+    }
 }
 
 impl<E: Endpoint> RequestContext<E> {
@@ -156,7 +179,7 @@ impl<E: Endpoint> RequestContext<E> {
             let address = client_address(req);
             return Ok(self
                 .rates
-                .check(Caller::RunnerAddress(&address), class)
+                .check(Caller::RunnerAddress(address), class)
                 .await?);
         }
         // The caller carries the request's id to the policy decisions it asks for.
@@ -179,11 +202,11 @@ impl<E: Endpoint> RequestContext<E> {
                 .headers()
                 .get(header::USER_AGENT)
                 .and_then(|v| v.to_str().ok());
-            recorder.observe(p.token_id, &address, agent);
+            recorder.observe(p.token_id, address, agent);
         }
         let decision = match &outcome {
             Some(AuthOutcome::Authenticated(p)) => self.rates.check(Caller::Token(p), class),
-            _ => self.rates.check(Caller::Address(&address), class),
+            _ => self.rates.check(Caller::Address(address), class),
         }
         .await;
         if let Some(outcome) = outcome {
@@ -217,6 +240,8 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
             tracing::info_span!("request", correlation_id = %cid, method = %method, path = %path);
         req.set_data(cid.clone());
         req.set_data(BodyLimit(self.body_limit));
+        let client = self.find_client(&req);
+        req.set_data(client);
 
         let mut decision = None;
         let route_decision = RouteDecision::default();

@@ -7,6 +7,7 @@ mod context;
 mod docs;
 pub mod error;
 mod fields;
+mod forwarded;
 mod idempotency;
 mod limits;
 mod metrics;
@@ -22,6 +23,7 @@ use poem::{EndpointExt, IntoEndpoint, Route};
 use poem_openapi::{OpenApi, OpenApiService};
 
 pub use context::CORRELATION_HEADER;
+pub use forwarded::TrustedProxies;
 pub use limits::RateSettings;
 
 use crate::domain::RecordCipher;
@@ -50,6 +52,8 @@ pub struct HttpSettings {
     pub ops_rate: Option<Rate>,
     /// Serve `/healthz`, `/readyz` and `/metrics` on their own listener, not the API's.
     pub separate_ops: bool,
+    /// Proxies whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: TrustedProxies,
 }
 
 pub const API_VERSION: &str = "0.5.0";
@@ -132,6 +136,7 @@ pub fn build_app(
         ops_limiter,
         settings.ops_rate,
     ));
+    let trusted_proxies = Arc::new(settings.trusted_proxies.clone());
     let mut routes = Route::new();
     let mut ops_endpoint = None;
     if settings.separate_ops {
@@ -143,6 +148,7 @@ pub fn build_app(
                 services.clone(),
                 rates.clone(),
                 settings.body_limit,
+                trusted_proxies.clone(),
             )
             .with_allowed(allowed.clone())
             .boxed(),
@@ -170,10 +176,17 @@ pub fn build_app(
     for collector in last_use.collectors() {
         metrics.register(collector)?;
     }
-    let api = RequestContext::new(routes, metrics, services, rates, settings.body_limit)
-        .with_allowed(allowed)
-        .with_last_use(last_use)
-        .boxed();
+    let api = RequestContext::new(
+        routes,
+        metrics,
+        services,
+        rates,
+        settings.body_limit,
+        trusted_proxies,
+    )
+    .with_allowed(allowed)
+    .with_last_use(last_use)
+    .boxed();
     Ok(AppEndpoints {
         api,
         ops: ops_endpoint,

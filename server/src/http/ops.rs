@@ -113,7 +113,7 @@ impl<E: Endpoint> Endpoint for OpsLimit<E> {
         if let Some(rate) = self.rate {
             let address = client_address(&req);
             let bucket = Bucket {
-                key: keys::rate_limit("", RateScope::Address(&address), "ops"),
+                key: keys::rate_limit("", RateScope::Address(address), "ops"),
                 rate,
             };
             // The in-process limiter has no outage to handle.

@@ -96,6 +96,7 @@ impl Application {
             heartbeat: Duration::from_millis(config.sse_heartbeat_ms.max(10)),
             ops_rate: config.ops_rate_limit.0,
             separate_ops: config.ops_listen.is_some(),
+            trusted_proxies: config.trusted_proxies.clone(),
         };
         watch_policies(services.clone());
         purge_outcomes_every(
