@@ -7,7 +7,7 @@ use reqwest::Response;
 use uuid::Uuid;
 
 use crate::support::{
-    Call, Tenant, TestApp, assert_api_error, issuance_body, rate, spawn_app_with,
+    Call, Tenant, TestApp, assert_api_error, captured_logs, issuance_body, rate, spawn_app_with,
 };
 
 /// Another token of the tenant's own user.
@@ -173,6 +173,15 @@ async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget() {
     assert_eq!(anonymous_read(&app, &[]).await, 401);
     assert_eq!(anonymous_read(&app, &[]).await, 429);
     assert_eq!(anonymous_read(&app, &["203.0.113.3"]).await, 401);
+}
+
+#[tokio::test]
+async fn trusting_every_address_is_warned_of_at_start() {
+    let _app = spawn_app_with(|c| {
+        c.trusted_proxies = TrustedProxies::parse("10.0.0.1, ::/0").unwrap();
+    })
+    .await;
+    assert!(captured_logs().contains("--trusted-proxies holds a block of every address"));
 }
 
 #[tokio::test]

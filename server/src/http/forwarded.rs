@@ -39,6 +39,12 @@ impl TrustedProxies {
         self.0.is_empty()
     }
 
+    /// A block of every address (`0.0.0.0/0`, `::/0`): then any client that reaches the server
+    /// directly can name its own address.
+    pub fn trusts_any_address(&self) -> bool {
+        self.0.iter().any(|net| net.prefix_len() == 0)
+    }
+
     fn trusts(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
         self.0.iter().any(|net| net.contains(&ip))
@@ -187,6 +193,10 @@ mod tests {
         assert!(trusted.trusts(ip("fd00::1")));
         for bad in ["", "10.0.0.0/33", "proxy.example", "10.0.0.1,,10.0.0.2"] {
             assert!(TrustedProxies::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(!trusted.trusts_any_address());
+        for wide in ["0.0.0.0/0", "10.0.0.1, ::/0"] {
+            assert!(TrustedProxies::parse(wide).unwrap().trusts_any_address());
         }
     }
 }

@@ -78,6 +78,12 @@ impl Application {
         .await
         .context("could not load the idempotency encryption key")?;
         source.warn_if_generated("idempotency encryption key", "CP_IDEMPOTENCY_KEYS");
+        if config.trusted_proxies.trusts_any_address() {
+            tracing::warn!(
+                "--trusted-proxies holds a block of every address: any client that reaches this \
+                 server directly chooses the address its rate limits are charged to"
+            );
+        }
         let http = HttpSettings {
             body_limit: config.body_limit,
             rates: RateSettings {
