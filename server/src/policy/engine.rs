@@ -8,6 +8,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::budget::{Limiter, PeakMemory};
+use super::memo::{AllowMemo, MEMO_BYTES};
 use super::moderation::{ModerationInput, ModerationOutcome, outcome};
 use super::settings::{EngineSettings, InstanceAllocation, pool};
 use super::slots::{DecisionSlots, NoSlot, Slot};
@@ -112,6 +113,8 @@ pub struct CompiledPolicy {
     /// The memory budget of this version's decisions (`budget.rs`).
     pub(super) memory_bytes: usize,
     pre: Pre,
+    /// The allows of the built-in authorizer, remembered; `None` for every other policy.
+    pub(super) memo: Option<AllowMemo>,
 }
 
 impl std::fmt::Debug for CompiledPolicy {
@@ -251,11 +254,15 @@ impl PolicyEngine {
                 kind.as_str()
             )
         })?;
+        let digest = super::digest(bytes);
+        let memo = (kind == PolicyKind::Authorizer && is_builtin(&digest))
+            .then(|| AllowMemo::new(MEMO_BYTES));
         Ok(CompiledPolicy {
             kind,
-            digest: super::digest(bytes),
+            digest,
             memory_bytes: self.settings.memory_bytes,
             pre,
+            memo,
         })
     }
 
@@ -504,7 +511,7 @@ impl PolicyEngine {
             // This repository's own policy, built with the server: a decision takes a few
             // microseconds (BENCHMARKS.md), less than the hop to a blocking thread and back. An
             // installed policy may spin to its deadline, so it never runs on an async worker.
-            return self.authorize_now(&policy, &request).await;
+            return self.authorize_in_place(&policy, &request).await;
         }
         let slot = self.slot(input.principal.organisation_id).await?;
         let engine = self.clone();
@@ -512,6 +519,26 @@ impl PolicyEngine {
             engine.authorize_now(&policy, &request).await
         })
         .await
+    }
+
+    /// A built-in policy's decision on the calling task, from its memo when it allowed the same
+    /// request before (`memo.rs`).
+    pub(super) async fn authorize_in_place(
+        &self,
+        policy: &CompiledPolicy,
+        request: &authz_types::AuthzRequest,
+    ) -> Result<authz_types::AuthzDecision, PolicyFailure> {
+        let Some(memo) = &policy.memo else {
+            return self.authorize_now(policy, request).await;
+        };
+        if memo.allows(request) {
+            return Ok(authz_types::AuthzDecision::Allow);
+        }
+        let decision = self.authorize_now(policy, request).await;
+        if decision == Ok(authz_types::AuthzDecision::Allow) {
+            memo.remember(request);
+        }
+        decision
     }
 
     /// Authorizes for a shadow worker: in place or off the async workers as [`Self::authorize`]
@@ -523,7 +550,7 @@ impl PolicyEngine {
     ) -> Result<authz_types::AuthzDecision, PolicyFailure> {
         let request = input.to_wit();
         if is_builtin(&policy.digest) {
-            return self.authorize_now(&policy, &request).await;
+            return self.authorize_in_place(&policy, &request).await;
         }
         let engine = self.clone();
         Self::on_blocking_thread(None, async move {

@@ -41,6 +41,7 @@ mod cases;
 mod coverage;
 mod decisions;
 mod engine;
+mod memo;
 mod moderation;
 mod native_cache;
 mod runtime;

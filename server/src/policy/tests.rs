@@ -389,3 +389,74 @@ async fn a_decision_waits_for_a_slot_at_most_the_queue_timeout() {
         "the slot holder is cut at its deadline"
     );
 }
+
+/// The memo answers only the exact request the built-in authorizer allowed: a changed
+/// principal, path or operation is asked afresh, and a denial is never kept.
+#[test]
+fn the_built_in_authorizer_remembers_an_allow_for_that_request_only() {
+    let engine = engine();
+    let policy = authorizer(&engine, defaults::AUTHORIZER);
+    let decide = |req: &a::AuthzRequest| block(engine.authorize_in_place(&policy, req));
+    let memo = policy
+        .memo
+        .as_ref()
+        .expect("the built-in authorizer has a memo");
+    let read = request(Operation::ReadActivity, &["activity:read"], Some(WS));
+    assert_eq!(decide(&read), Ok(a::AuthzDecision::Allow));
+    assert_eq!(decide(&read), Ok(a::AuthzDecision::Allow));
+    assert_eq!(memo.len(), 1, "one allow, remembered once");
+
+    let mut scope_gone = read.clone();
+    scope_gone.principal.scopes = vec!["audit:read".into()];
+    let mut workspace_gone = read.clone();
+    workspace_gone.principal.workspace_ids.clear();
+    let elsewhere = request(Operation::ReadActivity, &["activity:read"], Some(OTHER_WS));
+    let mut other_operation = request(Operation::ReadAuditStream, &["activity:read"], Some(WS));
+    other_operation.principal = read.principal.clone();
+    for (what, req) in [
+        ("without the scope", &scope_gone),
+        ("without the workspace", &workspace_gone),
+        ("in another workspace", &elsewhere),
+        ("for another operation", &other_operation),
+    ] {
+        assert!(
+            matches!(decide(req), Ok(a::AuthzDecision::Deny(_))),
+            "{what}: denied, not answered from the memo"
+        );
+    }
+    assert_eq!(memo.len(), 1, "denials are not remembered");
+
+    // What the memo holds is answered without the policy: a request the policy would deny
+    // comes back allowed once it is in the memo (which only an allow ever puts there).
+    memo.remember(&scope_gone);
+    assert_eq!(decide(&scope_gone), Ok(a::AuthzDecision::Allow));
+}
+
+#[test]
+fn installed_authorizers_and_moderators_have_no_memo() {
+    let engine = engine();
+    assert!(authorizer(&engine, fixtures::DENY_ALL).memo.is_none());
+    let moderator = engine
+        .compile(PolicyKind::Moderator, defaults::MODERATOR)
+        .expect("the moderator compiles");
+    assert!(moderator.memo.is_none());
+}
+
+#[test]
+fn the_memo_starts_over_when_its_budget_is_spent() {
+    let memo = super::memo::AllowMemo::new(2_000);
+    let mut req = request(Operation::ReadActivity, &["activity:read"], Some(WS));
+    for i in 0..6 {
+        req.principal.id = format!("token-{i}");
+        memo.remember(&req);
+        assert!(memo.allows(&req));
+    }
+    assert!(memo.len() < 6, "bounded: {} keys", memo.len());
+    let mut huge = req.clone();
+    huge.principal.workspace_ids = vec![WS.to_owned(); 100];
+    memo.remember(&huge);
+    assert!(
+        !memo.allows(&huge),
+        "a key past the whole budget is not kept"
+    );
+}

@@ -4,7 +4,8 @@ pub mod authorizer {
     wasmtime::component::bindgen!({
         world: "authorizer",
         path: "../policies/wit",
-        additional_derives: [PartialEq],
+        // Eq and Hash: a request is the key of the built-in authorizer's memo (`memo.rs`).
+        additional_derives: [PartialEq, Eq, Hash],
         // Called with `call_async`: WASI's host calls are async (see the module doc of `policy`).
         exports: { default: async },
     });
