@@ -87,6 +87,7 @@ pub fn build_app(
     // The UI embeds the document; serve it the finished one.
     let docs_html = service.swagger_ui_html().replace(&raw_spec, &spec);
     let metrics = Arc::new(HttpMetrics::new()?);
+    metrics.register(services.background_passes().collector())?;
     if let Some(runtime) = services.policy_runtime() {
         for collector in runtime.metrics() {
             metrics.register(collector)?;

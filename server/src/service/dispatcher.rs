@@ -9,7 +9,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use super::deliveries::{AttemptAnswer, DeliverySettings, FailureCategory, dispatch_body};
 use super::fair_share::InFlight;
-use super::{ServiceError, Services};
+use super::{BackgroundTask, ServiceError, Services};
 use crate::domain::{
     DeliveryUrl, WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER,
 };
@@ -95,6 +95,8 @@ impl Dispatcher {
         if free == 0 {
             return Ok(0);
         }
+        let started = chrono::Utc::now();
+        let passes = self.services.background_passes();
         let (skip_pools, skip_organisations) = self.in_flight().full();
         let due = self
             .services
@@ -103,9 +105,12 @@ impl Dispatcher {
         // One leaser per process: nothing starts between this pick and the lease.
         let picked = self.in_flight().pick(&due, free);
         if picked.is_empty() {
+            passes.completed(BackgroundTask::Deliveries, started);
             return Ok(0);
         }
         let leased = self.services.lease_deliveries(&picked).await?;
+        // Recorded once the lease committed: every attempt it started has its row by now.
+        passes.completed(BackgroundTask::Deliveries, started);
         // Deliveries set waiting count too: a full batch means more may be due.
         let looked = leased.attempts.len() + leased.waiting as usize;
         for attempt in leased.attempts {

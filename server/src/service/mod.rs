@@ -8,6 +8,7 @@ mod admin;
 mod audit;
 pub mod audit_integrity;
 mod authz;
+mod background_passes;
 mod batch_queue;
 mod commands;
 mod deliveries;
@@ -45,6 +46,7 @@ pub use audit::{EVENT_TYPES_PATTERN, StreamEnd, StreamItem, StreamRequest};
 #[cfg(feature = "bench-allow-all")]
 pub use authz::AllowAllAuthorizer;
 pub use authz::{Authorizer, AuthzRequest, Decision, DenyStatus, Operation};
+pub use background_passes::{BackgroundPasses, BackgroundTask};
 pub use commands::{
     DeliveryStatusInput, SubmitCommandInput, TIMEOUT_BATCH, TimeoutSweep, command_deadline,
 };
@@ -167,6 +169,8 @@ pub struct Services {
     // policies: one reload at a time, so a slow one cannot install an older state after a
     // newer one (the watcher and an explicit reload race on every change).
     reloading: Arc<tokio::sync::Mutex<()>>,
+    // runners, tokens: when each background task last completed a pass (`/metrics`).
+    passes: BackgroundPasses,
 }
 
 impl Services {
@@ -201,7 +205,13 @@ impl Services {
             secrets,
             policy_reloads: tokio::sync::watch::Sender::new(0),
             reloading: Arc::default(),
+            passes: BackgroundPasses::new(),
         }
+    }
+
+    /// When each background task last completed a pass.
+    pub fn background_passes(&self) -> &BackgroundPasses {
+        &self.passes
     }
 
     /// The live audit fan-out of this process.

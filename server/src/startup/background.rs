@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::Span;
-use crate::service::Services;
+use crate::service::{BackgroundTask, Services};
 use crate::storage::{OutcomeStore, Topic};
 
 /// Keeps this process's policies in step with the store: reloads on every announcement, and
@@ -93,8 +93,13 @@ pub(super) fn sweep_timeouts(services: Arc<Services>, every: Duration) {
     in_batches_every(every, move || {
         let services = services.clone();
         async move {
+            let started = chrono::Utc::now();
             match services.time_out_overdue_commands().await {
-                Ok(sweep) => sweep.more && sweep.failed > 0,
+                Ok(sweep) => {
+                    let passes = services.background_passes();
+                    passes.completed(BackgroundTask::CommandTimeouts, started);
+                    sweep.more && sweep.failed > 0
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "the command timeout sweep failed; retrying at the next tick");
                     false
@@ -134,8 +139,13 @@ pub(super) fn notice_expiring_tokens(services: Arc<Services>, notice: Span, ever
     in_batches_every(every, move || {
         let services = services.clone();
         async move {
+            let started = chrono::Utc::now();
             match services.notice_expiring_tokens(notice).await {
-                Ok((_, more)) => more,
+                Ok((_, more)) => {
+                    let passes = services.background_passes();
+                    passes.completed(BackgroundTask::TokenExpiryNotices, started);
+                    more
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "the token expiry notice failed; retrying at the next tick");
                     false
