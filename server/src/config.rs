@@ -453,7 +453,27 @@ impl ServerConfig {
 
     /// Defaults for a given database, as tests and embedding programs need.
     pub fn for_database(database_url: impl Into<String>) -> Self {
-        let mut config = Self::parse_from(["control-plane"]);
+        Self::parse_from(["control-plane"]).on_database(database_url)
+    }
+
+    /// [`for_database`](Self::for_database) from the flags' defaults alone: no `CP_*`,
+    /// `DATABASE_URL` or `REDIS_URL` in the environment is read, so a developer's shell cannot
+    /// change what the test suite tests.
+    pub fn defaults_for_database(database_url: impl Into<String>) -> Self {
+        use clap::{CommandFactory, FromArgMatches};
+        let command = Self::command().mut_args(|arg| arg.env(None));
+        // Every flag has a default or is optional: without arguments this cannot fail.
+        let parsed = command
+            .try_get_matches_from(["control-plane"])
+            .and_then(|matches| Self::from_arg_matches(&matches));
+        match parsed {
+            Ok(config) => config.on_database(database_url),
+            Err(e) => unreachable!("the defaults do not parse: {e}"),
+        }
+    }
+
+    fn on_database(mut self, database_url: impl Into<String>) -> Self {
+        let config = &mut self;
         config.database_url = Some(database_url.into());
         config.listen = "127.0.0.1:0".into();
         config.token_hash_key = None;
@@ -463,7 +483,7 @@ impl ServerConfig {
         config.webhook_signing_keys = None;
         config.key_encryption_key = None;
         config.key_encryption_key_file = None;
-        config
+        self
     }
 
     /// Where compiled policies' native code is kept.

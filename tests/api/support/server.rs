@@ -62,9 +62,11 @@ pub fn rate(raw: &str) -> control_plane::config::RateOption {
 }
 
 /// A configuration for one test: its own database, and its own Redis key prefix. On SQLite
-/// records the fast state is always in process.
+/// records the fast state is always in process. Built from the flags' defaults and what this
+/// function and the test set, never from `CP_*`, `DATABASE_URL` or `REDIS_URL` in the shell
+/// running the suite (only its own `TEST_*` selectors).
 pub fn test_config(database_url: &str) -> ServerConfig {
-    let mut config = ServerConfig::for_database(database_url);
+    let mut config = ServerConfig::defaults_for_database(database_url);
     config.redis_url = if sqlite_path(database_url).is_some() {
         None
     } else {
@@ -239,6 +241,14 @@ impl ServerProcess {
     ) -> Self {
         use std::io::BufRead;
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_control-plane"));
+        // The server's settings come from `config` and `env`, never from the shell running
+        // the suite (only the suite's own `CP_TEST_*` pass through).
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if server_setting(&name) {
+                command.env_remove(&*name);
+            }
+        }
         match &config.delivery_http_hosts {
             Some(hosts) => command.env("CP_DELIVERY_HTTP_HOSTS", hosts),
             None => command.env_remove("CP_DELIVERY_HTTP_HOSTS"),
@@ -301,6 +311,12 @@ impl ServerProcess {
     }
 }
 
+/// Whether the environment variable `name` is one the server reads as a setting.
+fn server_setting(name: &str) -> bool {
+    (name.starts_with("CP_") && !name.starts_with("CP_TEST_"))
+        || matches!(name, "DATABASE_URL" | "REDIS_URL")
+}
+
 impl ServerProcess {
     /// Waits until the process has exited by itself (a fault hook), killing it after `limit`.
     pub fn wait_for_exit(mut self, limit: Duration) -> Option<std::process::ExitStatus> {
@@ -338,5 +354,127 @@ impl TestApp {
     pub async fn metrics(&self) -> String {
         let response = self.client.get(self.url("/metrics")).send().await.unwrap();
         response.text().await.unwrap()
+    }
+
+    /// Waits until a pass of the background `task` (`deliveries`, `command_timeouts`,
+    /// `token_expiry_notices`) that began at or after `at` has completed: whatever that task
+    /// would do about the state at `at` is done. The witness a test waits for before it
+    /// asserts that the task did nothing.
+    pub async fn background_pass_after(&self, task: &str, at: chrono::DateTime<chrono::Utc>) {
+        let address = self.ops_address.as_deref().unwrap_or(&self.address);
+        background_pass_after(address, task, at).await;
+    }
+}
+
+/// [`TestApp::background_pass_after`] for the server at `address` (a [`ServerProcess`]).
+pub async fn background_pass_after(address: &str, task: &str, at: chrono::DateTime<chrono::Utc>) {
+    let wanted = at.timestamp_micros() as f64 / 1e6;
+    let series = format!("background_pass_started_seconds{{task=\"{task}\"}} ");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut last = None;
+    loop {
+        let text = reqwest::get(format!("{address}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        last = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .or(last);
+        if last.is_some_and(|started| started >= wanted) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {task} pass began after {at} (the last began at {last:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `test_config` ignores the environment: this test binary, run again as a child with the
+/// server's settings in its environment, builds the same configuration as without them.
+#[cfg(test)]
+mod environment {
+    use super::test_config;
+    use control_plane::config::ServerConfig;
+
+    /// Set in the child only: it then prints what it built instead of testing.
+    const PROBE: &str = "CP_TEST_CONFIG_PROBE";
+    const URL: &str = "sqlite:///nonexistent/cp-config-probe/cp.db";
+
+    /// What a configuration is, less its per-test Redis prefix.
+    fn shape(config: &ServerConfig) -> String {
+        let mut config = config.clone();
+        config.redis_prefix.clear();
+        format!("{config:?}")
+    }
+
+    /// In the child: the test configuration, and `for_database`'s reading of the same
+    /// environment, to show the settings did reach the process.
+    #[test]
+    fn probe_prints_the_test_config() {
+        if std::env::var_os(PROBE).is_none() {
+            return;
+        }
+        println!("probe-test-config: {}", shape(&test_config(URL)));
+        let read = ServerConfig::for_database(URL);
+        println!(
+            "probe-read: {} {}",
+            read.body_limit, read.policy_deadline_ms
+        );
+    }
+
+    #[test]
+    fn a_test_config_takes_nothing_from_the_environment() {
+        let settings = [
+            ("CP_BODY_LIMIT", "4242"),
+            ("CP_POLICY_DEADLINE_MS", "7"),
+            ("CP_DEV", "true"),
+            ("CP_DATA_DIR", "/nonexistent/developer"),
+            ("CP_SSE_HEARTBEAT_MS", "1234"),
+            ("CP_DELIVERY_POLL_MS", "25"),
+            ("CP_DELIVERY_RETRY_SCHEDULE", "0s,1s"),
+            ("CP_COMMAND_TIMEOUT_SWEEP_SECS", "99"),
+            ("CP_AUDIT_STREAM_MAX_AGE_SECS", "3"),
+            ("CP_RATE_LIMIT", "1/m"),
+            ("CP_AUTHORIZER", "allow-all"),
+            ("CP_LOG_FORMAT", "json"),
+            ("DATABASE_URL", "postgres://developer@elsewhere/db"),
+            ("REDIS_URL", "redis://elsewhere:6379"),
+        ];
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child
+            .args([
+                "--exact",
+                "support::server::environment::probe_prints_the_test_config",
+            ])
+            .args(["--nocapture", "--test-threads", "1"])
+            .env(PROBE, "1");
+        // Whatever this shell set, the child has exactly these settings.
+        for (name, _) in std::env::vars_os() {
+            if super::server_setting(&name.to_string_lossy()) {
+                child.env_remove(name);
+            }
+        }
+        child.envs(settings);
+        let output = child.output().expect("run the probe");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stdout}{stderr}");
+        let line = |prefix: &str| {
+            stdout
+                .lines()
+                .find_map(|l| l.split_once(prefix).map(|(_, rest)| rest))
+                .unwrap_or_else(|| panic!("no {prefix:?} line in: {stdout}"))
+                .to_owned()
+        };
+        // The settings reached the child: read from its environment, they change the defaults.
+        assert_eq!(line("probe-read: "), "4242 7");
+        // The test configuration is the one built here, whatever either environment holds.
+        assert_eq!(line("probe-test-config: "), shape(&test_config(URL)));
     }
 }
