@@ -200,8 +200,13 @@ async fn at_rate_one_every_allow_is_logged() {
             (row.outcome.as_str(), row.reason.as_deref()),
             ("allow", None)
         );
-        assert!(row.latency_us >= 0);
+        // Within the suite's 1 s policy deadline: a decision past it would have failed closed.
+        assert!(row.latency_us < 1_000_000, "{row:?}");
     }
+    // The first ran the policy (the others may be remembered allows): some microseconds, not
+    // a zero that a coarser unit or a missing measurement would give.
+    let first = with_cid(&rows, &cids[0]).unwrap();
+    assert!(first.latency_us > 0, "{first:?}");
 }
 
 #[tokio::test]
