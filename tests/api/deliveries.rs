@@ -118,7 +118,13 @@ async fn a_command_reaches_its_runner_signed_and_the_runner_reports_it_to_succes
         delivery_state(&app, delivery).await,
         ("succeeded".into(), "succeeded".into())
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Sent once: nothing is scheduled, and a look of the dispatcher's begun after the last
+    // report found nothing due.
+    app.background_pass_after("deliveries", chrono::Utc::now())
+        .await;
+    let done = app.services.delivery_report(delivery).await.unwrap();
+    assert_eq!(done.next_attempt_at, None, "nothing scheduled");
+    assert_eq!(done.attempts.len(), 1, "sent once");
     assert_eq!(receiver.received().len(), 1, "sent once");
 }
 
@@ -188,7 +194,11 @@ async fn a_dead_runner_exhausts_the_schedule_and_its_command_fails_once_with_an_
         "{:?}",
         failed.detail
     );
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Failed once: a look of the dispatcher's begun after the failure sent nothing more.
+    app.background_pass_after("deliveries", chrono::Utc::now())
+        .await;
+    let after = app.services.delivery_report(delivery).await.unwrap();
+    assert_eq!(after.attempts.len(), 3, "no attempt after the last");
     let (events, actor_kind): (i64, Option<String>) = sql_one!(
         &mut app.db().await,
         (i64, Option<String>),
@@ -239,7 +249,7 @@ async fn a_delivery_failure_event_names_its_category_and_leaves_the_detail_to_th
     }
     let detail = failed.detail.as_deref().unwrap();
     assert!(detail.contains("the last: tls"), "{detail}");
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // The event was written in the transaction that failed the delivery: no wait.
     let data = failure_event(&app, delivery).await;
     assert_eq!(data["lastErrorCategory"], "tls", "{data}");
     assert!(!data.to_string().contains("TLS failed"), "{data}");
@@ -386,6 +396,11 @@ async fn postgres_only_a_replica_killed_mid_attempt_leaves_the_delivery_to_anoth
         "{abandoned:?}"
     );
     assert_eq!(done.attempts[1].status_code, Some(204));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // No third send: nothing is scheduled, and a look of the surviving replica's begun after
+    // the second attempt ended found nothing due.
+    crate::support::background_pass_after(&_second.address, "deliveries", chrono::Utc::now()).await;
+    let after = app.services.delivery_report(delivery).await.unwrap();
+    assert_eq!(after.next_attempt_at, None, "nothing scheduled");
+    assert_eq!(after.attempts.len(), 2, "no third attempt");
     assert_eq!(receiver.received().len(), 2, "no third send");
 }

@@ -94,8 +94,17 @@ async fn a_hanging_organisation_is_capped_and_another_organisations_command_goes
     .await;
     assert_eq!(victim_runner.received_ids(), vec![delivery.to_string()]);
 
-    // It went while the attacker's attempts were all still open, and no more were sent.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // It went while the attacker's attempts were all still open, and no more were sent, by
+    // the looks up to one begun after it.
+    app.background_pass_after("deliveries", chrono::Utc::now())
+        .await;
+    let others = count(
+        &app,
+        "SELECT count(*) FROM webhook_attempts WHERE delivery_id <> $1",
+        delivery,
+    )
+    .await;
+    assert_eq!(others, 3, "the attacker's attempts: its organisation's cap");
     assert_eq!(attacker_open(), 3, "the attacker's attempts are still open");
     let sent = first_runner.received_ids().len() + second_runner.received_ids().len();
     assert_eq!(sent, 3, "the organisation's cap: 3 in flight, no more sent");
@@ -149,7 +158,18 @@ async fn a_runner_that_keeps_timing_out_is_held_and_its_queue_takes_no_slot() {
     )
     .await;
     assert_eq!(other.received_ids(), vec![delivery.to_string()]);
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // A look begun once every one of the pool's deliveries was due found the runner held.
+    let (due_by,): (Option<chrono::DateTime<chrono::Utc>>,) = sql_one!(
+        &mut app.db().await,
+        (Option<chrono::DateTime<chrono::Utc>>,),
+        "SELECT max(d.next_attempt_at) FROM webhook_deliveries d
+         JOIN runner_commands c ON c.id = d.command_id WHERE c.pool_id = $1",
+        pool
+    )
+    .unwrap();
+    let due_by = due_by.expect("the held deliveries are due");
+    app.background_pass_after("deliveries", due_by.max(chrono::Utc::now()))
+        .await;
     assert_eq!(
         slow.received_ids().len(),
         sent,

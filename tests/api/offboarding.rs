@@ -208,6 +208,7 @@ async fn a_rotated_tokens_old_secret_works_during_the_grace_and_fails_after_it()
     assert_eq!(status(&app, &member, &second).await, 200);
     assert_eq!(status(&app, &member, &third).await, 200);
 
+    // The server reads the real clock: let the grace run out.
     let left = again.previous_valid_until - chrono::Utc::now();
     tokio::time::sleep(left.to_std().unwrap_or_default() + Duration::from_millis(100)).await;
     app.get(&activity(&member), &second)

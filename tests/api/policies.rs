@@ -361,6 +361,8 @@ async fn a_freed_slot_goes_to_another_organisation_before_a_floods_backlog() {
         );
         tokio::spawn(async move { request.response().await })
     };
+    // In this order: the holder in the slot, then the backlog queued, then the newcomer (no
+    // metric shows the queue; a slow start can only fail the test, never pass it wrongly).
     let holder = send(&flood);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let backlog = [send(&flood), send(&flood)];

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::support::loopback::{Answer, Loopback, runner_at, set_url, until};
 use crate::support::runner::{fixture_with, register, report, submit};
-use crate::support::{TestApp, sql_all};
+use crate::support::{TestApp, sql_all, sql_value};
 
 fn cid() -> CorrelationId {
     CorrelationId::generate()
@@ -63,6 +63,27 @@ async fn runner_status(
         .into_iter()
         .find(|r| r.id == runner)
         .expect("the runner is listed")
+}
+
+/// Attempts ever started to `runner`.
+async fn attempts_to(app: &TestApp, runner: Uuid) -> i64 {
+    sql_value!(
+        app,
+        i64,
+        "SELECT count(*) FROM webhook_attempts WHERE runner_id = $1",
+        runner
+    )
+}
+
+/// Attempts to `runner` started and not yet answered.
+async fn unanswered(app: &TestApp, runner: Uuid) -> i64 {
+    sql_value!(
+        app,
+        i64,
+        "SELECT count(*) FROM webhook_attempts
+         WHERE runner_id = $1 AND finished_at IS NULL AND error IS NULL",
+        runner
+    )
 }
 
 fn dispatch(body: &[u8]) -> DispatchPayload {
@@ -121,11 +142,26 @@ async fn a_runner_failing_long_enough_is_disabled_with_an_event_and_enable_bring
     assert!(data["failures"].as_i64().unwrap() >= 3, "{data}");
     assert!(data["since"].is_string(), "{data}");
 
-    // Never chosen while disabled: nothing more reaches it, old delivery or new.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Never chosen while disabled: nothing more reaches it, old delivery or new. Leases that
+    // read the runner before its disable are done once a look begun after it is; their
+    // attempts end at once (a 500).
+    app.background_pass_after("deliveries", chrono::Utc::now())
+        .await;
+    until("the attempts already out end", async || {
+        unanswered(&app, runner.runner_id).await == 0
+    })
+    .await;
     let before = failing.received().len();
+    let attempts = attempts_to(&app, runner.runner_id).await;
     let (_, second) = submit(&app, &tenant, pool).await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // A look begun after the submission had both deliveries due, and chose no one.
+    app.background_pass_after("deliveries", chrono::Utc::now())
+        .await;
+    assert_eq!(
+        attempts_to(&app, runner.runner_id).await,
+        attempts,
+        "a disabled runner was chosen"
+    );
     assert_eq!(
         failing.received().len(),
         before,
@@ -404,6 +440,7 @@ async fn a_recovery_resends_only_what_failed_since_t_each_once() {
     let a = Loopback::scripted(&[], Answer::Status(500)).await;
     set_url(&app, runner.runner_id, &a.url).await;
     let before = failed_delivery(&app, &tenant, pool).await;
+    // Real time between `before`'s failure and `since`, as the server's clock stamps them.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let since = chrono::Utc::now();
     let one = failed_delivery(&app, &tenant, pool).await;
@@ -434,7 +471,10 @@ async fn a_recovery_resends_only_what_failed_since_t_each_once() {
         .await
         .unwrap();
     assert!(again.is_empty(), "{again:?}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A look begun after it found nothing due either.
+    app.background_pass_after("deliveries", chrono::Utc::now())
+        .await;
+    assert_eq!(attempts_to(&app, runner.runner_id).await, sent as i64 + 2);
     assert_eq!(a.received().len(), sent + 2);
     assert!(!a.received_ids()[sent..].contains(&before.to_string()));
 }

@@ -62,8 +62,10 @@ async fn a_command_past_its_timeout_fails_once_with_its_delivery_and_frees_its_p
         assert!(detail.contains("timed out"), "{detail}");
     }
 
-    // Later sweeps find nothing more to do with them: still one event each.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // A later sweep (begun after both failed) finds nothing more to do with them: still one
+    // event each.
+    app.background_pass_after("command_timeouts", chrono::Utc::now())
+        .await;
     for command in [queued, dispatched] {
         assert_eq!(timed_out_events(&app, command).await, 1);
     }
@@ -131,8 +133,14 @@ async fn postgres_only_replicas_sweeping_together_fail_each_command_once() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Give every sweeper another round at them.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Every sweeper has had another round at them: a sweep of each begun after all failed.
+    let failed_by = chrono::Utc::now();
+    app.background_pass_after("command_timeouts", failed_by)
+        .await;
+    for replica in [&_a, &_b] {
+        crate::support::background_pass_after(&replica.address, "command_timeouts", failed_by)
+            .await;
+    }
     let targets = sql_all!(
         &mut app.db().await,
         (Uuid,),

@@ -110,6 +110,21 @@ async fn load(bases: &[&str], path: &str, secret: &str, agent: &str, count: usiz
     futures_util::future::join_all(requests).await;
 }
 
+/// Waits until every use the servers at `bases` answered so far went through their last-use
+/// writers: a fresh token used once on each, after those uses, has its use written (a process
+/// queues uses in order and one task writes them). The fresh tokens, one a base.
+async fn uses_written(app: &TestApp, tenant: &Tenant, bases: &[&str]) -> Vec<Uuid> {
+    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let mut markers = Vec::new();
+    for base in bases {
+        let (marker, secret) = token(app, tenant, &[tenant.workspace_id], 30).await;
+        load(&[base], &path, &secret, "marker/1", 1).await;
+        once_used(app, marker).await;
+        markers.push(marker);
+    }
+    markers
+}
+
 #[tokio::test]
 async fn last_use_appears_after_use_and_is_written_once_a_minute_under_load() {
     let (app, tenant) = tenant_app().await;
@@ -134,12 +149,12 @@ async fn last_use_appears_after_use_and_is_written_once_a_minute_under_load() {
         used_b.user_agent.map(|a| a.chars().count()),
         Some(USER_AGENT_MAX)
     );
-    // Stragglers, if any, would have been written by now.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Stragglers, if any, have been written by now.
+    let markers = uses_written(&app, &tenant, &[&app.address]).await;
     assert_eq!(
         last_use_writes(&app.metrics().await),
-        2,
-        "one write per token for 300 requests"
+        2 + 1,
+        "one write per token for 300 requests (and the marker's)"
     );
     assert_eq!(
         record(&app, a).await.last_use.unwrap(),
@@ -150,9 +165,10 @@ async fn last_use_appears_after_use_and_is_written_once_a_minute_under_load() {
     let tenant_tokens: Vec<(Option<String>,)> = sql_all!(
         &mut app.db().await,
         (Option<String>,),
-        "SELECT last_used_address FROM tokens WHERE id <> $1 AND id <> $2",
+        "SELECT last_used_address FROM tokens WHERE id <> $1 AND id <> $2 AND id <> $3",
         a,
-        b
+        b,
+        markers[0]
     )
     .unwrap();
     assert_eq!(tenant_tokens, vec![(None,)]);
@@ -196,10 +212,15 @@ async fn redis_only_two_replicas_write_a_tokens_last_use_once() {
     )
     .await;
     once_used(&app, id).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Stragglers, if any, have been written by now.
+    let markers = uses_written(&app, &tenant, &[&one.address, &two.address]).await;
     let writes = last_use_writes(&metrics_of(&one.address).await)
         + last_use_writes(&metrics_of(&two.address).await);
-    assert_eq!(writes, 1, "one write across both replicas");
+    assert_eq!(
+        writes,
+        1 + markers.len() as u64,
+        "one write across both replicas (and one a marker)"
+    );
 }
 
 /// The `token.expiring` events about `id`, as (workspace, data).
@@ -247,8 +268,9 @@ async fn a_token_near_its_expiry_gets_one_notice_in_each_of_its_workspaces() {
         assert!(Instant::now() < deadline, "no expiry notice within 10 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Two more passes give nothing more.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // A pass begun after both were written gives nothing more.
+    app.background_pass_after("token_expiry_notices", Utc::now())
+        .await;
     let given = notices(&app, soon).await;
     let mut workspaces: Vec<Uuid> = given.iter().map(|(ws, _)| *ws).collect();
     workspaces.sort();
@@ -303,8 +325,11 @@ async fn concurrent_notice_passes_give_each_notice_once() {
         soon.push(token(&app, &tenant, &[tenant.workspace_id], 2).await.0);
     }
     let span: Span = "7d".parse().unwrap();
-    // The background task's first tick runs at start: let it finish before counting.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The background task's first tick runs at start: let it finish before counting (the
+    // next is a day away).
+    let ever = chrono::DateTime::from_timestamp(0, 0).unwrap();
+    app.background_pass_after("token_expiry_notices", ever)
+        .await;
     let already: usize = {
         let mut n = 0;
         for id in &soon {
