@@ -136,7 +136,8 @@ async fn embedded_the_store_is_the_owners_alone_and_a_loosened_file_is_refused()
 async fn embedded_dev_prints_first_steps_that_work_as_printed() {
     use std::io::BufRead;
     let dir = temp_dir();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_control-plane"))
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_control-plane"));
+    let mut child = crate::support::without_shell_settings(&mut server)
         .args(["--dev", "--listen", "127.0.0.1:0", "--log-format", "json"])
         .arg("--data-dir")
         .arg(&dir)
@@ -300,7 +301,7 @@ fn embedded_the_default_binary_refuses_the_allow_all_authorizer() {
     let dir = temp_dir();
     let run = |args: &[&str], env: Option<&str>| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_control-plane"));
-        command
+        crate::support::without_shell_settings(&mut command)
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&dir)
             .args(args)

@@ -241,14 +241,7 @@ impl ServerProcess {
     ) -> Self {
         use std::io::BufRead;
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_control-plane"));
-        // The server's settings come from `config` and `env`, never from the shell running
-        // the suite (only the suite's own `CP_TEST_*` pass through).
-        for (name, _) in std::env::vars_os() {
-            let name = name.to_string_lossy();
-            if server_setting(&name) {
-                command.env_remove(&*name);
-            }
-        }
+        without_shell_settings(&mut command);
         match &config.delivery_http_hosts {
             Some(hosts) => command.env("CP_DELIVERY_HTTP_HOSTS", hosts),
             None => command.env_remove("CP_DELIVERY_HTTP_HOSTS"),
@@ -309,6 +302,19 @@ impl ServerProcess {
             child,
         }
     }
+}
+
+/// Removes from a server child's environment every setting the shell running the suite holds
+/// (`CP_*` but the suite's own `CP_TEST_*`, `DATABASE_URL`, `REDIS_URL`): its settings come
+/// from the test alone.
+pub fn without_shell_settings(command: &mut std::process::Command) -> &mut std::process::Command {
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if server_setting(&name) {
+            command.env_remove(&*name);
+        }
+    }
+    command
 }
 
 /// Whether the environment variable `name` is one the server reads as a setting.
@@ -455,12 +461,7 @@ mod environment {
             .args(["--nocapture", "--test-threads", "1"])
             .env(PROBE, "1");
         // Whatever this shell set, the child has exactly these settings.
-        for (name, _) in std::env::vars_os() {
-            if super::server_setting(&name.to_string_lossy()) {
-                child.env_remove(name);
-            }
-        }
-        child.envs(settings);
+        super::without_shell_settings(&mut child).envs(settings);
         let output = child.output().expect("run the probe");
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);
