@@ -8,9 +8,7 @@ use control_plane::domain::{CorrelationId, Scope, Span};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::support::sse::{
-    PacedEnding, Sse, WAIT, fill_log, head, reader, stream_path, submit,
-};
+use crate::support::sse::{PacedEnding, Sse, WAIT, fill_log, head, reader, stream_path, submit};
 use crate::support::{
     Call, ServerProcess, Tenant, TestApp, assert_api_error, create_pool, needs, spawn_app_with,
     sql_exec, tenant_app,
@@ -419,8 +417,9 @@ fn assert_cut_off_mid_replay(ending: &PacedEnding, cut_off: i64) {
     let last = ending.events.last().copied().unwrap_or(0);
     assert!(
         last < cut_off,
-        "replayed up to {last} of {cut_off} before it was cut off ({} bytes after)",
-        ending.bytes
+        "replayed up to {last} of {cut_off} before it was cut off ({} bytes in {:?})",
+        ending.bytes,
+        ending.took
     );
 }
 

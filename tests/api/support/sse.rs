@@ -257,7 +257,7 @@ pub(crate) const FILLER_PAD: usize = 1800;
 /// thousands of events in a second, where as many requests would take a minute.
 pub(crate) async fn fill_log(app: &TestApp, tenant: &Tenant, workspace: Uuid, count: usize) {
     use control_plane::domain::{Actor, NewAuditEvent};
-    use control_plane::storage::{NewToken, TokenRecord, TokenStore, WriteContext};
+    use control_plane::storage::{NewToken, TokenRecord, WriteContext};
     let now = chrono::Utc::now();
     let record = TokenRecord {
         id: Uuid::new_v4(),
