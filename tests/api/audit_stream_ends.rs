@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use control_plane::domain::{CorrelationId, Scope};
+use control_plane::domain::{CorrelationId, Scope, Span};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::support::sse::{Sse, WAIT, head, reader, stream_path, submit};
+use crate::support::sse::{PacedEnding, Sse, WAIT, fill_log, head, reader, stream_path, submit};
 use crate::support::{
     Call, ServerProcess, Tenant, TestApp, assert_api_error, create_pool, needs, spawn_app_with,
     sql_exec, tenant_app,
@@ -359,4 +359,139 @@ async fn a_process_past_its_stream_cap_answers_503_until_one_of_its_streams_clos
         ("process", 2),
     )
     .await;
+}
+
+/// A second user of the tenant's organisation, whose tokens can be cut off without the
+/// tenant's admin token (which writes the events) being cut off with them.
+async fn member(app: &TestApp, tenant: &Tenant) -> Tenant {
+    let user = app
+        .services
+        .create_user(
+            tenant.organisation_id,
+            &format!("member-{}@example.com", Uuid::new_v4().simple()),
+            &CorrelationId::generate(),
+        )
+        .await
+        .expect("user");
+    Tenant {
+        user_id: user.id,
+        ..tenant.clone()
+    }
+}
+
+/// Events in the log ahead of a slow reader: with their padding about 12 MB, several times
+/// what the server's send buffer and the client's receive buffer hold on loopback (Linux sizes
+/// a loopback sender's buffer at about 2.6 MB), so the server is still replaying when the
+/// reader's access ends.
+const FILLER: usize = 6000;
+/// How fast the slow reader drains its socket: the whole log would take it 6 s.
+const SLOW: usize = 2 * 1024 * 1024;
+
+/// An app whose streams replay 5 events a page, with a log of [`FILLER`] events, a pool to
+/// write more with, and a member's reader token, whose slow stream from `after=0` has begun.
+async fn slow_reader() -> (TestApp, Tenant, Tenant, Uuid, (String, Uuid), Sse) {
+    let app = spawn_app_with(|c| c.audit_stream_replay_page = 5).await;
+    let tenant = app.bootstrap().await;
+    let member = member(&app, &tenant).await;
+    let ws = tenant.workspace_id;
+    let pool = create_pool(&app, ws, "slow").await;
+    fill_log(&app, &tenant, ws, FILLER).await;
+    let (token, token_id) = reader(&app, &member, &[ws]).await;
+    let mut stream = Sse::open(&app, &token, ws, "?after=0", None).await;
+    stream.expect_preamble().await;
+    assert_eq!(stream.next_event().await.id, 1, "the replay has begun");
+    (app, tenant, member, pool, (token, token_id), stream)
+}
+
+/// Cut off mid-replay, with nothing committed after `cut_off` (the head once access ended).
+fn assert_cut_off_mid_replay(ending: &PacedEnding, cut_off: i64) {
+    assert_eq!(ending.comment, "access revoked", "{ending:?}");
+    let late: Vec<&i64> = ending.events.iter().filter(|seq| **seq > cut_off).collect();
+    assert!(
+        late.is_empty(),
+        "sent {} events committed after access ended (head then {cut_off}): {:?}",
+        late.len(),
+        &late[..late.len().min(10)]
+    );
+    // Not at the head: the stream checked while it was still replaying.
+    let last = ending.events.last().copied().unwrap_or(0);
+    assert!(
+        last < cut_off,
+        "replayed up to {last} of {cut_off} before it was cut off ({} bytes in {:?})",
+        ending.bytes,
+        ending.took
+    );
+}
+
+#[tokio::test]
+async fn a_slow_replaying_reader_whose_user_is_disabled_is_cut_off_before_any_later_event() {
+    let (app, tenant, member, pool, (token, _), mut stream) = slow_reader().await;
+    let ws = tenant.workspace_id;
+    // The reader has read one event; the server is blocked in the replay on its full socket.
+    app.services
+        .disable_user(member.user_id, None, &CorrelationId::generate())
+        .await
+        .unwrap();
+    let cut_off = head(&app, ws).await;
+    for _ in 0..5 {
+        submit(&app, &tenant.token, ws, pool).await;
+    }
+    assert!(head(&app, ws).await > cut_off);
+
+    let ending = stream.until_end_paced(SLOW, WAIT * 2).await;
+    assert_cut_off_mid_replay(&ending, cut_off);
+    app.get(&stream_path(ws), &token)
+        .expect(401, "unauthenticated")
+        .await;
+}
+
+#[tokio::test]
+async fn a_slow_replaying_reader_whose_rotation_grace_ends_is_cut_off_before_any_later_event() {
+    let (app, tenant, _member, pool, (old, token_id), mut stream) = slow_reader().await;
+    let ws = tenant.workspace_id;
+    let grace: Span = "1s".parse().unwrap();
+    let rotated = app
+        .services
+        .rotate_token(token_id, grace, &CorrelationId::generate())
+        .await
+        .unwrap();
+    // The witness that the grace is over: the old secret is refused like on any request (403
+    // until then: the reader has no `activity:read`).
+    let started = std::time::Instant::now();
+    let activity = format!("/v1/workspaces/{ws}/activity");
+    while app.get(&activity, &old).status_code().await != 401 {
+        assert!(started.elapsed() < WAIT, "the old secret still works");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(chrono::Utc::now() >= rotated.previous_valid_until);
+    let cut_off = head(&app, ws).await;
+    for _ in 0..5 {
+        submit(&app, &tenant.token, ws, pool).await;
+    }
+
+    let ending = stream.until_end_paced(SLOW, WAIT * 2).await;
+    assert_cut_off_mid_replay(&ending, cut_off);
+}
+
+#[tokio::test]
+async fn a_follower_whose_user_is_disabled_gets_no_event_written_right_after() {
+    let (app, tenant) = tenant_app().await;
+    let member = member(&app, &tenant).await;
+    let ws = tenant.workspace_id;
+    let pool = create_pool(&app, ws, "follower").await;
+    let (token, _) = reader(&app, &member, &[ws]).await;
+    let mut stream = Sse::open(&app, &token, ws, "", None).await;
+    stream.expect_preamble().await;
+    submit(&app, &tenant.token, ws, pool).await;
+    assert_eq!(stream.next_event().await.event, "runner_command.submitted");
+
+    app.services
+        .disable_user(member.user_id, None, &CorrelationId::generate())
+        .await
+        .unwrap();
+    // At once, well within the stream's once-a-second re-check.
+    for _ in 0..5 {
+        submit(&app, &tenant.token, ws, pool).await;
+    }
+    stream.until_end().await.assert_prompt("access revoked");
 }

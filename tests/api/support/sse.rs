@@ -247,3 +247,128 @@ pub(crate) async fn head(app: &TestApp, workspace: Uuid) -> i64 {
         .last()
         .map_or(0, |e| e.0)
 }
+
+/// Bytes of padding in each event [`fill_log`] writes: with their envelope about 2 KB on the
+/// stream, so a few thousand of them are more than a socket's buffers hold.
+pub(crate) const FILLER_PAD: usize = 1800;
+
+/// Writes `count` events into the workspace's log in one transaction, straight through the
+/// records store (with a throwaway token of the tenant's user, whose issuance carries them):
+/// thousands of events in a second, where as many requests would take a minute.
+pub(crate) async fn fill_log(app: &TestApp, tenant: &Tenant, workspace: Uuid, count: usize) {
+    use control_plane::domain::{Actor, NewAuditEvent};
+    use control_plane::storage::{NewToken, TokenRecord, WriteContext};
+    let now = chrono::Utc::now();
+    let record = TokenRecord {
+        id: Uuid::new_v4(),
+        public_id: Uuid::new_v4().simple().to_string(),
+        user_id: tenant.user_id,
+        organisation_id: tenant.organisation_id,
+        name: format!("filler-{}", Uuid::new_v4().simple()),
+        scopes: vec![],
+        workspace_ids: vec![workspace],
+        environment_ids: vec![],
+        created_at: now,
+        expires_at: now + chrono::TimeDelta::days(1),
+        revoked_at: None,
+        issued_by_token_id: None,
+        last_use: None,
+    };
+    let pad = "x".repeat(FILLER_PAD);
+    let events: Vec<NewAuditEvent> = (0..count)
+        .map(|n| NewAuditEvent {
+            organisation_id: tenant.organisation_id,
+            workspace_id: Some(workspace),
+            event_type: "test.filler",
+            actor: Actor::admin(),
+            target_kind: "token",
+            target_id: record.id,
+            correlation_id: format!("filler-{n}"),
+            occurred_at: now,
+            data: json!({ "n": n, "pad": pad }),
+        })
+        .collect();
+    let cid = control_plane::domain::CorrelationId::generate();
+    app.services
+        .store()
+        .insert_token(
+            &WriteContext::admin(&cid),
+            &NewToken {
+                record,
+                secret_hash: Uuid::new_v4().as_bytes().to_vec(),
+            },
+            &events,
+            u32::MAX,
+            now,
+        )
+        .await
+        .expect("write the filler events");
+}
+
+/// What a paced reader received up to the stream's end.
+#[derive(Debug)]
+pub(crate) struct PacedEnding {
+    pub(crate) events: Vec<i64>,
+    pub(crate) comment: String,
+    pub(crate) bytes: usize,
+    pub(crate) took: Duration,
+}
+
+impl Sse {
+    /// Reads every block until the response ends, at no more than `bytes_per_sec`: a client
+    /// that drains its socket slowly, so the server stays behind it (mid-replay) the while.
+    /// Fails if the stream has not ended within `deadline`.
+    pub(crate) async fn until_end_paced(
+        &mut self,
+        bytes_per_sec: usize,
+        deadline: Duration,
+    ) -> PacedEnding {
+        let started = std::time::Instant::now();
+        let (mut events, mut comment, mut bytes) = (Vec::new(), String::new(), 0usize);
+        loop {
+            while let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                let block = String::from_utf8(block[..end].to_vec()).expect("UTF-8");
+                for line in block.lines() {
+                    if let Some(id) = line.strip_prefix("id: ") {
+                        events.push(id.parse().expect("a numeric id"));
+                    } else if let Some(text) = line.strip_prefix(": ") {
+                        comment = text.to_owned();
+                    }
+                }
+            }
+            // Pacing, not a wait for an absence: the end comment is what the caller asserts on.
+            let due = Duration::from_secs_f64(bytes as f64 / bytes_per_sec as f64);
+            if let Some(ahead) = due.checked_sub(started.elapsed()) {
+                tokio::time::sleep(ahead).await;
+            }
+            let left = deadline.saturating_sub(started.elapsed());
+            let chunk = tokio::time::timeout(left, self.response.chunk())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "the stream did not end within {deadline:?}: {} events, the last {:?}, \
+                         {bytes} bytes",
+                        events.len(),
+                        events.last()
+                    )
+                })
+                .expect("read the stream");
+            match chunk {
+                Some(chunk) => {
+                    bytes += chunk.len();
+                    self.buffer.extend_from_slice(&chunk);
+                }
+                None => {
+                    assert!(self.buffer.is_empty(), "a partial block {:?}", self.buffer);
+                    return PacedEnding {
+                        events,
+                        comment,
+                        bytes,
+                        took: started.elapsed(),
+                    };
+                }
+            }
+        }
+    }
+}
