@@ -79,7 +79,7 @@ impl Ticket {
         match self.guard.claim(&self.key, request).await? {
             Claimed::Run(held) => {
                 self.guard.check_quota(&held).await?;
-                *self.stage() = Stage::Claimed(held, gate);
+                *self.stage() = Stage::Claimed(held, gate.map(Box::new));
                 let write = WriteContext::held(correlation_id, actor, self.slot.clone());
                 Ok(NextAction::StartProcessing(write))
             }

@@ -149,7 +149,7 @@ impl<E: Endpoint> Endpoint for Idempotency<E> {
         let stage = std::mem::replace(&mut *ticket.stage(), Stage::Open);
         match stage {
             Stage::Claimed(held, gate) => {
-                let gate = gate.as_ref();
+                let gate = gate.as_deref();
                 self.guard.finish(held, gate, outcome, &ticket.slot).await
             }
             // The extractor answered with the saved response (see `input`), which poem carries
@@ -193,7 +193,7 @@ enum Stage {
     Open,
     /// With what a stored outcome found after the handler must still be permitted (`None`
     /// for a runner's signed report).
-    Claimed(Held, Option<ReplayGate>),
+    Claimed(Held, Option<Box<ReplayGate>>),
     Replayed,
 }
 
