@@ -310,3 +310,111 @@ async fn postgres_only_a_retry_that_fails_on_its_keys_late_commit_replays_that_c
     );
     assert_eq!(tokens, 1, "the token exists once");
 }
+
+/// The late-commit path asks the authorizer as every replay does. A first attempt issued a
+/// child token on the second workspace; then its outcome is found only after a retry's handler
+/// ran (the outcome row moved out and back while a test-only hook holds the retry between its
+/// 4xx and that lookup: a commit landing after the retry's claim). The retry comes after the
+/// parent lost the second workspace: it gets its own 403, never the child's secret.
+#[tokio::test]
+async fn a_retry_refused_while_its_keys_outcome_lands_late_gets_its_own_refusal() {
+    let mut app = spawn_app_with(|c| {
+        c.token_hash_key = Some(HASH_KEY.into());
+        // The process below must open what this one sealed.
+        c.idempotency_keys = Some(RECORD_KEY.into());
+    })
+    .await;
+    let tenant = app.bootstrap().await;
+    let second = app.create_workspace(tenant.organisation_id, "second").await;
+    let parent = app
+        .admin_token(
+            &tenant,
+            &[control_plane::domain::Scope::TokensIssue],
+            &[tenant.workspace_id, second],
+            &[],
+        )
+        .await;
+    let body = json!({
+        "name": format!("child-{}", Uuid::new_v4().simple()),
+        "scopes": ["tokens:issue"],
+        "organisationId": tenant.organisation_id,
+        "workspaceIds": [second],
+    });
+    let key = format!("late-{}", Uuid::new_v4().simple());
+    let issue = |client: reqwest::Client, address: String| {
+        let (body, key, parent) = (body.clone(), key.clone(), parent.clone());
+        async move {
+            client
+                .post(format!("{address}/v1/personal-access-tokens"))
+                .bearer_auth(parent)
+                .header("idempotency-key", key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+
+    let first = issue(app.client.clone(), app.address.clone()).await;
+    assert_eq!(first.status(), 200);
+    let secret = first.json::<Value>().await.unwrap()["credential"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The parent loses the second workspace: a fresh request for it is a 403.
+    let parent_id = app.services.authenticate(&parent).await.unwrap().token_id;
+    app.services
+        .revoke_token_access_as_admin(
+            Some(second),
+            parent_id,
+            control_plane::domain::RevocationReason::parse("rotated").unwrap(),
+            false,
+            &control_plane::domain::CorrelationId::generate(),
+        )
+        .await
+        .unwrap();
+    // The outcome leaves the records store and the fast state forgets the key (a process's
+    // memory goes with it): the retry's claim finds nothing.
+    app.stop().await;
+    let mut db = app.db().await;
+    let (place, fingerprint, sealed, expires) = sql_one!(
+        &mut db,
+        (String, String, Vec<u8>, i64),
+        "SELECT place, fingerprint, sealed, expires_at FROM idempotency_outcomes"
+    )
+    .unwrap();
+    sql_exec!(&mut db, "DELETE FROM idempotency_outcomes").unwrap();
+    if let Some(url) = app.config.redis_url.clone() {
+        delete_redis_keys(&url, &app.config.redis_prefix).await;
+    } else if sqlite_mode() {
+        sql_exec!(&mut db, "DELETE FROM embedded_idempotency_records").unwrap();
+    }
+    let hook = [("CP_FAULT_PAUSE_BEFORE_LATE_OUTCOME_MS", "4000")];
+    let server = ServerProcess::start_with_env(&app.config, HASH_KEY, RECORD_KEY, &hook);
+
+    let retry = tokio::spawn(issue(app.client.clone(), server.address.clone()));
+    // Its claim's lookup and its handler take milliseconds; the hook then holds it 4 s before
+    // the second lookup, and the outcome lands in between. (Landing before the claim's lookup
+    // would make this an ordinary replay, refused the same way: a slow machine can only make
+    // the test weaker, never fail it.) No other request may probe the key meanwhile: one that
+    // came first would take the claim itself.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    sql_exec!(
+        &mut db,
+        "INSERT INTO idempotency_outcomes (place, fingerprint, sealed, expires_at) VALUES ($1, $2, $3, $4)",
+        place,
+        fingerprint,
+        sealed,
+        expires
+    )
+    .unwrap();
+
+    let retry = retry.await.unwrap();
+    assert!(
+        retry.headers().get("idempotency-replayed").is_none(),
+        "no replay for a caller refused"
+    );
+    let refused = assert_api_error(retry, 403, "forbidden").await;
+    assert!(!refused.to_string().contains(&secret), "{refused}");
+    assert_eq!(refused["error"]["details"]["field"], "workspaceIds");
+}

@@ -175,13 +175,49 @@ async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget() {
     assert_eq!(anonymous_read(&app, &["203.0.113.3"]).await, 401);
 }
 
+/// Whether an app started with `trusted` logged the warning, with these very blocks: the
+/// captured log is every in-process app's.
+async fn warned_at_start(trusted: &str) -> bool {
+    let trusted = TrustedProxies::parse(trusted).unwrap();
+    let blocks = trusted.to_string();
+    // Logged while the app is built, so once it answers the line is there or never will be.
+    let _app = spawn_app_with(|c| c.trusted_proxies = trusted).await;
+    captured_logs().lines().any(|line| {
+        let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
+            return false;
+        };
+        let fields = &entry["fields"];
+        fields["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("--trusted-proxies holds every address"))
+            && fields["blocks"] == blocks.as_str()
+    })
+}
+
 #[tokio::test]
 async fn trusting_every_address_is_warned_of_at_start() {
-    let _app = spawn_app_with(|c| {
-        c.trusted_proxies = TrustedProxies::parse("10.0.0.1, ::/0").unwrap();
-    })
-    .await;
-    assert!(captured_logs().contains("--trusted-proxies holds a block of every address"));
+    for every in [
+        "10.0.0.1, ::/0",
+        "0.0.0.0/0",
+        // Split, overlapping, or written as IPv4-mapped IPv6: every address all the same.
+        "0.0.0.0/1, 128.0.0.0/1",
+        "192.0.0.0/2, 10.0.0.0/8, 0.0.0.0/1, 128.0.0.0/2",
+        "::/1, 8000::/1",
+        "::ffff:0.0.0.0/97, 128.0.0.0/1",
+    ] {
+        assert!(warned_at_start(every).await, "warned of {every}");
+    }
+    // One address short of every address: no warning.
+    let short = "0.0.0.0/1, 128.0.0.0/2, 192.0.0.0/3, 224.0.0.0/4, 240.0.0.0/5, 248.0.0.0/6, \
+                 252.0.0.0/7, 254.0.0.0/8, 255.0.0.0/9, 255.128.0.0/10, 255.192.0.0/11, \
+                 255.224.0.0/12, 255.240.0.0/13, 255.248.0.0/14, 255.252.0.0/15, \
+                 255.254.0.0/16, 255.255.0.0/17, 255.255.128.0/18, 255.255.192.0/19, \
+                 255.255.224.0/20, 255.255.240.0/21, 255.255.248.0/22, 255.255.252.0/23, \
+                 255.255.254.0/24, 255.255.255.0/25, 255.255.255.128/26, 255.255.255.192/27, \
+                 255.255.255.224/28, 255.255.255.240/29, 255.255.255.248/30, \
+                 255.255.255.252/31, 255.255.255.254";
+    assert!(!warned_at_start(short).await, "not warned of {short}");
+    assert!(warned_at_start(&format!("{short}, 255.255.255.255")).await);
 }
 
 #[tokio::test]

@@ -478,3 +478,51 @@ async fn a_recovery_resends_only_what_failed_since_t_each_once() {
     assert_eq!(a.received().len(), sent + 2);
     assert!(!a.received_ids()[sent..].contains(&before.to_string()));
 }
+
+/// A disabled runner finishes what it was sent and nothing else: its signed report on a
+/// delivery sent to it is taken; one on another runner's delivery of its pool, or on an id that
+/// names nothing, is the same 403 `runner_disabled`, and changes nothing. Enabled again, it
+/// reports on any delivery of its pool, as before.
+#[tokio::test]
+async fn a_disabled_runner_reports_only_on_the_deliveries_sent_to_it() {
+    let (app, tenant, pool, runner) = fixture_with(|c| quick_retries(c, 3)).await.parts();
+    let a = Loopback::start(&[]).await;
+    set_url(&app, runner.runner_id, &a.url).await;
+    let (_, held) = submit(&app, &tenant, pool).await;
+    a.wait_for(1).await;
+    let other = register(&app, pool, "runner-b").await;
+    let b = Loopback::start(&[]).await;
+    set_url(&app, other.runner_id, &b.url).await;
+    app.services
+        .disable_runner(runner.runner_id, &cid())
+        .await
+        .unwrap();
+    let (_, elsewhere) = submit(&app, &tenant, pool).await;
+    assert_eq!(b.wait_for(1).await[0].id, elsewhere.to_string());
+
+    let taken = report(&app, &runner, held, json!({"status": "received"})).await;
+    assert_eq!(taken.status(), 200, "{}", taken.text().await.unwrap());
+    for (what, delivery) in [
+        ("another runner's delivery", elsewhere),
+        ("a delivery that does not exist", Uuid::new_v4()),
+    ] {
+        let refused = report(&app, &runner, delivery, json!({"status": "received"})).await;
+        let body = crate::support::assert_api_error(refused, 403, "forbidden").await;
+        assert_eq!(
+            body["error"]["details"]["reason"], "runner_disabled",
+            "{what}: {body}"
+        );
+    }
+    assert_eq!(
+        crate::support::runner::delivery_status(&app, elsewhere).await,
+        "pending",
+        "the refused report changed nothing"
+    );
+
+    app.services
+        .enable_runner(runner.runner_id, &cid())
+        .await
+        .unwrap();
+    let taken = report(&app, &runner, elsewhere, json!({"status": "received"})).await;
+    assert_eq!(taken.status(), 200, "{}", taken.text().await.unwrap());
+}

@@ -8,7 +8,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::budget::{Limiter, PeakMemory};
-use super::memo::{AllowMemo, MEMO_BYTES};
+use super::memo::{AllowMemo, MAX_SHARES, SHARE_BYTES};
 use super::moderation::{ModerationInput, ModerationOutcome, outcome};
 use super::settings::{EngineSettings, InstanceAllocation, pool};
 use super::slots::{DecisionSlots, NoSlot, Slot};
@@ -256,7 +256,7 @@ impl PolicyEngine {
         })?;
         let digest = super::digest(bytes);
         let memo = (kind == PolicyKind::Authorizer && is_builtin(&digest))
-            .then(|| AllowMemo::new(MEMO_BYTES));
+            .then(|| AllowMemo::new(SHARE_BYTES, MAX_SHARES));
         Ok(CompiledPolicy {
             kind,
             digest,

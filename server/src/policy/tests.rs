@@ -442,21 +442,162 @@ fn installed_authorizers_and_moderators_have_no_memo() {
     assert!(moderator.memo.is_none());
 }
 
+/// Everything a request carries that the built-in authorizer does not read (its token, user,
+/// organisation, environments, kind, route and path ids other than the workspace): varied, the
+/// decision stays, so the memo may leave them out of its key.
 #[test]
-fn the_memo_starts_over_when_its_budget_is_spent() {
-    let memo = super::memo::AllowMemo::new(2_000);
-    let mut req = request(Operation::ReadActivity, &["activity:read"], Some(WS));
-    for i in 0..6 {
-        req.principal.id = format!("token-{i}");
-        memo.remember(&req);
-        assert!(memo.allows(&req));
+fn the_built_in_authorizer_reads_nothing_the_memo_key_leaves_out() {
+    let engine = engine();
+    let policy = authorizer(&engine, defaults::AUTHORIZER);
+    let decide = |req: &a::AuthzRequest| block(engine.authorize_now(&policy, req));
+    let upper = WS.to_ascii_uppercase();
+    for operation in Operation::ALL {
+        let scope = operation.required_scope().as_str();
+        for scopes in [vec![], vec![scope], vec!["audit:read"]] {
+            for workspace in [None, Some(WS), Some(OTHER_WS), Some(upper.as_str())] {
+                let base = request(operation, &scopes, workspace);
+                let expected = decide(&base);
+                let mut varied = base.clone();
+                varied.principal.kind = a::PrincipalKind::Runner;
+                varied.principal.id = "another-token".into();
+                varied.principal.user_id = "another-user".into();
+                varied.principal.organisation_id = "another-org".into();
+                varied.principal.environment_ids = vec![OTHER_WS.into()];
+                varied.method = "PATCH".into();
+                varied.route = "/elsewhere/{id}".into();
+                varied.resource_ids = vec![
+                    ("tokenId".into(), OTHER_WS.into()),
+                    ("poolId".into(), "not-an-id".into()),
+                ];
+                assert_eq!(decide(&varied), expected, "{base:?}");
+            }
+        }
     }
-    assert!(memo.len() < 6, "bounded: {} keys", memo.len());
-    let mut huge = req.clone();
-    huge.principal.workspace_ids = vec![WS.to_owned(); 100];
+}
+
+/// A token id in the path, or the workspace id in another case, is no new key: a caller
+/// cannot fill the memo by varying what the policy does not read or compares case-blind.
+#[test]
+fn ids_in_any_case_and_path_ids_the_policy_ignores_share_one_key() {
+    let engine = engine();
+    let policy = authorizer(&engine, defaults::AUTHORIZER);
+    let memo = policy.memo.as_ref().expect("a memo");
+    let base = request(Operation::RevokeToken, &["tokens:revoke"], Some(WS));
+    for i in 0..200u32 {
+        let mut req = base.clone();
+        req.resource_ids = vec![(
+            "tokenId".into(),
+            format!("{i:08x}-0000-4000-8000-000000000000"),
+        )];
+        let workspace: String = WS
+            .chars()
+            .enumerate()
+            .map(|(n, c)| {
+                if (i >> (n % 32)) & 1 == 1 {
+                    c.to_ascii_uppercase()
+                } else {
+                    c
+                }
+            })
+            .collect();
+        req.workspace_id = Some(workspace);
+        assert_eq!(
+            block(engine.authorize_in_place(&policy, &req)),
+            Ok(a::AuthzDecision::Allow)
+        );
+    }
+    assert_eq!(memo.len(), 1, "one key for all of them");
+}
+
+/// The memo never holds a request naming a workspace outside the principal's grants, nor
+/// answers one in a form the policy refuses (a UUID without hyphens).
+#[test]
+fn a_workspace_outside_the_grants_leaves_no_entry() {
+    let engine = engine();
+    let policy = authorizer(&engine, defaults::AUTHORIZER);
+    let memo = policy.memo.as_ref().expect("a memo");
+    let outside = request(Operation::ReadActivity, &["activity:read"], Some(OTHER_WS));
+    memo.remember(&outside);
+    assert!(!memo.allows(&outside));
+    assert_eq!(memo.len(), 0);
+    let granted = request(Operation::ReadActivity, &["activity:read"], Some(WS));
+    assert_eq!(
+        block(engine.authorize_in_place(&policy, &granted)),
+        Ok(a::AuthzDecision::Allow)
+    );
+    let mut simple = granted.clone();
+    simple.workspace_id = Some(WS.replace('-', ""));
+    assert!(
+        matches!(
+            block(engine.authorize_in_place(&policy, &simple)),
+            Ok(a::AuthzDecision::Deny(_))
+        ),
+        "the policy's answer, not the memo's"
+    );
+    assert_eq!(memo.len(), 1);
+}
+
+/// One organisation filling the memo with keys of its own (here 20,000 principals with
+/// different workspaces) empties its own share, never another organisation's.
+#[test]
+fn one_organisation_flooding_the_memo_empties_only_its_own_share() {
+    let engine = engine();
+    let policy = authorizer(&engine, defaults::AUTHORIZER);
+    let memo = policy.memo.as_ref().expect("a memo");
+    // A request the policy would deny (no scope), put in the memo by hand: answered allowed
+    // for as long as the memo keeps it, so the answer shows whether it was kept.
+    let mut kept = request(Operation::ReadActivity, &[], Some(WS));
+    kept.principal.organisation_id = "victim".into();
+    memo.remember(&kept);
+    assert!(memo.allows(&kept));
+    let mut flood = request(Operation::ReadActivity, &["activity:read"], None);
+    flood.principal.organisation_id = "flooder".into();
+    for i in 0..20_000u32 {
+        flood.principal.id = format!("token-{i}");
+        flood.principal.workspace_ids = vec![format!("{i:08x}-0000-4000-8000-000000000000")];
+        memo.remember(&flood);
+        assert!(memo.allows(&flood));
+    }
+    assert!(memo.allows(&kept), "the other organisation's allow is kept");
+}
+
+/// Each share starts over when full, a key larger than a share is never kept, and a new
+/// organisation past the count takes the share used least recently: the memo stays under
+/// shares times their budget.
+#[test]
+fn the_memo_holds_a_bounded_number_of_bounded_shares() {
+    let memo = super::memo::AllowMemo::new(2_000, 2);
+    let of = |org: &str, token: u32| {
+        let mut req = request(Operation::ReadActivity, &["activity:read"], Some(WS));
+        req.principal.organisation_id = org.into();
+        req.principal.workspace_ids = vec![
+            WS.into(),
+            format!("{token:08x}-0000-4000-8000-000000000000"),
+        ];
+        req
+    };
+    for i in 0..20 {
+        memo.remember(&of("a", i));
+        assert!(memo.allows(&of("a", i)));
+        assert!(memo.bytes() <= 2_000, "{}", memo.bytes());
+    }
+    assert!(memo.len_of("a") < 20, "bounded: {} keys", memo.len_of("a"));
+    let mut huge = of("a", 0);
+    huge.principal.workspace_ids = (0..100)
+        .map(|i| format!("{i:08x}-0000-4000-8000-000000000000"))
+        .chain([WS.to_owned()])
+        .collect();
     memo.remember(&huge);
     assert!(
         !memo.allows(&huge),
-        "a key past the whole budget is not kept"
+        "a key past a share's budget is not kept"
     );
+
+    memo.remember(&of("b", 0));
+    // `a` is used again; `b` is now the least recently used share.
+    assert!(memo.allows(&of("a", 19)));
+    memo.remember(&of("c", 0));
+    assert_eq!(memo.len_of("b"), 0, "the stalest share gave way");
+    assert!(memo.allows(&of("a", 19)) && memo.allows(&of("c", 0)));
+    assert!(memo.bytes() <= 2 * 2_000);
 }

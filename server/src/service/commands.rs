@@ -211,8 +211,18 @@ impl Services {
             .store
             .get_delivery(delivery_id)
             .await?
-            .filter(|c| c.pool_id == runner.pool_id)
-            .ok_or_else(not_found)?;
+            .filter(|c| c.pool_id == runner.pool_id);
+        // A disabled runner finishes what it was sent and touches nothing else of its pool. It
+        // is told so, whatever the id names (another runner's, another pool's, none), so the
+        // answer says nothing about the delivery.
+        if runner.disabled && context.as_ref().and_then(|c| c.held_by) != Some(runner.runner_id) {
+            return Err(ServiceError::Forbidden {
+                reason: "the runner is disabled: it may report only on the deliveries sent to it"
+                    .into(),
+                details: Some(json!({ "reason": "runner_disabled" })),
+            });
+        }
+        let context = context.ok_or_else(not_found)?;
         let from = context.delivery.status;
         let conflict = |message: String| ServiceError::Conflict {
             code: "invalid_transition",

@@ -58,7 +58,7 @@ pub use keys::{
     KeySet, KeySource, RECORD_KEYS, WEBHOOK_KEYS, load_keys, load_secrets_cipher, load_token_hasher,
 };
 pub use offboarding::{USER_DISABLED, USER_ENABLED, UserChange, UserOverview};
-pub use permissions::Permission;
+pub use permissions::{Permission, ReplayCheck};
 pub use policies::{CompiledCache, parse_reference};
 pub use policy_budgets::{ActivatedPolicy, InstalledPolicy};
 pub use policy_decisions::{

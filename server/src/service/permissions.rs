@@ -15,6 +15,11 @@
 //! first run succeeded — and the token's environment limits, which never change on a token. A
 //! runner's signed report needs nothing more: its signature is verified against the runner's
 //! live keys on every request, replays included, before the key is looked at.
+//!
+//! Every answer from a stored outcome is such a replay, wherever it is found: under the key at
+//! the claim, and after the handler when an earlier attempt's commit landed late (the retry
+//! failed on that attempt's change, or its own commit lost to it). A keyed request keeps its
+//! question as a [`ReplayCheck`], owned, for the second case.
 
 use super::{IssueTokenInput, Operation, ServiceError, Services, SubmitCommandInput};
 use crate::domain::Principal;
@@ -49,7 +54,31 @@ pub enum Permission<'a> {
     },
 }
 
+/// A [`Permission`] with nothing borrowed from its request: what [`Services::may_replay`] asks.
+#[derive(Debug, Clone)]
+pub struct ReplayCheck {
+    operation: Operation,
+    workspace: Option<String>,
+    resources: Vec<(&'static str, String)>,
+    /// For issuance: the request, re-checked against the issuer's current limits.
+    issuance: Option<IssueTokenInput>,
+}
+
 impl Permission<'_> {
+    /// The question to ask again before a stored outcome of this request is answered.
+    pub fn replay_check(&self) -> ReplayCheck {
+        let (operation, workspace, resources) = self.question();
+        ReplayCheck {
+            operation,
+            workspace: workspace.map(str::to_owned),
+            resources,
+            issuance: match self {
+                Permission::IssueToken(input) => Some((*input).clone()),
+                _ => None,
+            },
+        }
+    }
+
     /// The authorizer's question: the operation, the workspace and the other resources named.
     fn question(&self) -> (Operation, Option<&str>, Vec<(&'static str, String)>) {
         let own = |s: &str| s.to_owned();
@@ -113,10 +142,17 @@ impl Services {
     pub async fn may_replay(
         &self,
         principal: &Principal,
-        permission: &Permission<'_>,
+        check: &ReplayCheck,
     ) -> Result<(), ServiceError> {
-        self.authorize_permission(principal, permission).await?;
-        if let Permission::IssueToken(input) = permission {
+        let workspace = check.workspace.as_deref();
+        self.authorize(
+            principal,
+            check.operation,
+            workspace,
+            check.resources.clone(),
+        )
+        .await?;
+        if let Some(input) = &check.issuance {
             super::tokens::within_issuer(principal, input)?;
         }
         Ok(())

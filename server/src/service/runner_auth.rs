@@ -18,6 +18,9 @@ pub struct RunnerPrincipal {
     pub pool_id: Uuid,
     pub workspace_id: Uuid,
     pub organisation_id: Uuid,
+    /// Disabled: it may still report on the deliveries it holds, and on nothing else
+    /// (docs/decisions.md, "A disabled runner reports only on what it holds").
+    pub disabled: bool,
 }
 
 /// One signed request, as received.
@@ -95,6 +98,7 @@ impl Services {
             pool_id: found.pool_id,
             workspace_id: found.workspace_id,
             organisation_id: found.organisation_id,
+            disabled: found.runner_disabled,
         })
     }
 }

@@ -80,8 +80,9 @@ impl Application {
         source.warn_if_generated("idempotency encryption key", "CP_IDEMPOTENCY_KEYS");
         if config.trusted_proxies.trusts_any_address() {
             tracing::warn!(
-                "--trusted-proxies holds a block of every address: any client that reaches this \
-                 server directly chooses the address its rate limits are charged to"
+                blocks = %config.trusted_proxies,
+                "--trusted-proxies holds every address: any client that reaches this server \
+                 directly chooses the address its rate limits are charged to"
             );
         }
         let http = HttpSettings {

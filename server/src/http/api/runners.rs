@@ -293,8 +293,9 @@ impl RunnersApi {
     /// `x-sandbox-signature`, `x-sandbox-runner-id`, `x-sandbox-key-id`, `x-sandbox-timestamp`
     /// and `x-sandbox-nonce` (see the description of the API). 401 `invalid_signature` for any
     /// signature failure, 404 for a delivery of another pool or organisation (the same answer
-    /// as for a delivery that does not exist), 409 `invalid_transition` for a move the state
-    /// machine forbids. Rate-limited per runner.
+    /// as for a delivery that does not exist), 403 `forbidden` with `details.reason`
+    /// `runner_disabled` when a disabled runner reports on any delivery but those sent to it,
+    /// 409 `invalid_transition` for a move the state machine forbids. Rate-limited per runner.
     #[oai(
         path = "/runner/webhook-deliveries/:deliveryId/status",
         method = "post",

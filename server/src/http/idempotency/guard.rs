@@ -64,6 +64,7 @@ use std::time::Duration;
 use poem::Response;
 use poem::http::StatusCode;
 
+use super::input::ReplayGate;
 use super::record::{IdempotentRequest, decode, encode};
 use crate::domain::{IdempotencyKey, RecordCipher};
 use crate::http::error::ApiFailure;
@@ -287,11 +288,25 @@ impl IdempotencyGuard {
         }
     }
 
+    /// An outcome found under the held claim after its handler ran, answered only when `gate`
+    /// (the request's permission) still allows it, as every replay is: refused, the answer a
+    /// fresh request would get. The record stays either way (`committed` stored it).
+    async fn late_replay(
+        gate: Option<&ReplayGate>,
+        replay: Response,
+    ) -> Result<Response, poem::Error> {
+        if let Some(gate) = gate {
+            gate.allows().await?;
+        }
+        Ok(replay)
+    }
+
     /// Commits a 2xx's outcome with its change, then stores it in the fast state; frees the key
     /// for anything else.
     pub(super) async fn finish(
         &self,
         held: Held,
+        gate: Option<&ReplayGate>,
         outcome: poem::Result<Response>,
         slot: &OutcomeSlot,
     ) -> poem::Result<Response> {
@@ -320,15 +335,20 @@ impl IdempotencyGuard {
                 }
                 // An earlier attempt whose commit landed after its lease ended makes this one
                 // fail on its change (the name it created taken, the grant it revoked gone):
-                // then the client gets that attempt's outcome, not the trace it left.
+                // then the client gets that attempt's outcome, not the trace it left, if it may
+                // still perform the request (a 403 because its grant was just revoked must not
+                // become that attempt's secret).
                 let status = match &other {
                     Ok(response) => response.status(),
                     Err(e) => e.status(),
                 };
-                if status.is_client_error()
-                    && let Ok(Some(replay)) = self.committed(&held).await
-                {
-                    return Ok(replay);
+                if status.is_client_error() {
+                    #[cfg(debug_assertions)]
+                    fault_pause_before_late_outcome().await;
+                    if let Ok(Some(replay)) = self.committed(&held).await {
+                        // `committed` completed the claim with that outcome: nothing to release.
+                        return Self::late_replay(gate, replay).await;
+                    }
                 }
                 self.release(&held).await;
                 return other;
@@ -363,7 +383,7 @@ impl IdempotencyGuard {
                 // Another attempt's outcome was committed first: this change rolled back, and
                 // the client gets the one that counts.
                 return match self.committed(&held).await {
-                    Ok(Some(replay)) => Ok(replay),
+                    Ok(Some(replay)) => Self::late_replay(gate, replay).await,
                     Ok(None) => Err(in_progress().into()),
                     Err(failure) => Err(failure.into()),
                 };
@@ -423,6 +443,19 @@ fn in_progress() -> ApiFailure {
 fn fault_after_commit() {
     if std::env::var_os("CP_FAULT_ABORT_AFTER_OUTCOME_COMMIT").is_some() {
         std::process::abort();
+    }
+}
+
+/// A test's fault hook, never in release builds: with `CP_FAULT_PAUSE_BEFORE_LATE_OUTCOME_MS`
+/// set, a keyed request that ended in a 4xx waits that many milliseconds before it looks for an
+/// outcome committed under its key meanwhile: the moment a late commit lands, held open.
+#[cfg(debug_assertions)]
+async fn fault_pause_before_late_outcome() {
+    let pause = std::env::var("CP_FAULT_PAUSE_BEFORE_LATE_OUTCOME_MS")
+        .ok()
+        .and_then(|ms| ms.parse::<u64>().ok());
+    if let Some(ms) = pause {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }
 

@@ -7,6 +7,8 @@
 //! current limits), from the input's [`Permitted`] description of the request. Refused, the
 //! caller gets what a fresh request would get (a 403 or 404) and the record stays. A runner's
 //! signed report needs nothing more: its signature was verified against its live keys first.
+//! The same question is asked when the outcome is found only after the handler ran (an earlier
+//! attempt's commit landed late): a claimed request keeps it as its [`ReplayGate`].
 //!
 //! Nothing of the record's place or fingerprint is written by a handler: the operation id comes
 //! from the route poem matched, looked up in the operation table (`domain/operation.rs`,
@@ -26,11 +28,11 @@ use super::guard::Claimed;
 use super::record::IdempotentRequest;
 use super::{Stage, Ticket};
 use crate::domain::operation::operation_by_route;
-use crate::domain::{Actor, CorrelationId};
+use crate::domain::{Actor, CorrelationId, Principal};
 use crate::http::auth::{AuthOutcome, token_subject};
 use crate::http::error::ApiFailure;
 use crate::http::payload::JsonBody;
-use crate::service::{Operation, Permission, Services};
+use crate::service::{Operation, Permission, ReplayCheck, Services};
 use crate::storage::WriteContext;
 
 /// What a keyed request does next: run with a write context whose transaction waits for the
@@ -71,16 +73,19 @@ impl Ticket {
             body_digest,
             quota_owner,
         };
+        let gate = permission
+            .map(|permission| ReplayGate::new(req, &permission))
+            .transpose()?;
         match self.guard.claim(&self.key, request).await? {
             Claimed::Run(held) => {
                 self.guard.check_quota(&held).await?;
-                *self.stage() = Stage::Claimed(held);
+                *self.stage() = Stage::Claimed(held, gate.map(Box::new));
                 let write = WriteContext::held(correlation_id, actor, self.slot.clone());
                 Ok(NextAction::StartProcessing(write))
             }
             Claimed::Replay(response) => {
-                if let Some(permission) = permission {
-                    may_replay(req, &permission).await?;
+                if let Some(gate) = gate {
+                    gate.allows().await?;
                 }
                 *self.stage() = Stage::Replayed;
                 Ok(NextAction::ReturnSavedResponse(response))
@@ -89,25 +94,43 @@ impl Ticket {
     }
 }
 
-/// Asks the service whether the bearer-authenticated caller may still perform what
-/// `permission` names; refused, the answer a fresh request would get.
-async fn may_replay(req: &Request, permission: &Permission<'_>) -> Result<(), poem::Error> {
-    let services = req.data::<Arc<Services>>();
-    let principal = match req.data::<AuthOutcome>() {
-        Some(AuthOutcome::Authenticated(principal)) => Some(principal),
-        _ => None,
-    };
-    let (Some(services), Some(principal)) = (services, principal) else {
-        tracing::error!("a keyed replay has no services or no authenticated caller");
-        return Err(ApiFailure::internal().into());
-    };
-    services
-        .may_replay(principal, permission)
-        .await
-        .map_err(|e| {
-            tracing::info!("idempotent replay refused: the caller may no longer perform it");
-            ApiFailure::from(e).into()
+/// What a bearer-authenticated keyed request must still be permitted before any stored
+/// outcome is answered to it, owned so that it outlives the handler.
+pub(crate) struct ReplayGate {
+    services: Arc<Services>,
+    principal: Principal,
+    check: ReplayCheck,
+}
+
+impl ReplayGate {
+    fn new(req: &Request, permission: &Permission<'_>) -> Result<Self, poem::Error> {
+        let services = req.data::<Arc<Services>>();
+        let principal = match req.data::<AuthOutcome>() {
+            Some(AuthOutcome::Authenticated(principal)) => Some(principal),
+            _ => None,
+        };
+        let (Some(services), Some(principal)) = (services, principal) else {
+            tracing::error!("a keyed request has no services or no authenticated caller");
+            return Err(ApiFailure::internal().into());
+        };
+        Ok(Self {
+            services: services.clone(),
+            principal: principal.clone(),
+            check: permission.replay_check(),
         })
+    }
+
+    /// Asks the service whether the caller may still perform the request; refused, the
+    /// answer a fresh request would get.
+    pub(super) async fn allows(&self) -> Result<(), poem::Error> {
+        self.services
+            .may_replay(&self.principal, &self.check)
+            .await
+            .map_err(|e| {
+                tracing::info!("idempotent replay refused: the caller may no longer perform it");
+                ApiFailure::from(e).into()
+            })
+    }
 }
 
 /// What a bearer-authenticated operation's parsed body asks to do, with the ids of its path

@@ -51,6 +51,7 @@ use poem::{Endpoint, IntoResponse, Request, Response};
 use poem_openapi::OperationId;
 
 use self::guard::Held;
+use self::input::ReplayGate;
 use super::error::ApiFailure;
 use crate::domain::IdempotencyKey;
 use crate::storage::OutcomeSlot;
@@ -129,7 +130,7 @@ impl<E: Endpoint> Endpoint for Idempotency<E> {
             drop(ticket.slot.take());
             // Stopped at its deadline. A claim it held is neither stored nor released: the
             // outcome may be a commit that landed, so retries get 409 until the lease ends.
-            let held = matches!(*ticket.stage(), Stage::Claimed(_));
+            let held = matches!(*ticket.stage(), Stage::Claimed(..));
             tracing::error!(
                 deadline_ms = deadline.as_millis() as u64,
                 claimed = held,
@@ -147,7 +148,10 @@ impl<E: Endpoint> Endpoint for Idempotency<E> {
         let outcome = outcome.map(IntoResponse::into_response);
         let stage = std::mem::replace(&mut *ticket.stage(), Stage::Open);
         match stage {
-            Stage::Claimed(held) => self.guard.finish(held, outcome, &ticket.slot).await,
+            Stage::Claimed(held, gate) => {
+                let gate = gate.as_deref();
+                self.guard.finish(held, gate, outcome, &ticket.slot).await
+            }
             // The extractor answered with the saved response (see `input`), which poem carries
             // as the route's error; the route still names the operation.
             Stage::Replayed => Ok(match outcome {
@@ -187,7 +191,9 @@ pub struct Ticket {
 
 enum Stage {
     Open,
-    Claimed(Held),
+    /// With what a stored outcome found after the handler must still be permitted (`None`
+    /// for a runner's signed report).
+    Claimed(Held, Option<Box<ReplayGate>>),
     Replayed,
 }
 

@@ -48,6 +48,9 @@ pub struct DeliveryContext {
     pub pool_id: Uuid,
     pub workspace_id: Uuid,
     pub organisation_id: Uuid,
+    /// The runner its latest attempt was sent to: the runner holding it. `None` while nothing
+    /// was sent (a pool whose runners report by hand).
+    pub held_by: Option<Uuid>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -55,6 +55,8 @@ pub struct RunnerKeyLookup {
     pub pool_id: Uuid,
     pub workspace_id: Uuid,
     pub organisation_id: Uuid,
+    /// The key's runner is disabled (by an administrator or the failure rule).
+    pub runner_disabled: bool,
 }
 
 #[derive(Debug, Clone)]

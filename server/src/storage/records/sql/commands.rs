@@ -80,13 +80,16 @@ impl<S: Dialect> CommandStore for S {
             pool_id: Uuid,
             workspace_id: Uuid,
             organisation_id: Uuid,
+            held_by: Option<Uuid>,
         }
         let row: Option<Row> = self
             .read_optional(
                 S::query(
                     "SELECT d.id, d.command_id, d.status, d.detail, d.exit_code, d.created_at,
                             d.updated_at, c.status AS command_status, c.pool_id, c.workspace_id,
-                            w.organisation_id
+                            w.organisation_id,
+                            (SELECT a.runner_id FROM webhook_attempts a WHERE a.delivery_id = d.id
+                             ORDER BY a.number DESC LIMIT 1) AS held_by
                      FROM webhook_deliveries d JOIN runner_commands c ON c.id = d.command_id
                      JOIN workspaces w ON w.id = c.workspace_id
                      WHERE d.id = $1",
@@ -101,6 +104,7 @@ impl<S: Dialect> CommandStore for S {
                 pool_id: r.pool_id,
                 workspace_id: r.workspace_id,
                 organisation_id: r.organisation_id,
+                held_by: r.held_by,
             })
         })
         .transpose()

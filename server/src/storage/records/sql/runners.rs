@@ -239,6 +239,7 @@ impl<S: Dialect> RunnerStore for S {
             pool_id: Uuid,
             workspace_id: Uuid,
             organisation_id: Uuid,
+            runner_disabled: bool,
         }
         // Every signed request's first read: through the request path's reads. A removed
         // runner's keys read as revoked at its removal, even one added in a race with it.
@@ -247,7 +248,8 @@ impl<S: Dialect> RunnerStore for S {
                 S::query(
                     "SELECT k.id, k.runner_id, k.public_key, k.created_at,
                             COALESCE(k.revoked_at, r.removed_at) AS revoked_at, r.pool_id,
-                            p.workspace_id, w.organisation_id
+                            p.workspace_id, w.organisation_id,
+                            r.disabled_at IS NOT NULL AS runner_disabled
                      FROM runner_keys k JOIN runners r ON r.id = k.runner_id
                      JOIN runner_pools p ON p.id = r.pool_id
                      JOIN workspaces w ON w.id = p.workspace_id
@@ -267,6 +269,7 @@ impl<S: Dialect> RunnerStore for S {
             pool_id: r.pool_id,
             workspace_id: r.workspace_id,
             organisation_id: r.organisation_id,
+            runner_disabled: r.runner_disabled,
         }))
     }
 
