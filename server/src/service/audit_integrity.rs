@@ -564,12 +564,15 @@ pub async fn verify_chain(
         workspace_id,
     };
     loop {
+        // Signed heads first: each was signed at or below the head of its time, and a head
+        // only grows, so one above the head read next is a cut, never a signature that
+        // landed in between.
+        let signed_heads = store.signed_heads(workspace_id, 0, i64::MAX).await?;
         let Some(head) = store.audit_head(workspace_id).await? else {
             return Ok(None);
         };
         let checkpoints = store.checkpoints(workspace_id).await?;
         let checkpoint_seq = checkpoints.last().map_or(0, |c| c.last_seq);
-        let signed_heads = store.signed_heads(workspace_id, 0, i64::MAX).await?;
         let proofs = Proofs {
             workspace_id,
             head: Some(head.clone()),
