@@ -333,6 +333,29 @@ async fn a_retention_checkpoint_is_signed_and_a_forged_one_fails() {
         report["signedHeadSequence"].as_i64().unwrap() >= 4,
         "{report}"
     );
+    // An event put back below the checkpoint: the checkpoint says it was removed.
+    let after = report["headSequence"].as_i64().unwrap();
+    db.exec(&format!(
+        "UPDATE audit_events SET seq = 1 WHERE seq = {after}"
+    ))
+    .await;
+    let (_, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    assert_eq!(
+        report["broken"]["problem"], "checkpoint_events_remain",
+        "{report}"
+    );
+    db.exec(&format!(
+        "UPDATE audit_events SET seq = {after} WHERE seq = 1"
+    ))
+    .await;
+    assert_eq!(verify_json(&db, &ws)["intact"], true);
+    // The signed checkpoint's count changed: its signature no longer covers it.
+    db.exec("UPDATE audit_checkpoints SET removed = removed + 1")
+        .await;
+    let (_, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    assert_eq!(report["broken"]["problem"], "forged_checkpoint", "{report}");
+    db.exec("UPDATE audit_checkpoints SET removed = removed - 1")
+        .await;
     // The checkpoint's signed head removed: its hash is vouched for by nothing.
     db.exec("DELETE FROM audit_signed_heads").await;
     let (_, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
