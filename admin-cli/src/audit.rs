@@ -8,10 +8,17 @@ use clap::{Subcommand, ValueEnum};
 use serde_json::json;
 use uuid::Uuid;
 
-use control_plane::domain::{AuditEvent, CorrelationId, EventJson, Span, Timestamp};
+use serde::Deserialize;
+
+use control_plane::domain::audit_proof::{ProofKeys, Seal, SignedHead, from_hex, to_hex};
+use control_plane::domain::{
+    AuditEvent, CorrelationId, EventJson, GENESIS_HASH, Span, Timestamp, parse_jwks, parse_whpk,
+};
 use control_plane::service::Services;
-use control_plane::service::audit_integrity::ChainReport;
-use control_plane::storage::TimeWindow;
+use control_plane::service::audit_integrity::{
+    Anchor, ChainProblem, ChainReport, ExportSource, Proofs, verify_against,
+};
+use control_plane::storage::{AuditCheckpoint, ChainedEvent, TimeWindow};
 
 use crate::cli::OutputFormat;
 
@@ -25,11 +32,30 @@ pub enum ExportFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
-    /// Walk a workspace's hash chain from its latest checkpoint; fails at the first event
-    /// changed, deleted, inserted or reordered.
+    /// Walk a workspace's hash chain from its latest checkpoint to its stored head, through
+    /// every signed head, checking each checkpoint's signature and link; fails (non-zero) at
+    /// the first event changed, deleted, inserted or reordered, a head that does not match, a
+    /// tail cut below a signed head, a forged signed head or checkpoint, or an anchor the log
+    /// no longer extends. With --export, checks an export file offline (no store) with the
+    /// public keys of --jwks or --public-key.
     Verify {
+        #[arg(long, required_unless_present = "export")]
+        workspace: Option<String>,
+        /// A head saved earlier, SEQUENCE:HASH (hex, as `-o json` prints `headSequence` and
+        /// `headHash`): fails unless the log still extends it.
         #[arg(long)]
-        workspace: String,
+        anchor: Option<String>,
+        /// An NDJSON export (`cpctl audit export`) to verify offline, without the store.
+        #[arg(long, conflicts_with = "workspace")]
+        export: Option<std::path::PathBuf>,
+        /// The key set to verify an export's signed heads with (the server's
+        /// /.well-known/jwks.json, saved).
+        #[arg(long, requires = "export")]
+        jwks: Option<std::path::PathBuf>,
+        /// A public key to verify an export's signed heads with, `whpk_…` (`cpctl webhooks
+        /// keys`); may be repeated.
+        #[arg(long, requires = "export")]
+        public_key: Vec<String>,
     },
     /// Write every event of a workspace in sequence order to stdout.
     Export {
@@ -81,17 +107,13 @@ pub async fn audit(
     command: AuditCommand,
 ) -> anyhow::Result<()> {
     match command {
-        AuditCommand::Verify { workspace } => {
-            let workspace = uuid_arg("--workspace", &workspace)?;
-            let report = services.verify_audit_chain(workspace).await?;
-            print_report(out, &report);
-            if let Some(broken) = &report.broken {
-                anyhow::bail!(
-                    "the audit chain of workspace {workspace} is broken: event {} at sequence {}",
-                    broken.problem.as_str(),
-                    broken.sequence
-                );
-            }
+        AuditCommand::Verify {
+            workspace, anchor, ..
+        } => {
+            let workspace = uuid_arg("--workspace", workspace.as_deref().unwrap_or_default())?;
+            let anchor = anchor_arg(anchor.as_deref())?;
+            let report = services.verify_audit_chain(workspace, anchor).await?;
+            finish_report(out, &report)?;
         }
         AuditCommand::Export {
             workspace,
@@ -146,6 +168,29 @@ pub async fn audit(
     Ok(())
 }
 
+fn anchor_arg(raw: Option<&str>) -> anyhow::Result<Option<Anchor>> {
+    raw.map(|raw| {
+        raw.parse::<Anchor>()
+            .map_err(|e| anyhow::anyhow!("--anchor `{raw}`: {e}"))
+    })
+    .transpose()
+}
+
+/// Prints the report, then fails (a one-line error, non-zero exit) when it is broken.
+fn finish_report(out: OutputFormat, report: &ChainReport) -> anyhow::Result<()> {
+    print_report(out, report);
+    if let Some(broken) = &report.broken {
+        anyhow::bail!(
+            "the audit chain of workspace {} is broken: {} at sequence {} ({})",
+            report.workspace_id,
+            broken.problem.as_str(),
+            broken.sequence,
+            broken.problem.describe()
+        );
+    }
+    Ok(())
+}
+
 fn print_report(out: OutputFormat, report: &ChainReport) {
     match out {
         OutputFormat::Json => println!(
@@ -155,27 +200,53 @@ fn print_report(out: OutputFormat, report: &ChainReport) {
                 "intact": report.intact(),
                 "checkpointSequence": report.checkpoint_seq,
                 "headSequence": report.head_seq,
+                "headHash": report.head_hash,
                 "verified": report.verified,
+                "signedHeadSequence": report.signed_head_seq,
+                "signedHeadsMatched": report.signed_heads_matched,
+                "checkpoints": report.checkpoints,
+                "anchorExtended": report.anchor_extended,
                 "broken": report.broken,
             })
         ),
         OutputFormat::Table => match &report.broken {
-            None => println!(
-                "ok: {} events verified (sequences {} to {})",
-                report.verified,
-                report.checkpoint_seq + 1,
-                report.head_seq
-            ),
+            None => {
+                println!(
+                    "ok: {} events verified (sequences {} to {}); head {}:{}",
+                    report.verified,
+                    report.checkpoint_seq + 1,
+                    report.head_seq,
+                    report.head_seq,
+                    report.head_hash
+                );
+                match report.signed_head_seq {
+                    Some(seq) => println!(
+                        "signed heads: {} matched, the latest at sequence {seq}",
+                        report.signed_heads_matched
+                    ),
+                    None => println!(
+                        "signed heads: none yet (the chain is only consistent with itself)"
+                    ),
+                }
+                if report.anchor_extended == Some(true) {
+                    println!("anchor: the log extends it");
+                }
+            }
             Some(broken) => {
                 let moved = broken
                     .found_at
                     .map(|at| format!(" (now at sequence {at})"))
                     .unwrap_or_default();
+                let what = match broken.problem {
+                    ChainProblem::Changed
+                    | ChainProblem::Deleted
+                    | ChainProblem::Inserted
+                    | ChainProblem::Reordered => format!("event {}", broken.problem.as_str()),
+                    other => other.describe().to_owned(),
+                };
                 println!(
-                    "broken: event {} at sequence {}{moved}; {} events verified before it",
-                    broken.problem.as_str(),
-                    broken.sequence,
-                    report.verified
+                    "broken: {what} at sequence {}{moved}; {} events verified before it",
+                    broken.sequence, report.verified
                 )
             }
         },
@@ -210,7 +281,50 @@ fn csv_line(e: &AuditEvent) -> String {
     cells.join(",")
 }
 
-/// Pages through the log (one page in memory at a time) and writes each event as it comes.
+/// The first line of an NDJSON export: which workspace, and where its chain starts.
+fn header_line(workspace: Uuid, from: i64, hash: Option<&[u8]>) -> serde_json::Value {
+    json!({ "auditExport": {
+        "version": 1,
+        "workspaceId": workspace,
+        "chainFrom": { "sequence": from, "hash": hash.map(to_hex) },
+    }})
+}
+
+fn signed_head_json(h: &SignedHead) -> serde_json::Value {
+    json!({ "signedHead": {
+        "workspaceId": h.workspace_id,
+        "sequence": h.seq,
+        "hash": to_hex(&h.hash),
+        "signedAtMs": h.seal.signed_at_ms,
+        "kid": h.seal.kid,
+        "signature": to_hex(&h.seal.signature),
+    }})
+}
+
+fn checkpoint_json(c: &AuditCheckpoint) -> serde_json::Value {
+    json!({ "checkpoint": {
+        "workspaceId": c.workspace_id,
+        "sequence": c.last_seq,
+        "hash": c.hash.as_deref().map(to_hex),
+        "removed": c.removed,
+        "previousSequence": c.prev_seq,
+        "previousHash": c.prev_hash.as_deref().map(to_hex),
+        "signedAtMs": c.seal.as_ref().map(|s| s.signed_at_ms),
+        "kid": c.seal.as_ref().map(|s| s.kid.clone()),
+        "signature": c.seal.as_ref().map(|s| to_hex(&s.signature)),
+    }})
+}
+
+/// A proof as a CSV row: no id, the proof's sequence, its kind as the type, and the proof's
+/// JSON as `data`.
+fn csv_proof_line(kind: &str, seq: i64, proof: &serde_json::Value) -> String {
+    format!(",{seq},{kind},,,,,,,{}", csv_field(&proof.to_string()))
+}
+
+/// Pages through the log (one page in memory at a time) and writes each event as it comes,
+/// then the proofs: every checkpoint and the signed heads over the exported range, with a
+/// head signed now at the export's last event (NDJSON: one `{"checkpoint": …}` or
+/// `{"signedHead": …}` object a line after the events, the first line `{"auditExport": …}`).
 async fn export(
     services: &Services,
     workspace: Uuid,
@@ -224,11 +338,21 @@ async fn export(
         writeln!(w, "{CSV_HEADER}")?;
     }
     let (mut after, mut written) = (0, 0u64);
+    let mut first: Option<i64> = None;
     loop {
         let page = services.export_audit_page(workspace, after, window).await?;
         let Some(last) = page.last() else { break };
         after = last.sequence.unwrap_or(after);
         for event in &page {
+            if first.is_none() {
+                let from = event.sequence.unwrap_or(1) - 1;
+                first = Some(from);
+                if format == ExportFormat::Ndjson {
+                    let hash = services.chain_hash_at(workspace, from).await?;
+                    serde_json::to_writer(&mut w, &header_line(workspace, from, hash.as_deref()))?;
+                    writeln!(w)?;
+                }
+            }
             match format {
                 ExportFormat::Ndjson => {
                     serde_json::to_writer(&mut w, &EventJson::from(event))
@@ -245,11 +369,215 @@ async fn export(
             }
         }
     }
+    if let Some(from) = first {
+        let (checkpoints, heads) = services
+            .export_proofs(workspace, from, after, chrono::Utc::now())
+            .await?;
+        for c in &checkpoints {
+            let line = checkpoint_json(c);
+            match format {
+                ExportFormat::Ndjson => writeln!(w, "{line}")?,
+                ExportFormat::Csv => writeln!(
+                    w,
+                    "{}",
+                    csv_proof_line("audit.checkpoint", c.last_seq, &line)
+                )?,
+            }
+        }
+        for h in &heads {
+            let line = signed_head_json(h);
+            match format {
+                ExportFormat::Ndjson => writeln!(w, "{line}")?,
+                ExportFormat::Csv => {
+                    writeln!(w, "{}", csv_proof_line("audit.signed_head", h.seq, &line))?
+                }
+            }
+        }
+        if !heads.iter().any(|h| h.seq == after) {
+            eprintln!(
+                "warning: no signed head at sequence {after}: the chain did not verify, so \
+                 this export's tail is unproven (run cpctl audit verify)"
+            );
+        }
+    }
     w.flush()?;
     if written >= progress_every {
         eprintln!("exported {written} events in all");
     }
     Ok(())
+}
+
+/// One event line of an export, as `EventJson` writes it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ExportedEvent {
+    id: Uuid,
+    sequence: i64,
+    #[serde(rename = "type")]
+    event_type: String,
+    actor: ExportedActor,
+    target: ExportedTarget,
+    correlation_id: String,
+    occurred_at: Timestamp,
+    data: Box<serde_json::value::RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ExportedActor {
+    kind: String,
+    id: Option<Uuid>,
+}
+
+#[derive(Deserialize)]
+struct ExportedTarget {
+    kind: String,
+    id: Uuid,
+}
+
+fn hex_field(v: &serde_json::Value, what: &str) -> anyhow::Result<Option<Vec<u8>>> {
+    match v {
+        serde_json::Value::Null => Ok(None),
+        serde_json::Value::String(s) => from_hex(s)
+            .map(Some)
+            .ok_or_else(|| anyhow::anyhow!("the export's {what} is not hex")),
+        _ => anyhow::bail!("the export's {what} is not hex"),
+    }
+}
+
+fn int_field(v: &serde_json::Value, what: &str) -> anyhow::Result<i64> {
+    v.as_i64()
+        .ok_or_else(|| anyhow::anyhow!("the export's {what} is not a number"))
+}
+
+fn uuid_field(v: &serde_json::Value, what: &str) -> anyhow::Result<Uuid> {
+    v.as_str()
+        .and_then(|s| Uuid::parse_str(s).ok())
+        .ok_or_else(|| anyhow::anyhow!("the export's {what} is not a uuid"))
+}
+
+fn seal_of(v: &serde_json::Value) -> anyhow::Result<Option<Seal>> {
+    if v["signature"].is_null() {
+        return Ok(None);
+    }
+    Ok(Some(Seal {
+        kid: v["kid"].as_str().unwrap_or_default().to_owned(),
+        signed_at_ms: int_field(&v["signedAtMs"], "signedAtMs")?,
+        signature: hex_field(&v["signature"], "signature")?.unwrap_or_default(),
+    }))
+}
+
+/// The keys of `--jwks` and `--public-key`.
+fn offline_keys(jwks: Option<&std::path::Path>, public: &[String]) -> anyhow::Result<ProofKeys> {
+    let mut keys = Vec::new();
+    if let Some(path) = jwks {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --jwks {}", path.display()))?;
+        let set: serde_json::Value =
+            serde_json::from_str(&text).context("the --jwks file is not JSON")?;
+        keys.extend(parse_jwks(&set).map_err(anyhow::Error::msg)?);
+    }
+    for k in public {
+        keys.push(parse_whpk(k).map_err(|e| anyhow::anyhow!("--public-key: {e}"))?);
+    }
+    if keys.is_empty() {
+        anyhow::bail!("verifying an export needs the server's public keys: --jwks or --public-key");
+    }
+    Ok(ProofKeys::new(keys))
+}
+
+/// `cpctl audit verify --export FILE`: the export's chain and its proofs, offline.
+pub async fn verify_offline(out: OutputFormat, command: AuditCommand) -> anyhow::Result<()> {
+    let AuditCommand::Verify {
+        anchor,
+        export: Some(path),
+        jwks,
+        public_key,
+        ..
+    } = command
+    else {
+        anyhow::bail!("audit verify --export FILE");
+    };
+    let keys = offline_keys(jwks.as_deref(), &public_key)?;
+    let anchor = anchor_arg(anchor.as_deref())?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read the export {}", path.display()))?;
+    let (mut workspace, mut start) = (None, (0, GENESIS_HASH.to_vec()));
+    let (mut events, mut checkpoints, mut heads) = (Vec::new(), Vec::new(), Vec::new());
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let at = || format!("line {} of the export", n + 1);
+        let value: serde_json::Value =
+            serde_json::from_str(line).with_context(|| format!("{} is not JSON", at()))?;
+        if let Some(h) = value.get("auditExport") {
+            workspace = Some(uuid_field(&h["workspaceId"], "workspaceId")?);
+            let from = int_field(&h["chainFrom"]["sequence"], "chainFrom")?;
+            let hash = hex_field(&h["chainFrom"]["hash"], "chainFrom hash")?;
+            start = (from, hash.unwrap_or_else(|| GENESIS_HASH.to_vec()));
+        } else if let Some(h) = value.get("signedHead") {
+            heads.push(SignedHead {
+                workspace_id: uuid_field(&h["workspaceId"], "workspaceId")?,
+                seq: int_field(&h["sequence"], "sequence")?,
+                hash: hex_field(&h["hash"], "hash")?.unwrap_or_default(),
+                seal: seal_of(h)?.unwrap_or(Seal {
+                    kid: String::new(),
+                    signed_at_ms: 0,
+                    signature: Vec::new(),
+                }),
+            });
+        } else if let Some(c) = value.get("checkpoint") {
+            checkpoints.push(AuditCheckpoint {
+                workspace_id: uuid_field(&c["workspaceId"], "workspaceId")?,
+                last_seq: int_field(&c["sequence"], "sequence")?,
+                hash: hex_field(&c["hash"], "hash")?,
+                removed: int_field(&c["removed"], "removed")?,
+                created_at: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
+                prev_seq: c["previousSequence"].as_i64(),
+                prev_hash: hex_field(&c["previousHash"], "previousHash")?,
+                seal: seal_of(c)?,
+            });
+        } else {
+            let e: ExportedEvent = serde_json::from_value(value)
+                .with_context(|| format!("{} is not an event", at()))?;
+            let workspace_id = workspace
+                .ok_or_else(|| anyhow::anyhow!("the export has no auditExport line first"))?;
+            events.push(ChainedEvent {
+                event: AuditEvent {
+                    id: e.id,
+                    organisation_id: Uuid::nil(),
+                    workspace_id: Some(workspace_id),
+                    sequence: Some(e.sequence),
+                    event_type: e.event_type,
+                    actor_kind: e.actor.kind,
+                    actor_id: e.actor.id,
+                    target_kind: e.target.kind,
+                    target_id: e.target.id,
+                    correlation_id: e.correlation_id,
+                    occurred_at: e.occurred_at.get(),
+                    data: e.data,
+                },
+                hash: None,
+            });
+        }
+    }
+    let workspace_id =
+        workspace.ok_or_else(|| anyhow::anyhow!("the export has no auditExport line"))?;
+    events.sort_by_key(|e| e.event.sequence);
+    heads.sort_by_key(|h| h.seq);
+    checkpoints.sort_by_key(|c| c.last_seq);
+    let proofs = Proofs {
+        workspace_id,
+        head: None,
+        start: Some(start),
+        checkpoints,
+        signed_heads: heads,
+        keys,
+        anchor,
+    };
+    let report = verify_against(&ExportSource(events), &proofs).await?;
+    finish_report(out, &report)
 }
 
 #[cfg(test)]

@@ -81,6 +81,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         // Needs no records store: the runner's key and the control plane's URL.
         return crate::runners::serve(command).await;
     }
+    if let Command::Audit(
+        command @ crate::audit::AuditCommand::Verify {
+            export: Some(_), ..
+        },
+    ) = cli.command
+    {
+        // Offline: the export and the public keys, no store.
+        return crate::audit::verify_offline(cli.output, command).await;
+    }
     if let Command::Store(command) = cli.command {
         // Names its own stores; opening the services would write a hashing key into one.
         return crate::store::run(cli.output, command).await;

@@ -120,6 +120,8 @@ fn failure(o: &Output) -> String {
 // The tests, by concern.
 #[path = "cli/audit.rs"]
 mod audit;
+#[path = "cli/audit_proofs.rs"]
+mod audit_proofs;
 #[path = "cli/decisions.rs"]
 mod decisions;
 #[path = "cli/fleet.rs"]

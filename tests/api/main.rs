@@ -4,6 +4,7 @@
 //! `needs!(…)` and skip themselves, with one line, on a run without it.
 
 mod activity;
+mod audit_proofs;
 mod audit_retention;
 mod audit_stream;
 mod audit_stream_ends;

@@ -4,8 +4,12 @@
 //! is verified from.
 
 use chrono::{DateTime, Utc};
+use control_plane::domain::WebhookSigner;
+use control_plane::domain::audit_proof::{ProofKeys, sign_head};
 use control_plane::domain::{Actor, NewAuditEvent};
-use control_plane::service::audit_integrity::{ChainProblem, ChainReport, verify_chain};
+use control_plane::service::audit_integrity::{
+    ChainProblem, ChainReport, RetentionSealer, verify_chain,
+};
 use control_plane::storage::{TimeWindow, WriteContext};
 use serde_json::json;
 use uuid::Uuid;
@@ -41,10 +45,18 @@ async fn log_of(db: &TestStore, count: usize) -> Tenant {
 }
 
 async fn verify(db: &TestStore, tenant: &Tenant) -> ChainReport {
-    verify_chain(db.store.as_ref(), tenant.workspace_id)
+    verify_chain(db.store.as_ref(), tenant.workspace_id, keys(), None)
         .await
         .unwrap()
         .expect("the workspace exists")
+}
+
+fn signer() -> WebhookSigner {
+    WebhookSigner::from_seeds(&[vec![3; 32]]).unwrap()
+}
+
+fn keys() -> ProofKeys {
+    ProofKeys::new(signer().public_keys().into_iter().map(|k| k.key))
 }
 
 fn broken_at(report: &ChainReport) -> Option<(ChainProblem, i64)> {
@@ -233,23 +245,25 @@ async fn retention_removes_the_oldest_run_and_the_chain_verifies_from_its_checkp
         let store = db.store.as_ref();
         let now = Utc::now();
         let ws = tenant.workspace_id;
+        let signer = signer();
+        let sealer = RetentionSealer::new(&signer, now);
         assert_eq!(
             store
-                .remove_expired_events(ws, cutoff, 3, now)
+                .remove_expired_events(ws, cutoff, 3, now, &sealer)
                 .await
                 .unwrap(),
             3
         );
         assert_eq!(
             store
-                .remove_expired_events(ws, cutoff, 3, now)
+                .remove_expired_events(ws, cutoff, 3, now, &sealer)
                 .await
                 .unwrap(),
             1
         );
         assert_eq!(
             store
-                .remove_expired_events(ws, cutoff, 3, now)
+                .remove_expired_events(ws, cutoff, 3, now, &sealer)
                 .await
                 .unwrap(),
             0
@@ -398,6 +412,55 @@ async fn a_write_numbers_its_partition_and_the_sweep_numbers_the_rest() {
             assert!(report.intact(), "{report:?}");
         }
         assert_eq!(verify(&db, &other).await.head_seq, 4);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_signed_head_is_kept_once_however_many_replicas_sign_it() {
+    each_backend(test_name!(), |db| async move {
+        let tenant = log_of(&db, 4).await;
+        let store = db.store.clone();
+        let ws = tenant.workspace_id;
+        let due = store.heads_to_sign(1000).await.unwrap();
+        let head = due
+            .iter()
+            .find(|(id, _)| *id == ws)
+            .map(|(_, h)| h.clone())
+            .expect("a head above its (absent) signed head is due");
+        let hash = head.hash.clone().unwrap();
+        // Two replicas sign the same head at different times: the first row is kept.
+        let signer = signer();
+        let (a, b) = (
+            sign_head(&signer, ws, head.seq, &hash, 1_000),
+            sign_head(&signer, ws, head.seq, &hash, 2_000),
+        );
+        let (sa, sb) = (store.clone(), store.clone());
+        let (ra, rb) = tokio::join!(
+            async move { sa.insert_signed_head(&a).await.unwrap() },
+            async move { sb.insert_signed_head(&b).await.unwrap() },
+        );
+        assert!(
+            ra ^ rb,
+            "{:?}: exactly one insert wins ({ra}, {rb})",
+            db.backend
+        );
+        let kept = store.signed_heads(ws, 0, i64::MAX).await.unwrap();
+        assert_eq!(kept.len(), 1, "{:?}", db.backend);
+        assert!(keys().verifies_head(&kept[0]));
+        assert!(
+            !store
+                .heads_to_sign(1000)
+                .await
+                .unwrap()
+                .iter()
+                .any(|(id, _)| *id == ws),
+            "{:?}: a signed head is not due again",
+            db.backend
+        );
+        let report = verify(&db, &tenant).await;
+        assert!(report.intact(), "{:?}: {report:?}", db.backend);
+        assert_eq!(report.signed_heads_matched, 1);
     })
     .await;
 }

@@ -88,10 +88,18 @@ async fn export_writes_every_event_in_order_as_ndjson_and_csv() {
     let (ws, _) = log(&db);
     let out = db.run(&format!("audit export --workspace {ws} --format ndjson"));
     assert_ok(&out);
-    let lines: Vec<Value> = stdout(&out)
+    let all: Vec<Value> = stdout(&out)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
+    // The first line names the export; the proofs follow the events.
+    assert_eq!(all[0]["auditExport"]["workspaceId"], ws.as_str());
+    let lines: Vec<Value> = all
+        .iter()
+        .filter(|l| l.get("id").is_some())
+        .cloned()
+        .collect();
+    assert!(all.last().unwrap().get("signedHead").is_some(), "{all:?}");
     let seqs: Vec<i64> = lines
         .iter()
         .map(|l| l["sequence"].as_i64().unwrap())
@@ -102,7 +110,11 @@ async fn export_writes_every_event_in_order_as_ndjson_and_csv() {
     assert!(is_api_time(lines[0]["occurredAt"].as_str().unwrap()));
 
     let csv = stdout(&db.run(&format!("audit export --workspace {ws} --format csv")));
-    let rows: Vec<&str> = csv.lines().collect();
+    let rows: Vec<&str> = csv.lines().filter(|r| !r.starts_with(',')).collect();
+    assert!(
+        csv.lines().any(|r| r.contains(",audit.signed_head,")),
+        "{csv}"
+    );
     assert_eq!(
         rows[0],
         "id,sequence,type,actor_kind,actor_id,target_kind,target_id,correlation_id,occurred_at,data"
@@ -118,7 +130,7 @@ async fn export_writes_every_event_in_order_as_ndjson_and_csv() {
     // A long export says how far it got on stderr, never on stdout.
     let long = db.run(&format!("audit export --workspace {ws} --progress-every 2"));
     assert_ok(&long);
-    assert_eq!(stdout(&long).lines().count(), lines.len());
+    assert_eq!(stdout(&long).lines().count(), all.len());
     let progress = String::from_utf8_lossy(&long.stderr).into_owned();
     assert!(
         progress.contains("exported 2 events (up to sequence 2)")

@@ -2,6 +2,7 @@
 
 mod audit;
 mod audit_chain;
+pub mod audit_proof;
 mod bounds;
 mod correlation_id;
 mod delivery;

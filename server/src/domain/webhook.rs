@@ -128,6 +128,11 @@ impl WebhookSigner {
         symmetric.chain(asymmetric).collect::<Vec<_>>().join(" ")
     }
 
+    /// The current key (the first configured): audit proofs are signed with it alone.
+    pub fn current(&self) -> &SigningKey {
+        &self.keys[0]
+    }
+
     /// A stable key id: the first 8 bytes of the SHA-256 of the public key, base64url.
     pub fn key_id(public: &VerifyingKey) -> String {
         URL_SAFE_NO_PAD.encode(&Sha256::digest(public.as_bytes())[..8])

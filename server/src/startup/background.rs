@@ -130,6 +130,25 @@ pub(super) fn purge_expired_audit(services: Arc<Services>) {
     });
 }
 
+/// How often the audit head signer runs: twice a minute, so a head that moved is signed within
+/// a minute even when a pass runs late.
+const AUDIT_SIGN_EVERY: Duration = Duration::from_secs(30);
+
+/// Signs the audit head of every workspace whose head moved since its last signed head
+/// (`service/audit_integrity.rs`: it walks the events since that one first). Replicas may run
+/// it together: the first signed head kept at a sequence wins, the others' do nothing.
+pub(super) fn sign_audit_heads(services: Arc<Services>) {
+    in_batches_every(AUDIT_SIGN_EVERY, move || {
+        let services = services.clone();
+        async move {
+            if let Err(e) = services.sign_audit_heads(chrono::Utc::now()).await {
+                tracing::warn!(error = %e, "the audit head signer failed; retrying at the next tick");
+            }
+            false
+        }
+    });
+}
+
 /// Gives tokens near their expiry their `token.expiring` events every `every`; the rule (which
 /// tokens, once across replicas, which workspaces) is the service's.
 pub(super) fn notice_expiring_tokens(services: Arc<Services>, notice: Span, every: Duration) {

@@ -21,8 +21,8 @@ use poem::Server;
 use poem::listener::TcpAcceptor;
 
 use self::background::{
-    notice_expiring_tokens, purge_expired_audit, purge_outcomes_every, sweep_timeouts,
-    watch_policies,
+    notice_expiring_tokens, purge_expired_audit, purge_outcomes_every, sign_audit_heads,
+    sweep_timeouts, watch_policies,
 };
 use self::first_start::first_start;
 use self::listeners::{bind, connection_limits, port_of, serve_ops, shutdown_signal};
@@ -115,6 +115,7 @@ impl Application {
             Duration::from_secs(config.command_timeout_sweep_secs),
         );
         purge_expired_audit(services.clone());
+        sign_audit_heads(services.clone());
         notice_expiring_tokens(
             services.clone(),
             config.token_expiry_notice,

@@ -217,6 +217,22 @@ pub(crate) const TABLES: &[Table] = &[
             ("hash", Bytes),
             ("removed", I64),
             CREATED,
+            ("prev_seq", I64),
+            ("prev_hash", Bytes),
+            ("signed_at_ms", I64),
+            ("kid", Text),
+            ("signature", Bytes),
+        ],
+    ),
+    Table::new(
+        "audit_signed_heads",
+        &[
+            ("workspace_id", Kind::Uuid),
+            ("seq", I64),
+            ("hash", Bytes),
+            ("signed_at_ms", I64),
+            ("kid", Text),
+            ("signature", Bytes),
         ],
     ),
     Table::new(

@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::domain::audit_proof::{CheckpointClaim, Seal, SignedHead};
 use crate::domain::{AuditEvent, NewAuditEvent};
 use crate::storage::{StoreError, WriteContext};
 
@@ -17,6 +18,8 @@ pub struct ChainedEvent {
 
 /// Where a workspace's chain starts again: after `last_seq`, from `hash` (none: 32 zero bytes).
 /// `removed` events were removed by the step that wrote it (0: where the chain began).
+/// Retention's name the checkpoint just below them (`prev_seq`, `prev_hash`) and are sealed;
+/// the ones migration 0014/0015 wrote are not (`prev_seq` and `seal` none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditCheckpoint {
     pub workspace_id: Uuid,
@@ -24,6 +27,29 @@ pub struct AuditCheckpoint {
     pub hash: Option<Vec<u8>>,
     pub removed: i64,
     pub created_at: DateTime<Utc>,
+    pub prev_seq: Option<i64>,
+    pub prev_hash: Option<Vec<u8>>,
+    pub seal: Option<Seal>,
+}
+
+impl AuditCheckpoint {
+    /// What its seal covers.
+    pub fn claim(&self) -> CheckpointClaim {
+        CheckpointClaim {
+            workspace_id: self.workspace_id,
+            last_seq: self.last_seq,
+            hash: self.hash.clone(),
+            prev_seq: self.prev_seq.unwrap_or(0),
+            prev_hash: self.prev_hash.clone(),
+            removed: self.removed,
+        }
+    }
+}
+
+/// Seals what retention writes, inside its transaction: the checkpoint, and a signed head at
+/// the checkpoint's sequence (its hash as chained), so verify can check one against the other.
+pub trait CheckpointSealer: Send + Sync {
+    fn seal_checkpoint(&self, claim: &CheckpointClaim) -> (Seal, Option<SignedHead>);
 }
 
 /// A workspace's head: the last sequence handed out and its hash.
@@ -80,12 +106,33 @@ pub trait AuditIntegrityStore: Send + Sync {
     async fn retention_workspaces(&self) -> Result<Vec<(Uuid, i64)>, StoreError>;
     /// Removes, in one transaction, the oldest events of a workspace that occurred before
     /// `cutoff`, at most `batch` of them and only a run from the oldest (never one after a
-    /// younger event), and records a checkpoint at the last one removed. Returns how many.
+    /// younger event), and records a checkpoint at the last one removed, linked to the one
+    /// below it and sealed by `sealer` (with its signed head). Returns how many.
     async fn remove_expired_events(
         &self,
         workspace_id: Uuid,
         cutoff: DateTime<Utc>,
         batch: u32,
         now: DateTime<Utc>,
+        sealer: &dyn CheckpointSealer,
     ) -> Result<u64, StoreError>;
+    /// Every checkpoint of a workspace, lowest `last_seq` first.
+    async fn checkpoints(&self, workspace_id: Uuid) -> Result<Vec<AuditCheckpoint>, StoreError>;
+    /// Keeps a signed head; false when one at that (workspace, sequence) is kept already (the
+    /// first writer wins, so replicas that race sign once).
+    async fn insert_signed_head(&self, head: &SignedHead) -> Result<bool, StoreError>;
+    /// A workspace's signed heads with a sequence in `from..=to`, lowest first.
+    async fn signed_heads(
+        &self,
+        workspace_id: Uuid,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<SignedHead>, StoreError>;
+    /// The signed head with the highest sequence.
+    async fn latest_signed_head(
+        &self,
+        workspace_id: Uuid,
+    ) -> Result<Option<SignedHead>, StoreError>;
+    /// Up to `limit` workspaces whose head is above their latest signed head, with that head.
+    async fn heads_to_sign(&self, limit: u32) -> Result<Vec<(Uuid, AuditHead)>, StoreError>;
 }

@@ -6,11 +6,12 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::audit::{EVENT_COLUMNS, EventRow};
+use crate::domain::audit_proof::{CheckpointClaim, Seal, SignedHead};
 use crate::domain::{AuditEvent, NewAuditEvent};
 use crate::storage::records::dialect::Dialect;
 use crate::storage::{
-    AuditCheckpoint, AuditHead, AuditIntegrityStore, ChainedEvent, StoreError, TimeWindow,
-    WriteContext,
+    AuditCheckpoint, AuditHead, AuditIntegrityStore, ChainedEvent, CheckpointSealer, StoreError,
+    TimeWindow, WriteContext,
 };
 
 /// An event row followed by its stored hash.
@@ -27,19 +28,67 @@ where
     }
 }
 
-type CheckpointRow = (Uuid, i64, Option<Vec<u8>>, i64, DateTime<Utc>);
+const CHECKPOINT_COLUMNS: &str = "workspace_id, last_seq, hash, removed, created_at, prev_seq, \
+     prev_hash, signed_at_ms, kid, signature";
+
+type CheckpointRow = (
+    Uuid,
+    i64,
+    Option<Vec<u8>>,
+    i64,
+    DateTime<Utc>,
+    Option<i64>,
+    Option<Vec<u8>>,
+    Option<i64>,
+    Option<String>,
+    Option<Vec<u8>>,
+);
 
 fn checkpoint(
-    (workspace_id, last_seq, hash, removed, created_at): CheckpointRow,
+    (workspace_id, last_seq, hash, removed, created_at, prev_seq, prev_hash, at, kid, sig): CheckpointRow,
 ) -> AuditCheckpoint {
+    let seal = match (at, kid, sig) {
+        (Some(signed_at_ms), Some(kid), Some(signature)) => Some(Seal {
+            kid,
+            signed_at_ms,
+            signature,
+        }),
+        _ => None,
+    };
     AuditCheckpoint {
         workspace_id,
         last_seq,
         hash,
         removed,
         created_at,
+        prev_seq,
+        prev_hash,
+        seal,
     }
 }
+
+type SignedHeadRow = (Uuid, i64, Vec<u8>, i64, String, Vec<u8>);
+
+const SIGNED_HEAD_COLUMNS: &str = "workspace_id, seq, hash, signed_at_ms, kid, signature";
+
+fn signed_head(
+    (workspace_id, seq, hash, signed_at_ms, kid, signature): SignedHeadRow,
+) -> SignedHead {
+    SignedHead {
+        workspace_id,
+        seq,
+        hash,
+        seal: Seal {
+            kid,
+            signed_at_ms,
+            signature,
+        },
+    }
+}
+
+const INSERT_SIGNED_HEAD: &str = "INSERT INTO audit_signed_heads
+     (workspace_id, seq, hash, signed_at_ms, kid, signature) VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (workspace_id, seq) DO NOTHING";
 
 #[async_trait]
 impl<S: Dialect> AuditIntegrityStore for S {
@@ -81,10 +130,10 @@ impl<S: Dialect> AuditIntegrityStore for S {
         &self,
         workspace_id: Uuid,
     ) -> Result<Option<AuditCheckpoint>, StoreError> {
-        let row: Option<CheckpointRow> = S::query(
-            "SELECT workspace_id, last_seq, hash, removed, created_at FROM audit_checkpoints
-             WHERE workspace_id = $1 ORDER BY last_seq DESC LIMIT 1",
-        )
+        let row: Option<CheckpointRow> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints
+             WHERE workspace_id = $1 ORDER BY last_seq DESC LIMIT 1"
+        )))
         .bind(workspace_id)
         .fetch_optional(self.pool())
         .await?;
@@ -165,6 +214,7 @@ impl<S: Dialect> AuditIntegrityStore for S {
         cutoff: DateTime<Utc>,
         batch: u32,
         now: DateTime<Utc>,
+        sealer: &dyn CheckpointSealer,
     ) -> Result<u64, StoreError> {
         let write = WriteContext::system();
         let mut tx = self.begin(&write).await?;
@@ -203,21 +253,140 @@ impl<S: Dialect> AuditIntegrityStore for S {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        S::query(
-            "INSERT INTO audit_checkpoints (workspace_id, last_seq, hash, removed, created_at)
-             VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (workspace_id, last_seq) DO UPDATE
-             SET removed = audit_checkpoints.removed + excluded.removed,
-                 created_at = excluded.created_at",
+        // The checkpoint just below names the link; one at this sequence (the migration's, or
+        // an earlier batch that stopped here) is replaced, its removals added.
+        let below: Option<(i64, Option<Vec<u8>>)> = S::query(
+            "SELECT last_seq, hash FROM audit_checkpoints
+             WHERE workspace_id = $1 AND last_seq < $2 ORDER BY last_seq DESC LIMIT 1",
         )
         .bind(workspace_id)
         .bind(last_seq)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let earlier: Option<(i64,)> = S::query(
+            "SELECT removed FROM audit_checkpoints WHERE workspace_id = $1 AND last_seq = $2",
+        )
+        .bind(workspace_id)
+        .bind(last_seq)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let (prev_seq, prev_hash) = below.unwrap_or((0, None));
+        let claim = CheckpointClaim {
+            workspace_id,
+            last_seq,
+            hash: hash.clone(),
+            prev_seq,
+            prev_hash: prev_hash.clone(),
+            removed: removed as i64 + earlier.map_or(0, |(r,)| r),
+        };
+        let (seal, head) = sealer.seal_checkpoint(&claim);
+        S::query("DELETE FROM audit_checkpoints WHERE workspace_id = $1 AND last_seq = $2")
+            .bind(workspace_id)
+            .bind(last_seq)
+            .execute(&mut *tx)
+            .await?;
+        S::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO audit_checkpoints ({CHECKPOINT_COLUMNS})
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+        )))
+        .bind(workspace_id)
+        .bind(last_seq)
         .bind(hash)
-        .bind(removed as i64)
+        .bind(claim.removed)
         .bind(now)
+        .bind(prev_seq)
+        .bind(prev_hash)
+        .bind(seal.signed_at_ms)
+        .bind(seal.kid)
+        .bind(seal.signature)
         .execute(&mut *tx)
         .await?;
+        if let Some(head) = head {
+            S::query(INSERT_SIGNED_HEAD)
+                .bind(head.workspace_id)
+                .bind(head.seq)
+                .bind(head.hash)
+                .bind(head.seal.signed_at_ms)
+                .bind(head.seal.kid)
+                .bind(head.seal.signature)
+                .execute(&mut *tx)
+                .await?;
+        }
         self.commit(tx, &write).await?;
         Ok(removed)
+    }
+
+    async fn checkpoints(&self, workspace_id: Uuid) -> Result<Vec<AuditCheckpoint>, StoreError> {
+        let rows: Vec<CheckpointRow> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints
+             WHERE workspace_id = $1 ORDER BY last_seq"
+        )))
+        .bind(workspace_id)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().map(checkpoint).collect())
+    }
+
+    async fn insert_signed_head(&self, head: &SignedHead) -> Result<bool, StoreError> {
+        Ok(S::query(INSERT_SIGNED_HEAD)
+            .bind(head.workspace_id)
+            .bind(head.seq)
+            .bind(head.hash.clone())
+            .bind(head.seal.signed_at_ms)
+            .bind(head.seal.kid.clone())
+            .bind(head.seal.signature.clone())
+            .execute(self.pool())
+            .await?
+            .rows_affected()
+            == 1)
+    }
+
+    async fn signed_heads(
+        &self,
+        workspace_id: Uuid,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<SignedHead>, StoreError> {
+        let rows: Vec<SignedHeadRow> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {SIGNED_HEAD_COLUMNS} FROM audit_signed_heads
+             WHERE workspace_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq"
+        )))
+        .bind(workspace_id)
+        .bind(from)
+        .bind(to)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().map(signed_head).collect())
+    }
+
+    async fn latest_signed_head(
+        &self,
+        workspace_id: Uuid,
+    ) -> Result<Option<SignedHead>, StoreError> {
+        let row: Option<SignedHeadRow> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {SIGNED_HEAD_COLUMNS} FROM audit_signed_heads
+             WHERE workspace_id = $1 ORDER BY seq DESC LIMIT 1"
+        )))
+        .bind(workspace_id)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(signed_head))
+    }
+
+    async fn heads_to_sign(&self, limit: u32) -> Result<Vec<(Uuid, AuditHead)>, StoreError> {
+        // One primary-key probe per workspace (the highest signed sequence).
+        let rows: Vec<(Uuid, i64, Option<Vec<u8>>)> = S::query(
+            "SELECT w.id, w.audit_seq, w.audit_hash FROM workspaces w
+             WHERE w.audit_hash IS NOT NULL AND w.audit_seq > COALESCE(
+                 (SELECT MAX(s.seq) FROM audit_signed_heads s WHERE s.workspace_id = w.id), 0)
+             ORDER BY w.id LIMIT $1",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, seq, hash)| (id, AuditHead { seq, hash }))
+            .collect())
     }
 }

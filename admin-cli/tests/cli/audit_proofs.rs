@@ -1,0 +1,366 @@
+//! `cpctl audit verify` against a patient attacker holding the database: a cut tail with the
+//! head pointer left stale, a rewound head pointer, a forged checkpoint at the head, an edited
+//! event, a forged signed head, an anchor the log no longer extends, and a tampered export
+//! verified offline. Each edit is direct SQL on the store (Postgres or SQLite, as the run
+//! chooses); each must make verify exit non-zero.
+
+use super::*;
+
+/// A bootstrapped store with a few more workspace events; returns the workspace.
+fn log(db: &Db, pools: usize) -> String {
+    let boot = bootstrap(db);
+    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
+    for n in 0..pools {
+        assert_ok(&db.run(&format!("pools create --workspace {ws} pool-{n}")));
+    }
+    ws
+}
+
+fn verify_json(db: &Db, ws: &str) -> Value {
+    json_of(&db.run(&format!("audit verify --workspace {ws} -o json")))
+}
+
+/// Verify fails; returns its one-line error and its JSON report.
+fn verify_fails(db: &Db, line: &str) -> (String, Value) {
+    let out = db.run(line);
+    let err = failure(&out);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (err, report)
+}
+
+/// An export signs the head: afterwards a signed head stands at the head's sequence.
+fn export(db: &Db, ws: &str) -> String {
+    let out = db.run(&format!("audit export --workspace {ws}"));
+    assert_ok(&out);
+    stdout(&out)
+}
+
+fn public_key(db: &Db) -> String {
+    let keys = json_of(&db.run("webhooks keys -o json"));
+    keys[0]["publicKey"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn verify_prints_the_head_hash_and_a_cut_tail_with_a_stale_head_fails() {
+    let db = Db::new().await;
+    let ws = log(&db, 6);
+    let report = verify_json(&db, &ws);
+    assert_eq!(report["intact"], true, "{report}");
+    let head = report["headSequence"].as_i64().unwrap();
+    let hash = report["headHash"].as_str().unwrap();
+    assert_eq!(hash.len(), 64, "{report}");
+    let table = stdout(&db.run(&format!("audit verify --workspace {ws}")));
+    assert!(table.contains(&format!("head {head}:{hash}")), "{table}");
+
+    // The newest three events deleted, the head pointer left as it was.
+    let cut = format!("DELETE FROM audit_events WHERE seq > {}", head - 3);
+    db.exec(&cut).await;
+    let (err, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    assert_eq!(report["intact"], false, "{report}");
+    assert!(err.contains(&format!("at sequence {}", head - 2)), "{err}");
+}
+
+#[tokio::test]
+async fn a_rewound_head_pointer_fails() {
+    let db = Db::new().await;
+    let ws = log(&db, 6);
+    let head = verify_json(&db, &ws)["headSequence"].as_i64().unwrap();
+    // The pointer moved back three events (with the hash of the event it now names); the
+    // events after it are still there.
+    db.exec(&format!(
+        "UPDATE workspaces SET audit_seq = {0},
+             audit_hash = (SELECT hash FROM audit_events WHERE seq = {0})",
+        head - 3
+    ))
+    .await;
+    let (err, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    assert_eq!(report["broken"]["problem"], "beyond_head", "{report}");
+    assert!(
+        err.contains(&format!("beyond_head at sequence {}", head - 2)),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_cut_tail_below_a_signed_head_fails_even_with_the_head_pointer_moved_back() {
+    let db = Db::new().await;
+    let ws = log(&db, 6);
+    let head = verify_json(&db, &ws)["headSequence"].as_i64().unwrap();
+    export(&db, &ws); // signs the head
+    db.exec(&format!(
+        "DELETE FROM audit_events WHERE seq > {}",
+        head - 3
+    ))
+    .await;
+    db.exec(&format!(
+        "UPDATE workspaces SET audit_seq = {0},
+             audit_hash = (SELECT hash FROM audit_events WHERE seq = {0})",
+        head - 3
+    ))
+    .await;
+    let (err, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    assert_eq!(report["broken"]["problem"], "cut_tail", "{report}");
+    assert_eq!(report["signedHeadSequence"], head, "{report}");
+    assert!(
+        err.contains(&format!("cut_tail at sequence {head}")),
+        "{err}"
+    );
+    let table = db.run(&format!("audit verify --workspace {ws}"));
+    assert!(!table.status.success());
+    assert!(stdout(&table).contains("tail cut"), "{}", stdout(&table));
+}
+
+#[tokio::test]
+async fn an_edited_event_behind_a_forged_checkpoint_at_the_head_fails() {
+    let db = Db::new().await;
+    let ws = log(&db, 6);
+    db.exec(r#"UPDATE audit_events SET data = '{"name": "forged"}' WHERE seq = 5"#)
+        .await;
+    // A checkpoint at the head, with the head's hash: the walk would start after it.
+    db.exec(
+        "INSERT INTO audit_checkpoints (workspace_id, last_seq, hash, removed, created_at)
+         SELECT id, audit_seq, audit_hash, 0, created_at FROM workspaces",
+    )
+    .await;
+    let (err, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    assert_eq!(report["broken"]["problem"], "forged_checkpoint", "{report}");
+    assert!(err.contains("forged_checkpoint"), "{err}");
+}
+
+#[tokio::test]
+async fn a_hashless_checkpoint_forged_at_the_head_fails() {
+    let db = Db::new().await;
+    let ws = log(&db, 6);
+    // Shaped like the ones migration 0014/0015 wrote: no hash, nothing removed.
+    db.exec(
+        "INSERT INTO audit_checkpoints (workspace_id, last_seq, hash, removed, created_at)
+         SELECT id, audit_seq, NULL, 0, created_at FROM workspaces",
+    )
+    .await;
+    let (_, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    assert_eq!(report["intact"], false, "{report}");
+}
+
+#[tokio::test]
+async fn an_edited_event_fails() {
+    let db = Db::new().await;
+    let ws = log(&db, 6);
+    export(&db, &ws);
+    db.exec(r#"UPDATE audit_events SET data = '{"name": "forged"}' WHERE seq = 5"#)
+        .await;
+    let (err, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    assert_eq!(report["broken"]["problem"], "changed", "{report}");
+    assert!(err.contains("changed at sequence 5"), "{err}");
+}
+
+#[tokio::test]
+async fn a_forged_signed_head_fails() {
+    let db = Db::new().await;
+    let ws = log(&db, 6);
+    export(&db, &ws);
+    assert_eq!(verify_json(&db, &ws)["intact"], true);
+    // Its hash changed (the signature no longer covers it).
+    db.exec("UPDATE audit_signed_heads SET hash = (SELECT hash FROM audit_events WHERE seq = 1)")
+        .await;
+    let (err, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    assert_eq!(
+        report["broken"]["problem"], "forged_signed_head",
+        "{report}"
+    );
+    assert!(err.contains("forged_signed_head"), "{err}");
+}
+
+#[tokio::test]
+async fn an_anchor_the_log_no_longer_extends_fails() {
+    let db = Db::new().await;
+    let ws = log(&db, 3);
+    let earlier = verify_json(&db, &ws);
+    let (seq_a, hash_a) = (
+        earlier["headSequence"].as_i64().unwrap(),
+        earlier["headHash"].as_str().unwrap().to_owned(),
+    );
+    for n in 0..2 {
+        assert_ok(&db.run(&format!("pools create --workspace {ws} more-{n}")));
+    }
+    let later = verify_json(&db, &ws);
+    let (seq_b, hash_b) = (
+        later["headSequence"].as_i64().unwrap(),
+        later["headHash"].as_str().unwrap().to_owned(),
+    );
+    // Both heads are extended by the log as it is.
+    for anchor in [format!("{seq_a}:{hash_a}"), format!("{seq_b}:{hash_b}")] {
+        let ok = json_of(&db.run(&format!(
+            "audit verify --workspace {ws} --anchor {anchor} -o json"
+        )));
+        assert_eq!(ok["anchorExtended"], true, "{ok}");
+    }
+    // The tail cut back to the earlier head, pointer and all: self-consistent, and with no
+    // signed head (no server, no export) only the anchor sees it.
+    db.exec(&format!("DELETE FROM audit_events WHERE seq > {seq_a}"))
+        .await;
+    db.exec(&format!(
+        "UPDATE workspaces SET audit_seq = {seq_a},
+             audit_hash = (SELECT hash FROM audit_events WHERE seq = {seq_a})"
+    ))
+    .await;
+    assert_eq!(verify_json(&db, &ws)["intact"], true);
+    let (err, report) = verify_fails(
+        &db,
+        &format!("audit verify --workspace {ws} --anchor {seq_b}:{hash_b} -o json"),
+    );
+    assert_eq!(
+        report["broken"]["problem"], "anchor_not_extended",
+        "{report}"
+    );
+    assert!(err.contains("anchor_not_extended"), "{err}");
+    // An anchor whose hash the log does not have at that sequence.
+    let wrong = "ab".repeat(32);
+    let (_, report) = verify_fails(
+        &db,
+        &format!("audit verify --workspace {ws} --anchor {seq_a}:{wrong} -o json"),
+    );
+    assert_eq!(
+        report["broken"]["problem"], "anchor_not_extended",
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn an_export_verifies_offline_and_a_tampered_one_does_not() {
+    let db = Db::new().await;
+    let ws = log(&db, 6);
+    let text = export(&db, &ws);
+    let key = public_key(&db);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with(r#"{"auditExport":"#), "{}", lines[0]);
+    assert!(
+        lines.iter().any(|l| l.starts_with(r#"{"signedHead":"#)),
+        "{text}"
+    );
+    let offline = |body: &str| {
+        let file = write_temp("export.ndjson", body.as_bytes());
+        let out = db.cpctl(&[
+            "audit",
+            "verify",
+            "--export",
+            file.to_str().unwrap(),
+            "--public-key",
+            &key,
+            "-o",
+            "json",
+        ]);
+        let _ = std::fs::remove_file(file);
+        out
+    };
+    let good = json_of(&offline(&text));
+    assert_eq!(good["intact"], true, "{good}");
+    let online = verify_json(&db, &ws);
+    assert_eq!(good["headSequence"], online["headSequence"]);
+    assert_eq!(good["headHash"], online["headHash"]);
+
+    // An event's data changed.
+    let edited = text.replacen(r#""pool-2""#, r#""pool-x""#, 1);
+    assert_ne!(edited, text);
+    let out = offline(&edited);
+    assert!(
+        failure(&out).contains("signed_head_mismatch"),
+        "{}",
+        stderr(&out)
+    );
+    // The last event dropped.
+    let last_event = lines
+        .iter()
+        .rposition(|l| l.starts_with(r#"{"id":"#))
+        .unwrap();
+    let cut: Vec<&str> = lines
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != last_event)
+        .map(|(_, l)| *l)
+        .collect();
+    let out = offline(&cut.join("\n"));
+    assert!(failure(&out).contains("cut_tail"), "{}", stderr(&out));
+    // The signed heads dropped: the tail is unproven.
+    let unsigned: Vec<&str> = lines
+        .iter()
+        .filter(|l| !l.starts_with(r#"{"signedHead":"#))
+        .copied()
+        .collect();
+    let out = offline(&unsigned.join("\n"));
+    assert!(failure(&out).contains("unsigned_tail"), "{}", stderr(&out));
+    // Another key: the signed heads do not verify.
+    let other = "whpk_".to_owned()
+        + &base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            ed25519_dalek::SigningKey::from_bytes(&[9; 32])
+                .verifying_key()
+                .as_bytes(),
+        );
+    let file = write_temp("export.ndjson", text.as_bytes());
+    let out = db.cpctl(&[
+        "audit",
+        "verify",
+        "--export",
+        file.to_str().unwrap(),
+        "--public-key",
+        &other,
+    ]);
+    let _ = std::fs::remove_file(file);
+    assert!(
+        failure(&out).contains("forged_signed_head"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test]
+async fn a_retention_checkpoint_is_signed_and_a_forged_one_fails() {
+    let db = Db::new().await;
+    let boot = bootstrap(&db);
+    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
+    let org = boot["organisationId"].as_str().unwrap().to_owned();
+    for n in 0..3 {
+        assert_ok(&db.run(&format!("pools create --workspace {ws} pool-{n}")));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_ok(&db.run(&format!("audit retention {org} 1s")));
+    let purged = json_of(&db.run("audit purge -o json"));
+    assert!(purged["removed"].as_i64().unwrap() >= 4, "{purged}");
+    assert_ok(&db.run(&format!("pools create --workspace {ws} after")));
+    let report = verify_json(&db, &ws);
+    assert_eq!(report["intact"], true, "{report}");
+    assert!(
+        report["signedHeadSequence"].as_i64().unwrap() >= 4,
+        "{report}"
+    );
+    // An event put back below the checkpoint: the checkpoint says it was removed.
+    let after = report["headSequence"].as_i64().unwrap();
+    db.exec(&format!(
+        "UPDATE audit_events SET seq = 1 WHERE seq = {after}"
+    ))
+    .await;
+    let (_, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    assert_eq!(
+        report["broken"]["problem"], "checkpoint_events_remain",
+        "{report}"
+    );
+    db.exec(&format!(
+        "UPDATE audit_events SET seq = {after} WHERE seq = 1"
+    ))
+    .await;
+    assert_eq!(verify_json(&db, &ws)["intact"], true);
+    // The signed checkpoint's count changed: its signature no longer covers it.
+    db.exec("UPDATE audit_checkpoints SET removed = removed + 1")
+        .await;
+    let (_, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    assert_eq!(report["broken"]["problem"], "forged_checkpoint", "{report}");
+    db.exec("UPDATE audit_checkpoints SET removed = removed - 1")
+        .await;
+    // The checkpoint's signed head removed: its hash is vouched for by nothing.
+    db.exec("DELETE FROM audit_signed_heads").await;
+    let (_, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    assert_eq!(
+        report["broken"]["problem"], "checkpoint_unsigned",
+        "{report}"
+    );
+}
