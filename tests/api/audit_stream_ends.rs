@@ -361,24 +361,6 @@ async fn a_process_past_its_stream_cap_answers_503_until_one_of_its_streams_clos
     .await;
 }
 
-/// A second user of the tenant's organisation, whose tokens can be cut off without the
-/// tenant's admin token (which writes the events) being cut off with them.
-async fn member(app: &TestApp, tenant: &Tenant) -> Tenant {
-    let user = app
-        .services
-        .create_user(
-            tenant.organisation_id,
-            &format!("member-{}@example.com", Uuid::new_v4().simple()),
-            &CorrelationId::generate(),
-        )
-        .await
-        .expect("user");
-    Tenant {
-        user_id: user.id,
-        ..tenant.clone()
-    }
-}
-
 /// Events in the log ahead of a slow reader: with their padding about 12 MB, several times
 /// what the server's send buffer and the client's receive buffer hold on loopback (Linux sizes
 /// a loopback sender's buffer at about 2.6 MB), so the server is still replaying when the
@@ -392,7 +374,7 @@ const SLOW: usize = 2 * 1024 * 1024;
 async fn slow_reader() -> (TestApp, Tenant, Tenant, Uuid, (String, Uuid), Sse) {
     let app = spawn_app_with(|c| c.audit_stream_replay_page = 5).await;
     let tenant = app.bootstrap().await;
-    let member = member(&app, &tenant).await;
+    let member = app.member_of(&tenant).await;
     let ws = tenant.workspace_id;
     let pool = create_pool(&app, ws, "slow").await;
     fill_log(&app, &tenant, ws, FILLER).await;
@@ -476,7 +458,7 @@ async fn a_slow_replaying_reader_whose_rotation_grace_ends_is_cut_off_before_any
 #[tokio::test]
 async fn a_follower_whose_user_is_disabled_gets_no_event_written_right_after() {
     let (app, tenant) = tenant_app().await;
-    let member = member(&app, &tenant).await;
+    let member = app.member_of(&tenant).await;
     let ws = tenant.workspace_id;
     let pool = create_pool(&app, ws, "follower").await;
     let (token, _) = reader(&app, &member, &[ws]).await;

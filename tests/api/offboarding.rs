@@ -23,23 +23,6 @@ async fn cpctl(app: &TestApp) -> Arc<Services> {
         .expect("cpctl opens the records store")
 }
 
-/// A second, non-admin user of the tenant's organisation, as a `Tenant` whose tokens are its.
-async fn member(app: &TestApp, tenant: &Tenant) -> Tenant {
-    let user = app
-        .services
-        .create_user(
-            tenant.organisation_id,
-            &format!("member-{}@example.com", Uuid::new_v4().simple()),
-            &CorrelationId::generate(),
-        )
-        .await
-        .expect("user");
-    Tenant {
-        user_id: user.id,
-        ..tenant.clone()
-    }
-}
-
 /// A token of `user` with `activity:read` and `audit:read` on its workspace: (secret, id).
 async fn token_of(app: &TestApp, user: &Tenant) -> (String, Uuid) {
     let input = control_plane::service::IssueTokenInput::new(
@@ -76,7 +59,7 @@ fn span(raw: &str) -> Span {
 #[tokio::test]
 async fn a_disabled_users_tokens_and_their_descendants_get_401_until_it_is_enabled() {
     let (app, tenant) = tenant_app().await;
-    let member = member(&app, &tenant).await;
+    let member = app.member_of(&tenant).await;
     let scopes = [Scope::ActivityRead, Scope::TokensIssue];
     let token = app
         .admin_token(&member, &scopes, &[member.workspace_id], &[])
@@ -167,7 +150,7 @@ async fn a_disabled_users_tokens_and_their_descendants_get_401_until_it_is_enabl
 #[tokio::test]
 async fn disabling_a_user_ends_its_open_audit_stream_within_two_seconds() {
     let (app, tenant) = tenant_app().await;
-    let member = member(&app, &tenant).await;
+    let member = app.member_of(&tenant).await;
     let ws = member.workspace_id;
     let (token, _) = reader(&app, &member, &[ws]).await;
     let mut stream = Sse::open(&app, &token, ws, "", None).await;
@@ -187,7 +170,7 @@ async fn disabling_a_user_ends_its_open_audit_stream_within_two_seconds() {
 #[tokio::test]
 async fn a_rotated_tokens_old_secret_works_during_the_grace_and_fails_after_it() {
     let (app, tenant) = tenant_app().await;
-    let member = member(&app, &tenant).await;
+    let member = app.member_of(&tenant).await;
     let (first, id) = token_of(&app, &member).await;
     let cpctl = cpctl(&app).await;
     let cid = CorrelationId::generate();
@@ -238,7 +221,7 @@ async fn a_rotated_tokens_old_secret_works_during_the_grace_and_fails_after_it()
 #[tokio::test]
 async fn a_rotation_without_grace_stops_the_old_secret_and_its_stream_at_once() {
     let (app, tenant) = tenant_app().await;
-    let member = member(&app, &tenant).await;
+    let member = app.member_of(&tenant).await;
     let ws = member.workspace_id;
     let (old, id) = token_of(&app, &member).await;
     let mut stream = Sse::open(&app, &old, ws, "", None).await;
@@ -271,7 +254,7 @@ async fn a_rotation_without_grace_stops_the_old_secret_and_its_stream_at_once() 
 #[tokio::test]
 async fn rotating_a_revoked_expired_or_disabled_users_token_or_with_a_long_grace_is_refused() {
     let (app, tenant) = tenant_app().await;
-    let member = member(&app, &tenant).await;
+    let member = app.member_of(&tenant).await;
     let (_, id) = reader(&app, &member, &[member.workspace_id]).await;
     let cpctl = cpctl(&app).await;
     let cid = CorrelationId::generate();
@@ -329,7 +312,7 @@ async fn postgres_only_rotation_and_disabling_are_honoured_by_another_replica_at
     const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
     let a = spawn_app_with(|c| c.token_hash_key = Some(HASH_KEY.into())).await;
     let tenant = a.bootstrap().await;
-    let member = member(&a, &tenant).await;
+    let member = a.member_of(&tenant).await;
     let b = ServerProcess::start(&a.config, HASH_KEY, RECORD_KEY);
     let (old, id) = token_of(&a, &member).await;
     let path = activity(&member);

@@ -20,6 +20,25 @@ pub struct Tenant {
 }
 
 impl TestApp {
+    /// A second, non-admin user of the tenant's organisation, as a `Tenant` whose tokens are
+    /// its: its tokens can be cut off while the tenant's admin token (which writes the events)
+    /// goes on.
+    pub async fn member_of(&self, tenant: &Tenant) -> Tenant {
+        let user = self
+            .services
+            .create_user(
+                tenant.organisation_id,
+                &format!("member-{}@example.com", Uuid::new_v4().simple()),
+                &CorrelationId::generate(),
+            )
+            .await
+            .expect("user");
+        Tenant {
+            user_id: user.id,
+            ..tenant.clone()
+        }
+    }
+
     /// The tenant's workspace activity (`query` appended to the path, e.g. `?limit=100`), as
     /// its admin reads it: asserts a 200 and returns the page.
     pub async fn activity(&self, tenant: &Tenant, query: &str) -> Value {

@@ -140,24 +140,29 @@ pub(crate) struct Ending {
 }
 
 impl Sse {
+    /// Takes every whole block buffered so far: event ids into `events`, and the last comment
+    /// (without `: `) into `comment`.
+    fn take_blocks(&mut self, events: &mut Vec<i64>, comment: &mut String) {
+        while let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+            let block: Vec<u8> = self.buffer.drain(..end + 2).collect();
+            let block = String::from_utf8(block[..end].to_vec()).expect("UTF-8");
+            for line in block.lines() {
+                if let Some(id) = line.strip_prefix("id: ") {
+                    events.push(id.parse().expect("a numeric id"));
+                } else if let Some(text) = line.strip_prefix(": ") {
+                    *comment = text.to_owned();
+                }
+            }
+        }
+    }
+
     /// Reads every block until the response ends (failing after 10 s).
     pub(crate) async fn until_end(&mut self) -> Ending {
         let started = std::time::Instant::now();
         let mut events = Vec::new();
         let mut comment = String::new();
         loop {
-            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
-                let block: Vec<u8> = self.buffer.drain(..end + 2).collect();
-                let block = String::from_utf8(block[..end].to_vec()).expect("UTF-8");
-                for line in block.lines() {
-                    if let Some(id) = line.strip_prefix("id: ") {
-                        events.push(id.parse().expect("a numeric id"));
-                    } else if let Some(text) = line.strip_prefix(": ") {
-                        comment = text.to_owned();
-                    }
-                }
-                continue;
-            }
+            self.take_blocks(&mut events, &mut comment);
             let chunk = tokio::time::timeout(WAIT, self.response.chunk())
                 .await
                 .expect("the stream did not end within 10 s")
@@ -326,17 +331,7 @@ impl Sse {
         let started = std::time::Instant::now();
         let (mut events, mut comment, mut bytes) = (Vec::new(), String::new(), 0usize);
         loop {
-            while let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
-                let block: Vec<u8> = self.buffer.drain(..end + 2).collect();
-                let block = String::from_utf8(block[..end].to_vec()).expect("UTF-8");
-                for line in block.lines() {
-                    if let Some(id) = line.strip_prefix("id: ") {
-                        events.push(id.parse().expect("a numeric id"));
-                    } else if let Some(text) = line.strip_prefix(": ") {
-                        comment = text.to_owned();
-                    }
-                }
-            }
+            self.take_blocks(&mut events, &mut comment);
             // Pacing, not a wait for an absence: the end comment is what the caller asserts on.
             let due = Duration::from_secs_f64(bytes as f64 / bytes_per_sec as f64);
             if let Some(ahead) = due.checked_sub(started.elapsed()) {
