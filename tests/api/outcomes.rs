@@ -373,11 +373,27 @@ async fn a_retry_refused_while_its_keys_outcome_lands_late_gets_its_own_refusal(
         )
         .await
         .unwrap();
-    // The outcome leaves the records store and the fast state forgets the key (a process's
-    // memory goes with it): the retry's claim finds nothing.
+    let (mut db, outcome) = take_outcome_out(&mut app).await;
+    let server = late_outcome_server(&app);
+    let retry = tokio::spawn(issue(app.client.clone(), server.address.clone()));
+    hold_then_put_back(&mut db, &outcome).await;
+
+    let retry = retry.await.unwrap();
+    assert!(
+        retry.headers().get("idempotency-replayed").is_none(),
+        "no replay for a caller refused"
+    );
+    let refused = assert_api_error(retry, 403, "forbidden").await;
+    assert!(!refused.to_string().contains(&secret), "{refused}");
+    assert_eq!(refused["error"]["details"]["field"], "workspaceIds");
+}
+
+/// The only stored outcome, taken out of the stopped app's records store while the fast state
+/// forgets its key (a process's memory goes with it): a retry's claim then finds nothing.
+async fn take_outcome_out(app: &mut TestApp) -> (TestDb, (String, String, Vec<u8>, i64)) {
     app.stop().await;
     let mut db = app.db().await;
-    let (place, fingerprint, sealed, expires) = sql_one!(
+    let outcome = sql_one!(
         &mut db,
         (String, String, Vec<u8>, i64),
         "SELECT place, fingerprint, sealed, expires_at FROM idempotency_outcomes"
@@ -389,32 +405,101 @@ async fn a_retry_refused_while_its_keys_outcome_lands_late_gets_its_own_refusal(
     } else if sqlite_mode() {
         sql_exec!(&mut db, "DELETE FROM embedded_idempotency_records").unwrap();
     }
-    let hook = [("CP_FAULT_PAUSE_BEFORE_LATE_OUTCOME_MS", "4000")];
-    let server = ServerProcess::start_with_env(&app.config, HASH_KEY, RECORD_KEY, &hook);
+    (db, outcome)
+}
 
-    let retry = tokio::spawn(issue(app.client.clone(), server.address.clone()));
-    // Its claim's lookup and its handler take milliseconds; the hook then holds it 4 s before
-    // the second lookup, and the outcome lands in between. (Landing before the claim's lookup
-    // would make this an ordinary replay, refused the same way: a slow machine can only make
-    // the test weaker, never fail it.) No other request may probe the key meanwhile: one that
-    // came first would take the claim itself.
+/// A server on the app's records whose keyed requests that end in a 4xx wait 4 s before they
+/// look for an outcome committed under their key meanwhile.
+fn late_outcome_server(app: &TestApp) -> ServerProcess {
+    let hook = [("CP_FAULT_PAUSE_BEFORE_LATE_OUTCOME_MS", "4000")];
+    ServerProcess::start_with_env(&app.config, HASH_KEY, RECORD_KEY, &hook)
+}
+
+/// Puts the outcome back while a retry is held by the hook. Its claim's lookup and its handler
+/// take milliseconds; the hook then holds it 4 s before the second lookup, and the outcome lands
+/// in between. (Landing before the claim's lookup would make this an ordinary replay, refused
+/// the same way: a slow machine can only make the test weaker, never fail it.) No other request
+/// may probe the key meanwhile: one that came first would take the claim itself.
+async fn hold_then_put_back(db: &mut TestDb, outcome: &(String, String, Vec<u8>, i64)) {
     tokio::time::sleep(Duration::from_millis(1000)).await;
+    let (place, fingerprint, sealed, expires) = outcome;
     sql_exec!(
-        &mut db,
+        db,
         "INSERT INTO idempotency_outcomes (place, fingerprint, sealed, expires_at) VALUES ($1, $2, $3, $4)",
         place,
         fingerprint,
         sealed,
-        expires
+        *expires
     )
     .unwrap();
+}
+
+/// A keyed pool deletion whose retry fails 404 (the first attempt deleted the pool) and then
+/// finds the first attempt's outcome, landed late; the caller's token is revoked between the
+/// retry's authentication and that lookup. The outcome is not its to get: a replay reads the
+/// caller again rather than trusting it as it authenticated.
+#[tokio::test]
+async fn a_token_revoked_while_its_retry_runs_gets_no_late_outcome() {
+    let mut app = spawn_app_with(|c| {
+        c.token_hash_key = Some(HASH_KEY.into());
+        c.idempotency_keys = Some(RECORD_KEY.into());
+    })
+    .await;
+    let tenant = app.bootstrap().await;
+    let pool = create_pool(&app, tenant.workspace_id, "doomed").await;
+    let token = app
+        .admin_token(
+            &tenant,
+            &[control_plane::domain::Scope::RunnerPoolsDelete],
+            &[tenant.workspace_id],
+            &[],
+        )
+        .await;
+    let token_id = app.services.authenticate(&token).await.unwrap().token_id;
+    let key = format!("late-{}", Uuid::new_v4().simple());
+    let delete = |client: reqwest::Client, address: String| {
+        let (key, token) = (key.clone(), token.clone());
+        let path = format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id);
+        async move {
+            client
+                .delete(format!("{address}{path}"))
+                .bearer_auth(token)
+                .header("idempotency-key", key)
+                .json(&json!({}))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let first = delete(app.client.clone(), app.address.clone()).await;
+    assert!(first.status().is_success(), "{}", first.status());
+
+    let (mut db, outcome) = take_outcome_out(&mut app).await;
+    let server = late_outcome_server(&app);
+    let cpctl = control_plane::startup::open_services(&app.config)
+        .await
+        .expect("cpctl opens the records store");
+    let retry = tokio::spawn(delete(app.client.clone(), server.address.clone()));
+    // The retry has authenticated and is held past its 404 (inside hold_then_put_back's first
+    // second) when the token goes, as `cpctl tokens revoke` would end it. Revoked before the
+    // retry authenticates, it is a plain 401: a slow machine only weakens the test.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cpctl
+        .revoke_token_access_as_admin(
+            None,
+            token_id,
+            control_plane::domain::RevocationReason::parse("compromised").unwrap(),
+            false,
+            &control_plane::domain::CorrelationId::generate(),
+        )
+        .await
+        .unwrap();
+    hold_then_put_back(&mut db, &outcome).await;
 
     let retry = retry.await.unwrap();
     assert!(
         retry.headers().get("idempotency-replayed").is_none(),
-        "no replay for a caller refused"
+        "no replay for a revoked caller"
     );
-    let refused = assert_api_error(retry, 403, "forbidden").await;
-    assert!(!refused.to_string().contains(&secret), "{refused}");
-    assert_eq!(refused["error"]["details"]["field"], "workspaceIds");
+    assert_api_error(retry, 401, "unauthenticated").await;
 }

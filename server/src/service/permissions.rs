@@ -7,8 +7,10 @@
 //! question again (scopes, workspace membership, whatever the active policy decides), and
 //! issuance re-checks that the requested token is still within the issuer's own limits
 //! ([`within_issuer`](super::tokens::within_issuer)): a grant revoked since is what narrows
-//! them. Anything refused is answered as a fresh request would be (403, 404), and the stored
-//! response is not sent; the record stays, so a caller allowed again gets it.
+//! them. The caller itself is read again first, so a token revoked while its request ran gets
+//! the 401 a fresh request would. Anything refused is answered as a fresh request would be
+//! (401, 403, 404), and the stored response is not sent; the record stays, so a caller allowed
+//! again gets it.
 //!
 //! Not asked again: rules that read the state the first run changed (the pool it deleted, the
 //! grant it revoked, the active token count it raised) — a repeat must not fail because its own
@@ -137,13 +139,28 @@ impl Services {
             .await
     }
 
-    /// Whether the stored response of a keyed request may be given to `principal` now: the
-    /// authorizer's answer, and for issuance the issuer's current limits (module doc).
+    /// Whether the stored response of a keyed request may be given to `principal` now: its
+    /// token read again, then the authorizer's answer, and for issuance the issuer's current
+    /// limits (module doc).
+    ///
+    /// The token is read again because `principal` is as the request authenticated it, and an
+    /// outcome found after the handler (a late commit) comes up to the handler's deadline
+    /// later: a revocation, a disable or a lost grant in between must be seen. One indexed
+    /// read per replay; replays are retries, rare beside first attempts.
     pub async fn may_replay(
         &self,
         principal: &Principal,
         check: &ReplayCheck,
     ) -> Result<(), ServiceError> {
+        let current = self
+            .current_token(principal)
+            .await?
+            .and_then(Self::live_principal)
+            .ok_or(ServiceError::Unauthenticated)?;
+        let principal = &Principal {
+            correlation_id: principal.correlation_id.clone(),
+            ..current
+        };
         let workspace = check.workspace.as_deref();
         self.authorize(
             principal,
