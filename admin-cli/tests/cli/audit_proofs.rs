@@ -364,3 +364,37 @@ async fn a_retention_checkpoint_is_signed_and_a_forged_one_fails() {
         "{report}"
     );
 }
+
+/// A database holder's rewrite behind a saved anchor A (issue 56 review, H1): every signed
+/// head but the genuine one at A deleted, the checkpoints replaced by one shaped like the
+/// migration's (unsigned, hashless) at A, an event at or below A edited, and the stored head
+/// re-hashed from zero bytes above the checkpoint (no events above A here: the head's hash is
+/// the zero bytes the chain restarts from). `--anchor A` must not pass.
+#[tokio::test]
+async fn a_rewritten_log_behind_a_legacy_checkpoint_at_the_anchor_fails() {
+    let db = Db::new().await;
+    let ws = log(&db, 6);
+    export(&db, &ws); // signs the head: A
+    let report = verify_json(&db, &ws);
+    let a = report["headSequence"].as_i64().unwrap();
+    let hash_a = report["headHash"].as_str().unwrap().to_owned();
+    assert_eq!(report["signedHeadSequence"], a, "{report}");
+    db.exec(r#"UPDATE audit_events SET data = '{"name": "forged"}' WHERE seq = 5"#)
+        .await;
+    db.exec(&format!("DELETE FROM audit_signed_heads WHERE seq <> {a}"))
+        .await;
+    db.exec("DELETE FROM audit_checkpoints").await;
+    db.exec(&format!(
+        "INSERT INTO audit_checkpoints (workspace_id, last_seq, hash, removed, created_at)
+         SELECT id, {a}, NULL, 0, created_at FROM workspaces"
+    ))
+    .await;
+    db.exec("UPDATE workspaces SET audit_hash = NULL").await;
+    let (err, report) = verify_fails(
+        &db,
+        &format!("audit verify --workspace {ws} --anchor {a}:{hash_a} -o json"),
+    );
+    assert_eq!(report["intact"], false, "{report}");
+    assert_ne!(report["anchorExtended"], true, "{report}");
+    assert!(err.contains("forged_checkpoint"), "{err}");
+}

@@ -360,7 +360,9 @@ async fn walk(
 
 /// Checks the checkpoints (lowest first): each retention checkpoint's seal, its link to the
 /// one below, and a signed head at its sequence with its hash; an unsigned one only as the
-/// migration wrote it (hashless, removing nothing, the only one, below every signed head).
+/// migration wrote it (hashless, removing nothing, the only one, strictly below every signed
+/// head: one at a signed head's sequence would let a database holder restart the chain there
+/// from zero bytes, and any signed head it covers would no longer be walked to).
 fn check_checkpoints(p: &Proofs) -> Option<ChainBreak> {
     let unsigned = p.checkpoints.iter().filter(|c| c.seal.is_none()).count();
     let lowest_signed = p.signed_heads.first().map(|h| h.seq);
@@ -374,7 +376,7 @@ fn check_checkpoints(p: &Proofs) -> Option<ChainBreak> {
                     && c.removed == 0
                     && unsigned == 1
                     && c.prev_seq.is_none()
-                    && lowest_signed.is_none_or(|s| seq <= s);
+                    && lowest_signed.is_none_or(|s| seq < s);
                 if !legacy {
                     return broken(ChainProblem::ForgedCheckpoint);
                 }
@@ -476,6 +478,15 @@ pub async fn verify_against(
         .map(|h| (h.seq, (h.hash.clone(), ChainProblem::SignedHeadMismatch)))
         .collect();
     if let Some(anchor) = &p.anchor {
+        // The chain's start is a proof only at genesis or at a signed retention checkpoint;
+        // a legacy (unsigned) one is a row anyone holding the database can write.
+        let start_proven = start.0 == 0
+            || p.checkpoints.iter().any(|c| {
+                c.last_seq == start.0 && c.seal.is_some() && c.hash.as_ref() == Some(&start.1)
+            });
+        if anchor.seq <= start.0 && !start_proven {
+            return fail(report, ChainProblem::AnchorNotExtended, anchor.seq);
+        }
         if anchor.seq <= start.0 {
             // Below the chain's start: only a record at exactly that sequence can vouch for it.
             let vouched = anchor.seq == start.0 && anchor.hash == start.1
