@@ -398,3 +398,99 @@ async fn a_rewritten_log_behind_a_legacy_checkpoint_at_the_anchor_fails() {
     assert_ne!(report["anchorExtended"], true, "{report}");
     assert!(err.contains("forged_checkpoint"), "{err}");
 }
+
+/// Offline verify of `body` with `key`.
+fn offline_verify(db: &Db, body: &str, key: &str, extra: &[&str]) -> std::process::Output {
+    let file = write_temp("export.ndjson", body.as_bytes());
+    let mut args = vec![
+        "audit",
+        "verify",
+        "--export",
+        file.to_str().unwrap(),
+        "--public-key",
+        key,
+        "-o",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let out = db.cpctl(&args);
+    let _ = std::fs::remove_file(file);
+    out
+}
+
+/// Every event line of an export is walked (issue 56 review, H2): a line with a duplicate
+/// sequence, one after a gap, one at or below `chainFrom`, and `chainFrom` raised to a
+/// sequence no proof in the export vouches for each fail offline.
+#[tokio::test]
+async fn an_export_line_the_walk_would_not_reach_fails_offline() {
+    let db = Db::new().await;
+    let ws = log(&db, 3);
+    let earlier = verify_json(&db, &ws);
+    let a = earlier["headSequence"].as_i64().unwrap();
+    let hash_a = earlier["headHash"].as_str().unwrap().to_owned();
+    for n in 0..3 {
+        assert_ok(&db.run(&format!("pools create --workspace {ws} more-{n}")));
+    }
+    let text = export(&db, &ws);
+    let key = public_key(&db);
+    let good = json_of(&offline_verify(&db, &text, &key, &[]));
+    assert_eq!(good["intact"], true, "{good}");
+    let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let is_event = |l: &str| l.starts_with(r#"{"id":"#);
+    let events: Vec<&String> = lines.iter().filter(|l| is_event(l)).collect();
+    let last_seq = good["headSequence"].as_i64().unwrap();
+    let with_extra = |extra: String| {
+        let mut v = lines.clone();
+        let at = v.iter().rposition(|l| is_event(l)).unwrap() + 1;
+        v.insert(at, extra);
+        v.join("\n")
+    };
+    let edited = |line: &str, seq: i64| {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let mut v = v;
+        v["sequence"] = seq.into();
+        v["data"] = serde_json::json!({ "name": "forged" });
+        v.to_string()
+    };
+    // A line after a gap.
+    let out = offline_verify(&db, &with_extra(edited(events[1], last_seq + 2)), &key, &[]);
+    assert!(failure(&out).contains("deleted"), "{}", stderr(&out));
+    // A line at or below chainFrom (0).
+    let out = offline_verify(&db, &with_extra(edited(events[1], 0)), &key, &[]);
+    assert!(failure(&out).contains("unwalked_event"), "{}", stderr(&out));
+    // chainFrom raised to (A, the hash at A), the events at or below A edited.
+    let raise = |keep_low: bool| {
+        let mut v: Vec<String> = Vec::new();
+        for l in &lines {
+            if l.starts_with(r#"{"auditExport":"#) {
+                let mut h: Value = serde_json::from_str(l).unwrap();
+                h["auditExport"]["chainFrom"] =
+                    serde_json::json!({ "sequence": a, "hash": hash_a });
+                v.push(h.to_string());
+            } else if is_event(l) {
+                let e: Value = serde_json::from_str(l).unwrap();
+                let seq = e["sequence"].as_i64().unwrap();
+                if seq > a {
+                    v.push(l.clone());
+                } else if keep_low {
+                    v.push(edited(l, seq));
+                }
+            } else {
+                v.push(l.clone());
+            }
+        }
+        v.join("\n")
+    };
+    let anchor = format!("{a}:{hash_a}");
+    let out = offline_verify(&db, &raise(true), &key, &["--anchor", &anchor]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let out = offline_verify(&db, &raise(false), &key, &["--anchor", &anchor]);
+    assert!(failure(&out).contains("unproven_start"), "{}", stderr(&out));
+    // A second line at sequence 2.
+    let out = offline_verify(&db, &with_extra(edited(events[1], 2)), &key, &[]);
+    assert!(
+        failure(&out).contains("duplicate_sequence"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -67,6 +67,13 @@ pub enum ChainProblem {
     AnchorNotExtended,
     /// (An export) the last event is not covered by a signed head.
     UnsignedTail,
+    /// (An export) two event lines carry this sequence.
+    DuplicateSequence,
+    /// (An export) an event line at or below the chain's start, which no walk reads.
+    UnwalkedEvent,
+    /// (An export) its chain starts where no proof it carries vouches for (neither genesis,
+    /// nor a checkpoint, nor a signed head at that sequence with that hash).
+    UnprovenStart,
 }
 
 impl ChainProblem {
@@ -87,6 +94,9 @@ impl ChainProblem {
             Self::CheckpointEventsRemain => "checkpoint_events_remain",
             Self::AnchorNotExtended => "anchor_not_extended",
             Self::UnsignedTail => "unsigned_tail",
+            Self::DuplicateSequence => "duplicate_sequence",
+            Self::UnwalkedEvent => "unwalked_event",
+            Self::UnprovenStart => "unproven_start",
         }
     }
 
@@ -108,6 +118,9 @@ impl ChainProblem {
             Self::CheckpointEventsRemain => "events a checkpoint removed still exist",
             Self::AnchorNotExtended => "the log does not extend the anchor",
             Self::UnsignedTail => "the export's last event is not covered by a signed head",
+            Self::DuplicateSequence => "two of the export's events carry one sequence",
+            Self::UnwalkedEvent => "an event of the export lies at or below its chain's start",
+            Self::UnprovenStart => "the export's chain starts where no proof it carries vouches",
         }
     }
 }
@@ -239,6 +252,11 @@ pub trait ChainSource: Send + Sync {
     /// Whether events carry the hash stored beside them (an export carries none: only signed
     /// heads vouch for its hashes).
     fn stored_hashes(&self) -> bool;
+    /// Every event the source holds (an export's lines), so a verifier can check each is
+    /// walked; none for the store, which is walked to its head.
+    fn all_events(&self) -> Option<&[ChainedEvent]> {
+        None
+    }
 }
 
 struct StoreSource<'a> {
@@ -278,6 +296,30 @@ impl ChainSource for ExportSource {
     fn stored_hashes(&self) -> bool {
         false
     }
+
+    fn all_events(&self) -> Option<&[ChainedEvent]> {
+        Some(&self.0)
+    }
+}
+
+/// An export's event lines, sorted by sequence, must run exactly `start+1..` with no
+/// duplicate and no gap: a line the walk would skip is one nothing vouches for.
+fn check_lines(start: i64, events: &[ChainedEvent]) -> Option<ChainBreak> {
+    let mut expected = start + 1;
+    for e in events {
+        let seq = e.event.sequence.unwrap_or_default();
+        if seq <= start {
+            return Some(ChainBreak::at(ChainProblem::UnwalkedEvent, seq));
+        }
+        if seq == expected - 1 {
+            return Some(ChainBreak::at(ChainProblem::DuplicateSequence, seq));
+        }
+        if seq != expected {
+            return Some(ChainBreak::at(ChainProblem::Deleted, expected));
+        }
+        expected += 1;
+    }
+    None
 }
 
 /// What a verification checks the chain against.
@@ -462,6 +504,25 @@ pub async fn verify_against(
         report.broken = Some(broken);
         return Ok(report);
     }
+    if let Some(events) = source.all_events() {
+        if let Some(broken) = check_lines(start.0, events) {
+            report.broken = Some(broken);
+            return Ok(report);
+        }
+        // Offline the start comes from the export's header: only a proof it carries makes it
+        // one (otherwise raising it would hide edited events below it).
+        let proven = (start.0 == 0 && start.1[..] == GENESIS_HASH[..])
+            || p.checkpoints.iter().any(|c| {
+                c.last_seq == start.0
+                    && c.hash.clone().unwrap_or_else(|| GENESIS_HASH.to_vec()) == start.1
+            })
+            || p.signed_heads
+                .iter()
+                .any(|h| h.seq == start.0 && h.hash == start.1);
+        if !proven {
+            return fail(report, ChainProblem::UnprovenStart, start.0);
+        }
+    }
     // A retention checkpoint removed everything up to it.
     if latest_cp.is_some_and(|c| c.seal.is_some()) && p.start.is_none() {
         let first = source.events_after(0, 1).await?;
@@ -520,6 +581,12 @@ pub async fn verify_against(
     if let Some(broken) = walked.broken {
         report.broken = Some(broken);
         return Ok(report);
+    }
+    if let Some(events) = source.all_events()
+        && walked.verified != events.len() as u64
+    {
+        let seq = walked.end.0 + 1;
+        return fail(report, ChainProblem::UnwalkedEvent, seq);
     }
     let (end_seq, end_hash) = walked.end;
     match &p.head {
@@ -748,10 +815,19 @@ impl Services {
         if report.intact() {
             self.sign_head_after_walk(workspace_id, &head, at_ms)
                 .await?;
-            if to > 0 && to < head.seq {
-                let stored = self.store.chained_events(workspace_id, to - 1, 1).await?;
-                if let Some(hash) = stored.first().and_then(|e| e.hash.clone()) {
-                    let signed = sign_head(&self.webhook_signer, workspace_id, to, &hash, at_ms);
+            // The export's last event, and the event its chain starts after (offline verify
+            // trusts a start only with a proof at it).
+            for seq in [to, from] {
+                if seq <= 0 || seq >= head.seq {
+                    continue;
+                }
+                let stored = self.store.chained_events(workspace_id, seq - 1, 1).await?;
+                let hash = stored
+                    .first()
+                    .filter(|e| e.event.sequence == Some(seq))
+                    .and_then(|e| e.hash.clone());
+                if let Some(hash) = hash {
+                    let signed = sign_head(&self.webhook_signer, workspace_id, seq, &hash, at_ms);
                     self.store.insert_signed_head(&signed).await?;
                 }
             }
