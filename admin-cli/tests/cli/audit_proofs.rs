@@ -494,3 +494,34 @@ async fn an_export_line_the_walk_would_not_reach_fails_offline() {
         stderr(&out)
     );
 }
+
+/// An honest export after two retention passes (two checkpoints, the lower one below the
+/// export's start) verifies offline: it carries the signed head at each checkpoint (issue 56
+/// review, M2).
+#[tokio::test]
+async fn an_export_after_two_retention_checkpoints_verifies_offline() {
+    let db = Db::new().await;
+    let boot = bootstrap(&db);
+    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
+    let org = boot["organisationId"].as_str().unwrap().to_owned();
+    assert_ok(&db.run(&format!("audit retention {org} 1s")));
+    for round in 0..2 {
+        for n in 0..2 {
+            assert_ok(&db.run(&format!("pools create --workspace {ws} pool-{round}-{n}")));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let purged = json_of(&db.run("audit purge -o json"));
+        assert!(purged["removed"].as_i64().unwrap() >= 2, "{purged}");
+    }
+    assert_ok(&db.run(&format!("pools create --workspace {ws} after")));
+    let report = verify_json(&db, &ws);
+    assert_eq!(report["intact"], true, "{report}");
+    assert_eq!(report["checkpoints"], 2, "{report}");
+    let text = export(&db, &ws);
+    let key = public_key(&db);
+    let out = offline_verify(&db, &text, &key, &[]);
+    assert_ok(&out);
+    let good = json_of(&out);
+    assert_eq!(good["intact"], true, "{good}");
+    assert_eq!(good["headHash"], report["headHash"], "{good}");
+}

@@ -796,7 +796,8 @@ impl Services {
         Ok(signed)
     }
 
-    /// The proofs an export carries: every checkpoint, the signed heads in `from..=to`, and a
+    /// The proofs an export carries: every checkpoint and the signed head at each, the signed
+    /// heads in `from..=to`, and a
     /// head signed now at `to` (the export's last event) and at the current head, once the
     /// chain walks to them. A chain that does not verify gets no new signature: the export
     /// then carries only the proofs kept before (and its offline verify fails).
@@ -833,7 +834,20 @@ impl Services {
             }
         }
         let checkpoints = self.store.checkpoints(workspace_id).await?;
-        let heads = self.store.signed_heads(workspace_id, from, to).await?;
+        // The heads over the exported range, and the one at each checkpoint (verify checks
+        // every checkpoint against a signed head at its sequence, also those below `from`).
+        let heads = self
+            .store
+            .signed_heads(workspace_id, 0, to)
+            .await?
+            .into_iter()
+            .filter(|h| {
+                h.seq >= from
+                    || checkpoints
+                        .iter()
+                        .any(|c| c.last_seq == h.seq && c.hash.as_ref() == Some(&h.hash))
+            })
+            .collect();
         Ok((checkpoints, heads))
     }
 
