@@ -642,14 +642,17 @@ pub async fn verify_chain(
         workspace_id,
     };
     loop {
-        // Signed heads first: each was signed at or below the head of its time, and a head
-        // only grows, so one above the head read next is a cut, never a signature that
-        // landed in between.
+        // Checkpoints first: retention commits each with its signed head, so every
+        // checkpoint read has its head among the signed heads read next (read the other way
+        // round, a batch committing in between shows a checkpoint with no signed head).
+        // Signed heads before the head: each was signed at or below the head of its time,
+        // and a head only grows, so one above the head read next is a cut, never a
+        // signature that landed in between.
+        let checkpoints = store.checkpoints(workspace_id).await?;
         let signed_heads = store.signed_heads(workspace_id, 0, i64::MAX).await?;
         let Some(head) = store.audit_head(workspace_id).await? else {
             return Ok(None);
         };
-        let checkpoints = store.checkpoints(workspace_id).await?;
         let checkpoint_seq = checkpoints.last().map_or(0, |c| c.last_seq);
         let proofs = Proofs {
             workspace_id,
