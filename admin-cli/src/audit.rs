@@ -370,9 +370,16 @@ async fn export(
         }
     }
     if let Some(from) = first {
-        let (checkpoints, heads) = services
+        let proofs = services
             .export_proofs(workspace, from, after, chrono::Utc::now())
             .await?;
+        if let Some(kid) = &proofs.not_signed_kid {
+            eprintln!(
+                "warning: not signing a fresh head: the latest signed head carries key {kid},                  not this cpctl's signing key (configure CP_WEBHOOK_SIGNING_KEYS as the                  server's); the export carries only the heads signed before"
+            );
+        }
+        let not_signed = proofs.not_signed_kid.is_some();
+        let (checkpoints, heads) = (proofs.checkpoints, proofs.heads);
         for c in &checkpoints {
             let line = checkpoint_json(c);
             match format {
@@ -393,7 +400,7 @@ async fn export(
                 }
             }
         }
-        if !heads.iter().any(|h| h.seq == after) {
+        if !not_signed && !heads.iter().any(|h| h.seq == after) {
             eprintln!(
                 "warning: no signed head at sequence {after}: the chain did not verify, so \
                  this export's tail is unproven (run cpctl audit verify)"

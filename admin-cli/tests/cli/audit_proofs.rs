@@ -525,3 +525,46 @@ async fn an_export_after_two_retention_checkpoints_verifies_offline() {
     assert_eq!(good["intact"], true, "{good}");
     assert_eq!(good["headHash"], report["headHash"], "{good}");
 }
+
+/// `cpctl` with `CP_WEBHOOK_SIGNING_KEYS` set to `keys`.
+fn cpctl_keys(db: &Db, keys: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env_remove("CP_TOKEN_HASH_KEY")
+        .env_remove("CP_DEV")
+        .env("CP_WEBHOOK_SIGNING_KEYS", keys)
+        .output()
+        .unwrap()
+}
+
+/// A cpctl configured with other keys than the server's (here: a rotation's new key first,
+/// the server still on the old one) does not poison the signed heads: its export signs
+/// nothing fresh when its key is not the latest signed head's, and says so (issue 56 review,
+/// M4).
+#[tokio::test]
+async fn an_export_by_a_cpctl_with_other_keys_signs_nothing() {
+    let (old, new) = (
+        "DAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAw=",
+        "FRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRU=",
+    );
+    let db = Db::new().await;
+    let ws = log(&db, 3);
+    let export_with = |keys: &str| cpctl_keys(&db, keys, &["audit", "export", "--workspace", &ws]);
+    assert_ok(&export_with(old)); // the server's key signs the head
+    assert_ok(&db.run(&format!("pools create --workspace {ws} more")));
+    let out = export_with(&format!("{new},{old}"));
+    assert_ok(&out);
+    assert!(stderr(&out).contains("not signing"), "{}", stderr(&out));
+    let verify = cpctl_keys(
+        &db,
+        old,
+        &["audit", "verify", "--workspace", &ws, "-o", "json"],
+    );
+    assert_ok(&verify);
+    assert_eq!(json_of(&verify)["intact"], true);
+    // The server's key still signs the new head.
+    let out = export_with(old);
+    assert_ok(&out);
+    assert!(!stderr(&out).contains("not signing"), "{}", stderr(&out));
+}

@@ -718,6 +718,15 @@ impl CheckpointSealer for RetentionSealer<'_> {
     }
 }
 
+/// The proofs an export carries.
+pub struct ExportProofs {
+    pub checkpoints: Vec<AuditCheckpoint>,
+    pub heads: Vec<SignedHead>,
+    /// Set when no fresh head was signed because the latest signed head carries this key id,
+    /// not the signing key's.
+    pub not_signed_kid: Option<String>,
+}
+
 /// Workspaces whose heads one signing pass looks at; the next pass goes on.
 const HEADS_PER_PASS: u32 = 200;
 
@@ -810,11 +819,31 @@ impl Services {
         from: i64,
         to: i64,
         now: DateTime<Utc>,
-    ) -> Result<(Vec<AuditCheckpoint>, Vec<SignedHead>), ServiceError> {
+    ) -> Result<ExportProofs, ServiceError> {
         let Some(head) = self.store.audit_head(workspace_id).await? else {
             return Err(ServiceError::not_found("no such workspace"));
         };
         let at_ms = now.timestamp_millis();
+        // Sign only with the key the heads are signed with (or none signed yet): a cpctl
+        // configured with other keys than the server's would store heads the server cannot
+        // verify (the first row at a sequence is kept: a lasting false alarm).
+        let own_kid = WebhookSigner::key_id(&self.webhook_signer.current().verifying_key());
+        let latest_kid = self
+            .store
+            .latest_signed_head(workspace_id)
+            .await?
+            .map(|h| h.seal.kid);
+        if latest_kid.as_ref().is_some_and(|kid| *kid != own_kid) {
+            let checkpoints = self.store.checkpoints(workspace_id).await?;
+            let heads = self
+                .export_heads(workspace_id, from, to, &checkpoints)
+                .await?;
+            return Ok(ExportProofs {
+                checkpoints,
+                heads,
+                not_signed_kid: latest_kid,
+            });
+        }
         let report = self.verify_audit_chain(workspace_id, None).await?;
         if report.intact() {
             self.sign_head_after_walk(workspace_id, &head, at_ms)
@@ -837,9 +866,26 @@ impl Services {
             }
         }
         let checkpoints = self.store.checkpoints(workspace_id).await?;
-        // The heads over the exported range, and the one at each checkpoint (verify checks
-        // every checkpoint against a signed head at its sequence, also those below `from`).
         let heads = self
+            .export_heads(workspace_id, from, to, &checkpoints)
+            .await?;
+        Ok(ExportProofs {
+            checkpoints,
+            heads,
+            not_signed_kid: None,
+        })
+    }
+
+    /// The heads over the exported range, and the one at each checkpoint (verify checks every
+    /// checkpoint against a signed head at its sequence, also those below `from`).
+    async fn export_heads(
+        &self,
+        workspace_id: Uuid,
+        from: i64,
+        to: i64,
+        checkpoints: &[AuditCheckpoint],
+    ) -> Result<Vec<SignedHead>, ServiceError> {
+        Ok(self
             .store
             .signed_heads(workspace_id, 0, to)
             .await?
@@ -850,8 +896,7 @@ impl Services {
                         .iter()
                         .any(|c| c.last_seq == h.seq && c.hash.as_ref() == Some(&h.hash))
             })
-            .collect();
-        Ok((checkpoints, heads))
+            .collect())
     }
 
     /// The stored hash of the event at `seq` (where an export's chain starts: the event
