@@ -288,7 +288,7 @@ async fn an_export_verifies_offline_and_a_tampered_one_does_not() {
         .collect();
     let out = offline(&unsigned.join("\n"));
     assert!(failure(&out).contains("unsigned_tail"), "{}", stderr(&out));
-    // Another key: the signed heads do not verify.
+    // Another key: the signed heads' key is not trusted here.
     let other = "whpk_".to_owned()
         + &base64::Engine::encode(
             &base64::engine::general_purpose::STANDARD,
@@ -306,11 +306,7 @@ async fn an_export_verifies_offline_and_a_tampered_one_does_not() {
         &other,
     ]);
     let _ = std::fs::remove_file(file);
-    assert!(
-        failure(&out).contains("forged_signed_head"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(failure(&out).contains("unknown_key"), "{}", stderr(&out));
 }
 
 #[tokio::test]
@@ -567,4 +563,49 @@ async fn an_export_by_a_cpctl_with_other_keys_signs_nothing() {
     let out = export_with(old);
     assert_ok(&out);
     assert!(!stderr(&out).contains("not signing"), "{}", stderr(&out));
+}
+
+/// A webhook key rotation that drops the old key (docs/runners.md): the heads it signed are
+/// reported `unknown_key`, naming its kid, until its public key is given for verification
+/// only (`--audit-keys`, or CP_AUDIT_VERIFY_KEYS), which then verifies them (issue 56 review,
+/// M1).
+#[tokio::test]
+async fn heads_signed_with_a_dropped_key_verify_with_audit_keys() {
+    let (old, new) = (
+        "DAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAw=",
+        "FRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRU=",
+    );
+    let db = Db::new().await;
+    let ws = log(&db, 3);
+    assert_ok(&cpctl_keys(
+        &db,
+        old,
+        &["audit", "export", "--workspace", &ws],
+    ));
+    let keys = json_of(&cpctl_keys(&db, old, &["webhooks", "keys", "-o", "json"]));
+    let (old_kid, old_public) = (
+        keys[0]["kid"].as_str().unwrap().to_owned(),
+        keys[0]["publicKey"].as_str().unwrap().to_owned(),
+    );
+    let verify = ["audit", "verify", "--workspace", &ws, "-o", "json"];
+    let out = cpctl_keys(&db, new, &verify);
+    let err = failure(&out);
+    assert!(err.contains("unknown_key"), "{err}");
+    assert!(err.contains(&old_kid), "{err}");
+    let mut with_old = verify.to_vec();
+    with_old.extend(["--audit-keys", &old_public]);
+    let out = cpctl_keys(&db, new, &with_old);
+    assert_ok(&out);
+    assert_eq!(json_of(&out)["intact"], true);
+    // The same from the environment.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args(verify)
+        .env("DATABASE_URL", &db.url)
+        .env_remove("CP_TOKEN_HASH_KEY")
+        .env_remove("CP_DEV")
+        .env("CP_WEBHOOK_SIGNING_KEYS", new)
+        .env("CP_AUDIT_VERIFY_KEYS", &old_public)
+        .output()
+        .unwrap();
+    assert_ok(&out);
 }

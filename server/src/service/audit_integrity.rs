@@ -69,6 +69,9 @@ pub enum ChainProblem {
     UnsignedTail,
     /// (An export) two event lines carry this sequence.
     DuplicateSequence,
+    /// A signed head or checkpoint whose key id no trusted key has (its kid is named): an old
+    /// key a rotation dropped needs `--audit-keys` to verify it.
+    UnknownKey,
     /// (An export) an event line at or below the chain's start, which no walk reads.
     UnwalkedEvent,
     /// (An export) its chain starts where no proof it carries vouches for (neither genesis,
@@ -95,6 +98,7 @@ impl ChainProblem {
             Self::AnchorNotExtended => "anchor_not_extended",
             Self::UnsignedTail => "unsigned_tail",
             Self::DuplicateSequence => "duplicate_sequence",
+            Self::UnknownKey => "unknown_key",
             Self::UnwalkedEvent => "unwalked_event",
             Self::UnprovenStart => "unproven_start",
         }
@@ -119,6 +123,9 @@ impl ChainProblem {
             Self::AnchorNotExtended => "the log does not extend the anchor",
             Self::UnsignedTail => "the export's last event is not covered by a signed head",
             Self::DuplicateSequence => "two of the export's events carry one sequence",
+            Self::UnknownKey => {
+                "signed with a key not trusted here (an old key: give it with --audit-keys)"
+            }
             Self::UnwalkedEvent => "an event of the export lies at or below its chain's start",
             Self::UnprovenStart => "the export's chain starts where no proof it carries vouches",
         }
@@ -134,6 +141,9 @@ pub struct ChainBreak {
     /// For `reordered`: where the event chained at `sequence` is now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub found_at: Option<i64>,
+    /// For `unknown_key`: the key id no trusted key has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kid: Option<String>,
 }
 
 impl ChainBreak {
@@ -142,6 +152,14 @@ impl ChainBreak {
             problem,
             sequence,
             found_at: None,
+            kid: None,
+        }
+    }
+
+    fn unknown_key(sequence: i64, kid: &str) -> Self {
+        Self {
+            kid: Some(kid.to_owned()),
+            ..Self::at(ChainProblem::UnknownKey, sequence)
         }
     }
 }
@@ -241,6 +259,7 @@ fn classify(prev: &[u8], window: &[ChainedEvent]) -> ChainBreak {
         },
         sequence: seq,
         found_at: swapped.then_some(found_at),
+        kid: None,
     }
 }
 
@@ -425,6 +444,9 @@ fn check_checkpoints(p: &Proofs) -> Option<ChainBreak> {
             }
             Some(seal) => {
                 let claim = c.claim();
+                if !p.keys.knows(&seal.kid) {
+                    return Some(ChainBreak::unknown_key(seq, &seal.kid));
+                }
                 if c.workspace_id != p.workspace_id || !p.keys.verifies_checkpoint(&claim, seal) {
                     return broken(ChainProblem::ForgedCheckpoint);
                 }
@@ -493,6 +515,10 @@ pub async fn verify_against(
         report.broken = Some(ChainBreak::at(problem, seq));
         Ok(report)
     };
+    if let Some(unknown) = p.signed_heads.iter().find(|h| !p.keys.knows(&h.seal.kid)) {
+        report.broken = Some(ChainBreak::unknown_key(unknown.seq, &unknown.seal.kid));
+        return Ok(report);
+    }
     if let Some(forged) = p
         .signed_heads
         .iter()
@@ -753,9 +779,11 @@ impl Services {
         let store = self.store.as_ref();
         let mut start = (0, GENESIS_HASH.to_vec());
         if let Some(c) = store.latest_checkpoint(workspace_id).await? {
+            // A seal of a key not configured (one a rotation dropped) is left to verify to
+            // judge: the walk from it checks the chain all the same.
             if c.seal
                 .as_ref()
-                .is_some_and(|s| !keys.verifies_checkpoint(&c.claim(), s))
+                .is_some_and(|s| keys.knows(&s.kid) && !keys.verifies_checkpoint(&c.claim(), s))
             {
                 return Ok(None);
             }
@@ -764,7 +792,7 @@ impl Services {
         if let Some(signed) = store.latest_signed_head(workspace_id).await?
             && signed.seq > start.0
         {
-            if !keys.verifies_head(&signed) {
+            if keys.knows(&signed.seal.kid) && !keys.verifies_head(&signed) {
                 return Ok(None);
             }
             start = (signed.seq, signed.hash);
@@ -933,7 +961,20 @@ impl Services {
         workspace_id: Uuid,
         anchor: Option<Anchor>,
     ) -> Result<ChainReport, ServiceError> {
-        verify_chain(self.store.as_ref(), workspace_id, self.proof_keys(), anchor)
+        self.verify_audit_chain_with(workspace_id, anchor, Vec::new())
+            .await
+    }
+
+    /// [`Self::verify_audit_chain`] trusting also `extra` keys (verification only: old keys a
+    /// rotation dropped, `cpctl audit verify --audit-keys`).
+    pub async fn verify_audit_chain_with(
+        &self,
+        workspace_id: Uuid,
+        anchor: Option<Anchor>,
+        extra: Vec<ed25519_dalek::VerifyingKey>,
+    ) -> Result<ChainReport, ServiceError> {
+        let keys = self.proof_keys().with(extra);
+        verify_chain(self.store.as_ref(), workspace_id, keys, anchor)
             .await?
             .ok_or_else(|| ServiceError::not_found("no such workspace"))
     }
