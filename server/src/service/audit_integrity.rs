@@ -744,6 +744,16 @@ impl CheckpointSealer for RetentionSealer<'_> {
     }
 }
 
+/// What one attempt to sign a head did.
+enum SignOutcome {
+    Signed,
+    /// Nothing to sign, or a higher proof (another replica's signed head, a retention
+    /// checkpoint) landed during the walk: the next pass starts from it.
+    Passed,
+    /// The chain does not walk from the previous proof to the head.
+    NotVerified,
+}
+
 /// The proofs an export carries.
 pub struct ExportProofs {
     pub checkpoints: Vec<AuditCheckpoint>,
@@ -759,8 +769,9 @@ const HEADS_PER_PASS: u32 = 200;
 impl Services {
     /// Signs `head` of a workspace once the chain from the last proof below it (its latest
     /// signed head or checkpoint, whichever is higher and verifies) walks to it: the signer
-    /// never vouches for a chain it has not checked since its previous signature. `None`
-    /// when the walk fails (the caller says so) or the head is not hashed.
+    /// never vouches for a chain it has not checked since its previous signature.
+    /// `NotVerified` when the walk fails (the caller says so); `Passed` when the head is not
+    /// hashed or a higher proof landed during the walk.
     ///
     /// Cost, per workspace whose head moved: one walk over the events since the previous
     /// signature (a minute's events from the background task), one Ed25519 signature
@@ -771,9 +782,9 @@ impl Services {
         workspace_id: Uuid,
         head: &AuditHead,
         now_ms: i64,
-    ) -> Result<Option<SignedHead>, ServiceError> {
+    ) -> Result<SignOutcome, ServiceError> {
         let Some(hash) = head.hash.clone() else {
-            return Ok(None);
+            return Ok(SignOutcome::Passed);
         };
         let keys = self.proof_keys();
         let store = self.store.as_ref();
@@ -785,7 +796,7 @@ impl Services {
                 .as_ref()
                 .is_some_and(|s| keys.knows(&s.kid) && !keys.verifies_checkpoint(&c.claim(), s))
             {
-                return Ok(None);
+                return Ok(SignOutcome::NotVerified);
             }
             start = (c.last_seq, c.hash.unwrap_or_else(|| GENESIS_HASH.to_vec()));
         }
@@ -793,24 +804,36 @@ impl Services {
             && signed.seq > start.0
         {
             if keys.knows(&signed.seal.kid) && !keys.verifies_head(&signed) {
-                return Ok(None);
+                return Ok(SignOutcome::NotVerified);
             }
             start = (signed.seq, signed.hash);
         }
         if start.0 > head.seq {
-            return Ok(None);
+            // Another replica signed a higher head, or retention cut past it, since it was read.
+            return Ok(SignOutcome::Passed);
         }
         let source = StoreSource {
             store,
             workspace_id,
         };
+        let start_seq = start.0;
         let walked = walk(&source, start, Some(head.seq), &BTreeMap::new()).await?;
         if walked.broken.is_some() || walked.end != (head.seq, hash.clone()) {
-            return Ok(None);
+            // Retention removing events under the walk, or a higher head signed meanwhile, is
+            // no broken chain: the next pass walks from the new proof.
+            let checkpoint = store.latest_checkpoint(workspace_id).await?;
+            let signed = store.latest_signed_head(workspace_id).await?;
+            let moved = checkpoint.is_some_and(|c| c.last_seq > start_seq)
+                || signed.is_some_and(|h| h.seq > start_seq);
+            return Ok(if moved {
+                SignOutcome::Passed
+            } else {
+                SignOutcome::NotVerified
+            });
         }
         let signed = sign_head(&self.webhook_signer, workspace_id, head.seq, &hash, now_ms);
         store.insert_signed_head(&signed).await?;
-        Ok(Some(signed))
+        Ok(SignOutcome::Signed)
     }
 
     /// One pass of the background signer: signs the head of every workspace whose head moved
@@ -824,8 +847,13 @@ impl Services {
                 .sign_head_after_walk(workspace_id, &head, now.timestamp_millis())
                 .await?
             {
-                Some(_) => signed += 1,
-                None => tracing::error!(
+                SignOutcome::Signed => signed += 1,
+                SignOutcome::Passed => tracing::debug!(
+                    workspace = %workspace_id,
+                    sequence = head.seq,
+                    "audit head not signed this pass: a higher proof landed during the walk"
+                ),
+                SignOutcome::NotVerified => tracing::error!(
                     workspace = %workspace_id,
                     sequence = head.seq,
                     "not signing an audit head whose chain does not verify from the previous \
