@@ -763,8 +763,10 @@ pub struct ExportProofs {
     pub not_signed_kid: Option<String>,
 }
 
-/// Workspaces whose heads one signing pass looks at; the next pass goes on.
+/// Workspaces whose heads one signing batch looks at.
 const HEADS_PER_PASS: u32 = 200;
+/// Batches one signing pass runs at most (the oldest signatures first); the next pass goes on.
+const HEAD_BATCHES_PER_PASS: u32 = 10;
 
 impl Services {
     /// Signs `head` of a workspace once the chain from the last proof below it (its latest
@@ -842,7 +844,19 @@ impl Services {
     /// it signed (or found signed).
     pub async fn sign_audit_heads(&self, now: DateTime<Utc>) -> Result<u64, ServiceError> {
         let mut signed = 0;
-        for (workspace_id, head) in self.store.heads_to_sign(HEADS_PER_PASS).await? {
+        let mut due = Vec::new();
+        for batch in 0..HEAD_BATCHES_PER_PASS {
+            let page = self
+                .store
+                .heads_to_sign(HEADS_PER_PASS, batch * HEADS_PER_PASS)
+                .await?;
+            let full = page.len() == HEADS_PER_PASS as usize;
+            due.extend(page);
+            if !full {
+                break;
+            }
+        }
+        for (workspace_id, head) in due {
             match self
                 .sign_head_after_walk(workspace_id, &head, now.timestamp_millis())
                 .await?
