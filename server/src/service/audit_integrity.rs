@@ -324,8 +324,7 @@ impl ChainSource for ExportSource {
 /// An export's event lines, sorted by sequence, must run exactly `start+1..` with no
 /// duplicate and no gap: a line the walk would skip is one nothing vouches for.
 fn check_lines(start: i64, events: &[ChainedEvent]) -> Option<ChainBreak> {
-    let mut expected = start + 1;
-    for e in events {
+    for (expected, e) in (start + 1..).zip(events) {
         let seq = e.event.sequence.unwrap_or_default();
         if seq <= start {
             return Some(ChainBreak::at(ChainProblem::UnwalkedEvent, seq));
@@ -336,7 +335,6 @@ fn check_lines(start: i64, events: &[ChainedEvent]) -> Option<ChainBreak> {
         if seq != expected {
             return Some(ChainBreak::at(ChainProblem::Deleted, expected));
         }
-        expected += 1;
     }
     None
 }
