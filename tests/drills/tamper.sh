@@ -35,7 +35,7 @@ CRITERIA=(
   "edited event caught: one event's data changed"
   "forged signed head caught: a signed head's hash changed"
   "anchor: the untouched copy extends the exported head; a copy cut and re-pointed below it does not"
-  "offline: the export verifies with the published key set; an edited or cut export does not"
+  "offline: the export verifies with the published key set; an edited or cut export, or one with an extra event line, does not"
 )
 echo "# tampering drill: $EVENTS events on the embedded store"
 echo "criteria:"
@@ -150,6 +150,18 @@ last = max(i for i, l in enumerate(lines) if l.startswith('{"id":'))
 print("\n".join(l for i, l in enumerate(lines) if i != last))
 EOF
 offline export-cut fail "$DIR/export-cut.ndjson"
+# An extra event line after a gap (a sequence past the last): the walk must read every line.
+python3 - "$DIR/export.ndjson" > "$DIR/export-extra.ndjson" <<'EOF'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+events = [i for i, l in enumerate(lines) if l.startswith('{"id":')]
+extra = json.loads(lines[events[1]])
+extra["sequence"] = json.loads(lines[events[-1]])["sequence"] + 2
+extra["data"] = {"name": "forged"}
+lines.insert(events[-1] + 1, json.dumps(extra))
+print("\n".join(lines))
+EOF
+offline export-extra-line fail "$DIR/export-extra.ndjson"
 echo
 echo "events: $EVENTS written in ${write_ms} ms (one cpctl each); head at sequence $HEAD_SEQ"
 if [ ${#BROKEN[@]} -gt 0 ]; then
