@@ -124,6 +124,15 @@ check 8 anchor-untouched pass "$DIR/data" --anchor "$HEAD_SEQ:$HEAD_HASH"
 check 8 anchor-cut-unsigned fail "$(tamper anchorcut "DELETE FROM audit_events WHERE seq > $CUT;
   UPDATE workspaces SET audit_seq = $CUT, audit_hash = (SELECT hash FROM audit_events WHERE seq = $CUT);
   DELETE FROM audit_signed_heads;")" --anchor "$HEAD_SEQ:$HEAD_HASH"
+# The review's H1: every signed head but the anchor's deleted, a migration-shaped (unsigned,
+# hashless) checkpoint put at the anchor, an event below it edited, the head re-hashed from
+# zero bytes above it (no events above: the head's hash is the zero bytes).
+check 8 anchor-legacy-checkpoint fail "$(tamper legacy "UPDATE audit_events SET data = '{\"name\":\"forged\"}' WHERE seq = 5;
+  DELETE FROM audit_signed_heads WHERE seq <> $HEAD_SEQ;
+  DELETE FROM audit_checkpoints;
+  INSERT INTO audit_checkpoints (workspace_id, last_seq, hash, removed, created_at)
+  SELECT id, $HEAD_SEQ, NULL, 0, created_at FROM workspaces WHERE audit_seq = $HEAD_SEQ;
+  UPDATE workspaces SET audit_hash = NULL WHERE audit_seq = $HEAD_SEQ;")" --anchor "$HEAD_SEQ:$HEAD_HASH"
 
 # offline NAME EXPECT FILE
 offline() {
