@@ -56,6 +56,10 @@ pub enum AuditCommand {
         /// keys`); may be repeated.
         #[arg(long, requires = "export")]
         public_key: Vec<String>,
+        /// Public keys trusted only to verify audit proofs, `whpk_…,…`: old webhook keys a
+        /// rotation dropped (never used to sign, never published).
+        #[arg(long, env = "CP_AUDIT_VERIFY_KEYS", value_delimiter = ',')]
+        audit_keys: Vec<String>,
     },
     /// Write every event of a workspace in sequence order to stdout.
     Export {
@@ -108,11 +112,17 @@ pub async fn audit(
 ) -> anyhow::Result<()> {
     match command {
         AuditCommand::Verify {
-            workspace, anchor, ..
+            workspace,
+            anchor,
+            audit_keys,
+            ..
         } => {
             let workspace = uuid_arg("--workspace", workspace.as_deref().unwrap_or_default())?;
             let anchor = anchor_arg(anchor.as_deref())?;
-            let report = services.verify_audit_chain(workspace, anchor).await?;
+            let extra = audit_keys_arg(&audit_keys)?;
+            let report = services
+                .verify_audit_chain_with(workspace, anchor, extra)
+                .await?;
             finish_report(out, &report)?;
         }
         AuditCommand::Export {
@@ -185,7 +195,10 @@ fn finish_report(out: OutputFormat, report: &ChainReport) -> anyhow::Result<()> 
             report.workspace_id,
             broken.problem.as_str(),
             broken.sequence,
-            broken.problem.describe()
+            match &broken.kid {
+                Some(kid) => format!("{}: key {kid}", broken.problem.describe()),
+                None => broken.problem.describe().to_owned(),
+            }
         );
     }
     Ok(())
@@ -370,9 +383,16 @@ async fn export(
         }
     }
     if let Some(from) = first {
-        let (checkpoints, heads) = services
+        let proofs = services
             .export_proofs(workspace, from, after, chrono::Utc::now())
             .await?;
+        if let Some(kid) = &proofs.not_signed_kid {
+            eprintln!(
+                "warning: not signing a fresh head: the latest signed head carries key {kid},                  not this cpctl's signing key (configure CP_WEBHOOK_SIGNING_KEYS as the                  server's); the export carries only the heads signed before"
+            );
+        }
+        let not_signed = proofs.not_signed_kid.is_some();
+        let (checkpoints, heads) = (proofs.checkpoints, proofs.heads);
         for c in &checkpoints {
             let line = checkpoint_json(c);
             match format {
@@ -393,7 +413,7 @@ async fn export(
                 }
             }
         }
-        if !heads.iter().any(|h| h.seq == after) {
+        if !not_signed && !heads.iter().any(|h| h.seq == after) {
             eprintln!(
                 "warning: no signed head at sequence {after}: the chain did not verify, so \
                  this export's tail is unproven (run cpctl audit verify)"
@@ -466,6 +486,15 @@ fn seal_of(v: &serde_json::Value) -> anyhow::Result<Option<Seal>> {
     }))
 }
 
+/// The keys of `--audit-keys` (or CP_AUDIT_VERIFY_KEYS).
+fn audit_keys_arg(raw: &[String]) -> anyhow::Result<Vec<ed25519_dalek::VerifyingKey>> {
+    raw.iter()
+        .map(|k| k.trim())
+        .filter(|k| !k.is_empty())
+        .map(|k| parse_whpk(k).map_err(|e| anyhow::anyhow!("--audit-keys: {e}")))
+        .collect()
+}
+
 /// The keys of `--jwks` and `--public-key`.
 fn offline_keys(jwks: Option<&std::path::Path>, public: &[String]) -> anyhow::Result<ProofKeys> {
     let mut keys = Vec::new();
@@ -492,12 +521,13 @@ pub async fn verify_offline(out: OutputFormat, command: AuditCommand) -> anyhow:
         export: Some(path),
         jwks,
         public_key,
+        audit_keys,
         ..
     } = command
     else {
         anyhow::bail!("audit verify --export FILE");
     };
-    let keys = offline_keys(jwks.as_deref(), &public_key)?;
+    let keys = offline_keys(jwks.as_deref(), &public_key)?.with(audit_keys_arg(&audit_keys)?);
     let anchor = anchor_arg(anchor.as_deref())?;
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read the export {}", path.display()))?;

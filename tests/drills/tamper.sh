@@ -35,7 +35,7 @@ CRITERIA=(
   "edited event caught: one event's data changed"
   "forged signed head caught: a signed head's hash changed"
   "anchor: the untouched copy extends the exported head; a copy cut and re-pointed below it does not"
-  "offline: the export verifies with the published key set; an edited or cut export does not"
+  "offline: the export verifies with the published key set; an edited or cut export, or one with an extra event line, does not"
 )
 echo "# tampering drill: $EVENTS events on the embedded store"
 echo "criteria:"
@@ -124,6 +124,15 @@ check 8 anchor-untouched pass "$DIR/data" --anchor "$HEAD_SEQ:$HEAD_HASH"
 check 8 anchor-cut-unsigned fail "$(tamper anchorcut "DELETE FROM audit_events WHERE seq > $CUT;
   UPDATE workspaces SET audit_seq = $CUT, audit_hash = (SELECT hash FROM audit_events WHERE seq = $CUT);
   DELETE FROM audit_signed_heads;")" --anchor "$HEAD_SEQ:$HEAD_HASH"
+# The review's H1: every signed head but the anchor's deleted, a migration-shaped (unsigned,
+# hashless) checkpoint put at the anchor, an event below it edited, the head re-hashed from
+# zero bytes above it (no events above: the head's hash is the zero bytes).
+check 8 anchor-legacy-checkpoint fail "$(tamper legacy "UPDATE audit_events SET data = '{\"name\":\"forged\"}' WHERE seq = 5;
+  DELETE FROM audit_signed_heads WHERE seq <> $HEAD_SEQ;
+  DELETE FROM audit_checkpoints;
+  INSERT INTO audit_checkpoints (workspace_id, last_seq, hash, removed, created_at)
+  SELECT id, $HEAD_SEQ, NULL, 0, created_at FROM workspaces WHERE audit_seq = $HEAD_SEQ;
+  UPDATE workspaces SET audit_hash = NULL WHERE audit_seq = $HEAD_SEQ;")" --anchor "$HEAD_SEQ:$HEAD_HASH"
 
 # offline NAME EXPECT FILE
 offline() {
@@ -150,6 +159,18 @@ last = max(i for i, l in enumerate(lines) if l.startswith('{"id":'))
 print("\n".join(l for i, l in enumerate(lines) if i != last))
 EOF
 offline export-cut fail "$DIR/export-cut.ndjson"
+# An extra event line after a gap (a sequence past the last): the walk must read every line.
+python3 - "$DIR/export.ndjson" > "$DIR/export-extra.ndjson" <<'EOF'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+events = [i for i, l in enumerate(lines) if l.startswith('{"id":')]
+extra = json.loads(lines[events[1]])
+extra["sequence"] = json.loads(lines[events[-1]])["sequence"] + 2
+extra["data"] = {"name": "forged"}
+lines.insert(events[-1] + 1, json.dumps(extra))
+print("\n".join(lines))
+EOF
+offline export-extra-line fail "$DIR/export-extra.ndjson"
 echo
 echo "events: $EVENTS written in ${write_ms} ms (one cpctl each); head at sequence $HEAD_SEQ"
 if [ ${#BROKEN[@]} -gt 0 ]; then

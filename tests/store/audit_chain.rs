@@ -422,7 +422,7 @@ async fn a_signed_head_is_kept_once_however_many_replicas_sign_it() {
         let tenant = log_of(&db, 4).await;
         let store = db.store.clone();
         let ws = tenant.workspace_id;
-        let due = store.heads_to_sign(1000).await.unwrap();
+        let due = store.heads_to_sign(1000, 0).await.unwrap();
         let head = due
             .iter()
             .find(|(id, _)| *id == ws)
@@ -450,7 +450,7 @@ async fn a_signed_head_is_kept_once_however_many_replicas_sign_it() {
         assert!(keys().verifies_head(&kept[0]));
         assert!(
             !store
-                .heads_to_sign(1000)
+                .heads_to_sign(1000, 0)
                 .await
                 .unwrap()
                 .iter()
@@ -461,6 +461,51 @@ async fn a_signed_head_is_kept_once_however_many_replicas_sign_it() {
         let report = verify(&db, &tenant).await;
         assert!(report.intact(), "{:?}: {report:?}", db.backend);
         assert_eq!(report.signed_heads_matched, 1);
+    })
+    .await;
+}
+
+/// The signer's batches put never-signed workspaces first, then the oldest signature: a fixed
+/// order by id would starve the workspaces past the first batch (issue 56 review, L1).
+#[tokio::test]
+async fn heads_to_sign_puts_the_never_signed_first() {
+    each_backend(test_name!(), |db| async move {
+        let (x, y) = (log_of(&db, 3).await, log_of(&db, 3).await);
+        // The lower id was signed once, then moved on; the higher was never signed.
+        let (low, high) = if x.workspace_id < y.workspace_id {
+            (x, y)
+        } else {
+            (y, x)
+        };
+        let store = db.store.clone();
+        let due = store.heads_to_sign(1000, 0).await.unwrap();
+        let head = due
+            .iter()
+            .find(|(id, _)| *id == low.workspace_id)
+            .map(|(_, h)| h.clone())
+            .unwrap();
+        let signed = sign_head(
+            &signer(),
+            low.workspace_id,
+            head.seq,
+            &head.hash.unwrap(),
+            1_000,
+        );
+        assert!(store.insert_signed_head(&signed).await.unwrap());
+        write_event(&db, &low, 4, Utc::now()).await;
+        let order: Vec<Uuid> = store
+            .heads_to_sign(1000, 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let at = |id| order.iter().position(|o| *o == id).unwrap();
+        assert!(
+            at(high.workspace_id) < at(low.workspace_id),
+            "{:?}: never signed first: {order:?}",
+            db.backend
+        );
     })
     .await;
 }

@@ -288,7 +288,7 @@ async fn an_export_verifies_offline_and_a_tampered_one_does_not() {
         .collect();
     let out = offline(&unsigned.join("\n"));
     assert!(failure(&out).contains("unsigned_tail"), "{}", stderr(&out));
-    // Another key: the signed heads do not verify.
+    // Another key: the signed heads' key is not trusted here.
     let other = "whpk_".to_owned()
         + &base64::Engine::encode(
             &base64::engine::general_purpose::STANDARD,
@@ -306,11 +306,7 @@ async fn an_export_verifies_offline_and_a_tampered_one_does_not() {
         &other,
     ]);
     let _ = std::fs::remove_file(file);
-    assert!(
-        failure(&out).contains("forged_signed_head"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(failure(&out).contains("unknown_key"), "{}", stderr(&out));
 }
 
 #[tokio::test]
@@ -363,4 +359,253 @@ async fn a_retention_checkpoint_is_signed_and_a_forged_one_fails() {
         report["broken"]["problem"], "checkpoint_unsigned",
         "{report}"
     );
+}
+
+/// A database holder's rewrite behind a saved anchor A (issue 56 review, H1): every signed
+/// head but the genuine one at A deleted, the checkpoints replaced by one shaped like the
+/// migration's (unsigned, hashless) at A, an event at or below A edited, and the stored head
+/// re-hashed from zero bytes above the checkpoint (no events above A here: the head's hash is
+/// the zero bytes the chain restarts from). `--anchor A` must not pass.
+#[tokio::test]
+async fn a_rewritten_log_behind_a_legacy_checkpoint_at_the_anchor_fails() {
+    let db = Db::new().await;
+    let ws = log(&db, 6);
+    export(&db, &ws); // signs the head: A
+    let report = verify_json(&db, &ws);
+    let a = report["headSequence"].as_i64().unwrap();
+    let hash_a = report["headHash"].as_str().unwrap().to_owned();
+    assert_eq!(report["signedHeadSequence"], a, "{report}");
+    db.exec(r#"UPDATE audit_events SET data = '{"name": "forged"}' WHERE seq = 5"#)
+        .await;
+    db.exec(&format!("DELETE FROM audit_signed_heads WHERE seq <> {a}"))
+        .await;
+    db.exec("DELETE FROM audit_checkpoints").await;
+    db.exec(&format!(
+        "INSERT INTO audit_checkpoints (workspace_id, last_seq, hash, removed, created_at)
+         SELECT id, {a}, NULL, 0, created_at FROM workspaces"
+    ))
+    .await;
+    db.exec("UPDATE workspaces SET audit_hash = NULL").await;
+    let (err, report) = verify_fails(
+        &db,
+        &format!("audit verify --workspace {ws} --anchor {a}:{hash_a} -o json"),
+    );
+    assert_eq!(report["intact"], false, "{report}");
+    assert_ne!(report["anchorExtended"], true, "{report}");
+    assert!(err.contains("forged_checkpoint"), "{err}");
+}
+
+/// Offline verify of `body` with `key`.
+fn offline_verify(db: &Db, body: &str, key: &str, extra: &[&str]) -> std::process::Output {
+    let file = write_temp("export.ndjson", body.as_bytes());
+    let mut args = vec![
+        "audit",
+        "verify",
+        "--export",
+        file.to_str().unwrap(),
+        "--public-key",
+        key,
+        "-o",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let out = db.cpctl(&args);
+    let _ = std::fs::remove_file(file);
+    out
+}
+
+/// Every event line of an export is walked (issue 56 review, H2): a line with a duplicate
+/// sequence, one after a gap, one at or below `chainFrom`, and `chainFrom` raised to a
+/// sequence no proof in the export vouches for each fail offline.
+#[tokio::test]
+async fn an_export_line_the_walk_would_not_reach_fails_offline() {
+    let db = Db::new().await;
+    let ws = log(&db, 3);
+    let earlier = verify_json(&db, &ws);
+    let a = earlier["headSequence"].as_i64().unwrap();
+    let hash_a = earlier["headHash"].as_str().unwrap().to_owned();
+    for n in 0..3 {
+        assert_ok(&db.run(&format!("pools create --workspace {ws} more-{n}")));
+    }
+    let text = export(&db, &ws);
+    let key = public_key(&db);
+    let good = json_of(&offline_verify(&db, &text, &key, &[]));
+    assert_eq!(good["intact"], true, "{good}");
+    let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let is_event = |l: &str| l.starts_with(r#"{"id":"#);
+    let events: Vec<&String> = lines.iter().filter(|l| is_event(l)).collect();
+    let last_seq = good["headSequence"].as_i64().unwrap();
+    let with_extra = |extra: String| {
+        let mut v = lines.clone();
+        let at = v.iter().rposition(|l| is_event(l)).unwrap() + 1;
+        v.insert(at, extra);
+        v.join("\n")
+    };
+    let edited = |line: &str, seq: i64| {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let mut v = v;
+        v["sequence"] = seq.into();
+        v["data"] = serde_json::json!({ "name": "forged" });
+        v.to_string()
+    };
+    // A line after a gap.
+    let out = offline_verify(&db, &with_extra(edited(events[1], last_seq + 2)), &key, &[]);
+    assert!(failure(&out).contains("deleted"), "{}", stderr(&out));
+    // A line at or below chainFrom (0).
+    let out = offline_verify(&db, &with_extra(edited(events[1], 0)), &key, &[]);
+    assert!(failure(&out).contains("unwalked_event"), "{}", stderr(&out));
+    // chainFrom raised to (A, the hash at A), the events at or below A edited.
+    let raise = |keep_low: bool| {
+        let mut v: Vec<String> = Vec::new();
+        for l in &lines {
+            if l.starts_with(r#"{"auditExport":"#) {
+                let mut h: Value = serde_json::from_str(l).unwrap();
+                h["auditExport"]["chainFrom"] =
+                    serde_json::json!({ "sequence": a, "hash": hash_a });
+                v.push(h.to_string());
+            } else if is_event(l) {
+                let e: Value = serde_json::from_str(l).unwrap();
+                let seq = e["sequence"].as_i64().unwrap();
+                if seq > a {
+                    v.push(l.clone());
+                } else if keep_low {
+                    v.push(edited(l, seq));
+                }
+            } else {
+                v.push(l.clone());
+            }
+        }
+        v.join("\n")
+    };
+    let anchor = format!("{a}:{hash_a}");
+    let out = offline_verify(&db, &raise(true), &key, &["--anchor", &anchor]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let out = offline_verify(&db, &raise(false), &key, &["--anchor", &anchor]);
+    assert!(failure(&out).contains("unproven_start"), "{}", stderr(&out));
+    // A second line at sequence 2.
+    let out = offline_verify(&db, &with_extra(edited(events[1], 2)), &key, &[]);
+    assert!(
+        failure(&out).contains("duplicate_sequence"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// An honest export after two retention passes (two checkpoints, the lower one below the
+/// export's start) verifies offline: it carries the signed head at each checkpoint (issue 56
+/// review, M2).
+#[tokio::test]
+async fn an_export_after_two_retention_checkpoints_verifies_offline() {
+    let db = Db::new().await;
+    let boot = bootstrap(&db);
+    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
+    let org = boot["organisationId"].as_str().unwrap().to_owned();
+    assert_ok(&db.run(&format!("audit retention {org} 1s")));
+    for round in 0..2 {
+        for n in 0..2 {
+            assert_ok(&db.run(&format!("pools create --workspace {ws} pool-{round}-{n}")));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let purged = json_of(&db.run("audit purge -o json"));
+        assert!(purged["removed"].as_i64().unwrap() >= 2, "{purged}");
+    }
+    assert_ok(&db.run(&format!("pools create --workspace {ws} after")));
+    let report = verify_json(&db, &ws);
+    assert_eq!(report["intact"], true, "{report}");
+    assert_eq!(report["checkpoints"], 2, "{report}");
+    let text = export(&db, &ws);
+    let key = public_key(&db);
+    let out = offline_verify(&db, &text, &key, &[]);
+    assert_ok(&out);
+    let good = json_of(&out);
+    assert_eq!(good["intact"], true, "{good}");
+    assert_eq!(good["headHash"], report["headHash"], "{good}");
+}
+
+/// `cpctl` with `CP_WEBHOOK_SIGNING_KEYS` set to `keys`.
+fn cpctl_keys(db: &Db, keys: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env_remove("CP_TOKEN_HASH_KEY")
+        .env_remove("CP_DEV")
+        .env("CP_WEBHOOK_SIGNING_KEYS", keys)
+        .output()
+        .unwrap()
+}
+
+/// A cpctl configured with other keys than the server's (here: a rotation's new key first,
+/// the server still on the old one) does not poison the signed heads: its export signs
+/// nothing fresh when its key is not the latest signed head's, and says so (issue 56 review,
+/// M4).
+#[tokio::test]
+async fn an_export_by_a_cpctl_with_other_keys_signs_nothing() {
+    let (old, new) = (
+        "DAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAw=",
+        "FRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRU=",
+    );
+    let db = Db::new().await;
+    let ws = log(&db, 3);
+    let export_with = |keys: &str| cpctl_keys(&db, keys, &["audit", "export", "--workspace", &ws]);
+    assert_ok(&export_with(old)); // the server's key signs the head
+    assert_ok(&db.run(&format!("pools create --workspace {ws} more")));
+    let out = export_with(&format!("{new},{old}"));
+    assert_ok(&out);
+    assert!(stderr(&out).contains("not signing"), "{}", stderr(&out));
+    let verify = cpctl_keys(
+        &db,
+        old,
+        &["audit", "verify", "--workspace", &ws, "-o", "json"],
+    );
+    assert_ok(&verify);
+    assert_eq!(json_of(&verify)["intact"], true);
+    // The server's key still signs the new head.
+    let out = export_with(old);
+    assert_ok(&out);
+    assert!(!stderr(&out).contains("not signing"), "{}", stderr(&out));
+}
+
+/// A webhook key rotation that drops the old key (docs/runners.md): the heads it signed are
+/// reported `unknown_key`, naming its kid, until its public key is given for verification
+/// only (`--audit-keys`, or CP_AUDIT_VERIFY_KEYS), which then verifies them (issue 56 review,
+/// M1).
+#[tokio::test]
+async fn heads_signed_with_a_dropped_key_verify_with_audit_keys() {
+    let (old, new) = (
+        "DAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAw=",
+        "FRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRU=",
+    );
+    let db = Db::new().await;
+    let ws = log(&db, 3);
+    assert_ok(&cpctl_keys(
+        &db,
+        old,
+        &["audit", "export", "--workspace", &ws],
+    ));
+    let keys = json_of(&cpctl_keys(&db, old, &["webhooks", "keys", "-o", "json"]));
+    let (old_kid, old_public) = (
+        keys[0]["kid"].as_str().unwrap().to_owned(),
+        keys[0]["publicKey"].as_str().unwrap().to_owned(),
+    );
+    let verify = ["audit", "verify", "--workspace", &ws, "-o", "json"];
+    let out = cpctl_keys(&db, new, &verify);
+    let err = failure(&out);
+    assert!(err.contains("unknown_key"), "{err}");
+    assert!(err.contains(&old_kid), "{err}");
+    let mut with_old = verify.to_vec();
+    with_old.extend(["--audit-keys", &old_public]);
+    let out = cpctl_keys(&db, new, &with_old);
+    assert_ok(&out);
+    assert_eq!(json_of(&out)["intact"], true);
+    // The same from the environment.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args(verify)
+        .env("DATABASE_URL", &db.url)
+        .env_remove("CP_TOKEN_HASH_KEY")
+        .env_remove("CP_DEV")
+        .env("CP_WEBHOOK_SIGNING_KEYS", new)
+        .env("CP_AUDIT_VERIFY_KEYS", &old_public)
+        .output()
+        .unwrap();
+    assert_ok(&out);
 }

@@ -173,6 +173,22 @@ impl ProofKeys {
             .any(|(_, key)| key.verify_strict(message, &signature).is_ok())
     }
 
+    /// The same keys and `extra` ones (verification only: an old key dropped by a rotation).
+    pub fn with(mut self, extra: impl IntoIterator<Item = VerifyingKey>) -> Self {
+        for k in extra {
+            let kid = WebhookSigner::key_id(&k);
+            if !self.0.iter().any(|(known, _)| *known == kid) {
+                self.0.push((kid, k));
+            }
+        }
+        self
+    }
+
+    /// Whether a key of this id is trusted.
+    pub fn knows(&self, kid: &str) -> bool {
+        self.0.iter().any(|(known, _)| known == kid)
+    }
+
     /// Whether a head's seal verifies with a trusted key of its `kid`.
     pub fn verifies_head(&self, head: &SignedHead) -> bool {
         let message = head_message(

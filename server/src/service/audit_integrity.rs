@@ -67,6 +67,16 @@ pub enum ChainProblem {
     AnchorNotExtended,
     /// (An export) the last event is not covered by a signed head.
     UnsignedTail,
+    /// (An export) two event lines carry this sequence.
+    DuplicateSequence,
+    /// A signed head or checkpoint whose key id no trusted key has (its kid is named): an old
+    /// key a rotation dropped needs `--audit-keys` to verify it.
+    UnknownKey,
+    /// (An export) an event line at or below the chain's start, which no walk reads.
+    UnwalkedEvent,
+    /// (An export) its chain starts where no proof it carries vouches for (neither genesis,
+    /// nor a checkpoint, nor a signed head at that sequence with that hash).
+    UnprovenStart,
 }
 
 impl ChainProblem {
@@ -87,6 +97,10 @@ impl ChainProblem {
             Self::CheckpointEventsRemain => "checkpoint_events_remain",
             Self::AnchorNotExtended => "anchor_not_extended",
             Self::UnsignedTail => "unsigned_tail",
+            Self::DuplicateSequence => "duplicate_sequence",
+            Self::UnknownKey => "unknown_key",
+            Self::UnwalkedEvent => "unwalked_event",
+            Self::UnprovenStart => "unproven_start",
         }
     }
 
@@ -108,6 +122,12 @@ impl ChainProblem {
             Self::CheckpointEventsRemain => "events a checkpoint removed still exist",
             Self::AnchorNotExtended => "the log does not extend the anchor",
             Self::UnsignedTail => "the export's last event is not covered by a signed head",
+            Self::DuplicateSequence => "two of the export's events carry one sequence",
+            Self::UnknownKey => {
+                "signed with a key not trusted here (an old key: give it with --audit-keys)"
+            }
+            Self::UnwalkedEvent => "an event of the export lies at or below its chain's start",
+            Self::UnprovenStart => "the export's chain starts where no proof it carries vouches",
         }
     }
 }
@@ -121,6 +141,9 @@ pub struct ChainBreak {
     /// For `reordered`: where the event chained at `sequence` is now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub found_at: Option<i64>,
+    /// For `unknown_key`: the key id no trusted key has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kid: Option<String>,
 }
 
 impl ChainBreak {
@@ -129,6 +152,14 @@ impl ChainBreak {
             problem,
             sequence,
             found_at: None,
+            kid: None,
+        }
+    }
+
+    fn unknown_key(sequence: i64, kid: &str) -> Self {
+        Self {
+            kid: Some(kid.to_owned()),
+            ..Self::at(ChainProblem::UnknownKey, sequence)
         }
     }
 }
@@ -228,6 +259,7 @@ fn classify(prev: &[u8], window: &[ChainedEvent]) -> ChainBreak {
         },
         sequence: seq,
         found_at: swapped.then_some(found_at),
+        kid: None,
     }
 }
 
@@ -239,6 +271,11 @@ pub trait ChainSource: Send + Sync {
     /// Whether events carry the hash stored beside them (an export carries none: only signed
     /// heads vouch for its hashes).
     fn stored_hashes(&self) -> bool;
+    /// Every event the source holds (an export's lines), so a verifier can check each is
+    /// walked; none for the store, which is walked to its head.
+    fn all_events(&self) -> Option<&[ChainedEvent]> {
+        None
+    }
 }
 
 struct StoreSource<'a> {
@@ -278,6 +315,28 @@ impl ChainSource for ExportSource {
     fn stored_hashes(&self) -> bool {
         false
     }
+
+    fn all_events(&self) -> Option<&[ChainedEvent]> {
+        Some(&self.0)
+    }
+}
+
+/// An export's event lines, sorted by sequence, must run exactly `start+1..` with no
+/// duplicate and no gap: a line the walk would skip is one nothing vouches for.
+fn check_lines(start: i64, events: &[ChainedEvent]) -> Option<ChainBreak> {
+    for (expected, e) in (start + 1..).zip(events) {
+        let seq = e.event.sequence.unwrap_or_default();
+        if seq <= start {
+            return Some(ChainBreak::at(ChainProblem::UnwalkedEvent, seq));
+        }
+        if seq == expected - 1 {
+            return Some(ChainBreak::at(ChainProblem::DuplicateSequence, seq));
+        }
+        if seq != expected {
+            return Some(ChainBreak::at(ChainProblem::Deleted, expected));
+        }
+    }
+    None
 }
 
 /// What a verification checks the chain against.
@@ -360,7 +419,9 @@ async fn walk(
 
 /// Checks the checkpoints (lowest first): each retention checkpoint's seal, its link to the
 /// one below, and a signed head at its sequence with its hash; an unsigned one only as the
-/// migration wrote it (hashless, removing nothing, the only one, below every signed head).
+/// migration wrote it (hashless, removing nothing, the only one, strictly below every signed
+/// head: one at a signed head's sequence would let a database holder restart the chain there
+/// from zero bytes, and any signed head it covers would no longer be walked to).
 fn check_checkpoints(p: &Proofs) -> Option<ChainBreak> {
     let unsigned = p.checkpoints.iter().filter(|c| c.seal.is_none()).count();
     let lowest_signed = p.signed_heads.first().map(|h| h.seq);
@@ -374,13 +435,16 @@ fn check_checkpoints(p: &Proofs) -> Option<ChainBreak> {
                     && c.removed == 0
                     && unsigned == 1
                     && c.prev_seq.is_none()
-                    && lowest_signed.is_none_or(|s| seq <= s);
+                    && lowest_signed.is_none_or(|s| seq < s);
                 if !legacy {
                     return broken(ChainProblem::ForgedCheckpoint);
                 }
             }
             Some(seal) => {
                 let claim = c.claim();
+                if !p.keys.knows(&seal.kid) {
+                    return Some(ChainBreak::unknown_key(seq, &seal.kid));
+                }
                 if c.workspace_id != p.workspace_id || !p.keys.verifies_checkpoint(&claim, seal) {
                     return broken(ChainProblem::ForgedCheckpoint);
                 }
@@ -449,6 +513,10 @@ pub async fn verify_against(
         report.broken = Some(ChainBreak::at(problem, seq));
         Ok(report)
     };
+    if let Some(unknown) = p.signed_heads.iter().find(|h| !p.keys.knows(&h.seal.kid)) {
+        report.broken = Some(ChainBreak::unknown_key(unknown.seq, &unknown.seal.kid));
+        return Ok(report);
+    }
     if let Some(forged) = p
         .signed_heads
         .iter()
@@ -459,6 +527,25 @@ pub async fn verify_against(
     if let Some(broken) = check_checkpoints(p) {
         report.broken = Some(broken);
         return Ok(report);
+    }
+    if let Some(events) = source.all_events() {
+        if let Some(broken) = check_lines(start.0, events) {
+            report.broken = Some(broken);
+            return Ok(report);
+        }
+        // Offline the start comes from the export's header: only a proof it carries makes it
+        // one (otherwise raising it would hide edited events below it).
+        let proven = (start.0 == 0 && start.1[..] == GENESIS_HASH[..])
+            || p.checkpoints.iter().any(|c| {
+                c.last_seq == start.0
+                    && c.hash.clone().unwrap_or_else(|| GENESIS_HASH.to_vec()) == start.1
+            })
+            || p.signed_heads
+                .iter()
+                .any(|h| h.seq == start.0 && h.hash == start.1);
+        if !proven {
+            return fail(report, ChainProblem::UnprovenStart, start.0);
+        }
     }
     // A retention checkpoint removed everything up to it.
     if latest_cp.is_some_and(|c| c.seal.is_some()) && p.start.is_none() {
@@ -476,6 +563,15 @@ pub async fn verify_against(
         .map(|h| (h.seq, (h.hash.clone(), ChainProblem::SignedHeadMismatch)))
         .collect();
     if let Some(anchor) = &p.anchor {
+        // The chain's start is a proof only at genesis or at a signed retention checkpoint;
+        // a legacy (unsigned) one is a row anyone holding the database can write.
+        let start_proven = start.0 == 0
+            || p.checkpoints.iter().any(|c| {
+                c.last_seq == start.0 && c.seal.is_some() && c.hash.as_ref() == Some(&start.1)
+            });
+        if anchor.seq <= start.0 && !start_proven {
+            return fail(report, ChainProblem::AnchorNotExtended, anchor.seq);
+        }
         if anchor.seq <= start.0 {
             // Below the chain's start: only a record at exactly that sequence can vouch for it.
             let vouched = anchor.seq == start.0 && anchor.hash == start.1
@@ -509,6 +605,12 @@ pub async fn verify_against(
     if let Some(broken) = walked.broken {
         report.broken = Some(broken);
         return Ok(report);
+    }
+    if let Some(events) = source.all_events()
+        && walked.verified != events.len() as u64
+    {
+        let seq = walked.end.0 + 1;
+        return fail(report, ChainProblem::UnwalkedEvent, seq);
     }
     let (end_seq, end_hash) = walked.end;
     match &p.head {
@@ -564,14 +666,17 @@ pub async fn verify_chain(
         workspace_id,
     };
     loop {
-        // Signed heads first: each was signed at or below the head of its time, and a head
-        // only grows, so one above the head read next is a cut, never a signature that
-        // landed in between.
+        // Checkpoints first: retention commits each with its signed head, so every
+        // checkpoint read has its head among the signed heads read next (read the other way
+        // round, a batch committing in between shows a checkpoint with no signed head).
+        // Signed heads before the head: each was signed at or below the head of its time,
+        // and a head only grows, so one above the head read next is a cut, never a
+        // signature that landed in between.
+        let checkpoints = store.checkpoints(workspace_id).await?;
         let signed_heads = store.signed_heads(workspace_id, 0, i64::MAX).await?;
         let Some(head) = store.audit_head(workspace_id).await? else {
             return Ok(None);
         };
-        let checkpoints = store.checkpoints(workspace_id).await?;
         let checkpoint_seq = checkpoints.last().map_or(0, |c| c.last_seq);
         let proofs = Proofs {
             workspace_id,
@@ -637,14 +742,36 @@ impl CheckpointSealer for RetentionSealer<'_> {
     }
 }
 
-/// Workspaces whose heads one signing pass looks at; the next pass goes on.
+/// What one attempt to sign a head did.
+enum SignOutcome {
+    Signed,
+    /// Nothing to sign, or a higher proof (another replica's signed head, a retention
+    /// checkpoint) landed during the walk: the next pass starts from it.
+    Passed,
+    /// The chain does not walk from the previous proof to the head.
+    NotVerified,
+}
+
+/// The proofs an export carries.
+pub struct ExportProofs {
+    pub checkpoints: Vec<AuditCheckpoint>,
+    pub heads: Vec<SignedHead>,
+    /// Set when no fresh head was signed because the latest signed head carries this key id,
+    /// not the signing key's.
+    pub not_signed_kid: Option<String>,
+}
+
+/// Workspaces whose heads one signing batch looks at.
 const HEADS_PER_PASS: u32 = 200;
+/// Batches one signing pass runs at most (the oldest signatures first); the next pass goes on.
+const HEAD_BATCHES_PER_PASS: u32 = 10;
 
 impl Services {
     /// Signs `head` of a workspace once the chain from the last proof below it (its latest
     /// signed head or checkpoint, whichever is higher and verifies) walks to it: the signer
-    /// never vouches for a chain it has not checked since its previous signature. `None`
-    /// when the walk fails (the caller says so) or the head is not hashed.
+    /// never vouches for a chain it has not checked since its previous signature.
+    /// `NotVerified` when the walk fails (the caller says so); `Passed` when the head is not
+    /// hashed or a higher proof landed during the walk.
     ///
     /// Cost, per workspace whose head moved: one walk over the events since the previous
     /// signature (a minute's events from the background task), one Ed25519 signature
@@ -655,44 +782,58 @@ impl Services {
         workspace_id: Uuid,
         head: &AuditHead,
         now_ms: i64,
-    ) -> Result<Option<SignedHead>, ServiceError> {
+    ) -> Result<SignOutcome, ServiceError> {
         let Some(hash) = head.hash.clone() else {
-            return Ok(None);
+            return Ok(SignOutcome::Passed);
         };
         let keys = self.proof_keys();
         let store = self.store.as_ref();
         let mut start = (0, GENESIS_HASH.to_vec());
         if let Some(c) = store.latest_checkpoint(workspace_id).await? {
+            // A seal of a key not configured (one a rotation dropped) is left to verify to
+            // judge: the walk from it checks the chain all the same.
             if c.seal
                 .as_ref()
-                .is_some_and(|s| !keys.verifies_checkpoint(&c.claim(), s))
+                .is_some_and(|s| keys.knows(&s.kid) && !keys.verifies_checkpoint(&c.claim(), s))
             {
-                return Ok(None);
+                return Ok(SignOutcome::NotVerified);
             }
             start = (c.last_seq, c.hash.unwrap_or_else(|| GENESIS_HASH.to_vec()));
         }
         if let Some(signed) = store.latest_signed_head(workspace_id).await?
             && signed.seq > start.0
         {
-            if !keys.verifies_head(&signed) {
-                return Ok(None);
+            if keys.knows(&signed.seal.kid) && !keys.verifies_head(&signed) {
+                return Ok(SignOutcome::NotVerified);
             }
             start = (signed.seq, signed.hash);
         }
         if start.0 > head.seq {
-            return Ok(None);
+            // Another replica signed a higher head, or retention cut past it, since it was read.
+            return Ok(SignOutcome::Passed);
         }
         let source = StoreSource {
             store,
             workspace_id,
         };
+        let start_seq = start.0;
         let walked = walk(&source, start, Some(head.seq), &BTreeMap::new()).await?;
         if walked.broken.is_some() || walked.end != (head.seq, hash.clone()) {
-            return Ok(None);
+            // Retention removing events under the walk, or a higher head signed meanwhile, is
+            // no broken chain: the next pass walks from the new proof.
+            let checkpoint = store.latest_checkpoint(workspace_id).await?;
+            let signed = store.latest_signed_head(workspace_id).await?;
+            let moved = checkpoint.is_some_and(|c| c.last_seq > start_seq)
+                || signed.is_some_and(|h| h.seq > start_seq);
+            return Ok(if moved {
+                SignOutcome::Passed
+            } else {
+                SignOutcome::NotVerified
+            });
         }
         let signed = sign_head(&self.webhook_signer, workspace_id, head.seq, &hash, now_ms);
         store.insert_signed_head(&signed).await?;
-        Ok(Some(signed))
+        Ok(SignOutcome::Signed)
     }
 
     /// One pass of the background signer: signs the head of every workspace whose head moved
@@ -701,13 +842,30 @@ impl Services {
     /// it signed (or found signed).
     pub async fn sign_audit_heads(&self, now: DateTime<Utc>) -> Result<u64, ServiceError> {
         let mut signed = 0;
-        for (workspace_id, head) in self.store.heads_to_sign(HEADS_PER_PASS).await? {
+        let mut due = Vec::new();
+        for batch in 0..HEAD_BATCHES_PER_PASS {
+            let page = self
+                .store
+                .heads_to_sign(HEADS_PER_PASS, batch * HEADS_PER_PASS)
+                .await?;
+            let full = page.len() == HEADS_PER_PASS as usize;
+            due.extend(page);
+            if !full {
+                break;
+            }
+        }
+        for (workspace_id, head) in due {
             match self
                 .sign_head_after_walk(workspace_id, &head, now.timestamp_millis())
                 .await?
             {
-                Some(_) => signed += 1,
-                None => tracing::error!(
+                SignOutcome::Signed => signed += 1,
+                SignOutcome::Passed => tracing::debug!(
+                    workspace = %workspace_id,
+                    sequence = head.seq,
+                    "audit head not signed this pass: a higher proof landed during the walk"
+                ),
+                SignOutcome::NotVerified => tracing::error!(
                     workspace = %workspace_id,
                     sequence = head.seq,
                     "not signing an audit head whose chain does not verify from the previous \
@@ -718,7 +876,8 @@ impl Services {
         Ok(signed)
     }
 
-    /// The proofs an export carries: every checkpoint, the signed heads in `from..=to`, and a
+    /// The proofs an export carries: every checkpoint and the signed head at each, the signed
+    /// heads in `from..=to`, and a
     /// head signed now at `to` (the export's last event) and at the current head, once the
     /// chain walks to them. A chain that does not verify gets no new signature: the export
     /// then carries only the proofs kept before (and its offline verify fails).
@@ -728,26 +887,84 @@ impl Services {
         from: i64,
         to: i64,
         now: DateTime<Utc>,
-    ) -> Result<(Vec<AuditCheckpoint>, Vec<SignedHead>), ServiceError> {
+    ) -> Result<ExportProofs, ServiceError> {
         let Some(head) = self.store.audit_head(workspace_id).await? else {
             return Err(ServiceError::not_found("no such workspace"));
         };
         let at_ms = now.timestamp_millis();
+        // Sign only with the key the heads are signed with (or none signed yet): a cpctl
+        // configured with other keys than the server's would store heads the server cannot
+        // verify (the first row at a sequence is kept: a lasting false alarm).
+        let own_kid = WebhookSigner::key_id(&self.webhook_signer.current().verifying_key());
+        let latest_kid = self
+            .store
+            .latest_signed_head(workspace_id)
+            .await?
+            .map(|h| h.seal.kid);
+        if latest_kid.as_ref().is_some_and(|kid| *kid != own_kid) {
+            let checkpoints = self.store.checkpoints(workspace_id).await?;
+            let heads = self
+                .export_heads(workspace_id, from, to, &checkpoints)
+                .await?;
+            return Ok(ExportProofs {
+                checkpoints,
+                heads,
+                not_signed_kid: latest_kid,
+            });
+        }
         let report = self.verify_audit_chain(workspace_id, None).await?;
         if report.intact() {
             self.sign_head_after_walk(workspace_id, &head, at_ms)
                 .await?;
-            if to > 0 && to < head.seq {
-                let stored = self.store.chained_events(workspace_id, to - 1, 1).await?;
-                if let Some(hash) = stored.first().and_then(|e| e.hash.clone()) {
-                    let signed = sign_head(&self.webhook_signer, workspace_id, to, &hash, at_ms);
+            // The export's last event, and the event its chain starts after (offline verify
+            // trusts a start only with a proof at it).
+            for seq in [to, from] {
+                if seq <= 0 || seq >= head.seq {
+                    continue;
+                }
+                let stored = self.store.chained_events(workspace_id, seq - 1, 1).await?;
+                let hash = stored
+                    .first()
+                    .filter(|e| e.event.sequence == Some(seq))
+                    .and_then(|e| e.hash.clone());
+                if let Some(hash) = hash {
+                    let signed = sign_head(&self.webhook_signer, workspace_id, seq, &hash, at_ms);
                     self.store.insert_signed_head(&signed).await?;
                 }
             }
         }
         let checkpoints = self.store.checkpoints(workspace_id).await?;
-        let heads = self.store.signed_heads(workspace_id, from, to).await?;
-        Ok((checkpoints, heads))
+        let heads = self
+            .export_heads(workspace_id, from, to, &checkpoints)
+            .await?;
+        Ok(ExportProofs {
+            checkpoints,
+            heads,
+            not_signed_kid: None,
+        })
+    }
+
+    /// The heads over the exported range, and the one at each checkpoint (verify checks every
+    /// checkpoint against a signed head at its sequence, also those below `from`).
+    async fn export_heads(
+        &self,
+        workspace_id: Uuid,
+        from: i64,
+        to: i64,
+        checkpoints: &[AuditCheckpoint],
+    ) -> Result<Vec<SignedHead>, ServiceError> {
+        Ok(self
+            .store
+            .signed_heads(workspace_id, 0, to)
+            .await?
+            .into_iter()
+            .filter(|h| {
+                h.seq >= from
+                    || checkpoints
+                        .iter()
+                        .any(|c| c.last_seq == h.seq && c.hash.as_ref() == Some(&h.hash))
+            })
+            .collect())
     }
 
     /// The stored hash of the event at `seq` (where an export's chain starts: the event
@@ -784,7 +1001,20 @@ impl Services {
         workspace_id: Uuid,
         anchor: Option<Anchor>,
     ) -> Result<ChainReport, ServiceError> {
-        verify_chain(self.store.as_ref(), workspace_id, self.proof_keys(), anchor)
+        self.verify_audit_chain_with(workspace_id, anchor, Vec::new())
+            .await
+    }
+
+    /// [`Self::verify_audit_chain`] trusting also `extra` keys (verification only: old keys a
+    /// rotation dropped, `cpctl audit verify --audit-keys`).
+    pub async fn verify_audit_chain_with(
+        &self,
+        workspace_id: Uuid,
+        anchor: Option<Anchor>,
+        extra: Vec<ed25519_dalek::VerifyingKey>,
+    ) -> Result<ChainReport, ServiceError> {
+        let keys = self.proof_keys().with(extra);
+        verify_chain(self.store.as_ref(), workspace_id, keys, anchor)
             .await?
             .ok_or_else(|| ServiceError::not_found("no such workspace"))
     }

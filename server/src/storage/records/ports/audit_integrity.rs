@@ -133,6 +133,11 @@ pub trait AuditIntegrityStore: Send + Sync {
         &self,
         workspace_id: Uuid,
     ) -> Result<Option<SignedHead>, StoreError>;
-    /// Up to `limit` workspaces whose head is above their latest signed head, with that head.
-    async fn heads_to_sign(&self, limit: u32) -> Result<Vec<(Uuid, AuditHead)>, StoreError>;
+    /// Up to `limit` workspaces (after skipping `offset`) whose head is above their latest
+    /// signed head, with that head; never signed first, then the oldest signature first.
+    async fn heads_to_sign(
+        &self,
+        limit: u32,
+        offset: u32,
+    ) -> Result<Vec<(Uuid, AuditHead)>, StoreError>;
 }

@@ -373,15 +373,25 @@ impl<S: Dialect> AuditIntegrityStore for S {
         Ok(row.map(signed_head))
     }
 
-    async fn heads_to_sign(&self, limit: u32) -> Result<Vec<(Uuid, AuditHead)>, StoreError> {
-        // One primary-key probe per workspace (the highest signed sequence).
+    async fn heads_to_sign(
+        &self,
+        limit: u32,
+        offset: u32,
+    ) -> Result<Vec<(Uuid, AuditHead)>, StoreError> {
+        // Primary-key probes per workspace (the highest signed sequence, and when it was
+        // signed). Oldest signature first, never signed first: a fixed order would starve
+        // the workspaces past the first page while the first ones keep moving.
         let rows: Vec<(Uuid, i64, Option<Vec<u8>>)> = S::query(
             "SELECT w.id, w.audit_seq, w.audit_hash FROM workspaces w
              WHERE w.audit_hash IS NOT NULL AND w.audit_seq > COALESCE(
                  (SELECT MAX(s.seq) FROM audit_signed_heads s WHERE s.workspace_id = w.id), 0)
-             ORDER BY w.id LIMIT $1",
+             ORDER BY COALESCE((SELECT s.signed_at_ms FROM audit_signed_heads s
+                                WHERE s.workspace_id = w.id ORDER BY s.seq DESC LIMIT 1), 0),
+                      w.id
+             LIMIT $1 OFFSET $2",
         )
         .bind(i64::from(limit))
+        .bind(i64::from(offset))
         .fetch_all(self.pool())
         .await?;
         Ok(rows
