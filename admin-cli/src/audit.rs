@@ -429,7 +429,7 @@ async fn export(
 
 /// One event line of an export, as `EventJson` writes it.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ExportedEvent {
     id: Uuid,
     sequence: i64,
@@ -443,12 +443,14 @@ struct ExportedEvent {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ExportedActor {
     kind: String,
     id: Option<Uuid>,
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ExportedTarget {
     kind: String,
     id: Uuid,
@@ -467,6 +469,19 @@ fn hex_field(v: &serde_json::Value, what: &str) -> anyhow::Result<Option<Vec<u8>
 fn int_field(v: &serde_json::Value, what: &str) -> anyhow::Result<i64> {
     v.as_i64()
         .ok_or_else(|| anyhow::anyhow!("the export's {what} is not a number"))
+}
+
+/// A sequence of the export: `0..i64::MAX - 1`, so the walk's `+ 1`s never overflow.
+fn seq_field(v: &serde_json::Value, what: &str) -> anyhow::Result<i64> {
+    let seq = int_field(v, what)?;
+    check_seq(seq, what)
+}
+
+fn check_seq(seq: i64, what: &str) -> anyhow::Result<i64> {
+    if !(0..i64::MAX - 1).contains(&seq) {
+        anyhow::bail!("the export's {what} {seq} is out of range");
+    }
+    Ok(seq)
 }
 
 fn uuid_field(v: &serde_json::Value, what: &str) -> anyhow::Result<Uuid> {
@@ -542,14 +557,17 @@ pub async fn verify_offline(out: OutputFormat, command: AuditCommand) -> anyhow:
         let value: serde_json::Value =
             serde_json::from_str(line).with_context(|| format!("{} is not JSON", at()))?;
         if let Some(h) = value.get("auditExport") {
+            if workspace.is_some() {
+                anyhow::bail!("{} is a second auditExport line", at());
+            }
             workspace = Some(uuid_field(&h["workspaceId"], "workspaceId")?);
-            let from = int_field(&h["chainFrom"]["sequence"], "chainFrom")?;
+            let from = seq_field(&h["chainFrom"]["sequence"], "chainFrom")?;
             let hash = hex_field(&h["chainFrom"]["hash"], "chainFrom hash")?;
             start = (from, hash.unwrap_or_else(|| GENESIS_HASH.to_vec()));
         } else if let Some(h) = value.get("signedHead") {
             heads.push(SignedHead {
                 workspace_id: uuid_field(&h["workspaceId"], "workspaceId")?,
-                seq: int_field(&h["sequence"], "sequence")?,
+                seq: seq_field(&h["sequence"], "sequence")?,
                 hash: hex_field(&h["hash"], "hash")?.unwrap_or_default(),
                 seal: seal_of(h)?.unwrap_or(Seal {
                     kid: String::new(),
@@ -560,17 +578,21 @@ pub async fn verify_offline(out: OutputFormat, command: AuditCommand) -> anyhow:
         } else if let Some(c) = value.get("checkpoint") {
             checkpoints.push(AuditCheckpoint {
                 workspace_id: uuid_field(&c["workspaceId"], "workspaceId")?,
-                last_seq: int_field(&c["sequence"], "sequence")?,
+                last_seq: seq_field(&c["sequence"], "sequence")?,
                 hash: hex_field(&c["hash"], "hash")?,
                 removed: int_field(&c["removed"], "removed")?,
                 created_at: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
-                prev_seq: c["previousSequence"].as_i64(),
+                prev_seq: c["previousSequence"]
+                    .as_i64()
+                    .map(|s| check_seq(s, "previousSequence"))
+                    .transpose()?,
                 prev_hash: hex_field(&c["previousHash"], "previousHash")?,
                 seal: seal_of(c)?,
             });
         } else {
             let e: ExportedEvent = serde_json::from_value(value)
                 .with_context(|| format!("{} is not an event", at()))?;
+            check_seq(e.sequence, "sequence")?;
             let workspace_id = workspace
                 .ok_or_else(|| anyhow::anyhow!("the export has no auditExport line first"))?;
             events.push(ChainedEvent {

@@ -609,3 +609,44 @@ async fn heads_signed_with_a_dropped_key_verify_with_audit_keys() {
         .unwrap();
     assert_ok(&out);
 }
+
+/// A crafted export is an error, never a panic: a `chainFrom` at i64::MAX or below 0, an
+/// event line with a field the export does not write, a second header line (second review,
+/// 1 and 3).
+#[tokio::test]
+async fn a_crafted_export_is_refused_with_an_error() {
+    let db = Db::new().await;
+    let ws = log(&db, 3);
+    let text = export(&db, &ws);
+    let key = public_key(&db);
+    let good = json_of(&offline_verify(&db, &text, &key, &[]));
+    assert_eq!(good["intact"], true, "{good}");
+    let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let with_first = |first: String| {
+        let mut out = vec![first];
+        out.extend(lines[1..].iter().cloned());
+        out.join("\n")
+    };
+    for seq in [i64::MAX, i64::MAX - 1, -1] {
+        let mut header: Value = serde_json::from_str(&lines[0]).unwrap();
+        header["auditExport"]["chainFrom"]["sequence"] = serde_json::json!(seq);
+        let out = offline_verify(&db, &with_first(header.to_string()), &key, &[]);
+        assert_ne!(out.status.code(), Some(101), "{}", stderr(&out));
+        assert!(failure(&out).contains("out of range"), "{}", stderr(&out));
+    }
+    let mut event: Value = serde_json::from_str(&lines[1]).unwrap();
+    event["note"] = serde_json::json!("unsigned");
+    let mut edited = lines.clone();
+    edited[1] = event.to_string();
+    let err = failure(&offline_verify(&db, &edited.join("\n"), &key, &[]));
+    assert!(err.contains("is not an event"), "{err}");
+    let mut event: Value = serde_json::from_str(&lines[1]).unwrap();
+    event["actor"]["note"] = serde_json::json!("unsigned");
+    edited[1] = event.to_string();
+    let err = failure(&offline_verify(&db, &edited.join("\n"), &key, &[]));
+    assert!(err.contains("is not an event"), "{err}");
+    let mut doubled = lines.clone();
+    doubled.insert(1, lines[0].clone());
+    let err = failure(&offline_verify(&db, &doubled.join("\n"), &key, &[]));
+    assert!(err.contains("second auditExport"), "{err}");
+}
