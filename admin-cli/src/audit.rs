@@ -388,7 +388,9 @@ async fn export(
             .await?;
         if let Some(kid) = &proofs.not_signed_kid {
             eprintln!(
-                "warning: not signing a fresh head: the latest signed head carries key {kid},                  not this cpctl's signing key (configure CP_WEBHOOK_SIGNING_KEYS as the                  server's); the export carries only the heads signed before"
+                "warning: not signing a fresh head: the latest signed head carries key {kid}, \
+                 which this cpctl does not hold (configure CP_WEBHOOK_SIGNING_KEYS as the \
+                 server's); the export carries only the heads signed before"
             );
         }
         let not_signed = proofs.not_signed_kid.is_some();
