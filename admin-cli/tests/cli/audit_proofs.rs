@@ -534,10 +534,11 @@ fn cpctl_keys(db: &Db, keys: &str, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// A cpctl configured with other keys than the server's (here: a rotation's new key first,
-/// the server still on the old one) does not poison the signed heads: its export signs
-/// nothing fresh when its key is not the latest signed head's, and says so (issue 56 review,
-/// M4).
+/// A cpctl configured with other keys than the server's (here: a new key alone, the server
+/// still on the old one) does not poison the signed heads: its export signs nothing fresh
+/// when the latest signed head's key is none it holds, and says so (issue 56 review, M4).
+/// During a rotation (`NEW,OLD`, as on the server) it holds the latest head's key and signs
+/// (second review, 4).
 #[tokio::test]
 async fn an_export_by_a_cpctl_with_other_keys_signs_nothing() {
     let (old, new) = (
@@ -549,20 +550,24 @@ async fn an_export_by_a_cpctl_with_other_keys_signs_nothing() {
     let export_with = |keys: &str| cpctl_keys(&db, keys, &["audit", "export", "--workspace", &ws]);
     assert_ok(&export_with(old)); // the server's key signs the head
     assert_ok(&db.run(&format!("pools create --workspace {ws} more")));
-    let out = export_with(&format!("{new},{old}"));
+    let out = export_with(new);
     assert_ok(&out);
-    assert!(stderr(&out).contains("not signing"), "{}", stderr(&out));
-    let verify = cpctl_keys(
-        &db,
-        old,
-        &["audit", "verify", "--workspace", &ws, "-o", "json"],
-    );
-    assert_ok(&verify);
-    assert_eq!(json_of(&verify)["intact"], true);
-    // The server's key still signs the new head.
-    let out = export_with(old);
+    let warning = stderr(&out);
+    assert!(warning.contains("not signing"), "{warning}");
+    assert!(!warning.contains("   "), "no runs of spaces: {warning}");
+    let verify = ["audit", "verify", "--workspace", &ws, "-o", "json"];
+    let report = cpctl_keys(&db, old, &verify);
+    assert_ok(&report);
+    assert_eq!(json_of(&report)["intact"], true);
+    // A rotation: the new key first, the old one kept; the latest head is the old key's.
+    let rotation = format!("{new},{old}");
+    let head = json_of(&report)["headSequence"].as_i64().unwrap();
+    let out = export_with(&rotation);
     assert_ok(&out);
     assert!(!stderr(&out).contains("not signing"), "{}", stderr(&out));
+    let report = json_of(&cpctl_keys(&db, &rotation, &verify));
+    assert_eq!(report["intact"], true, "{report}");
+    assert_eq!(report["signedHeadSequence"], head, "{report}");
 }
 
 /// A webhook key rotation that drops the old key (docs/runners.md): the heads it signed are

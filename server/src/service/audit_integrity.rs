@@ -757,7 +757,7 @@ pub struct ExportProofs {
     pub checkpoints: Vec<AuditCheckpoint>,
     pub heads: Vec<SignedHead>,
     /// Set when no fresh head was signed because the latest signed head carries this key id,
-    /// not the signing key's.
+    /// no key this signer holds (current or older configured).
     pub not_signed_kid: Option<String>,
 }
 
@@ -892,16 +892,8 @@ impl Services {
             return Err(ServiceError::not_found("no such workspace"));
         };
         let at_ms = now.timestamp_millis();
-        // Sign only with the key the heads are signed with (or none signed yet): a cpctl
-        // configured with other keys than the server's would store heads the server cannot
-        // verify (the first row at a sequence is kept: a lasting false alarm).
-        let own_kid = WebhookSigner::key_id(&self.webhook_signer.current().verifying_key());
-        let latest_kid = self
-            .store
-            .latest_signed_head(workspace_id)
-            .await?
-            .map(|h| h.seal.kid);
-        if latest_kid.as_ref().is_some_and(|kid| *kid != own_kid) {
+        let latest_kid = self.foreign_head_kid(workspace_id).await?;
+        if latest_kid.is_some() {
             let checkpoints = self.store.checkpoints(workspace_id).await?;
             let heads = self
                 .export_heads(workspace_id, from, to, &checkpoints)
@@ -942,6 +934,20 @@ impl Services {
             heads,
             not_signed_kid: None,
         })
+    }
+
+    /// The kid of the workspace's latest signed head when it is no key this signer holds
+    /// (current or an older one configured): signing then (a head, or a retention checkpoint
+    /// that cannot be re-signed later) would store proofs the server may not verify (the
+    /// first row at a sequence is kept: a lasting false alarm). None when none is signed yet.
+    async fn foreign_head_kid(&self, workspace_id: Uuid) -> Result<Option<String>, ServiceError> {
+        let held = self.webhook_signer.public_keys();
+        Ok(self
+            .store
+            .latest_signed_head(workspace_id)
+            .await?
+            .map(|h| h.seal.kid)
+            .filter(|kid| !held.iter().any(|k| k.kid == *kid)))
     }
 
     /// The heads over the exported range, and the one at each checkpoint (verify checks every
