@@ -76,6 +76,10 @@ pub enum AuditCommand {
         /// A progress line on stderr every this many events (hidden: tests lower it).
         #[arg(long, default_value_t = 10_000, hide = true, value_parser = clap::value_parser!(u64).range(1..))]
         progress_every: u64,
+        /// Public keys trusted only to verify the chain before signing, `whpk_…,…` (as verify
+        /// takes them): old webhook keys a rotation dropped.
+        #[arg(long, env = "CP_AUDIT_VERIFY_KEYS", value_delimiter = ',')]
+        audit_keys: Vec<String>,
     },
     /// How long an organisation keeps its audit events: a length such as 90d, or `none`
     /// (forever).
@@ -131,13 +135,15 @@ pub async fn audit(
             until,
             format,
             progress_every,
+            audit_keys,
         } => {
             let workspace = uuid_arg("--workspace", &workspace)?;
+            let extra = audit_keys_arg(&audit_keys)?;
             let window = TimeWindow {
                 since: time_arg("--since", since.as_deref())?,
                 until: time_arg("--until", until.as_deref())?,
             };
-            export(services, workspace, window, format, progress_every).await?;
+            export(services, workspace, window, format, progress_every, extra).await?;
         }
         AuditCommand::Retention {
             organisation,
@@ -344,6 +350,7 @@ async fn export(
     window: TimeWindow,
     format: ExportFormat,
     progress_every: u64,
+    extra: Vec<ed25519_dalek::VerifyingKey>,
 ) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
@@ -384,7 +391,7 @@ async fn export(
     }
     if let Some(from) = first {
         let proofs = services
-            .export_proofs(workspace, from, after, chrono::Utc::now())
+            .export_proofs(workspace, from, after, chrono::Utc::now(), extra)
             .await?;
         if let Some(kid) = &proofs.not_signed_kid {
             eprintln!(

@@ -615,6 +615,47 @@ async fn heads_signed_with_a_dropped_key_verify_with_audit_keys() {
     assert_ok(&out);
 }
 
+/// After a rotation that dropped the old key, an export's check of the chain trusts the
+/// verification-only keys verify takes (`--audit-keys`, CP_AUDIT_VERIFY_KEYS), so it signs
+/// the tail again (second review, 5).
+#[tokio::test]
+async fn an_export_after_a_rotation_that_dropped_a_key_signs_with_audit_keys() {
+    let (old, new) = (
+        "DAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAw=",
+        "FRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRU=",
+    );
+    let db = Db::new().await;
+    let ws = log(&db, 3);
+    let export_args = ["audit", "export", "--workspace", &ws];
+    assert_ok(&cpctl_keys(&db, old, &export_args));
+    assert_ok(&db.run(&format!("pools create --workspace {ws} rotated")));
+    // During the rotation a head is signed with the new key.
+    assert_ok(&cpctl_keys(&db, &format!("{new},{old}"), &export_args));
+    assert_ok(&db.run(&format!("pools create --workspace {ws} dropped")));
+    let keys = json_of(&cpctl_keys(&db, old, &["webhooks", "keys", "-o", "json"]));
+    let old_public = keys[0]["publicKey"].as_str().unwrap().to_owned();
+    let out = cpctl_keys(&db, new, &export_args);
+    assert_ok(&out);
+    assert!(
+        stderr(&out).contains("no signed head at sequence"),
+        "{}",
+        stderr(&out)
+    );
+    let mut with_old = export_args.to_vec();
+    with_old.extend(["--audit-keys", &old_public]);
+    let out = cpctl_keys(&db, new, &with_old);
+    assert_ok(&out);
+    assert!(stderr(&out).trim().is_empty(), "{}", stderr(&out));
+    let mut verify = vec!["audit", "verify", "--workspace", &ws, "-o", "json"];
+    verify.extend(["--audit-keys", &old_public]);
+    let report = json_of(&cpctl_keys(&db, new, &verify));
+    assert_eq!(report["intact"], true, "{report}");
+    assert_eq!(
+        report["signedHeadSequence"], report["headSequence"],
+        "{report}"
+    );
+}
+
 /// A crafted export is an error, never a panic: a `chainFrom` at i64::MAX or below 0, an
 /// event line with a field the export does not write, a second header line (second review,
 /// 1 and 3).

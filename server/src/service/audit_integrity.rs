@@ -887,6 +887,7 @@ impl Services {
         from: i64,
         to: i64,
         now: DateTime<Utc>,
+        extra: Vec<ed25519_dalek::VerifyingKey>,
     ) -> Result<ExportProofs, ServiceError> {
         let Some(head) = self.store.audit_head(workspace_id).await? else {
             return Err(ServiceError::not_found("no such workspace"));
@@ -904,7 +905,9 @@ impl Services {
                 not_signed_kid: latest_kid,
             });
         }
-        let report = self.verify_audit_chain(workspace_id, None).await?;
+        let report = self
+            .verify_audit_chain_with(workspace_id, None, extra)
+            .await?;
         if report.intact() {
             self.sign_head_after_walk(workspace_id, &head, at_ms)
                 .await?;
