@@ -656,6 +656,46 @@ async fn an_export_after_a_rotation_that_dropped_a_key_signs_with_audit_keys() {
     );
 }
 
+/// `cpctl audit purge` seals a checkpoint that cannot be re-signed later: with a key that is
+/// not the latest signed head's it refuses, and removes nothing (second review, 6).
+#[tokio::test]
+async fn a_purge_by_a_cpctl_without_the_heads_key_refuses() {
+    let (old, new) = (
+        "DAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAw=",
+        "FRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRU=",
+    );
+    let db = Db::new().await;
+    let boot = bootstrap(&db);
+    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
+    let org = boot["organisationId"].as_str().unwrap().to_owned();
+    for n in 0..3 {
+        assert_ok(&db.run(&format!("pools create --workspace {ws} pool-{n}")));
+    }
+    assert_ok(&cpctl_keys(
+        &db,
+        old,
+        &["audit", "export", "--workspace", &ws],
+    ));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_ok(&db.run(&format!("audit retention {org} 1s")));
+    let purge = ["audit", "purge", "-o", "json"];
+    let err = failure(&cpctl_keys(&db, new, &purge));
+    assert!(err.contains("not purging"), "{err}");
+    let report = json_of(&cpctl_keys(
+        &db,
+        old,
+        &["audit", "verify", "--workspace", &ws, "-o", "json"],
+    ));
+    assert_eq!(report["checkpointSequence"], 0, "{report}");
+    let out = cpctl_keys(&db, &format!("{new},{old}"), &purge);
+    assert_ok(&out);
+    assert!(
+        json_of(&out)["removed"].as_i64().unwrap() >= 4,
+        "{}",
+        stdout(&out)
+    );
+}
+
 /// A crafted export is an error, never a panic: a `chainFrom` at i64::MAX or below 0, an
 /// event line with a field the export does not write, a second header line (second review,
 /// 1 and 3).

@@ -1082,7 +1082,14 @@ impl Services {
     /// Returns how many events it removed.
     pub async fn purge_expired_audit(&self, now: DateTime<Utc>) -> Result<u64, ServiceError> {
         let mut removed = 0;
+        let mut refused = None;
         for (workspace_id, seconds) in self.store.retention_workspaces().await? {
+            // A checkpoint cannot be re-signed later: never seal one with a key the workspace's
+            // heads are not signed with (the other workspaces go on).
+            if let Some(kid) = self.foreign_head_kid(workspace_id).await? {
+                refused.get_or_insert((workspace_id, kid));
+                continue;
+            }
             let cutoff = now - chrono::Duration::seconds(seconds);
             for _ in 0..RETENTION_BATCHES_PER_PASS {
                 let sealer = RetentionSealer::new(&self.webhook_signer, now);
@@ -1095,6 +1102,17 @@ impl Services {
                     break;
                 }
             }
+        }
+        if let Some((workspace_id, kid)) = refused {
+            return Err(ServiceError::Conflict {
+                code: "audit_key_not_held",
+                message: format!(
+                    "not purging workspace {workspace_id} ({removed} events removed elsewhere): \
+                     its latest signed head carries key {kid}, which this signer does not \
+                     hold (configure CP_WEBHOOK_SIGNING_KEYS as the server's)"
+                ),
+                details: None,
+            });
         }
         Ok(removed)
     }
