@@ -912,9 +912,18 @@ impl Services {
             self.sign_head_after_walk(workspace_id, &head, at_ms)
                 .await?;
             // The export's last event, and the event its chain starts after (offline verify
-            // trusts a start only with a proof at it).
+            // trusts a start only with a proof at it). Also at the head: another replica
+            // signing a higher head during the walk makes it pass the head by.
             for seq in [to, from] {
-                if seq <= 0 || seq >= head.seq {
+                if seq <= 0 || seq > head.seq {
+                    continue;
+                }
+                if !self
+                    .store
+                    .signed_heads(workspace_id, seq, seq)
+                    .await?
+                    .is_empty()
+                {
                     continue;
                 }
                 let stored = self.store.chained_events(workspace_id, seq - 1, 1).await?;
