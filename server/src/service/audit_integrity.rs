@@ -568,7 +568,10 @@ pub async fn verify_against(
         let start_proven = start.0 == 0
             || p.checkpoints.iter().any(|c| {
                 c.last_seq == start.0 && c.seal.is_some() && c.hash.as_ref() == Some(&start.1)
-            });
+            })
+            || p.signed_heads
+                .iter()
+                .any(|h| h.seq == start.0 && h.hash == start.1);
         if anchor.seq <= start.0 && !start_proven {
             return fail(report, ChainProblem::AnchorNotExtended, anchor.seq);
         }
