@@ -736,3 +736,35 @@ async fn a_crafted_export_is_refused_with_an_error() {
     let err = failure(&offline_verify(&db, &doubled.join("\n"), &key, &[]));
     assert!(err.contains("second auditExport"), "{err}");
 }
+
+/// A `--since` export starts where export signed a head: an anchor at exactly that start
+/// verifies offline (second review, 8), one with another hash there does not.
+#[tokio::test]
+async fn an_anchor_at_a_since_exports_signed_start_verifies_offline() {
+    let db = Db::new().await;
+    let ws = log(&db, 3);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let since = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    for n in 0..2 {
+        assert_ok(&db.run(&format!("pools create --workspace {ws} later-{n}")));
+    }
+    let out = db.run(&format!("audit export --workspace {ws} --since {since}"));
+    assert_ok(&out);
+    let text = stdout(&out);
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let from = &header["auditExport"]["chainFrom"];
+    let (seq, hash) = (
+        from["sequence"].as_i64().unwrap(),
+        from["hash"].as_str().unwrap(),
+    );
+    assert!(seq > 0, "{header}");
+    let key = public_key(&db);
+    let anchor = format!("{seq}:{hash}");
+    let good = offline_verify(&db, &text, &key, &["--anchor", &anchor]);
+    assert_ok(&good);
+    assert_eq!(json_of(&good)["anchorExtended"], true, "{}", stdout(&good));
+    let other = format!("{seq}:{}", "ab".repeat(32));
+    let out = offline_verify(&db, &text, &key, &["--anchor", &other]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+}
