@@ -8,7 +8,7 @@
 # (criterion: 0) and whether it ended within the re-check interval plus what its socket held.
 # Exits non-zero naming each failed criterion. Stops by itself. Figures go to RELIABILITY.md.
 #
-#   [DRILL_EVENTS=8000] [DRILL_AFTER=100] [DRILL_READERS=fast,window-8k-80kBps,...]
+#   [DRILL_EVENTS=20000] [DRILL_AFTER=100] [DRILL_READERS=fast,window-8k-80kBps,...]
 #   [DRILL_CUT_AT=2] tests/drills/slow-reader.sh
 #
 # DRILL_BIN_DIR: take control-plane and cpctl from there and build nothing.
