@@ -7,7 +7,8 @@ use reqwest::Response;
 use uuid::Uuid;
 
 use crate::support::{
-    Call, Tenant, TestApp, assert_api_error, captured_logs, issuance_body, rate, spawn_app_with,
+    Call, Tenant, TestApp, assert_api_error, captured_logs, issuance_body, rate, routes,
+    spawn_app_with,
 };
 
 /// Another token of the tenant's own user.
@@ -41,7 +42,7 @@ async fn colleague_token(app: &TestApp, tenant: &Tenant) -> String {
 }
 
 async fn read(app: &TestApp, tenant: &Tenant, token: &str) -> Response {
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     app.get(&path, token).response().await
 }
 
@@ -53,7 +54,7 @@ fn header(response: &Response, name: &str) -> String {
 async fn limited_responses_carry_integer_headers_until_429() {
     let app = spawn_app_with(|c| c.rate_limit = rate("3/m")).await;
     let tenant = app.bootstrap().await;
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     let mut remaining = Vec::new();
     for _ in 0..3 {
         let response = app.get(&path, &tenant.token).ok_response().await;
@@ -105,7 +106,7 @@ async fn issuance_has_its_own_lower_budget() {
     assert_eq!(limited.headers()["x-ratelimit-limit"], "2");
     assert_api_error(limited, 429, "rate_limited").await;
     // Reads are not spent by issuance.
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     assert_eq!(app.get(&path, &tenant.token).response().await.status(), 200);
 }
 
@@ -113,18 +114,18 @@ async fn issuance_has_its_own_lower_budget() {
 async fn unauthenticated_requests_are_limited_per_address() {
     let app = spawn_app_with(|c| c.rate_limit = rate("2/m")).await;
     for _ in 0..2 {
-        app.get("/v1/workspaces/x/activity", "cpat_not-a-token")
+        app.get(&routes::activity("x"), "cpat_not-a-token")
             .expect(401, "unauthenticated")
             .await;
     }
-    app.get("/v1/workspaces/x/activity", "cpat_not-a-token")
+    app.get(&routes::activity("x"), "cpat_not-a-token")
         .expect(429, "rate_limited")
         .await;
 }
 
 /// An unauthenticated read carrying `forwarded` as its `X-Forwarded-For` field lines: its status.
 async fn anonymous_read(app: &TestApp, forwarded: &[&str]) -> u16 {
-    let mut request = app.get("/v1/workspaces/x/activity", "cpat_not-a-token");
+    let mut request = app.get(&routes::activity("x"), "cpat_not-a-token");
     for line in forwarded {
         request = request.header("x-forwarded-for", *line);
     }
@@ -194,20 +195,13 @@ async fn warned_at_start(trusted: &str) -> bool {
     })
 }
 
+// How the blocks may split every address is `http/forwarded.rs`'s unit tests' (splits,
+// overlaps, IPv4-mapped blocks, one address short); here, that the verdict reaches the log,
+// for a split set and for a set one address short, each from a server of its own.
 #[tokio::test]
 async fn trusting_every_address_is_warned_of_at_start() {
-    for every in [
-        "10.0.0.1, ::/0",
-        "0.0.0.0/0",
-        // Split, overlapping, or written as IPv4-mapped IPv6: every address all the same.
-        "0.0.0.0/1, 128.0.0.0/1",
-        "192.0.0.0/2, 10.0.0.0/8, 0.0.0.0/1, 128.0.0.0/2",
-        "::/1, 8000::/1",
-        "::ffff:0.0.0.0/97, 128.0.0.0/1",
-    ] {
-        assert!(warned_at_start(every).await, "warned of {every}");
-    }
-    // One address short of every address: no warning.
+    let every = "192.0.0.0/2, 10.0.0.0/8, 0.0.0.0/1, 128.0.0.0/2";
+    assert!(warned_at_start(every).await, "warned of {every}");
     let short = "0.0.0.0/1, 128.0.0.0/2, 192.0.0.0/3, 224.0.0.0/4, 240.0.0.0/5, 248.0.0.0/6, \
                  252.0.0.0/7, 254.0.0.0/8, 255.0.0.0/9, 255.128.0.0/10, 255.192.0.0/11, \
                  255.224.0.0/12, 255.240.0.0/13, 255.248.0.0/14, 255.252.0.0/15, \
@@ -217,7 +211,6 @@ async fn trusting_every_address_is_warned_of_at_start() {
                  255.255.255.224/28, 255.255.255.240/29, 255.255.255.248/30, \
                  255.255.255.252/31, 255.255.255.254";
     assert!(!warned_at_start(short).await, "not warned of {short}");
-    assert!(warned_at_start(&format!("{short}, 255.255.255.255")).await);
 }
 
 #[tokio::test]
