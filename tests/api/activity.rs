@@ -3,7 +3,7 @@ use std::collections::HashSet;
 use control_plane::domain::Scope;
 use serde_json::Value;
 
-use crate::support::{Call, issuance_body, tenant_app};
+use crate::support::{Call, issuance_body, routes, tenant_app};
 
 #[tokio::test]
 async fn pages_newest_first_with_an_opaque_cursor() {
@@ -20,7 +20,7 @@ async fn pages_newest_first_with_an_opaque_cursor() {
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let mut path = format!("/v1/workspaces/{}/activity?limit=3", tenant.workspace_id);
+        let mut path = format!("{}?limit=3", routes::activity(tenant.workspace_id));
         if let Some(c) = &cursor {
             path.push_str(&format!("&cursor={c}"));
         }
@@ -43,14 +43,10 @@ async fn pages_newest_first_with_an_opaque_cursor() {
 #[tokio::test]
 async fn items_carry_type_actor_target_and_correlation() {
     let (app, tenant) = tenant_app().await;
-    app.post_json(
-        "/v1/personal-access-tokens",
-        &tenant.token,
-        &issuance_body(&tenant),
-    )
-    .header("x-correlation-id", "activity-item-1")
-    .response()
-    .await;
+    app.post_json(routes::ISSUE_TOKEN, &tenant.token, &issuance_body(&tenant))
+        .header("x-correlation-id", "activity-item-1")
+        .response()
+        .await;
     let page: Value = app.activity(&tenant, "").await;
     let newest = &page["items"][0];
     assert_eq!(newest["type"], "token.issued");
@@ -65,7 +61,7 @@ async fn items_carry_type_actor_target_and_correlation() {
 #[tokio::test]
 async fn limit_and_cursor_are_validated() {
     let (app, tenant) = tenant_app().await;
-    let base = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let base = routes::activity(tenant.workspace_id);
     for (query, field) in [
         ("limit=0", "limit"),
         ("limit=101", "limit"),
@@ -109,17 +105,14 @@ async fn other_workspaces_and_missing_scope_are_403() {
         own_second.to_string(),
         "not-a-uuid".into(),
     ] {
-        app.get(&format!("/v1/workspaces/{ws}/activity"), &tenant.token)
+        app.get(&routes::activity(ws), &tenant.token)
             .expect(403, "forbidden")
             .await;
     }
     let no_scope = app.scoped_token(&tenant, &[Scope::AuditRead]).await;
-    app.get(
-        &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
-        &no_scope,
-    )
-    .expect(403, "forbidden")
-    .await;
+    app.get(&routes::activity(tenant.workspace_id), &no_scope)
+        .expect(403, "forbidden")
+        .await;
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::support::sse::{Sse, stream_path};
-use crate::support::{Call, Tenant, TestApp, issuance_body, tenant_app};
+use crate::support::{Call, Tenant, TestApp, issuance_body, routes, tenant_app};
 
 async fn issue(app: &TestApp, tenant: &Tenant, times: usize) {
     for _ in 0..times {
@@ -55,7 +55,7 @@ async fn retained_log() -> (TestApp, Tenant) {
 #[tokio::test]
 async fn an_activity_cursor_into_removed_events_is_gone_and_a_current_one_works() {
     let (app, tenant) = retained_log().await;
-    let base = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let base = routes::activity(tenant.workspace_id);
     for cursor in ["3", "9"] {
         let err = app
             .get(&format!("{base}?cursor={cursor}"), &tenant.token)
@@ -122,8 +122,8 @@ async fn export_lines_are_the_activity_items_byte_for_byte() {
     let mut cursor = String::new();
     loop {
         let path = format!(
-            "/v1/workspaces/{}/activity?limit=2&cursor={cursor}",
-            tenant.workspace_id
+            "{}?limit=2&cursor={cursor}",
+            routes::activity(tenant.workspace_id)
         );
         let body = app.get(&path, &tenant.token).send().await.unwrap();
         assert_eq!(body.status(), 200);

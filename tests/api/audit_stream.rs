@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::support::sse::{Sse, WAIT, head, logged_events, reader, stream_path, submit};
 use crate::support::{
-    Call, ServerProcess, create_pool, issuance_body, needs, spawn_app_with, tenant_app,
+    Call, ServerProcess, create_pool, issuance_body, needs, routes, spawn_app_with, tenant_app,
 };
 
 #[tokio::test]
@@ -77,7 +77,7 @@ async fn reconnecting_with_last_event_id_misses_nothing_and_repeats_nothing() {
     // Commands keep being submitted while the client reads, disconnects and reconnects.
     let writer = {
         let client = app.client.clone();
-        let url = app.url(&format!("/v1/workspaces/{ws}/runner-commands"));
+        let url = app.url(&routes::runner_commands(ws));
         let token = tenant.token.clone();
         tokio::spawn(async move {
             for i in 0..WRITES {
@@ -133,7 +133,7 @@ async fn types_filter_the_replay_and_the_live_events() {
     let idle = create_pool(&app, ws, "idle").await;
     submit(&app, &tenant.token, ws, busy).await;
     app.delete_json(
-        &format!("/v1/workspaces/{ws}/runner-pools/{idle}"),
+        &routes::runner_pool(ws, idle),
         &tenant.token,
         &json!({"reason": "unused"}),
     )
@@ -254,7 +254,7 @@ async fn a_stream_ends_at_its_max_age_and_resuming_with_last_event_id_misses_and
     // Commands keep being submitted across several of the stream's lifetimes.
     let writer = {
         let client = app.client.clone();
-        let url = app.url(&format!("/v1/workspaces/{ws}/runner-commands"));
+        let url = app.url(&routes::runner_commands(ws));
         let token = tenant.token.clone();
         tokio::spawn(async move {
             for i in 0..WRITES {
@@ -326,7 +326,7 @@ async fn a_replay_of_many_pages_sends_every_event_in_order_then_follows_live() {
         // Events keep arriving while the log is read page by page.
         let writer = {
             let client = app.client.clone();
-            let url = app.url(&format!("/v1/workspaces/{ws}/runner-commands"));
+            let url = app.url(&routes::runner_commands(ws));
             let token = tenant.token.clone();
             tokio::spawn(async move {
                 for i in 0..LIVE {
@@ -389,7 +389,7 @@ async fn postgres_only_concurrent_writers_on_three_replicas_and_a_resuming_reade
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
             let client = app.client.clone();
-            let url = format!("{}/v1/workspaces/{ws}/runner-commands", bases[w % 3]);
+            let url = format!("{}{}", bases[w % 3], routes::runner_commands(ws));
             let token = tenant.token.clone();
             tokio::spawn(async move {
                 for i in 0..WRITES {

@@ -10,14 +10,14 @@ use uuid::Uuid;
 
 use crate::support::sse::{PacedEnding, Sse, WAIT, fill_log, head, reader, stream_path, submit};
 use crate::support::{
-    Call, ServerProcess, Tenant, TestApp, assert_api_error, create_pool, needs, spawn_app_with,
-    sql_exec, tenant_app,
+    Call, ServerProcess, Tenant, TestApp, assert_api_error, create_pool, needs, routes,
+    spawn_app_with, sql_exec, tenant_app,
 };
 
 /// Revokes `token`'s access to `workspace` over HTTP with the tenant's admin token.
 async fn revoke(app: &TestApp, tenant: &Tenant, workspace: Uuid, token: Uuid) {
     app.delete_json(
-        &format!("/v1/workspaces/{workspace}/access-tokens/{token}"),
+        &routes::revoke_token(workspace, token),
         &tenant.token,
         &json!({"reason": "stream test"}),
     )
@@ -440,7 +440,7 @@ async fn a_slow_replaying_reader_whose_rotation_grace_ends_is_cut_off_before_any
     // The witness that the grace is over: the old secret is refused like on any request (403
     // until then: the reader has no `activity:read`).
     let started = std::time::Instant::now();
-    let activity = format!("/v1/workspaces/{ws}/activity");
+    let activity = routes::activity(ws);
     while app.get(&activity, &old).status_code().await != 401 {
         assert!(started.elapsed() < WAIT, "the old secret still works");
         tokio::time::sleep(Duration::from_millis(20)).await;

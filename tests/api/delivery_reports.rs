@@ -10,7 +10,7 @@ use crate::support::runner::{
     submit,
 };
 use crate::support::{
-    Call, assert_api_error, create_pool, error_shape, events_about, sql_one, sql_value,
+    Call, assert_api_error, create_pool, error_shape, events_about, routes, sql_one, sql_value,
 };
 
 const REPORTED: &str = "webhook_delivery.status_reported";
@@ -59,7 +59,7 @@ async fn a_delivery_moves_received_running_succeeded_and_its_command_follows() {
 
     // Nothing is open any more: the pool can go without force.
     app.delete_json(
-        &format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id),
+        &routes::runner_pool(tenant.workspace_id, pool),
         &tenant.token,
         &json!({}),
     )
@@ -240,7 +240,7 @@ async fn reports_on_a_command_cancelled_by_a_forced_pool_deletion_are_409() {
 
     let body: Value = app
         .delete_ok(
-            &format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id),
+            &routes::runner_pool(tenant.workspace_id, pool),
             &tenant.token,
             &json!({"reason": "runner lost", "force": true}),
         )

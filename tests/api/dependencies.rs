@@ -6,7 +6,7 @@ use std::time::Duration;
 use control_plane::config::ServerConfig;
 
 use crate::support::{
-    Call, Proxy, Tenant, TestApp, assert_api_error, create_database, issuance_body, needs,
+    Call, Proxy, Tenant, TestApp, assert_api_error, create_database, issuance_body, needs, routes,
     spawn_app, spawn_app_with, spawn_with_config, sql_exec, sql_value,
 };
 
@@ -33,7 +33,7 @@ async fn behind_proxy_with(
     configure(&mut config);
     let app = spawn_with_config(name, config).await;
     let tenant = app.bootstrap().await;
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     app.get(&path, &tenant.token).ok_response().await;
     (app, tenant, proxy, path)
 }
@@ -218,7 +218,7 @@ async fn postgres_only_a_batch_stuck_on_a_dead_connection_frees_its_lane() {
 async fn the_smallest_pool_serves_reads_and_writes() {
     let app = spawn_app_with(|config| config.db_max_connections = 3).await;
     let tenant = app.bootstrap().await;
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     for _ in 0..3 {
         app.get(&path, &tenant.token).ok_response().await;
         let write = app.issue(&tenant.token, &issuance_body(&tenant)).await;

@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::support::{
-    Call, TestApp, assert_api_error, captured_logs, issuance_body, spawn_with_config, sql_one,
-    sql_value, test_config,
+    Call, TestApp, assert_api_error, captured_logs, issuance_body, routes, spawn_with_config,
+    sql_one, sql_value, test_config,
 };
 
 fn temp_dir() -> PathBuf {
@@ -226,7 +226,7 @@ async fn embedded_an_activation_by_cpctl_reaches_the_running_server_within_a_sec
     let config = embedded_config(&dir);
     let app = spawn_with_config(dir.display().to_string(), config.clone()).await;
     let tenant = app.bootstrap().await;
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     let status = || async { app.get(&path, &tenant.token).status_code().await };
     assert_eq!(status().await, 200);
 
@@ -254,10 +254,7 @@ async fn embedded_events_written_by_cpctl_reach_the_audit_stream() {
     let app = spawn_with_config(dir.display().to_string(), config.clone()).await;
     let tenant = app.bootstrap().await;
     let mut stream = app
-        .get(
-            &format!("/v1/workspaces/{}/audit/stream", tenant.workspace_id),
-            &tenant.token,
-        )
+        .get(&routes::audit_stream(tenant.workspace_id), &tenant.token)
         .ok_response()
         .await;
     let first = tokio::time::timeout(Duration::from_secs(5), stream.chunk())
@@ -365,7 +362,7 @@ async fn embedded_a_keyed_request_replays_after_a_restart_without_running_again(
     let body = issuance_body(&tenant);
     let key = "restart-key-0000000001";
     let issue = |app: &TestApp| {
-        app.post_json("/v1/personal-access-tokens", &tenant.token, &body)
+        app.post_json(routes::ISSUE_TOKEN, &tenant.token, &body)
             .header("idempotency-key", key)
             .send()
     };
@@ -403,7 +400,7 @@ async fn embedded_a_keyed_request_replays_after_a_restart_without_running_again(
     // The same key with another body is still refused as a reuse, not run.
     let mut other = body.clone();
     other["name"] = json!(format!("other-{}", Uuid::new_v4().simple()));
-    app.post_json("/v1/personal-access-tokens", &tenant.token, &other)
+    app.post_json(routes::ISSUE_TOKEN, &tenant.token, &other)
         .header("idempotency-key", key)
         .expect(409, "idempotency_key_reused")
         .await;
@@ -431,7 +428,7 @@ async fn embedded_a_signed_report_replayed_after_a_restart_is_refused() {
     let private_key = registered.private_key.expect("a generated key pair");
     let submitted: Value = app
         .post_ok(
-            &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+            &routes::runner_commands(tenant.workspace_id),
             &tenant.token,
             &json!({"poolId": pool, "command": "make", "args": ["test"]}),
         )
@@ -440,7 +437,7 @@ async fn embedded_a_signed_report_replayed_after_a_restart_is_refused() {
         .as_str()
         .unwrap()
         .to_owned();
-    let path = format!("/v1/runner/webhook-deliveries/{delivery}/status");
+    let path = routes::delivery_status(&delivery);
     let report = |app: &TestApp, status: &str| {
         let body = json!({"status": status}).to_string().into_bytes();
         let signed = sign_request(

@@ -2,7 +2,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::support::{
-    Call, assert_api_error, issuance_body, spawn_app, spawn_app_with, tenant_app,
+    Call, assert_api_error, issuance_body, routes, spawn_app, spawn_app_with, tenant_app,
 };
 
 #[tokio::test]
@@ -20,10 +20,10 @@ async fn unknown_route_is_404_and_wrong_method_405() {
         "not_found",
     )
     .await;
-    app.request(Method::PATCH, "/v1/personal-access-tokens")
+    app.request(Method::PATCH, routes::ISSUE_TOKEN)
         .expect(405, "method_not_allowed")
         .await;
-    app.request(Method::GET, "/v1/personal-access-tokens")
+    app.request(Method::GET, routes::ISSUE_TOKEN)
         .expect(405, "method_not_allowed")
         .await;
 }
@@ -32,7 +32,7 @@ async fn unknown_route_is_404_and_wrong_method_405() {
 async fn malformed_json_and_content_types_are_400() {
     let (app, tenant) = tenant_app().await;
     let post = || {
-        app.request(Method::POST, "/v1/personal-access-tokens")
+        app.request(Method::POST, routes::ISSUE_TOKEN)
             .bearer_auth(&tenant.token)
     };
 
@@ -77,13 +77,8 @@ async fn oversized_bodies_are_413_declared_or_streamed() {
 
     // No Content-Length: the limit holds while the chunked body is read.
     let payload = format!("{{\"name\":\"{}\"}}", "y".repeat(4000));
-    let (status, headers, body) = raw_chunked_post(
-        &app.address,
-        "/v1/personal-access-tokens",
-        &tenant.token,
-        &payload,
-    )
-    .await;
+    let (status, headers, body) =
+        raw_chunked_post(&app.address, routes::ISSUE_TOKEN, &tenant.token, &payload).await;
     assert_eq!(status, 413);
     let parsed: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(parsed["error"]["code"], "payload_too_large");
@@ -148,7 +143,7 @@ async fn raw_chunked_post(
 #[tokio::test]
 async fn credentials_are_checked_before_the_body() {
     let app = spawn_app().await;
-    app.request(Method::POST, "/v1/personal-access-tokens")
+    app.request(Method::POST, routes::ISSUE_TOKEN)
         .header("content-type", "application/json")
         .body("not json")
         .expect(401, "unauthenticated")

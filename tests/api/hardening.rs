@@ -5,7 +5,7 @@ use control_plane::domain::NO_NUL_PATTERN;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::support::{Call, assert_api_error, issuance_body, spawn_app, tenant_app};
+use crate::support::{Call, assert_api_error, issuance_body, routes, spawn_app, tenant_app};
 
 #[tokio::test]
 async fn nul_characters_are_a_400_not_a_storage_error() {
@@ -21,10 +21,9 @@ async fn nul_characters_are_a_400_not_a_storage_error() {
     assert_eq!(err["error"]["details"]["field"], "name");
 
     let issued: Value = app.issued(&tenant).await;
-    let path = format!(
-        "/v1/workspaces/{}/access-tokens/{}",
+    let path = routes::revoke_token(
         tenant.workspace_id,
-        issued["credential"]["id"].as_str().unwrap()
+        issued["credential"]["id"].as_str().unwrap(),
     );
     let err = app
         .delete_json(&path, &tenant.token, &json!({"reason": "x\u{0}"}))
@@ -114,7 +113,7 @@ async fn a_repeated_key_is_rejected() {
         tenant.organisation_id, tenant.workspace_id
     );
     let err = app
-        .request(Method::POST, "/v1/personal-access-tokens")
+        .request(Method::POST, routes::ISSUE_TOKEN)
         .bearer_auth(&tenant.token)
         .header("content-type", "application/json")
         .body(raw)
@@ -132,7 +131,7 @@ async fn repeated_correlation_or_authorization_headers_are_refused() {
         .expect(400, "validation_failed")
         .await;
 
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     app.request(Method::GET, &path)
         .header("authorization", format!("Bearer {}", tenant.token))
         .header("authorization", "Bearer cpat_other")
@@ -148,7 +147,7 @@ async fn look_alike_json_media_types_are_refused() {
         "application/jsonx",
         "text/json",
     ] {
-        app.request(Method::POST, "/v1/personal-access-tokens")
+        app.request(Method::POST, routes::ISSUE_TOKEN)
             .bearer_auth(&tenant.token)
             .header("content-type", content_type)
             .body(issuance_body(&tenant).to_string())
@@ -156,7 +155,7 @@ async fn look_alike_json_media_types_are_refused() {
             .await;
     }
     let response = app
-        .request(Method::POST, "/v1/personal-access-tokens")
+        .request(Method::POST, routes::ISSUE_TOKEN)
         .bearer_auth(&tenant.token)
         .header("content-type", "application/json; charset=utf-8")
         .body(issuance_body(&tenant).to_string())

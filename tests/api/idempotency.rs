@@ -7,12 +7,12 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Call, Tenant, TestApp, assert_api_error, issuance_body, needs, redis_values, spawn_app_with,
-    sql_one, sql_value, tenant_app,
+    Call, Tenant, TestApp, assert_api_error, issuance_body, needs, redis_values, routes,
+    spawn_app_with, sql_one, sql_value, tenant_app,
 };
 
 async fn issue_with_key(app: &TestApp, token: &str, key: &str, body: &Value) -> reqwest::Response {
-    app.post_json("/v1/personal-access-tokens", token, body)
+    app.post_json(routes::ISSUE_TOKEN, token, body)
         .header("idempotency-key", key)
         .response()
         .await
@@ -35,7 +35,7 @@ async fn thirty_two_concurrent_identical_requests_create_one_token() {
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..32 {
         let request = app
-            .post_json("/v1/personal-access-tokens", &tenant.token, &body)
+            .post_json(routes::ISSUE_TOKEN, &tenant.token, &body)
             .header("idempotency-key", key);
         set.spawn(async move { request.response().await });
     }
@@ -167,10 +167,9 @@ async fn invalid_keys_are_400() {
 async fn a_revocation_replays_instead_of_turning_into_a_404() {
     let (app, tenant) = tenant_app().await;
     let issued: Value = app.issued(&tenant).await;
-    let path = format!(
-        "/v1/workspaces/{}/access-tokens/{}",
+    let path = routes::revoke_token(
         tenant.workspace_id,
-        issued["credential"]["id"].as_str().unwrap()
+        issued["credential"]["id"].as_str().unwrap(),
     );
     let send = || {
         app.request(Method::DELETE, &path)
@@ -339,7 +338,7 @@ async fn postgres_only_a_keyed_handler_past_its_deadline_is_stopped_and_its_key_
         .await
         .unwrap();
 
-    let path = format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id);
+    let path = routes::runner_commands(tenant.workspace_id);
     let body = json!({ "poolId": pool, "command": "slow-once" });
     let send = || {
         app.post_json(&path, &tenant.token, &body)

@@ -5,7 +5,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::support::{
-    Call, TestDb, assert_api_error, issuance_body, spawn_app_with, sql_all, sql_one, tenant_app,
+    Call, TestDb, assert_api_error, issuance_body, routes, spawn_app_with, sql_all, sql_one,
+    tenant_app,
 };
 
 const CREDENTIAL_FIELDS: [&str; 10] = [
@@ -58,12 +59,9 @@ async fn issues_exactly_the_envelope_with_defaults() {
     );
 
     // The new token authenticates, with just the scope it was given.
-    app.get(
-        &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
-        token,
-    )
-    .ok_response()
-    .await;
+    app.get(&routes::activity(tenant.workspace_id), token)
+        .ok_response()
+        .await;
     let denied = app.issue(token, &issuance_body(&tenant)).await;
     assert_api_error(denied, 403, "forbidden").await;
 }
@@ -338,7 +336,7 @@ async fn a_duplicate_active_name_is_409_until_revoked() {
 
     let id = first["credential"]["id"].as_str().unwrap();
     app.delete_json(
-        &format!("/v1/workspaces/{}/access-tokens/{id}", tenant.workspace_id),
+        &routes::revoke_token(tenant.workspace_id, id),
         &tenant.token,
         &json!({"reason": "rotate"}),
     )
@@ -377,11 +375,7 @@ async fn issuance_writes_its_audit_event_in_each_workspace() {
     let (app, tenant) = tenant_app().await;
     let cid = "audit-check-0001";
     let response = app
-        .post_json(
-            "/v1/personal-access-tokens",
-            &tenant.token,
-            &issuance_body(&tenant),
-        )
+        .post_json(routes::ISSUE_TOKEN, &tenant.token, &issuance_body(&tenant))
         .header("x-correlation-id", cid)
         .response()
         .await;

@@ -9,7 +9,9 @@ use base64::engine::general_purpose::STANDARD;
 use control_plane::domain::KeyEncryptionKey;
 use control_plane::startup::open_services;
 
-use crate::support::{Call, create_database, spawn_with_config, sql_all, sql_exec, test_config};
+use crate::support::{
+    Call, create_database, routes, spawn_with_config, sql_all, sql_exec, test_config,
+};
 
 const GENERATED: [&str; 4] = [
     "token_hash_key",
@@ -59,7 +61,7 @@ async fn generated_keys_are_stored_wrapped_and_another_kek_is_refused() {
 
     // With the right one, a second process reads the same keys: the token still works.
     let services = open_services(&config).await.expect("the same kek opens");
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     app.get(&path, &tenant.token).ok_response().await;
     assert_eq!(
         services.webhook_signer().public_keys()[0].kid,

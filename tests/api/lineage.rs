@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::revoke_token::{activity_status, revoke_path};
-use crate::support::{Call, Tenant, TestApp, issuance_body, sql_all, tenant_app};
+use crate::support::{Call, Tenant, TestApp, issuance_body, routes, sql_all, tenant_app};
 
 /// A token issued through the admin path, with its record.
 async fn admin_issue(
@@ -370,17 +370,11 @@ async fn another_organisations_ids_answer_like_ids_that_do_not_exist() {
     assert_eq!(foreign, unknown);
 
     // Activity.
-    let activity = |ws: Uuid| {
-        app.get(&format!("/v1/workspaces/{ws}/activity"), &tenant.token)
-            .send()
-    };
+    let activity = |ws: Uuid| app.get(&routes::activity(ws), &tenant.token).send();
     let foreign = error_of(activity(other.workspace_id).await.unwrap()).await;
     let unknown = error_of(activity(random).await.unwrap()).await;
     assert_eq!(foreign, unknown);
-    let stream = |ws: Uuid| {
-        app.get(&format!("/v1/workspaces/{ws}/audit/stream"), &tenant.token)
-            .send()
-    };
+    let stream = |ws: Uuid| app.get(&routes::audit_stream(ws), &tenant.token).send();
     let foreign = error_of(stream(other.workspace_id).await.unwrap()).await;
     let unknown = error_of(stream(random).await.unwrap()).await;
     assert_eq!(foreign, unknown);

@@ -13,7 +13,8 @@ use uuid::Uuid;
 
 use crate::support::sse::{Sse, logged_events, reader, stream_path};
 use crate::support::{
-    Call, ServerProcess, Tenant, TestApp, needs, spawn_app_with, sql_all, sql_exec, tenant_app,
+    Call, ServerProcess, Tenant, TestApp, needs, routes, spawn_app_with, sql_all, sql_exec,
+    tenant_app,
 };
 
 /// What `cpctl` opens: its own `Services` (its own pool) on the app's records.
@@ -45,7 +46,7 @@ async fn token_of(app: &TestApp, user: &Tenant) -> (String, Uuid) {
 }
 
 fn activity(tenant: &Tenant) -> String {
-    format!("/v1/workspaces/{}/activity", tenant.workspace_id)
+    routes::activity(tenant.workspace_id)
 }
 
 async fn status(app: &TestApp, tenant: &Tenant, token: &str) -> u16 {

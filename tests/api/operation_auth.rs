@@ -7,7 +7,7 @@ use reqwest::{Method, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::support::{Call, Tenant, TestApp, assert_api_error, tenant_app};
+use crate::support::{Call, Tenant, TestApp, assert_api_error, routes, tenant_app};
 
 /// One bearer route with a body that would succeed, against real resources.
 struct Route {
@@ -20,7 +20,7 @@ struct Route {
 #[tokio::test]
 async fn every_bearer_operation_needs_a_token_and_its_own_scope() {
     let (app, tenant) = tenant_app().await;
-    let routes = routes(&app, &tenant).await;
+    let routes = bearer_routes(&app, &tenant).await;
 
     for route in &routes {
         let label = format!("{} {}", route.method, route.path);
@@ -65,7 +65,7 @@ async fn every_bearer_operation_needs_a_token_and_its_own_scope() {
 #[tokio::test]
 async fn the_runner_route_takes_a_signature_not_a_bearer_token() {
     let (app, tenant) = tenant_app().await;
-    let path = format!("/v1/runner/webhook-deliveries/{}/status", Uuid::new_v4());
+    let path = routes::delivery_status(Uuid::new_v4());
     let body = json!({"status": "received"});
     app.request(Method::POST, &path)
         .json(&body)
@@ -88,7 +88,7 @@ async fn send(app: &TestApp, route: &Route, token: Option<&str>) -> Response {
 }
 
 /// The bearer routes of the v1 operations, each with what it needs to succeed.
-async fn routes(app: &TestApp, tenant: &Tenant) -> Vec<Route> {
+async fn bearer_routes(app: &TestApp, tenant: &Tenant) -> Vec<Route> {
     let cid = CorrelationId::generate();
     let ws = tenant.workspace_id;
     // Two pools: commands go to one, the other is deleted.
@@ -142,10 +142,7 @@ async fn routes(app: &TestApp, tenant: &Tenant) -> Vec<Route> {
         )
         .await;
     let review: Value = app
-        .request(
-            Method::PUT,
-            &format!("/v1/marketplace/plugins/{plugin}/reviews/me"),
-        )
+        .request(Method::PUT, &routes::own_review(plugin))
         .bearer_auth(&author_token)
         .json(&json!({"rating": 4, "title": "Solid plugin", "body": "Does what it says."}))
         .json_body()
@@ -158,40 +155,37 @@ async fn routes(app: &TestApp, tenant: &Tenant) -> Vec<Route> {
     vec![
         Route {
             method: Method::POST,
-            path: format!("/v1/workspaces/{ws}/runner-commands"),
+            path: routes::runner_commands(ws),
             scope: Scope::RunnerCommandsSubmit,
             body: Some(json!({"poolId": commands_pool, "command": "echo"})),
         },
         Route {
             method: Method::DELETE,
-            path: format!("/v1/workspaces/{ws}/runner-pools/{doomed_pool}"),
+            path: routes::runner_pool(ws, doomed_pool),
             scope: Scope::RunnerPoolsDelete,
             body: Some(json!({"reason": "retired"})),
         },
         Route {
             method: Method::GET,
-            path: format!("/v1/workspaces/{ws}/audit/stream"),
+            path: routes::audit_stream(ws),
             scope: Scope::AuditRead,
             body: None,
         },
         Route {
             method: Method::POST,
-            path: format!(
-                "/v1/workspaces/{ws}/workflows/{}/revisions/{}/request-approval",
-                workflow.id, revision.id
-            ),
+            path: routes::request_approval(ws, workflow.id, revision.id),
             scope: Scope::WorkflowsRequestApproval,
             body: Some(json!({})),
         },
         Route {
             method: Method::PUT,
-            path: format!("/v1/marketplace/plugins/{plugin}/reviews/me"),
+            path: routes::own_review(plugin),
             scope: Scope::ReviewsWrite,
             body: Some(json!({"rating": 5, "title": "Great", "body": "Works well for us."})),
         },
         Route {
             method: Method::POST,
-            path: format!("/v1/marketplace/plugins/{plugin}/reviews/{review_id}/report"),
+            path: routes::report_review(plugin, review_id),
             scope: Scope::ReviewsReport,
             body: Some(json!({"reason": "spam"})),
         },
@@ -211,12 +205,12 @@ async fn a_malformed_body_is_400_before_a_missing_scope_is_403() {
     let token = app
         .admin_token(&tenant, &lacking, &[tenant.workspace_id], &[])
         .await;
-    app.request(Method::POST, "/v1/personal-access-tokens")
+    app.request(Method::POST, routes::ISSUE_TOKEN)
         .bearer_auth(&token)
         .json(&json!({ "name": "" }))
         .expect(400, "validation_failed")
         .await;
-    app.request(Method::POST, "/v1/personal-access-tokens")
+    app.request(Method::POST, routes::ISSUE_TOKEN)
         .bearer_auth(&token)
         .json(&json!({
             "name": "ordered",

@@ -4,7 +4,7 @@
 use reqwest::Method;
 use serde_json::Value;
 
-use crate::support::{Call, assert_api_error, rate, spawn_app, spawn_app_with};
+use crate::support::{Call, assert_api_error, rate, routes, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn health_and_readiness_answer_with_a_correlation_id() {
@@ -24,7 +24,7 @@ async fn metrics_count_requests_by_operation_and_status() {
     let app = spawn_app().await;
     let _ = app
         .client
-        .get(app.url("/v1/workspaces/x/activity"))
+        .get(app.url(&routes::activity("x")))
         .response()
         .await;
     let text = app.metrics().await;
@@ -150,10 +150,7 @@ async fn an_invented_method_is_counted_as_other() {
     let app = spawn_app().await;
     for name in ["BREW", "PROPFINDX", "WHEN"] {
         let method = Method::from_bytes(name.as_bytes()).unwrap();
-        let response = app
-            .request(method, "/v1/personal-access-tokens")
-            .response()
-            .await;
+        let response = app.request(method, routes::ISSUE_TOKEN).response().await;
         assert!(response.status().is_client_error(), "{name}");
     }
     let text = app.metrics().await;
@@ -174,10 +171,10 @@ async fn an_invented_method_is_counted_as_other() {
 async fn a_405_says_which_methods_the_route_allows() {
     let app = spawn_app().await;
     for (method, path, allow) in [
-        (Method::PATCH, "/v1/personal-access-tokens", "POST"),
+        (Method::PATCH, routes::ISSUE_TOKEN, "POST"),
         (
             Method::PUT,
-            "/v1/workspaces/7d4c8c0e-0000-4000-8000-000000000001/activity",
+            &routes::activity("7d4c8c0e-0000-4000-8000-000000000001"),
             "GET, HEAD",
         ),
         (Method::POST, "/healthz", "GET, HEAD"),
@@ -273,7 +270,7 @@ async fn the_operator_routes_can_have_their_own_listener() {
 async fn a_refusal_before_routing_is_counted_under_its_operation() {
     let app = spawn_app_with(|c| c.rate_limit = rate("1/m")).await;
     let tenant = app.bootstrap().await;
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     let statuses: Vec<u16> = two_statuses(&app, &path, &tenant.token).await;
     assert_eq!(statuses, [200, 429], "the second spends an empty budget");
     let anonymous = app.request(Method::GET, &path).response().await;

@@ -47,7 +47,7 @@ async fn submit_keyed(
     key: &str,
 ) -> reqwest::Response {
     app.post_json(
-        &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+        &routes::runner_commands(tenant.workspace_id),
         &tenant.token,
         body,
     )
@@ -112,7 +112,7 @@ async fn a_foreign_caller_reusing_a_forgotten_key_gets_no_replay() {
     let app = forget_fast_state(app).await;
     let foreign = app
         .post_json(
-            &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+            &routes::runner_commands(tenant.workspace_id),
             &stranger.token,
             &body,
         )
@@ -195,7 +195,7 @@ async fn a_crash_between_commit_and_completion_never_runs_the_change_twice() {
     app.stop().await;
     let body = json!({"poolId": pool, "command": "deploy"});
     let key = format!("crash-{}", Uuid::new_v4().simple());
-    let path = format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id);
+    let path = routes::runner_commands(tenant.workspace_id);
     let lease = ("CP_IDEMPOTENCY_LEASE_MS", "1500");
 
     let doomed = ServerProcess::start_with_env(
@@ -285,7 +285,7 @@ async fn postgres_only_a_retry_that_fails_on_its_keys_late_commit_replays_that_c
     let body = issuance_body(&tenant);
     let key = Uuid::new_v4().to_string();
     let send = || {
-        app.post_json("/v1/personal-access-tokens", &tenant.token, &body)
+        app.post_json(routes::ISSUE_TOKEN, &tenant.token, &body)
             .header("idempotency-key", &key)
             .response()
     };
@@ -345,7 +345,7 @@ async fn a_retry_refused_while_its_keys_outcome_lands_late_gets_its_own_refusal(
         let (body, key, parent) = (body.clone(), key.clone(), parent.clone());
         async move {
             client
-                .post(format!("{address}/v1/personal-access-tokens"))
+                .post(format!("{address}{}", routes::ISSUE_TOKEN))
                 .bearer_auth(parent)
                 .header("idempotency-key", key)
                 .json(&body)
@@ -459,7 +459,7 @@ async fn a_token_revoked_while_its_retry_runs_gets_no_late_outcome() {
     let key = format!("late-{}", Uuid::new_v4().simple());
     let delete = |client: reqwest::Client, address: String| {
         let (key, token) = (key.clone(), token.clone());
-        let path = format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id);
+        let path = routes::runner_pool(tenant.workspace_id, pool);
         async move {
             client
                 .delete(format!("{address}{path}"))

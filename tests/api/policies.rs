@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use control_plane::policy::{PolicyKind, fixtures};
 
 use crate::support::{
-    Call, ServerProcess, Tenant, TestApp, assert_api_error, needs, spawn_app_with,
+    Call, ServerProcess, Tenant, TestApp, assert_api_error, needs, routes, spawn_app_with,
 };
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -16,10 +16,7 @@ const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
 
 async fn status(client: &reqwest::Client, base: &str, tenant: &Tenant) -> u16 {
     client
-        .get(format!(
-            "{base}/v1/workspaces/{}/activity",
-            tenant.workspace_id
-        ))
+        .get(format!("{base}{}", routes::activity(tenant.workspace_id)))
         .bearer_auth(&tenant.token)
         .status_code()
         .await
@@ -117,12 +114,9 @@ async fn a_failing_policy_is_a_403_policy_error_and_the_server_keeps_serving() {
             .await
             .unwrap();
         until(&client, &app.address, &tenant, 403, Duration::from_secs(3)).await;
-        app.get(
-            &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
-            &tenant.token,
-        )
-        .expect(403, "policy_error")
-        .await;
+        app.get(&routes::activity(tenant.workspace_id), &tenant.token)
+            .expect(403, "policy_error")
+            .await;
         assert_eq!(
             app.client
                 .get(app.url("/healthz"))
@@ -251,12 +245,9 @@ async fn a_sleeping_policy_is_stopped_at_its_deadline_like_a_spinning_one() {
     )
     .await;
     let started = Instant::now();
-    app.get(
-        &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
-        &tenant.token,
-    )
-    .expect(403, "policy_error")
-    .await;
+    app.get(&routes::activity(tenant.workspace_id), &tenant.token)
+        .expect(403, "policy_error")
+        .await;
     let took = started.elapsed();
     assert!(
         took < Duration::from_secs(2),
@@ -300,7 +291,7 @@ async fn a_decision_with_no_free_slot_is_a_503_with_retry_after_not_a_hang() {
         Duration::from_secs(10),
     )
     .await;
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     let holder = {
         let request = app.get(&path, &tenant.token);
         tokio::spawn(async move { request.response().await })
@@ -355,10 +346,7 @@ async fn a_freed_slot_goes_to_another_organisation_before_a_floods_backlog() {
     )
     .await;
     let send = |tenant: &Tenant| {
-        let request = app.get(
-            &format!("/v1/workspaces/{}/activity", tenant.workspace_id),
-            &tenant.token,
-        );
+        let request = app.get(&routes::activity(tenant.workspace_id), &tenant.token);
         tokio::spawn(async move { request.response().await })
     };
     // In this order: the holder in the slot, then the backlog queued, then the newcomer (no
@@ -406,7 +394,7 @@ async fn a_full_shadow_queue_drops_evaluations_without_delaying_active_decisions
     // In force now, not at the next poll of the policy watcher.
     app.services.reload_policies().await.unwrap();
 
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     let started = Instant::now();
     let requests: Vec<_> = (0..20)
         .map(|_| {

@@ -5,14 +5,14 @@
 
 use control_plane::policy::{MemoryBudget, PolicyKind, defaults, fixtures};
 
-use crate::support::{Call, spawn_app};
+use crate::support::{Call, routes, spawn_app};
 
 #[tokio::test]
 async fn a_version_decides_under_its_own_memory_budget() {
     // The tests' patient deadline (1 s) stands: this test is about memory.
     let app = spawn_app().await;
     let tenant = app.bootstrap().await;
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     let install = async |name: &str, bytes: &[u8], mib: u64| {
         app.services
             .install_measured_policy(

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use serde_json::json;
 
 use crate::reviews::{create_plugin, published_review, user_token};
-use crate::support::{Call, Tenant, TestApp, activate_deny_all, spawn_app_with};
+use crate::support::{Call, Tenant, TestApp, activate_deny_all, routes, spawn_app_with};
 
 fn every(outcome: Option<DecisionOutcome>) -> DecisionListing {
     DecisionListing {
@@ -72,10 +72,7 @@ async fn with_fresh_cid(request: reqwest::RequestBuilder) -> (u16, String) {
 
 /// Reads the tenant's activity with `token` under a fresh correlation id: (status, id).
 async fn read_activity(app: &TestApp, tenant: &Tenant, token: &str) -> (u16, String) {
-    let url = format!(
-        "{}/v1/workspaces/{}/activity",
-        app.address, tenant.workspace_id
-    );
+    let url = app.url(&routes::activity(tenant.workspace_id));
     with_fresh_cid(app.client.get(url).bearer_auth(token)).await
 }
 
@@ -144,7 +141,7 @@ async fn a_moderation_is_logged_with_its_organisation() {
     let (app, tenant) = app_sampling(SampleRate::ALL).await;
     let plugin = create_plugin(&app, &tenant, "deployer").await;
     let (_, author) = user_token(&app, &tenant, &[Scope::ReviewsWrite]).await;
-    let url = format!("{}/v1/marketplace/plugins/{plugin}/reviews/me", app.address);
+    let url = app.url(&routes::own_review(plugin));
     let body = json!({"rating": 2, "title": "See", "body": "more at https://example.com"});
     let (status, cid) = with_fresh_cid(app.client.put(url).bearer_auth(&author).json(&body)).await;
     assert_eq!(status, 200);
@@ -167,10 +164,7 @@ async fn a_moderation_is_logged_with_its_organisation() {
     let review = published_review(&app, &writer, plugin).await;
     let other = app.bootstrap().await;
     let (_, reporter) = user_token(&app, &other, &[Scope::ReviewsReport]).await;
-    let url = format!(
-        "{}/v1/marketplace/plugins/{plugin}/reviews/{review}/report",
-        app.address
-    );
+    let url = app.url(&routes::report_review(plugin, review));
     let body = json!({"reason": "spam"});
     let (status, cid) =
         with_fresh_cid(app.client.post(url).bearer_auth(&reporter).json(&body)).await;

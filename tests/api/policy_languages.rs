@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::reviews::{create_plugin, put_review};
 use crate::services;
-use crate::support::{Call, TestApp, spawn_app};
+use crate::support::{Call, TestApp, routes, spawn_app};
 
 const EXAMPLES_VAR: &str = "CP_TEST_POLICY_EXAMPLES";
 
@@ -74,15 +74,12 @@ async fn python_and_js_authorizers_allow_and_deny_over_http() {
         let own = tenant.workspace_id.to_string();
         for workspace in [own.clone(), own.to_uppercase()] {
             // Upper case names the same workspace: the policy compares canonical ids.
-            app.get(
-                &format!("/v1/workspaces/{workspace}/activity"),
-                &tenant.token,
-            )
-            .ok_response()
-            .await;
+            app.get(&routes::activity(workspace), &tenant.token)
+                .ok_response()
+                .await;
         }
 
-        let other = format!("/v1/workspaces/{}/activity", Uuid::new_v4());
+        let other = routes::activity(Uuid::new_v4());
         let denied = app
             .get(&other, &tenant.token)
             .expect(403, "forbidden")
@@ -147,7 +144,7 @@ async fn hostile_python_authorizers_are_stopped_at_their_budget() {
     };
     let app = spawn_app().await;
     let tenant = app.bootstrap().await;
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     let metrics = app.metrics().await;
     let mut before: std::collections::HashMap<&str, f64> = ["timeout", "memory"]
         .into_iter()

@@ -92,7 +92,7 @@ fn reads(metrics: &str, outcome: &str) -> u64 {
 async fn page(app: &TestApp, tenant: &Tenant, query: &str) -> Vec<i64> {
     let body: Value = app
         .get(
-            &format!("/v1/workspaces/{}/activity{query}", tenant.workspace_id),
+            &format!("{}{query}", routes::activity(tenant.workspace_id)),
             &tenant.token,
         )
         .ok()

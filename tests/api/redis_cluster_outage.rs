@@ -19,7 +19,7 @@ async fn submit_keyed(
     key: &str,
 ) -> reqwest::Response {
     app.post_json(
-        &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+        &routes::runner_commands(tenant.workspace_id),
         &tenant.token,
         body,
     )

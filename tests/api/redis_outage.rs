@@ -4,7 +4,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{Call, assert_api_error, issuance_body, needs, spawn_app_with};
+use crate::support::{Call, assert_api_error, issuance_body, needs, routes, spawn_app_with};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -50,15 +50,11 @@ async fn redis_only_an_outage_is_503_for_idempotent_requests_and_heals_itself() 
     let mut redis = start_redis(port);
     let app = spawn_app_with(|c| c.redis_url = Some(format!("redis://127.0.0.1:{port}"))).await;
     let tenant = app.bootstrap().await;
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     let keyed = |key: &str| {
-        app.post_json(
-            "/v1/personal-access-tokens",
-            &tenant.token,
-            &issuance_body(&tenant),
-        )
-        .header("idempotency-key", key)
-        .send()
+        app.post_json(routes::ISSUE_TOKEN, &tenant.token, &issuance_body(&tenant))
+            .header("idempotency-key", key)
+            .send()
     };
     assert_eq!(
         keyed("outage-key-before-00001").await.unwrap().status(),

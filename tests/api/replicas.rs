@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Call, ServerProcess, assert_api_error, issuance_body, needs, rate, spawn_app_with,
+    Call, ServerProcess, assert_api_error, issuance_body, needs, rate, routes, spawn_app_with,
 };
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -30,7 +30,7 @@ async fn redis_only_two_processes_share_replays_limits_and_revocations() {
     let body = issuance_body(&tenant);
     let post = |base: &str| {
         client
-            .post(format!("{base}/v1/personal-access-tokens"))
+            .post(format!("{base}{}", routes::ISSUE_TOKEN))
             .bearer_auth(&tenant.token)
             .header("idempotency-key", "two-replicas-key-0001")
             .json(&body)
@@ -45,7 +45,7 @@ async fn redis_only_two_processes_share_replays_limits_and_revocations() {
     assert_eq!(first["credential"]["token"], second["credential"]["token"]);
 
     // A limit spent through one is spent for both: 6 per minute, 2 used above.
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     let token = first["credential"]["token"].as_str().unwrap().to_owned();
     let get = |base: &str| {
         client
@@ -65,8 +65,9 @@ async fn redis_only_two_processes_share_replays_limits_and_revocations() {
     let id = first["credential"]["id"].as_str().unwrap();
     client
         .delete(format!(
-            "{}/v1/workspaces/{}/access-tokens/{id}",
-            a.address, tenant.workspace_id
+            "{}{}",
+            a.address,
+            routes::revoke_token(tenant.workspace_id, id)
         ))
         .bearer_auth(&tenant.token)
         .json(&json!({"reason": "replica test"}))

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::support::runner as signatures;
 use crate::support::sse::Sse;
-use crate::support::{Call, TestApp, issuance_body};
+use crate::support::{Call, TestApp, issuance_body, routes};
 use crate::{reviews, workflows};
 
 struct Document(Value);
@@ -171,7 +171,7 @@ async fn every_response_and_stream_event_conforms_to_the_document() {
     let token_id = issued["credential"]["id"].as_str().expect("id");
     let revoke = app
         .delete_json(
-            &format!("/v1/workspaces/{ws}/access-tokens/{token_id}"),
+            &routes::revoke_token(ws, token_id),
             &tenant.token,
             &json!({"reason": "rotated"}),
         )
@@ -182,7 +182,7 @@ async fn every_response_and_stream_event_conforms_to_the_document() {
     // A command without an environment: its `environmentId` is null.
     let submitted = app
         .post_json(
-            &format!("/v1/workspaces/{ws}/runner-commands"),
+            &routes::runner_commands(ws),
             &tenant.token,
             &json!({"poolId": pool, "command": "echo"}),
         )
@@ -195,7 +195,7 @@ async fn every_response_and_stream_event_conforms_to_the_document() {
     conforms(&document, &mut problems, REPORT, reported).await;
     let deleted = app
         .delete_json(
-            &format!("/v1/workspaces/{ws}/runner-pools/{pool}"),
+            &routes::runner_pool(ws, pool),
             &tenant.token,
             &json!({"force": true}),
         )
@@ -228,7 +228,7 @@ async fn every_response_and_stream_event_conforms_to_the_document() {
     // One page holds every event: `nextCursor` is null.
     let activity = app
         .get(
-            &format!("/v1/workspaces/{ws}/activity?limit=100"),
+            &format!("{}?limit=100", routes::activity(ws)),
             &tenant.token,
         )
         .response()
@@ -244,7 +244,7 @@ async fn every_response_and_stream_event_conforms_to_the_document() {
     // An error, as every operation documents it.
     let missing = app
         .delete_json(
-            &format!("/v1/workspaces/{ws}/runner-pools/{}", uuid::Uuid::new_v4()),
+            &routes::runner_pool(ws, uuid::Uuid::new_v4()),
             &tenant.token,
             &json!({}),
         )
@@ -342,7 +342,7 @@ async fn query_parameters_accept_exactly_what_their_pattern_allows() {
     };
     let ok = (200, String::new());
     let refused = |field: &str| (400, field.to_owned());
-    let activity = format!("/v1/workspaces/{ws}/activity");
+    let activity = routes::activity(ws);
     for cursor in ["", "0", "1", "000042", "999999999999999999"] {
         let got = status(format!("{activity}?cursor={cursor}")).await;
         assert_eq!(got, ok, "cursor={cursor}");
@@ -360,7 +360,7 @@ async fn query_parameters_accept_exactly_what_their_pattern_allows() {
         assert_eq!(got, refused("cursor"), "cursor={cursor}");
     }
 
-    let stream = format!("/v1/workspaces/{ws}/audit/stream");
+    let stream = routes::audit_stream(ws);
     let fifty = vec!["token.issued"; 50].join(",");
     let long = "t".repeat(100);
     for query in [

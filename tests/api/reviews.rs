@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::support::{
-    Call, Tenant, TestApp, assert_api_error, events_about, spawn_app_with, sql_one, sql_value,
-    tenant_app,
+    Call, Tenant, TestApp, assert_api_error, events_about, routes, spawn_app_with, sql_one,
+    sql_value, tenant_app,
 };
 
 #[tokio::test]
@@ -177,14 +177,11 @@ async fn review_bodies_are_validated_and_plugins_must_exist() {
     }
     let valid = json!({"rating": 5, "title": "Good", "body": "Useful."});
     for unknown in [Uuid::new_v4().to_string(), "not-a-uuid".to_owned()] {
-        app.request(
-            Method::PUT,
-            &format!("/v1/marketplace/plugins/{unknown}/reviews/me"),
-        )
-        .bearer_auth(&tenant.token)
-        .json(&valid)
-        .expect(404, "not_found")
-        .await;
+        app.request(Method::PUT, &routes::own_review(unknown))
+            .bearer_auth(&tenant.token)
+            .json(&valid)
+            .expect(404, "not_found")
+            .await;
     }
     let n = sql_value!(app, i64, "SELECT count(*) FROM plugin_reviews");
     assert_eq!(n, 0);
@@ -264,7 +261,7 @@ async fn reports_are_validated_and_name_a_review_of_that_plugin() {
         (Uuid::new_v4().to_string(), review.clone()),
     ] {
         app.post_json(
-            &format!("/v1/marketplace/plugins/{plugin_id}/reviews/{review_id}/report"),
+            &routes::report_review(plugin_id, review_id),
             &reporter,
             &spam,
         )
@@ -591,14 +588,11 @@ pub(crate) async fn user_token(app: &TestApp, tenant: &Tenant, scopes: &[Scope])
 }
 
 pub(crate) async fn put_review(app: &TestApp, token: &str, plugin: Uuid, body: &Value) -> Response {
-    app.request(
-        Method::PUT,
-        &format!("/v1/marketplace/plugins/{plugin}/reviews/me"),
-    )
-    .bearer_auth(token)
-    .json(body)
-    .response()
-    .await
+    app.request(Method::PUT, &routes::own_review(plugin))
+        .bearer_auth(token)
+        .json(body)
+        .response()
+        .await
 }
 
 /// Puts a review that the default moderator publishes; returns its id.
@@ -623,13 +617,9 @@ pub(crate) async fn report(
     review: &str,
     body: &Value,
 ) -> Response {
-    app.post_json(
-        &format!("/v1/marketplace/plugins/{plugin}/reviews/{review}/report"),
-        token,
-        body,
-    )
-    .response()
-    .await
+    app.post_json(&routes::report_review(plugin, review), token, body)
+        .response()
+        .await
 }
 
 fn time(value: &Value) -> DateTime<Utc> {

@@ -2,17 +2,19 @@ use control_plane::domain::Scope;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::support::{Call, Tenant, TestApp, TestDb, issuance_body, needs, sql_one, tenant_app};
+use crate::support::{
+    Call, Tenant, TestApp, TestDb, issuance_body, needs, routes, sql_one, tenant_app,
+};
 
 pub(crate) fn revoke_path(
     workspace: impl std::fmt::Display,
     token: impl std::fmt::Display,
 ) -> String {
-    format!("/v1/workspaces/{workspace}/access-tokens/{token}")
+    routes::revoke_token(workspace, token)
 }
 
 pub(crate) async fn activity_status(app: &TestApp, token: &str, workspace: Uuid) -> u16 {
-    app.get(&format!("/v1/workspaces/{workspace}/activity"), token)
+    app.get(&routes::activity(workspace), token)
         .status_code()
         .await
 }
@@ -88,7 +90,7 @@ async fn revocation_removes_one_workspace_at_once_and_the_last_one_revokes_the_t
     )
     .ok_response()
     .await;
-    app.get(&format!("/v1/workspaces/{second}/activity"), &secret)
+    app.get(&routes::activity(second), &secret)
         .expect(401, "unauthenticated")
         .await;
 }

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use crate::support::runner::command_status_of;
 use crate::support::{
-    Call, Tenant, TestApp, assert_api_error, create_pool, error_shape, sql_one, sql_value,
+    Call, Tenant, TestApp, assert_api_error, create_pool, error_shape, routes, sql_one, sql_value,
     tenant_app,
 };
 
@@ -73,7 +73,7 @@ async fn unknown_pools_and_bad_delete_bodies() {
     let pool = create_pool(&app, tenant.workspace_id, "kept").await;
     for id in [Uuid::new_v4().to_string(), "not-a-uuid".to_owned()] {
         app.delete_json(
-            &format!("/v1/workspaces/{}/runner-pools/{id}", tenant.workspace_id),
+            &routes::runner_pool(tenant.workspace_id, id),
             &tenant.token,
             &json!({}),
         )
@@ -237,14 +237,14 @@ async fn a_token_of_one_workspace_cannot_touch_another_workspaces_pool() {
     // The bootstrap token holds only the first workspace.
     for (workspace, pool) in [(second, other_pool), (other.workspace_id, other_org_pool)] {
         app.delete_json(
-            &format!("/v1/workspaces/{workspace}/runner-pools/{pool}"),
+            &routes::runner_pool(workspace, pool),
             &tenant.token,
             &json!({"force": true}),
         )
         .expect(403, "forbidden")
         .await;
         app.post_json(
-            &format!("/v1/workspaces/{workspace}/runner-commands"),
+            &routes::runner_commands(workspace),
             &tenant.token,
             &json!({"poolId": pool, "command": "echo"}),
         )
@@ -260,7 +260,7 @@ async fn a_token_of_one_workspace_cannot_touch_another_workspaces_pool() {
         .admin_token(&tenant, &[Scope::RunnerPoolsDelete], &[second], &[])
         .await;
     app.delete_json(
-        &format!("/v1/workspaces/{second}/runner-pools/{other_pool}"),
+        &routes::runner_pool(second, other_pool),
         &theirs,
         &json!({}),
     )
@@ -284,7 +284,7 @@ async fn a_token_limited_to_environments_names_one_of_them() {
             &[staging],
         )
         .await;
-    let path = format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id);
+    let path = routes::runner_commands(tenant.workspace_id);
     for body in [
         json!({"poolId": pool, "command": "echo"}),
         json!({"poolId": pool, "command": "echo", "environmentId": production}),
@@ -393,7 +393,7 @@ async fn deletion_and_submission_are_audited_without_argument_values() {
     let pool = create_pool(&app, tenant.workspace_id, "audited").await;
     let body: Value = app
         .post_json(
-            &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+            &routes::runner_commands(tenant.workspace_id),
             &tenant.token,
             &json!({"poolId": pool, "command": "login", "args": ["--password=hunter2-secret"]}),
         )
@@ -403,7 +403,7 @@ async fn deletion_and_submission_are_audited_without_argument_values() {
     let command_id = body["command"]["id"].as_str().unwrap().to_owned();
     let delivery_id = body["command"]["deliveryId"].as_str().unwrap().to_owned();
     app.delete_json(
-        &format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id),
+        &routes::runner_pool(tenant.workspace_id, pool),
         &tenant.token,
         &json!({"reason": "end of project", "force": true}),
     )
@@ -468,7 +468,7 @@ async fn submission_and_deletion_replay_under_their_idempotency_keys() {
     let pool = create_pool(&app, tenant.workspace_id, "keyed").await;
     let submit_keyed = || {
         app.post_json(
-            &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+            &routes::runner_commands(tenant.workspace_id),
             &tenant.token,
             &json!({"poolId": pool, "command": "echo"}),
         )
@@ -486,7 +486,7 @@ async fn submission_and_deletion_replay_under_their_idempotency_keys() {
     let idle = create_pool(&app, tenant.workspace_id, "idle").await;
     let delete_keyed = || {
         app.delete_json(
-            &format!("/v1/workspaces/{}/runner-pools/{idle}", tenant.workspace_id),
+            &routes::runner_pool(tenant.workspace_id, idle),
             &tenant.token,
             &json!({}),
         )
@@ -506,7 +506,7 @@ async fn delete_pool(
     body: &Value,
 ) -> reqwest::Response {
     app.delete_json(
-        &format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id),
+        &routes::runner_pool(tenant.workspace_id, pool),
         &tenant.token,
         body,
     )
@@ -516,7 +516,7 @@ async fn delete_pool(
 
 async fn submit(app: &TestApp, tenant: &Tenant, body: &Value) -> reqwest::Response {
     app.post_json(
-        &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+        &routes::runner_commands(tenant.workspace_id),
         &tenant.token,
         body,
     )

@@ -4,12 +4,14 @@ use control_plane::domain::TokenSecret;
 use reqwest::Method;
 use serde_json::Value;
 
-use crate::support::{Call, assert_api_error, captured_logs, issuance_body, sql_exec, tenant_app};
+use crate::support::{
+    Call, assert_api_error, captured_logs, issuance_body, routes, sql_exec, tenant_app,
+};
 
 #[tokio::test]
 async fn missing_malformed_unknown_and_expired_credentials_are_401() {
     let (app, tenant) = tenant_app().await;
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
 
     let response = app.request(Method::GET, &path).response().await;
     assert_eq!(response.headers()["www-authenticate"], "Bearer");
@@ -62,11 +64,7 @@ async fn missing_malformed_unknown_and_expired_credentials_are_401() {
 async fn no_secret_reaches_the_logs() {
     let (app, tenant) = tenant_app().await;
     let response = app
-        .post_json(
-            "/v1/personal-access-tokens",
-            &tenant.token,
-            &issuance_body(&tenant),
-        )
+        .post_json(routes::ISSUE_TOKEN, &tenant.token, &issuance_body(&tenant))
         .header("x-correlation-id", "secret-log-check-1")
         .response()
         .await;
@@ -74,11 +72,11 @@ async fn no_secret_reaches_the_logs() {
     let secret = issued["credential"]["token"].as_str().unwrap().to_owned();
     let (_, wrong) = TokenSecret::generate();
     let _ = app
-        .get("/v1/workspaces/x/activity", wrong.expose())
+        .get(&routes::activity("x"), wrong.expose())
         .response()
         .await;
     let _ = app
-        .get("/v1/workspaces/x/activity", "cpat_not-even-close")
+        .get(&routes::activity("x"), "cpat_not-even-close")
         .response()
         .await;
 

@@ -12,7 +12,9 @@ use crate::support::runner::{
     fixture_with, nonce, now, register, report, send, send_to, sign, sign_with_nonce, status_path,
     submit,
 };
-use crate::support::{Call, ServerProcess, assert_api_error, delete_redis_keys, needs, rate};
+use crate::support::{
+    Call, ServerProcess, assert_api_error, delete_redis_keys, needs, rate, routes,
+};
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const RECORD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
@@ -356,7 +358,7 @@ async fn a_flood_of_junk_bearer_tokens_does_not_starve_a_runner_behind_the_same_
     let mut junk = Vec::new();
     for _ in 0..6 {
         let response = app
-            .get("/v1/workspaces/x/activity", "cpat_junk")
+            .get(&routes::activity("x"), "cpat_junk")
             .response()
             .await;
         junk.push(response.status().as_u16());
@@ -406,7 +408,7 @@ async fn failed_signatures_spend_the_runner_address_budget_not_the_bearer_one() 
     // The address's bearer budget (2/m) is untouched: both requests are answered on their own
     // merits, the first allowed, the second refused by the budget itself.
     let anonymous = app
-        .get("/v1/workspaces/x/activity", "cpat_junk")
+        .get(&routes::activity("x"), "cpat_junk")
         .response()
         .await;
     assert_eq!(anonymous.headers()["x-ratelimit-limit"], "2");

@@ -5,7 +5,7 @@ use control_plane::domain::{CorrelationId, RevocationReason, Scope};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::support::{Call, TestApp, assert_api_error, create_pool, tenant_app};
+use crate::support::{Call, TestApp, assert_api_error, create_pool, routes, tenant_app};
 
 /// The token id behind a secret, as authentication resolves it.
 async fn token_id(app: &TestApp, secret: &str) -> Uuid {
@@ -33,7 +33,7 @@ async fn a_keyed_replay_is_refused_once_the_grant_it_needed_is_revoked() {
         })
     };
     let issue = |body: &Value, key: &str| {
-        app.post_json("/v1/personal-access-tokens", &parent, body)
+        app.post_json(routes::ISSUE_TOKEN, &parent, body)
             .header("idempotency-key", key)
             .send()
     };
@@ -84,7 +84,7 @@ async fn a_keyed_replay_is_refused_once_the_grant_it_needed_is_revoked() {
 async fn a_keyed_replay_is_refused_when_the_policy_now_denies_it() {
     let (app, tenant) = tenant_app().await;
     let pool = create_pool(&app, tenant.workspace_id, "replayed").await;
-    let path = format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id);
+    let path = routes::runner_commands(tenant.workspace_id);
     let body = json!({"poolId": pool, "command": "echo"});
     let submit = || {
         app.post_json(&path, &tenant.token, &body)
@@ -95,7 +95,7 @@ async fn a_keyed_replay_is_refused_when_the_policy_now_denies_it() {
     crate::support::activate_deny_all(&app.services).await;
     // The activation reaches the server through its change feed: wait until a fresh request
     // is refused.
-    let activity = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let activity = routes::activity(tenant.workspace_id);
     let refused = || async {
         let response = app.get(&activity, &tenant.token).response().await;
         response.status() == 403
@@ -112,7 +112,7 @@ async fn a_keyed_replay_is_refused_when_the_policy_now_denies_it() {
 
 /// Submits a command and returns its id.
 async fn submit(app: &TestApp, token: &str, workspace: Uuid, body: &Value) -> String {
-    let path = format!("/v1/workspaces/{workspace}/runner-commands");
+    let path = routes::runner_commands(workspace);
     let body: Value = app.post_ok(&path, token, body).await;
     body["command"]["id"].as_str().unwrap().to_owned()
 }
@@ -122,7 +122,10 @@ async fn all_activity(app: &TestApp, token: &str, workspace: Uuid, limit: u32) -
     let mut items = Vec::new();
     let mut cursor = String::new();
     loop {
-        let path = format!("/v1/workspaces/{workspace}/activity?limit={limit}&cursor={cursor}");
+        let path = format!(
+            "{}?limit={limit}&cursor={cursor}",
+            routes::activity(workspace)
+        );
         let page: Value = app.get_ok(&path, token).await;
         items.extend(page["items"].as_array().unwrap().iter().cloned());
         match page["nextCursor"].as_str() {
@@ -288,7 +291,7 @@ async fn a_requester_approves_its_own_revision_only_where_its_organisation_allow
     assert_eq!(approved.state, RevisionState::Approved);
     let page: Value = app
         .get(
-            &format!("/v1/workspaces/{ws}/activity?limit=100"),
+            &format!("{}?limit=100", routes::activity(ws)),
             &tenant.token,
         )
         .json_body()

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::support::runner as signatures;
 use crate::support::sse::Sse;
-use crate::support::{Call, issuance_body};
+use crate::support::{Call, issuance_body, routes};
 use crate::{reviews, workflows};
 
 /// `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$`, spelled as a template: `d` is any digit.
@@ -104,7 +104,7 @@ async fn every_time_in_every_response_and_event_has_one_format() {
     let token_id = issued["credential"]["id"].as_str().expect("id");
     let revoke = app
         .delete_json(
-            &format!("/v1/workspaces/{ws}/access-tokens/{token_id}"),
+            &routes::revoke_token(ws, token_id),
             &tenant.token,
             &json!({"reason": "rotated"}),
         )
@@ -118,7 +118,7 @@ async fn every_time_in_every_response_and_event_has_one_format() {
     body_of("report", reported, &mut seen).await;
     let submitted = app
         .post_json(
-            &format!("/v1/workspaces/{ws}/runner-commands"),
+            &routes::runner_commands(ws),
             &tenant.token,
             &json!({"poolId": pool, "command": "echo"}),
         )
@@ -129,7 +129,7 @@ async fn every_time_in_every_response_and_event_has_one_format() {
     // DELETE runner-pools (forced: commands are open).
     let deleted = app
         .delete_json(
-            &format!("/v1/workspaces/{ws}/runner-pools/{pool}"),
+            &routes::runner_pool(ws, pool),
             &tenant.token,
             &json!({"force": true}),
         )
@@ -163,7 +163,7 @@ async fn every_time_in_every_response_and_event_has_one_format() {
     // GET activity: every item, and each item's `data`.
     let activity = app
         .get(
-            &format!("/v1/workspaces/{ws}/activity?limit=100"),
+            &format!("{}?limit=100", routes::activity(ws)),
             &tenant.token,
         )
         .response()

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::support::runner::command_status_of;
 use crate::support::runner::{fixture_with, report};
 use crate::support::{
-    ServerProcess, Tenant, TestApp, assert_api_error, create_pool, events_about, needs,
+    ServerProcess, Tenant, TestApp, assert_api_error, create_pool, events_about, needs, routes,
     spawn_app_with, sql_all, sql_one, sql_value,
 };
 
@@ -87,7 +87,7 @@ async fn a_command_past_its_timeout_fails_once_with_its_delivery_and_frees_its_p
     // The pool holds nothing open any more: deleted without force, nothing cancelled.
     let body: Value = app
         .delete_ok(
-            &format!("/v1/workspaces/{}/runner-pools/{pool}", tenant.workspace_id),
+            &routes::runner_pool(tenant.workspace_id, pool),
             &tenant.token,
             &json!({"reason": "runner lost"}),
         )
@@ -165,7 +165,7 @@ async fn postgres_only_replicas_sweeping_together_fail_each_command_once() {
 /// Submits `make test` with `timeoutSeconds`; returns (command id, delivery id).
 async fn submit(app: &TestApp, tenant: &Tenant, pool: Uuid, timeout: u32) -> (Uuid, Uuid) {
     let body: Value = app.post_ok(
-            &format!("/v1/workspaces/{}/runner-commands", tenant.workspace_id),
+            &routes::runner_commands(tenant.workspace_id),
             &tenant.token,
             &json!({"poolId": pool, "command": "make", "args": ["test"], "timeoutSeconds": timeout}),
         ).await;

@@ -15,7 +15,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::support::{
-    Call, ServerProcess, Tenant, TestApp, events_about, needs, spawn_app_with, sql_all, tenant_app,
+    Call, ServerProcess, Tenant, TestApp, events_about, needs, routes, spawn_app_with, sql_all,
+    tenant_app,
 };
 
 const HASH_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -114,7 +115,7 @@ async fn load(bases: &[&str], path: &str, secret: &str, agent: &str, count: usiz
 /// writers: a fresh token used once on each, after those uses, has its use written (a process
 /// queues uses in order and one task writes them). The fresh tokens, one a base.
 async fn uses_written(app: &TestApp, tenant: &Tenant, bases: &[&str]) -> Vec<Uuid> {
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     let mut markers = Vec::new();
     for base in bases {
         let (marker, secret) = token(app, tenant, &[tenant.workspace_id], 30).await;
@@ -128,7 +129,7 @@ async fn uses_written(app: &TestApp, tenant: &Tenant, bases: &[&str]) -> Vec<Uui
 #[tokio::test]
 async fn last_use_appears_after_use_and_is_written_once_a_minute_under_load() {
     let (app, tenant) = tenant_app().await;
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     let (a, a_secret) = token(&app, &tenant, &[tenant.workspace_id], 30).await;
     let (b, b_secret) = token(&app, &tenant, &[tenant.workspace_id], 30).await;
     assert_eq!(record(&app, a).await.last_use, None, "never used yet");
@@ -182,7 +183,7 @@ async fn behind_a_trusted_proxy_the_last_use_records_the_forwarded_client() {
     .await;
     let tenant = app.bootstrap().await;
     let (id, secret) = token(&app, &tenant, &[tenant.workspace_id], 30).await;
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
     app.get(&path, &secret)
         .header("x-forwarded-for", "192.0.2.1, 198.51.100.9")
         .ok_response()
@@ -201,7 +202,7 @@ async fn redis_only_two_replicas_write_a_tokens_last_use_once() {
     let (id, secret) = token(&app, &tenant, &[tenant.workspace_id], 30).await;
     let one = ServerProcess::start(&app.config, HASH_KEY, RECORD_KEY);
     let two = ServerProcess::start(&app.config, HASH_KEY, RECORD_KEY);
-    let path = format!("/v1/workspaces/{}/activity", tenant.workspace_id);
+    let path = routes::activity(tenant.workspace_id);
 
     load(
         &[&one.address, &two.address],

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::support::{
-    Call, TestApp, assert_api_error, error_shape, sql_all, sql_one, sql_value, tenant_app,
+    Call, TestApp, assert_api_error, error_shape, routes, sql_all, sql_one, sql_value, tenant_app,
 };
 
 #[tokio::test]
@@ -135,14 +135,13 @@ async fn unknown_or_mismatched_revisions_are_404_and_foreign_workspaces_403() {
         // A workflow of another workspace, named under this one.
         (far_workflow.to_string(), far_revision.to_string()),
     ] {
-        app
-            .post_json(
-                &format!(
-                    "/v1/workspaces/{ws}/workflows/{workflow_id}/revisions/{revision_id}/request-approval"
-                ),
-                &tenant.token,
-                &json!({}),
-            ).expect(404, "not_found").await;
+        app.post_json(
+            &routes::request_approval(ws, workflow_id, revision_id),
+            &tenant.token,
+            &json!({}),
+        )
+        .expect(404, "not_found")
+        .await;
     }
 
     // Under its own workspace, which the token does not hold.
@@ -410,9 +409,7 @@ pub(crate) async fn request_approval(
     body: &Value,
 ) -> reqwest::Response {
     app.post_json(
-        &format!(
-            "/v1/workspaces/{workspace}/workflows/{workflow}/revisions/{revision}/request-approval"
-        ),
+        &routes::request_approval(workspace, workflow, revision),
         token,
         body,
     )

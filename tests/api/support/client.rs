@@ -32,7 +32,7 @@ impl TestApp {
 
     /// Issues a token over HTTP with `body`, returning the response.
     pub async fn issue(&self, token: &str, body: &Value) -> Response {
-        self.post_json("/v1/personal-access-tokens", token, body)
+        self.post_json(super::routes::ISSUE_TOKEN, token, body)
             .send()
             .await
             .expect("request")

@@ -2,7 +2,8 @@
 //! the server under test ([`server`]), the typed client that talks to it ([`client`]), the
 //! records and Redis as a test reads them ([`db`]), the tenants and pools tests set up
 //! ([`fixtures`]), a runner with its signed reports ([`runner`]), a runner's delivery URL on
-//! loopback ([`loopback`]) and a proxy to cut a dependency ([`proxy`]) and a client of the audit stream ([`sse`]). Tests import what they
+//! loopback ([`loopback`]) a proxy to cut a dependency ([`proxy`]), a client of the audit stream ([`sse`]) and the routes
+//! it calls, each written once ([`routes`]). Tests import what they
 //! use from here: `use crate::support::{...}`.
 
 pub(crate) mod client;
@@ -11,6 +12,7 @@ pub(crate) mod fixtures;
 pub(crate) mod loopback;
 pub(crate) mod needs;
 pub(crate) mod proxy;
+pub(crate) mod routes;
 pub(crate) mod runner;
 pub(crate) mod server;
 pub(crate) mod sse;

@@ -1,0 +1,58 @@
+//! The v1 routes as the suite calls them, one function per operation, so each path is written
+//! once (a renamed route is one edit here, not one per test). Black-box on purpose: these are
+//! the contract's paths, not `control_plane::domain::operation`'s table, which the tests check.
+//! The document's templates (`{workspaceId}`) stay literal where a test reads the document.
+
+use std::fmt::Display;
+
+/// `POST` issues a personal access token.
+pub const ISSUE_TOKEN: &str = "/v1/personal-access-tokens";
+
+/// `DELETE` revokes `token`'s access to `workspace`.
+pub fn revoke_token(workspace: impl Display, token: impl Display) -> String {
+    format!("/v1/workspaces/{workspace}/access-tokens/{token}")
+}
+
+/// `DELETE` deletes the pool.
+pub fn runner_pool(workspace: impl Display, pool: impl Display) -> String {
+    format!("/v1/workspaces/{workspace}/runner-pools/{pool}")
+}
+
+/// `POST` submits a runner command.
+pub fn runner_commands(workspace: impl Display) -> String {
+    format!("/v1/workspaces/{workspace}/runner-commands")
+}
+
+/// `GET` streams the workspace's audit events.
+pub fn audit_stream(workspace: impl Display) -> String {
+    format!("/v1/workspaces/{workspace}/audit/stream")
+}
+
+/// `GET` lists the workspace's activity.
+pub fn activity(workspace: impl Display) -> String {
+    format!("/v1/workspaces/{workspace}/activity")
+}
+
+/// `POST` a runner's signed status report on a delivery.
+pub fn delivery_status(delivery: impl Display) -> String {
+    format!("/v1/runner/webhook-deliveries/{delivery}/status")
+}
+
+/// `POST` requests approval of a workflow revision.
+pub fn request_approval(
+    workspace: impl Display,
+    workflow: impl Display,
+    revision: impl Display,
+) -> String {
+    format!("/v1/workspaces/{workspace}/workflows/{workflow}/revisions/{revision}/request-approval")
+}
+
+/// `POST` reports a review.
+pub fn report_review(plugin: impl Display, review: impl Display) -> String {
+    format!("/v1/marketplace/plugins/{plugin}/reviews/{review}/report")
+}
+
+/// `PUT` creates or replaces the caller's own review.
+pub fn own_review(plugin: impl Display) -> String {
+    format!("/v1/marketplace/plugins/{plugin}/reviews/me")
+}
