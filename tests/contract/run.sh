@@ -2,8 +2,11 @@
 # The contract check: a release build of the server must serve an OpenAPI document that
 #  (a) openapi-python-client turns into a complete client (no warning; one importable module
 #      per operation), and
-#  (b) schemathesis finds faithful, with every one of its checks, against the live server.
-# Versions are pinned in tests/contract/requirements.txt. Exits non-zero on any failure.
+#  (b) openapi-typescript turns into types that openapi-fetch calls every operation with, each
+#      answer read as its typed body or as an ApiError (tests/contract/typescript/), and
+#  (c) schemathesis finds faithful, with every one of its checks, against the live server.
+# Versions are pinned in tests/contract/requirements.txt and tests/contract/typescript/
+# package-lock.json. Exits non-zero on any failure.
 #
 # Loopback only: the server listens on 127.0.0.1 on a port the kernel picks, and schemathesis
 # talks to nothing else. The run is bounded (CP_CONTRACT_TIMEOUT seconds for schemathesis) and
@@ -11,7 +14,8 @@
 #
 # Environment (all optional):
 #   CARGO_TARGET_DIR       where the release build goes (default: target/)
-#   CP_CONTRACT_CACHE      where the virtualenv is kept between runs (default: ~/.cache/...)
+#   CP_CONTRACT_CACHE      where the virtualenv and node_modules are kept between runs
+#                          (default: ~/.cache/control-plane-contract)
 #   CP_CONTRACT_EXAMPLES   schemathesis test cases per operation and phase (default: 40)
 #   CP_CONTRACT_SEED       schemathesis seed (default: a fixed one, so CI generates the same
 #                          cases every run; empty: a fresh one, printed, to explore)
@@ -96,13 +100,21 @@ admin=$(json "$work/bootstrap.json" 'd["userId"]')
 # (and another user's review of it to report, written once the server runs), and a second
 # token whose workspace access may be revoked (never the one schemathesis uses).
 pool=$("$cpctl" pools create --workspace "$ws" doomed)
+ts_pool=$("$cpctl" pools create --workspace "$ws" doomed-by-typescript)
 busy_pool=$("$cpctl" pools create --workspace "$ws" builders)
 "$cpctl" runners register --pool "$busy_pool" -o json >"$work/runner.json"
 workflow=$("$cpctl" workflows create --workspace "$ws" deploy)
 revision=$("$cpctl" workflows revisions create --workflow "$workflow")
+ts_revision=$("$cpctl" workflows revisions create --workflow "$workflow")
 plugin=$("$cpctl" plugins create --org "$org" linter)
+# The TypeScript client's own: its changes must not move what schemathesis finds.
+ts_busy_pool=$("$cpctl" pools create --workspace "$ws" typescript-builders)
+"$cpctl" runners register --pool "$ts_busy_pool" -o json >/dev/null
+ts_plugin=$("$cpctl" plugins create --org "$org" formatter)
 "$cpctl" tokens issue --user "$admin" --name victim --scope activity:read --workspace "$ws" -o json >"$work/victim.json"
 victim=$(json "$work/victim.json" 'd["id"]')
+"$cpctl" tokens issue --user "$admin" --name ts-victim --scope activity:read --workspace "$ws" -o json >"$work/ts-victim.json"
+ts_victim=$(json "$work/ts-victim.json" 'd["id"]')
 # A second user's token, to write the review the admin reports (one's own cannot be reported).
 reviewer=$("$cpctl" users create --org "$org" reviewer@contract.test)
 "$cpctl" tokens issue --user "$reviewer" --name reviewer --scope reviews:write --workspace "$ws" -o json >"$work/reviewer.json"
@@ -158,16 +170,19 @@ import sys, urllib.request
 open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1], timeout=10).read())
 EOF
 echo "listening on $base"
-# The review to report, written over HTTP (reviews have no cpctl command to create them).
+# The reviews to report, written over HTTP (reviews have no cpctl command to create them).
 # The token goes through the environment, not argv, which any local user can read.
-review=$(REVIEWER_TOKEN=$reviewer_token "$python" - "$base/v1/marketplace/plugins/$plugin/reviews/me" <<'EOF'
+write_review() {
+  REVIEWER_TOKEN=$reviewer_token "$python" - "$base/v1/marketplace/plugins/$1/reviews/me" <<'EOF'
 import json, os, sys, urllib.request
 body = json.dumps({"rating": 4, "title": "Solid", "body": "It lints what it says."}).encode()
 request = urllib.request.Request(sys.argv[1], data=body, method="PUT", headers={
     "Authorization": "Bearer " + os.environ["REVIEWER_TOKEN"], "Content-Type": "application/json"})
 print(json.load(urllib.request.urlopen(request, timeout=10))["review"]["id"])
 EOF
-)
+}
+review=$(write_review "$plugin")
+ts_review=$(write_review "$ts_plugin")
 
 log "(a) openapi-python-client: a complete client, no warning"
 # --fail-on-warning fails on the generator's own warnings; its output is also searched, so a
@@ -186,7 +201,49 @@ if grep -qiE 'warning|error' "$work/generate.log"; then
 fi
 "$venv/bin/python" "$here/check_client.py" "$work/openapi.json" "$work/gen/control_plane_client"
 
-log "(b) schemathesis: every check, against the live server"
+log "(b) openapi-typescript and openapi-fetch: every operation called, typed"
+# Generated with --default-non-nullable false: by default openapi-typescript makes a request
+# field with a `default` required, and the issuance body would demand environmentIds and
+# expiresInDays. check.ts issues with the contract's required fields only, so it compiles only
+# with the option; the first compile below, without it, must fail, or the option is moot.
+command -v npm >/dev/null || { echo "contract: npm is needed for the TypeScript check" >&2; exit 1; }
+ts_src=$here/typescript
+ts_key=$( { node --version; cat "$ts_src/package-lock.json"; } | sha256sum | cut -c1-16)
+ts_modules=$cache/node-$ts_key
+if [ ! -f "$ts_modules/.complete" ]; then
+  rm -rf "$ts_modules"
+  mkdir -p "$ts_modules"
+  cp "$ts_src/package.json" "$ts_src/package-lock.json" "$ts_modules/"
+  (cd "$ts_modules" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+  touch "$ts_modules/.complete"
+fi
+ts=$work/typescript
+mkdir -p "$ts"
+# package.json says "type": "module", for tsc's output and for node.
+cp "$ts_src/check.ts" "$ts_src/tsconfig.json" "$ts_src/package.json" "$ts/"
+ln -s "$ts_modules/node_modules" "$ts/node_modules"
+ts_bin=$ts_modules/node_modules/.bin
+"$ts_bin/openapi-typescript" "$work/openapi.json" -o "$ts/schema.d.ts" >"$work/ts-generate.log" 2>&1 || {
+  cat "$work/ts-generate.log" >&2; echo "contract: openapi-typescript failed" >&2; exit 1; }
+if (cd "$ts" && "$ts_bin/tsc" -p tsconfig.json >"$work/ts-defaults.log" 2>&1); then
+  echo "contract: check.ts compiled against openapi-typescript's default options; the issuance body should not" >&2
+  exit 1
+fi
+grep -q "environmentIds, expiresInDays" "$work/ts-defaults.log" || {
+  cat "$work/ts-defaults.log" >&2
+  echo "contract: check.ts failed against the default options for another reason than the defaulted fields" >&2
+  exit 1
+}
+rm -rf "$ts/out"
+"$ts_bin/openapi-typescript" "$work/openapi.json" -o "$ts/schema.d.ts" --default-non-nullable false \
+  >"$work/ts-generate.log" 2>&1 || { cat "$work/ts-generate.log" >&2; exit 1; }
+(cd "$ts" && "$ts_bin/tsc" -p tsconfig.json) || { echo "contract: check.ts does not compile" >&2; exit 1; }
+CP_TS_BASE=$base CP_TS_TOKEN=$token CP_TS_DOCUMENT=$work/openapi.json CP_TS_ORG=$org \
+  CP_TS_WORKSPACE=$ws CP_TS_BUSY_POOL=$ts_busy_pool CP_TS_DOOMED_POOL=$ts_pool \
+  CP_TS_WORKFLOW=$workflow CP_TS_REVISION=$ts_revision CP_TS_PLUGIN=$ts_plugin CP_TS_REVIEW=$ts_review \
+  CP_TS_VICTIM=$ts_victim node "$ts/out/check.js"
+
+log "(c) schemathesis: every check, against the live server"
 # A config file for the ids made above. Path ids are fixed to the seeded ones: the coverage
 # phase ignores dictionaries and would send `0` for every id, so no request would get past its
 # 403 or 404 (an unknown id is still tried: by the coverage phase's unexpected-value cases and
@@ -249,4 +306,4 @@ if [ "$st_status" -ne 0 ]; then
   exit "$st_status"
 fi
 
-log "passed: client generated and complete, schemathesis found no failure"
+log "passed: both clients generated and complete, schemathesis found no failure"

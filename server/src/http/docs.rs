@@ -38,6 +38,9 @@ seconds, within 300 s of the server's clock), `x-sandbox-nonce` (16 to 128 of \
 `[A-Za-z0-9._-]`, single use) and `x-sandbox-signature`: base64 of the Ed25519 signature of \
 these lines joined by `\\n`: `v1`, the method, the path as sent without the query, the \
 timestamp, the nonce, the runner id, the key id, and the lowercase hex SHA-256 of the raw body.
+* Generated clients: openapi-python-client needs no option. openapi-typescript needs \
+`--default-non-nullable false`: by default it makes a request field with a `default` required \
+(the issuance body's `environmentIds` and `expiresInDays`, which a client may leave out).
 * States: runner command `queued → dispatched → running → succeeded | failed | cancelled`; \
 webhook delivery `pending → received → running → succeeded | failed` (and `failed` from any \
 live state; a delivery's report moves its command: received → dispatched, and so on); workflow \
