@@ -8,6 +8,7 @@ use control_plane::config::ServerConfig;
 use control_plane::domain::{CorrelationId, ExpiresInDays, RevocationReason, Scope, TokenName};
 use control_plane::service::{BootstrapInput, IssueTokenInput, Services};
 use control_plane::startup::{base_url, cpctl_invocation, first_steps, open_services};
+use control_plane::storage::RecordsLocation;
 
 use crate::cli::PoliciesCommand;
 use crate::cli::{
@@ -32,6 +33,24 @@ fn config_of(cli: &Cli) -> ServerConfig {
 
 async fn services(cli: &Cli) -> anyhow::Result<std::sync::Arc<Services>> {
     open_services(&config_of(cli)).await
+}
+
+/// Only `migrate` and `bootstrap` make the embedded store in the data directory: any other verb
+/// run from the wrong folder would make an empty one with fresh keys and answer "no such
+/// organisation". A store named by `DATABASE_URL` is the caller's explicit choice and opens as
+/// before (a Postgres database cannot be told apart from a new one without migrating it).
+fn refuse_to_create_a_store(cli: &Cli) -> anyhow::Result<()> {
+    if cli.database_url.is_some() {
+        return Ok(());
+    }
+    match config_of(cli).records() {
+        RecordsLocation::Sqlite(path) if !path.exists() => anyhow::bail!(
+            "no records store at {}: pass --data-dir (or CP_DATA_DIR) or DATABASE_URL for an \
+             existing one; `cpctl bootstrap` or `cpctl migrate` creates one",
+            path.display()
+        ),
+        _ => Ok(()),
+    }
 }
 
 fn arg<T>(what: &str, parsed: Result<T, String>) -> anyhow::Result<T> {
@@ -93,6 +112,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Command::Store(command) = cli.command {
         // Names its own stores; opening the services would write a hashing key into one.
         return crate::store::run(cli.output, command).await;
+    }
+    if !matches!(cli.command, Command::Migrate | Command::Bootstrap { .. }) {
+        refuse_to_create_a_store(&cli)?;
     }
     let services = services(&cli).await?;
     let cpctl = cpctl_invocation(&config_of(&cli).records());

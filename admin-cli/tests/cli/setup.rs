@@ -171,9 +171,20 @@ fn without_a_database_url_the_embedded_store_in_the_data_dir_is_used() {
             .output()
             .unwrap()
     };
+    // Only `migrate` and `bootstrap` create it: any other verb refuses, and creates nothing.
+    let refused = cpctl(&["orgs", "create", "embedded-org"]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("no records store at") && err.contains("cpctl migrate"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(!dir.join("control-plane.db").exists());
+    assert_ok(&cpctl(&["migrate"]));
+    assert!(dir.join("control-plane.db").exists());
     let created = cpctl(&["orgs", "create", "embedded-org"]);
     assert_ok(&created);
-    assert!(dir.join("control-plane.db").exists());
     let listed = cpctl(&["orgs", "list", "-o", "json"]);
     let orgs: Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(orgs[0]["name"], "embedded-org");
@@ -280,6 +291,15 @@ fn webhooks_keys_prints_the_stored_or_configured_public_keys() {
         assert_ok(&out);
         serde_json::from_slice::<Value>(&out.stdout).unwrap()
     };
+    let migrated = Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args(["migrate", "--data-dir"])
+        .arg(&dir)
+        .env_remove("DATABASE_URL")
+        .env_remove("CP_TOKEN_HASH_KEY")
+        .env_remove("CP_WEBHOOK_SIGNING_KEYS")
+        .output()
+        .unwrap();
+    assert_ok(&migrated);
     let first = cpctl(None);
     assert_eq!(first.as_array().unwrap().len(), 1, "{first}");
     assert_eq!(first[0]["current"], true);
