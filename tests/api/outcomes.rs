@@ -317,7 +317,9 @@ async fn postgres_only_a_retry_that_fails_on_its_keys_late_commit_replays_that_c
 /// 4xx and that lookup: a commit landing after the retry's claim). The retry comes after the
 /// parent lost the second workspace: it gets its own 403, never the child's secret.
 #[tokio::test]
-async fn a_retry_refused_while_its_keys_outcome_lands_late_gets_its_own_refusal() {
+async fn postgres_only_a_retry_refused_while_its_keys_outcome_lands_late_gets_its_own_refusal() {
+    // A second server process on the same records: the embedded store serves one process.
+    needs!(Postgres);
     let mut app = spawn_app_with(|c| {
         c.token_hash_key = Some(HASH_KEY.into());
         // The process below must open what this one sealed.
