@@ -114,9 +114,10 @@ const workspace = { workspaceId: ids.workspace };
 }
 
 {
-  // The server under check ends every stream after a second, so the whole text arrives.
+  // The server under check ends every stream after a second, so the whole text arrives;
+  // `after: 0` replays the log from its start (without it the stream begins at the head).
   const stream = await client.GET("/v1/workspaces/{workspaceId}/audit/stream", {
-    params: { path: workspace },
+    params: { path: workspace, query: { after: "0" } },
     parseAs: "text",
   });
   check(
