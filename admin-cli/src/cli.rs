@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use clap_complete::Shell;
 use uuid::Uuid;
 
-use control_plane::domain::{RevocationReason, Span};
+use control_plane::domain::{RevocationReason, Role, Span};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
@@ -59,6 +59,11 @@ pub struct Cli {
     /// --delivery-http-hosts; unset: https only, or loopback with CP_DEV).
     #[arg(long, global = true, env = "CP_DELIVERY_HTTP_HOSTS")]
     pub delivery_http_hosts: Option<String>,
+
+    /// The context (kept by `cpctl login`) of this command's HTTP verbs; default: the current
+    /// one. `CPCTL_SERVER` and `CPCTL_TOKEN` override it.
+    #[arg(long, global = true)]
+    pub context: Option<String>,
 
     /// Output format.
     #[arg(
@@ -138,6 +143,21 @@ pub enum Command {
     /// Reviews of a plugin.
     #[command(subcommand)]
     Reviews(crate::marketplace::ReviewsCommand),
+    /// Keep a context: the server's URL and a token read from standard input (never an
+    /// argument), checked with the server first; it becomes the current context.
+    Login {
+        /// The server's base URL: https, or http to a loopback address.
+        #[arg(long)]
+        server: String,
+        /// The context's name; default: the server's host and port.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// The contexts `cpctl login` kept.
+    #[command(subcommand)]
+    Context(crate::remote::ContextCommand),
+    /// Who the current context's token is, asked of its server.
+    Whoami,
     /// Print a shell completion script.
     Completion {
         #[arg(value_enum)]
@@ -208,9 +228,10 @@ pub enum UsersCommand {
         #[arg(long)]
         org: Uuid,
         email: String,
-        /// An administrator of the organisation: may decide workflow approvals.
-        #[arg(long)]
-        admin: bool,
+        /// `member`, `admin` (administers its organisation: decides workflow approvals, may
+        /// hold the admin scopes) or `operator` (the whole instance).
+        #[arg(long, default_value = "member", value_parser = Role::parse)]
+        role: Role,
     },
     List {
         #[arg(long)]
@@ -229,6 +250,14 @@ pub enum UsersCommand {
     Enable {
         #[arg(value_name = "USER_ID")]
         user: Uuid,
+    },
+    /// Change a user's role. Lowered, its tokens lose the admin scopes at once, on every
+    /// replica; setting the role it has changes nothing.
+    SetRole {
+        #[arg(value_name = "USER_ID")]
+        user: Uuid,
+        #[arg(long, value_parser = Role::parse)]
+        role: Role,
     },
     /// Show a user, whether and why it is disabled, and its tokens.
     Show {

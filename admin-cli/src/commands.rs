@@ -58,6 +58,15 @@ fn arg<T>(what: &str, parsed: Result<T, String>) -> anyhow::Result<T> {
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    // The HTTP client's verbs: no records store, no server setting.
+    match &cli.command {
+        Command::Login { server, name } => {
+            return crate::remote::login(cli.output, server, name.clone()).await;
+        }
+        Command::Whoami => return crate::remote::whoami(cli.output, cli.context.as_deref()).await,
+        Command::Context(command) => return crate::remote::context(cli.output, command.clone()),
+        _ => {}
+    }
     if let Command::Completion { shell } = &cli.command {
         clap_complete::generate(*shell, &mut Cli::command(), "cpctl", &mut std::io::stdout());
         return Ok(());
@@ -122,7 +131,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let cid = CorrelationId::generate();
     let out = cli.output;
     match cli.command {
-        Command::Completion { .. } | Command::Store(_) => {}
+        // Answered before any store was opened (above).
+        Command::Completion { .. }
+        | Command::Store(_)
+        | Command::Login { .. }
+        | Command::Context(_)
+        | Command::Whoami => {}
         Command::Migrate => {
             // Opening the services applied any pending migration.
             match out {
@@ -201,8 +215,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Environments(EnvironmentsCommand::List { workspace }) => {
             output::list(out, &services.list_environments(workspace).await?)
         }
-        Command::Users(UsersCommand::Create { org, email, admin }) => {
-            let user = services.create_user_as(org, &email, admin, &cid).await?;
+        Command::Users(UsersCommand::Create { org, email, role }) => {
+            let user = services.create_user_as(org, &email, role, &cid).await?;
             output::created(out, &user, user.id);
         }
         Command::Users(UsersCommand::List { org }) => {

@@ -11,6 +11,7 @@ mod policy_budgets;
 mod policy_decisions;
 mod policy_new;
 mod pools;
+mod remote;
 mod runners;
 mod store;
 mod tokens;

@@ -119,27 +119,20 @@ impl Render for Environment {
 impl Render for User {
     fn json(&self) -> Value {
         json!({ "id": self.id, "organisationId": self.organisation_id, "email": self.email,
-                "admin": self.admin, "createdAt": Timestamp::new(self.created_at),
+                "role": self.role.as_str(), "createdAt": Timestamp::new(self.created_at),
                 "disabled": self.disabled.is_some(),
                 "disabledAt": self.disabled.as_ref().map(|d| Timestamp::new(d.at)),
                 "disabledReason": self.disabled.as_ref().and_then(|d| d.reason.clone()) })
     }
     fn headers() -> &'static [&'static str] {
-        &[
-            "ID",
-            "ORGANISATION",
-            "EMAIL",
-            "ADMIN",
-            "CREATED",
-            "DISABLED",
-        ]
+        &["ID", "ORGANISATION", "EMAIL", "ROLE", "CREATED", "DISABLED"]
     }
     fn row(&self) -> Vec<String> {
         vec![
             self.id.to_string(),
             self.organisation_id.to_string(),
             self.email.clone(),
-            if self.admin { "yes" } else { "no" }.to_owned(),
+            self.role.as_str().to_owned(),
             Timestamp::new(self.created_at).to_string(),
             self.disabled
                 .as_ref()

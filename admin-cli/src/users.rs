@@ -1,4 +1,4 @@
-//! `cpctl users disable | enable | show` (offboarding) and `cpctl tokens rotate`: each parses its
+//! `cpctl users disable | enable | set-role | show` (offboarding, roles) and `cpctl tokens rotate`: each parses its
 //! arguments and calls one service method (`service/offboarding.rs`, `service/rotation.rs`).
 
 use serde_json::json;
@@ -25,6 +25,10 @@ pub async fn users(
             let change = services.enable_user(user, cid).await?;
             changed(out, &change, "enabled");
         }
+        UsersCommand::SetRole { user, role } => {
+            let change = services.set_user_role(user, role, cid).await?;
+            changed(out, &change, &format!("set to {role}"));
+        }
         UsersCommand::Show { user } => {
             let overview = services.user_overview(user).await?;
             match out {
@@ -40,7 +44,7 @@ pub async fn users(
                     println!("id:           {}", u.id);
                     println!("organisation: {}", u.organisation_id);
                     println!("email:        {}", u.email);
-                    println!("admin:        {}", if u.admin { "yes" } else { "no" });
+                    println!("role:         {}", u.role);
                     println!("created:      {}", Timestamp::new(u.created_at));
                     match &u.disabled {
                         None => println!("disabled:     no"),

@@ -126,6 +126,8 @@ mod audit_proofs;
 mod decisions;
 #[path = "cli/fleet.rs"]
 mod fleet;
+#[path = "cli/login.rs"]
+mod login;
 #[path = "cli/offboarding.rs"]
 mod offboarding;
 #[path = "cli/policies.rs"]

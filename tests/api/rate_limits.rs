@@ -123,6 +123,24 @@ async fn unauthenticated_requests_are_limited_per_address() {
         .await;
 }
 
+/// A `/v1` path no operation has spends its address's budget, charged once the router has
+/// answered, even with a valid token: it named nothing a token could reach, so the token's own
+/// budget is left alone.
+#[tokio::test]
+async fn requests_no_operation_takes_spend_the_address_budget() {
+    let app = spawn_app_with(|c| c.rate_limit = rate("2/m")).await;
+    let tenant = app.bootstrap().await;
+    for _ in 0..2 {
+        app.get("/v1/no-such-operation", &tenant.token)
+            .expect(404, "not_found")
+            .await;
+    }
+    app.get("/v1/no-such-operation", &tenant.token)
+        .expect(429, "rate_limited")
+        .await;
+    assert_eq!(read(&app, &tenant, &tenant.token).await.status(), 200);
+}
+
 /// An unauthenticated read carrying `forwarded` as its `X-Forwarded-For` field lines: its status.
 async fn anonymous_read(app: &TestApp, forwarded: &[&str]) -> u16 {
     let mut request = app.get(&routes::activity("x"), "cpat_not-a-token");

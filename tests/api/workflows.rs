@@ -300,7 +300,7 @@ async fn an_administrators_decision_is_seen_by_the_api() {
         .create_user_as(
             tenant.organisation_id,
             "reviewer@example.com",
-            true,
+            control_plane::domain::Role::Admin,
             &CorrelationId::generate(),
         )
         .await

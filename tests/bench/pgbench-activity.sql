@@ -9,7 +9,7 @@ SELECT t.id, t.public_id, t.user_id, t.organisation_id, t.name, t.scopes,
           WHERE tw.token_id = t.id AND tw.revoked_at IS NULL ORDER BY tw.position) AS workspace_ids,
     t.environment_ids, t.created_at, t.expires_at, t.revoked_at, t.issued_by_token_id,
     t.last_used_at, t.last_used_address, t.last_used_agent, t.secret_hash, NULL AS valid_until,
-    u.disabled_at IS NOT NULL AS user_disabled
+    u.disabled_at IS NOT NULL AS user_disabled, u.role AS user_role
 FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.public_id = :public_id
 UNION ALL
 SELECT t.id, t.public_id, t.user_id, t.organisation_id, t.name, t.scopes,
@@ -17,7 +17,7 @@ SELECT t.id, t.public_id, t.user_id, t.organisation_id, t.name, t.scopes,
           WHERE tw.token_id = t.id AND tw.revoked_at IS NULL ORDER BY tw.position) AS workspace_ids,
     t.environment_ids, t.created_at, t.expires_at, t.revoked_at, t.issued_by_token_id,
     t.last_used_at, t.last_used_address, t.last_used_agent, p.secret_hash, p.valid_until,
-    u.disabled_at IS NOT NULL AS user_disabled
+    u.disabled_at IS NOT NULL AS user_disabled, u.role AS user_role
 FROM token_previous_secrets p JOIN tokens t ON t.id = p.token_id JOIN users u ON u.id = t.user_id
 WHERE p.public_id = :public_id;
 SELECT id, organisation_id, workspace_id, seq, event_type,

@@ -3,6 +3,7 @@
 //! promise of a port is checked on every backend without a second test run.
 
 mod audit_chain;
+mod roles;
 mod support;
 mod token_hygiene;
 mod token_issuance;

@@ -213,7 +213,7 @@ pub async fn tenant(store: &dyn RecordStore) -> Tenant {
         organisation_id: org.id,
         email: format!("{}@example.test", Uuid::new_v4().simple()),
         created_at: now,
-        admin: false,
+        role: control_plane::domain::Role::Member,
         disabled: None,
     };
     let created = event(org.id, None, "user.created", user.id);

@@ -100,11 +100,11 @@ async fn revisions_are_approved_or_rejected_once_by_an_administrator() {
     let org = boot["organisationId"].as_str().unwrap().to_owned();
     let admin = boot["userId"].as_str().unwrap().to_owned();
 
-    // Bootstrap's user is an administrator; a plain user is not, unless created --admin.
+    // Bootstrap's user is the operator; a plain user is a member, unless created --role admin.
     let member = json_of(&db.run(&format!(
         "users create --org {org} member@acme.test -o json"
     )));
-    assert_eq!(member["admin"], false);
+    assert_eq!(member["role"], "member");
     let users = json_of(&db.run(&format!("users list --org {org} -o json")));
     let admin_row = users
         .as_array()
@@ -112,12 +112,12 @@ async fn revisions_are_approved_or_rejected_once_by_an_administrator() {
         .iter()
         .find(|u| u["id"] == admin.as_str())
         .unwrap();
-    assert_eq!(admin_row["admin"], true);
+    assert_eq!(admin_row["role"], "operator");
     let other_org = stdout(&db.run("orgs create initech")).trim().to_owned();
     let outsider = json_of(&db.run(&format!(
-        "users create --org {other_org} --admin boss@initech.test -o json"
+        "users create --org {other_org} --role admin boss@initech.test -o json"
     )));
-    assert_eq!(outsider["admin"], true);
+    assert_eq!(outsider["role"], "admin");
 
     let wf = json_of(&db.run(&format!("workflows create --workspace {ws} deploy -o json")))["id"]
         .as_str()

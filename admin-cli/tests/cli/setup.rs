@@ -22,7 +22,7 @@ async fn bootstrap_prints_ids_and_a_credential_once_and_refuses_a_second_time() 
     let credential = &v["credential"];
     assert_eq!(
         credential["scopes"].as_array().unwrap().len(),
-        9,
+        control_plane::domain::Scope::ALL.len(),
         "every scope"
     );
     assert_eq!(credential["workspaceIds"][0], v["workspaceId"]);

@@ -6,9 +6,10 @@ use control_plane::policy::types::{Denial, DenyStatus};
 
 struct Authz;
 
-/// The scope each operation requires.
-fn required_scope(operation: &str) -> Option<&'static str> {
-    Some(match operation {
+/// The scope each operation requires: `Some(None)` for one any live token may perform,
+/// `None` for an operation this policy does not know.
+fn required_scope(operation: &str) -> Option<Option<&'static str>> {
+    Some(Some(match operation {
         "issuePersonalAccessToken" => "tokens:issue",
         "revokeWorkspaceAccessToken" => "tokens:revoke",
         "deleteRunnerPool" => "runner-pools:delete",
@@ -18,8 +19,10 @@ fn required_scope(operation: &str) -> Option<&'static str> {
         "requestWorkflowRevisionApproval" => "workflows:request-approval",
         "putOwnPluginReview" => "reviews:write",
         "reportPluginReview" => "reviews:report",
+        // A token reading who it is.
+        "getAuthenticatedCaller" => return Some(None),
         _ => return None,
-    })
+    }))
 }
 
 fn deny(reason: String) -> AuthzDecision {
@@ -32,7 +35,9 @@ impl Guest for Authz {
             return deny(format!("unknown operation {}", request.operation));
         };
         let principal = &request.principal;
-        if !principal.scopes.iter().any(|s| s == scope) {
+        if let Some(scope) = scope
+            && !principal.scopes.iter().any(|s| s == scope)
+        {
             return deny(format!("the token lacks the scope {scope}"));
         }
         if let Some(workspace) = &request.workspace_id {

@@ -12,6 +12,7 @@ mod ids;
 mod key_wrap;
 pub mod operation;
 mod principal;
+mod role;
 pub(crate) mod rules;
 mod sample_rate;
 mod scope;
@@ -36,8 +37,9 @@ pub use dispatch::{DISPATCH_EVENT_TYPE, DispatchData, DispatchPayload, verify_we
 pub use idempotency::{IdempotencyKey, RecordCipher, UndecryptableRecord};
 pub use ids::{SEQUENCE_PATTERN, parse_sequence, parse_uuid};
 pub use key_wrap::{ForeignWrap, KeyEncryptionKey};
-pub use operation::{Auth, OperationSpec, RateClass};
+pub use operation::{Auth, Operation, OperationSpec, RateClass};
 pub use principal::Principal;
+pub use role::{Role, UnknownRole};
 pub use sample_rate::SampleRate;
 pub use scope::{Scope, Scopes, UnknownScope};
 pub use signature::{

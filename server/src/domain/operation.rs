@@ -1,14 +1,15 @@
-//! The v1 operations, in one table: each operation's id, method, route, how its caller is
-//! authenticated (and the scope a bearer token needs), and the rate class it spends.
+//! The v1 operations, each declared once: its id, method, route, how its caller is
+//! authenticated (and the scope a bearer token needs), the rate class it spends, whether it
+//! takes an `Idempotency-Key`, and the audit event types it writes.
 //!
-//! It lives in `domain` because both sides read it and `domain` depends on neither: the
-//! service asks the policy about an operation by its id, method, route and scope
-//! (`service::Operation`, the bearer rows, names one row each), and the HTTP adapter finds
-//! a request's row before routing (its rate class, whether it is a runner's, the label of its
-//! metrics, the `Allow` header of a 405) and after it (by poem's matched pattern). The routes
-//! themselves are still declared by the `#[oai(...)]` attributes of `http/api`, because
-//! poem-openapi reads only literals there; a test in `http/docs.rs` holds this table and the
-//! generated document to the same operations, so neither can change alone.
+//! Everything else reads the declaration: the service names an [`Operation`] when it asks the
+//! authorizer (whose question carries the id, method, route and scope), each handler's
+//! endpoint carries its operation (`http/api/mod.rs`, `admitted`), so the rate class, the
+//! idempotency record, the metrics label and the policy question come from it and no request
+//! looks its route up; the document's headers and `x-audit-events` come from it too. The
+//! routes themselves are still written in the `#[oai(...)]` attributes, because poem-openapi
+//! reads only literals there; a test in `http/docs.rs` holds this table and the generated
+//! document to the same operations, so neither can change alone.
 
 use super::Scope;
 
@@ -45,15 +46,18 @@ impl RateClass {
 pub enum Auth {
     /// A personal access token (`Authorization: Bearer`), which must hold the scope.
     Bearer(Scope),
+    /// A personal access token, whatever scopes it holds (the authorizer is still asked).
+    AnyToken,
     /// A runner's signature over the request (the `x-sandbox-*` headers), never a token.
     RunnerSigned,
     /// Nobody: no v1 operation is open today; the variant keeps the table able to say so.
     None,
 }
 
-/// One v1 operation.
+/// One v1 operation's declaration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OperationSpec {
+    pub operation: Operation,
     /// The OpenAPI `operationId`, also the `operation` label of the metrics.
     pub id: &'static str,
     /// Upper case, as on the wire.
@@ -62,6 +66,10 @@ pub struct OperationSpec {
     pub route: &'static str,
     pub auth: Auth,
     pub rate: RateClass,
+    /// Takes an `Idempotency-Key` (its input is read by `http::idempotency::Idempotent`).
+    pub idempotent: bool,
+    /// The audit event types a successful run writes (`x-audit-events` in the document).
+    pub audit: &'static [&'static str],
 }
 
 impl OperationSpec {
@@ -69,111 +77,190 @@ impl OperationSpec {
     pub const fn scope(&self) -> Option<Scope> {
         match self.auth {
             Auth::Bearer(scope) => Some(scope),
-            Auth::RunnerSigned | Auth::None => None,
+            Auth::AnyToken | Auth::RunnerSigned | Auth::None => None,
         }
     }
-}
 
-const fn bearer(
-    id: &'static str,
-    method: &'static str,
-    route: &'static str,
-    scope: Scope,
-    rate: RateClass,
-) -> OperationSpec {
-    OperationSpec {
-        id,
-        method,
-        route,
-        auth: Auth::Bearer(scope),
-        rate,
+    /// The position of the route variable `name` (`{workspaceId}` is 0 in its route): poem's
+    /// router names variables by position (`:param0`), the declaration by name.
+    pub fn variable_index(&self, name: &str) -> Option<usize> {
+        self.route
+            .split('/')
+            .filter(|segment| segment.starts_with('{'))
+            .position(|segment| segment.trim_matches(['{', '}']) == name)
     }
 }
 
-pub const ISSUE_TOKEN: OperationSpec = bearer(
-    "issuePersonalAccessToken",
-    "POST",
-    "/v1/personal-access-tokens",
-    Scope::TokensIssue,
-    RateClass::Issue,
-);
-pub const REVOKE_TOKEN: OperationSpec = bearer(
-    "revokeWorkspaceAccessToken",
-    "DELETE",
-    "/v1/workspaces/{workspaceId}/access-tokens/{tokenId}",
-    Scope::TokensRevoke,
-    RateClass::Write,
-);
-pub const DELETE_RUNNER_POOL: OperationSpec = bearer(
-    "deleteRunnerPool",
-    "DELETE",
-    "/v1/workspaces/{workspaceId}/runner-pools/{poolId}",
-    Scope::RunnerPoolsDelete,
-    RateClass::Write,
-);
-pub const SUBMIT_RUNNER_COMMAND: OperationSpec = bearer(
-    "submitRunnerCommand",
-    "POST",
-    "/v1/workspaces/{workspaceId}/runner-commands",
-    Scope::RunnerCommandsSubmit,
-    RateClass::Write,
-);
-pub const STREAM_AUDIT_EVENTS: OperationSpec = bearer(
-    "streamAuditEvents",
-    "GET",
-    "/v1/workspaces/{workspaceId}/audit/stream",
-    Scope::AuditRead,
-    RateClass::Read,
-);
-pub const LIST_ACTIVITY: OperationSpec = bearer(
-    "listActivity",
-    "GET",
-    "/v1/workspaces/{workspaceId}/activity",
-    Scope::ActivityRead,
-    RateClass::Read,
-);
-pub const REPORT_DELIVERY_STATUS: OperationSpec = OperationSpec {
-    id: "reportDeliveryStatus",
-    method: "POST",
-    route: "/v1/runner/webhook-deliveries/{deliveryId}/status",
-    auth: Auth::RunnerSigned,
-    rate: RateClass::Write,
-};
-pub const REQUEST_WORKFLOW_APPROVAL: OperationSpec = bearer(
-    "requestWorkflowRevisionApproval",
-    "POST",
-    "/v1/workspaces/{workspaceId}/workflows/{workflowId}/revisions/{revisionId}/request-approval",
-    Scope::WorkflowsRequestApproval,
-    RateClass::Write,
-);
-pub const REPORT_REVIEW: OperationSpec = bearer(
-    "reportPluginReview",
-    "POST",
-    "/v1/marketplace/plugins/{pluginId}/reviews/{reviewId}/report",
-    Scope::ReviewsReport,
-    RateClass::Write,
-);
-pub const WRITE_REVIEW: OperationSpec = bearer(
-    "putOwnPluginReview",
-    "PUT",
-    "/v1/marketplace/plugins/{pluginId}/reviews/me",
-    Scope::ReviewsWrite,
-    RateClass::Write,
-);
+/// Declares the operations: one row each, in the order of docs/contract.md ("Operations at a
+/// glance"), which is also [`Operation::ALL`]'s and [`OPERATIONS`]'s.
+macro_rules! operations {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident {
+            id: $id:literal,
+            route: $method:literal $route:literal,
+            auth: $auth:expr,
+            rate: $rate:ident,
+            idempotent: $idempotent:literal,
+            audit: [$($audit:literal),* $(,)?] $(,)?
+        }
+    )*) => {
+        /// A v1 operation; its declaration is [`Operation::spec`].
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Operation {
+            $($(#[$doc])* $variant,)*
+        }
 
-/// Every v1 operation, in the order of docs/contract.md ("Operations at a glance").
-pub static OPERATIONS: [OperationSpec; 10] = [
-    ISSUE_TOKEN,
-    REVOKE_TOKEN,
-    DELETE_RUNNER_POOL,
-    SUBMIT_RUNNER_COMMAND,
-    STREAM_AUDIT_EVENTS,
-    LIST_ACTIVITY,
-    REPORT_DELIVERY_STATUS,
-    REQUEST_WORKFLOW_APPROVAL,
-    REPORT_REVIEW,
-    WRITE_REVIEW,
-];
+        impl Operation {
+            pub const ALL: [Operation; [$(stringify!($variant)),*].len()] =
+                [$(Operation::$variant),*];
+        }
+
+        /// Every operation's declaration, indexed by [`Operation`].
+        pub static OPERATIONS: [OperationSpec; Operation::ALL.len()] = [$(
+            OperationSpec {
+                operation: Operation::$variant,
+                id: $id,
+                method: $method,
+                route: $route,
+                auth: $auth,
+                rate: RateClass::$rate,
+                idempotent: $idempotent,
+                audit: &[$($audit),*],
+            },
+        )*];
+    };
+}
+
+operations! {
+    IssueToken {
+        id: "issuePersonalAccessToken",
+        route: "POST" "/v1/personal-access-tokens",
+        auth: Auth::Bearer(Scope::TokensIssue),
+        rate: Issue,
+        idempotent: true,
+        audit: ["token.issued"],
+    }
+    RevokeToken {
+        id: "revokeWorkspaceAccessToken",
+        route: "DELETE" "/v1/workspaces/{workspaceId}/access-tokens/{tokenId}",
+        auth: Auth::Bearer(Scope::TokensRevoke),
+        rate: Write,
+        idempotent: true,
+        audit: ["token.workspace_access_revoked"],
+    }
+    DeleteRunnerPool {
+        id: "deleteRunnerPool",
+        route: "DELETE" "/v1/workspaces/{workspaceId}/runner-pools/{poolId}",
+        auth: Auth::Bearer(Scope::RunnerPoolsDelete),
+        rate: Write,
+        idempotent: true,
+        audit: ["runner_pool.deleted"],
+    }
+    SubmitRunnerCommand {
+        id: "submitRunnerCommand",
+        route: "POST" "/v1/workspaces/{workspaceId}/runner-commands",
+        auth: Auth::Bearer(Scope::RunnerCommandsSubmit),
+        rate: Write,
+        idempotent: true,
+        audit: ["runner_command.submitted"],
+    }
+    ReadAuditStream {
+        id: "streamAuditEvents",
+        route: "GET" "/v1/workspaces/{workspaceId}/audit/stream",
+        auth: Auth::Bearer(Scope::AuditRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    ReadActivity {
+        id: "listActivity",
+        route: "GET" "/v1/workspaces/{workspaceId}/activity",
+        auth: Auth::Bearer(Scope::ActivityRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    ReportDeliveryStatus {
+        id: "reportDeliveryStatus",
+        route: "POST" "/v1/runner/webhook-deliveries/{deliveryId}/status",
+        auth: Auth::RunnerSigned,
+        rate: Write,
+        idempotent: true,
+        audit: ["webhook_delivery.status_reported"],
+    }
+    RequestWorkflowApproval {
+        id: "requestWorkflowRevisionApproval",
+        route: "POST" "/v1/workspaces/{workspaceId}/workflows/{workflowId}/revisions/{revisionId}/request-approval",
+        auth: Auth::Bearer(Scope::WorkflowsRequestApproval),
+        rate: Write,
+        idempotent: true,
+        audit: ["workflow_revision.approval_requested"],
+    }
+    ReportReview {
+        id: "reportPluginReview",
+        route: "POST" "/v1/marketplace/plugins/{pluginId}/reviews/{reviewId}/report",
+        auth: Auth::Bearer(Scope::ReviewsReport),
+        rate: Write,
+        idempotent: true,
+        audit: ["review.reported"],
+    }
+    WriteReview {
+        id: "putOwnPluginReview",
+        route: "PUT" "/v1/marketplace/plugins/{pluginId}/reviews/me",
+        auth: Auth::Bearer(Scope::ReviewsWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["review.created", "review.replaced"],
+    }
+    // Beyond the contract's ten: the admin plane (docs/contract.md, "Beyond the contract").
+    GetCaller {
+        id: "getAuthenticatedCaller",
+        route: "GET" "/v1/me",
+        auth: Auth::AnyToken,
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+}
+
+impl Operation {
+    /// The operation's declaration.
+    pub const fn spec(self) -> &'static OperationSpec {
+        &OPERATIONS[self as usize]
+    }
+
+    pub const fn id(self) -> &'static str {
+        self.spec().id
+    }
+
+    /// HTTP method and route template, as the policy sees them.
+    pub const fn http(self) -> (&'static str, &'static str) {
+        let spec = self.spec();
+        (spec.method, spec.route)
+    }
+
+    /// The scope a bearer token needs; `None` for a runner's signed operation.
+    pub const fn required_scope(self) -> Option<Scope> {
+        self.spec().scope()
+    }
+
+    /// The operations the authorizer is asked about: those a bearer token performs.
+    pub fn bearer() -> impl Iterator<Item = Operation> {
+        Operation::ALL
+            .into_iter()
+            .filter(|op| matches!(op.spec().auth, Auth::Bearer(_) | Auth::AnyToken))
+    }
+}
+
+// `spec` indexes the table by the variant: each row must be its own variant's.
+const _: () = {
+    let mut i = 0;
+    while i < OPERATIONS.len() {
+        assert!(OPERATIONS[i].operation as usize == i);
+        i += 1;
+    }
+};
 
 /// Where the runner-signed routes live: every `RunnerSigned` row's route starts with it and no
 /// other row's does (the test below holds this). A request under it is a runner's before
@@ -190,51 +277,12 @@ pub fn is_variable(segment: &str) -> bool {
     segment.starts_with(':') || (segment.starts_with('{') && segment.ends_with('}'))
 }
 
-/// How many literal segments `route` has where `path`, as sent, matches it (a variable matches
-/// any non-empty segment); `None` when it does not match.
-fn literal_match(route: &str, path: &str) -> Option<usize> {
-    let mut literals = 0;
-    let mut given = path.split('/');
-    for segment in route.split('/') {
-        let value = given.next()?;
-        if is_variable(segment) {
-            if value.is_empty() {
-                return None;
-            }
-        } else if segment == value {
-            literals += 1;
-        } else {
-            return None;
-        }
-    }
-    given.next().is_none().then_some(literals)
-}
-
-/// The route `path` (as sent, without the query) matches, as the router picks it: the one
-/// with the most literal segments. Its operations, in table order; none when no route matches.
-fn on_route(path: &str) -> impl Iterator<Item = &'static OperationSpec> {
-    let route = OPERATIONS
-        .iter()
-        .filter_map(|op| Some((literal_match(op.route, path)?, op.route)))
-        .max_by_key(|(literals, _)| *literals)
-        .map(|(_, route)| route);
-    // No allocation: this runs for every /v1 request, before the limiter.
-    OPERATIONS.iter().filter(move |op| Some(op.route) == route)
-}
-
-/// The operation a request names before routing: `method` on the route `path` matches (`HEAD`
-/// as its `GET`, as the router answers it). `None` for a 404 or a 405.
-pub fn find(method: &str, path: &str) -> Option<&'static OperationSpec> {
-    let method = if method == "HEAD" { "GET" } else { method };
-    on_route(path).find(|op| op.method == method)
-}
-
-/// The operation of the route poem matched, by its pattern (`/v1/a/:param0`; a document
-/// template matches too) and the request's method, exactly as given.
-pub fn operation_by_route(method: &str, pattern: &str) -> Option<&'static OperationSpec> {
+/// The operation of a document template and method, exactly as given: for reading the
+/// document against the table when it is built, never for routing a request.
+pub fn operation_by_route(method: &str, template: &str) -> Option<&'static OperationSpec> {
     OPERATIONS
         .iter()
-        .find(|op| op.method == method && same_shape(op.route, pattern))
+        .find(|op| op.method == method && same_shape(op.route, template))
 }
 
 /// Two templates with the same literals in the same places, whatever their variables' names.
@@ -284,7 +332,7 @@ mod tests {
     #[test]
     fn rate_classes_follow_the_method_except_issuance() {
         for op in &OPERATIONS {
-            let expected = if op.id == ISSUE_TOKEN.id {
+            let expected = if op.operation == Operation::IssueToken {
                 RateClass::Issue
             } else {
                 RateClass::of_method(op.method)
@@ -293,41 +341,34 @@ mod tests {
         }
     }
 
+    /// Every change takes a key, and no read does (a `GET` has no body to fingerprint); a read
+    /// writes no audit event, a change at least one.
     #[test]
-    fn a_path_finds_its_operation_before_routing() {
-        let find_id = |method, path| find(method, path).map(|op| op.id);
-        assert_eq!(
-            find_id("POST", "/v1/personal-access-tokens"),
-            Some("issuePersonalAccessToken")
-        );
-        assert_eq!(
-            find_id("HEAD", "/v1/workspaces/w1/activity"),
-            Some("listActivity")
-        );
-        assert_eq!(
-            find_id("PUT", "/v1/marketplace/plugins/p1/reviews/me"),
-            Some("putOwnPluginReview")
-        );
-        assert_eq!(
-            find_id("POST", "/v1/runner/webhook-deliveries/d1/status"),
-            Some("reportDeliveryStatus")
-        );
-        // A 405, an empty variable, a trailing slash, an unknown path.
-        assert_eq!(find_id("PATCH", "/v1/personal-access-tokens"), None);
-        assert_eq!(find_id("GET", "/v1/workspaces//activity"), None);
-        assert_eq!(find_id("POST", "/v1/personal-access-tokens/"), None);
-        assert_eq!(find_id("GET", "/v1/nothing"), None);
+    fn changes_are_idempotent_and_audited_and_reads_are_neither() {
+        for op in &OPERATIONS {
+            let change = op.method != "GET";
+            assert_eq!(op.idempotent, change, "{}", op.id);
+            assert_eq!(!op.audit.is_empty(), change, "{}", op.id);
+        }
     }
 
     #[test]
-    fn a_route_is_found_by_poems_pattern() {
+    fn a_route_variable_is_found_by_its_position() {
+        let revoke = Operation::RevokeToken.spec();
+        assert_eq!(revoke.variable_index("workspaceId"), Some(0));
+        assert_eq!(revoke.variable_index("tokenId"), Some(1));
+        assert_eq!(revoke.variable_index("poolId"), None);
+    }
+
+    #[test]
+    fn a_template_finds_its_row() {
         let by_route = |method, pattern| operation_by_route(method, pattern).map(|op| op.id);
         assert_eq!(
             by_route("DELETE", "/v1/workspaces/:param0/access-tokens/:param1"),
             Some("revokeWorkspaceAccessToken")
         );
         assert_eq!(
-            by_route("POST", "/v1/runner/webhook-deliveries/:param0/status"),
+            by_route("POST", "/v1/runner/webhook-deliveries/{deliveryId}/status"),
             Some("reportDeliveryStatus")
         );
         assert_eq!(by_route("PUT", "/v1/personal-access-tokens"), None);

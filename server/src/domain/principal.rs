@@ -1,7 +1,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{CorrelationId, Scopes};
+use super::{CorrelationId, Role, Scopes};
 
 /// An authenticated caller: a live token and what it grants.
 #[derive(Debug, Clone, PartialEq)]
@@ -11,6 +11,8 @@ pub struct Principal {
     pub public_id: String,
     pub user_id: Uuid,
     pub organisation_id: Uuid,
+    /// The user's role as authentication read it; `scopes` holds no admin scope it disallows.
+    pub role: Role,
     pub scopes: Scopes,
     /// Workspaces whose grant is still active, in the order they were granted.
     pub workspace_ids: Vec<Uuid>,

@@ -12,6 +12,10 @@ pub enum Scope {
     WorkflowsRequestApproval,
     ReviewsWrite,
     ReviewsReport,
+    /// Reading the admin operations' resources; only for a user whose role administers.
+    AdminRead,
+    /// Changing them; only for a user whose role administers.
+    AdminWrite,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -19,7 +23,7 @@ pub enum Scope {
 pub struct UnknownScope;
 
 impl Scope {
-    pub const ALL: [Scope; 9] = [
+    pub const ALL: [Scope; 11] = [
         Scope::TokensIssue,
         Scope::TokensRevoke,
         Scope::RunnerPoolsDelete,
@@ -29,6 +33,8 @@ impl Scope {
         Scope::WorkflowsRequestApproval,
         Scope::ReviewsWrite,
         Scope::ReviewsReport,
+        Scope::AdminRead,
+        Scope::AdminWrite,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -42,7 +48,14 @@ impl Scope {
             Scope::WorkflowsRequestApproval => "workflows:request-approval",
             Scope::ReviewsWrite => "reviews:write",
             Scope::ReviewsReport => "reviews:report",
+            Scope::AdminRead => "admin:read",
+            Scope::AdminWrite => "admin:write",
         }
+    }
+
+    /// An admin scope: held only by tokens of users whose role allows it (`Role::allows`).
+    pub fn is_admin(self) -> bool {
+        matches!(self, Scope::AdminRead | Scope::AdminWrite)
     }
 
     pub fn parse(raw: &str) -> Result<Self, UnknownScope> {

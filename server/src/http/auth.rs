@@ -1,23 +1,23 @@
 //! Authentication: the host's job, before any authorization question is asked.
 //!
-//! A bearer token is authenticated once by the request-context middleware (the rate limit
-//! needs the principal); [`BearerAuth`] hands its outcome to the handler and documents the
+//! A bearer token is authenticated once by admission, the first step of its operation's route
+//! (`admission.rs`; the rate limit needs the principal); [`BearerAuth`] hands its outcome to the handler and documents the
 //! scheme. A runner signs its request, body included, so it is known only once the body is
 //! read: [`Signed`] reads the body, verifies the signature and charges the runner's rate limit.
 
 use std::sync::Arc;
 
 use futures_util::FutureExt;
-use poem::{PathPattern, Request, RequestBody};
+use poem::{Request, RequestBody};
 use poem_openapi::auth::Bearer;
 use poem_openapi::registry::{MetaRequest, Registry};
 use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions, SecurityScheme};
 
 use super::error::ApiFailure;
 use super::idempotency::IdempotentInput;
-use super::limits::{Caller, RateClass, RateGuard};
+use super::limits::{Caller, RateGuard};
 use super::payload::{FromJson, JsonBody};
-use crate::domain::{Principal, RunnerSignature, operation};
+use crate::domain::{Operation, Principal, RunnerSignature};
 use crate::service::{RunnerPrincipal, ServiceError, Services, SignedRequest};
 
 /// What the middleware learnt from the `Authorization` header.
@@ -30,13 +30,6 @@ pub enum AuthOutcome {
 /// Who a bearer caller is to the idempotency records.
 pub fn token_subject(principal: &Principal) -> String {
     format!("tok:{}", principal.token_id)
-}
-
-/// Whether a path is a signed runner route: authenticated by the runner's signature, never by
-/// a bearer token, and limited before the signature is checked by its own per-address budget.
-/// The operation table says where those routes live (`operation::RUNNER_ROUTES`).
-pub fn is_signed_path(path: &str) -> bool {
-    operation::is_runner_path(path)
 }
 
 /// Who a signing runner is to the idempotency records.
@@ -123,16 +116,12 @@ impl<'a, T: FromJson + Send> ApiExtractor<'a> for Signed<T> {
         let rates = request
             .data::<Arc<RateGuard>>()
             .ok_or_else(ApiFailure::internal)?;
-        // The class of the route poem matched; a signed body serves no other.
+        // The class of the operation whose route admitted it; a signed body serves no other.
         let class = request
-            .data::<PathPattern>()
-            .and_then(|pattern| {
-                operation::operation_by_route(request.method().as_str(), &pattern.0)
-            })
-            .map_or_else(
-                || RateClass::of_method(request.method().as_str()),
-                |op| op.rate,
-            );
+            .data::<Operation>()
+            .ok_or_else(ApiFailure::internal)?
+            .spec()
+            .rate;
         rates
             .charge_in_route(request, Caller::Runner(runner.runner_id), class)
             .await?;

@@ -1,7 +1,7 @@
 //! Outermost middleware, in the order of docs/design.md ("Request pipeline"): correlation id,
-//! client address, body-size guard, authentication and rate limit (one limiter round trip per
-//! request), then the route; every failure on the way is rendered as an ApiError, and every
-//! response gets its headers.
+//! client address and body-size guard, then the route, whose first step is admission
+//! (authentication and rate limit, `admission.rs`); every failure on the way is rendered as an
+//! ApiError, and every response gets its headers.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,15 +11,15 @@ use poem::{Endpoint, IntoResponse, Request, Response};
 use poem_openapi::OperationId;
 use tracing::Instrument;
 
-use super::auth::{AuthOutcome, is_signed_path};
+use super::admission::Admission;
 use super::error::{ApiFailure, retry_after_value};
 use super::forwarded::{FORWARDED_FOR, TrustedProxies};
 use super::idempotency::IdempotencyHeader;
-use super::limits::{Caller, RateGuard, RouteDecision, rate_class, tightest};
+use super::limits::{RateGuard, RouteDecision, tightest};
 use super::metrics::HttpMetrics;
 use super::ops::AllowedMethods;
 use crate::domain::{CorrelationId, FieldError, IdempotencyKey, ValidationErrors};
-use crate::service::{LastUseRecorder, ServiceError, Services};
+use crate::service::ServiceError;
 use crate::storage::RateDecision;
 
 pub const CORRELATION_HEADER: &str = "x-correlation-id";
@@ -32,11 +32,9 @@ pub struct BodyLimit(pub usize);
 pub struct RequestContext<E> {
     inner: E,
     metrics: Arc<HttpMetrics>,
-    services: Arc<Services>,
     rates: Arc<RateGuard>,
     body_limit: usize,
     allowed: Option<Arc<AllowedMethods>>,
-    last_use: Option<Arc<LastUseRecorder>>,
     trusted_proxies: Arc<TrustedProxies>,
 }
 
@@ -44,7 +42,6 @@ impl<E> RequestContext<E> {
     pub fn new(
         inner: E,
         metrics: Arc<HttpMetrics>,
-        services: Arc<Services>,
         rates: Arc<RateGuard>,
         body_limit: usize,
         trusted_proxies: Arc<TrustedProxies>,
@@ -52,19 +49,11 @@ impl<E> RequestContext<E> {
         Self {
             inner,
             metrics,
-            services,
             rates,
             body_limit,
             allowed: None,
-            last_use: None,
             trusted_proxies,
         }
-    }
-
-    /// Notes each token's use after it authenticates (recorded in the background).
-    pub fn with_last_use(mut self, recorder: Arc<LastUseRecorder>) -> Self {
-        self.last_use = Some(recorder);
-        self
     }
 
     /// The methods of each route, for the `Allow` header of a 405.
@@ -131,13 +120,6 @@ fn idempotency_key(req: &Request) -> Result<IdempotencyHeader, poem::Error> {
         .map_err(|r| field_failure("Idempotency-Key", r))
 }
 
-/// The bearer token, when the request carries exactly one `Authorization: Bearer` header.
-fn bearer(req: &Request) -> Option<&str> {
-    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-}
-
 /// The request's client address, as [`RequestContext`] found it (`forwarded.rs`).
 #[derive(Clone)]
 struct ClientAddress(String);
@@ -161,58 +143,6 @@ impl<E> RequestContext<E> {
             .iter()
             .map(|v| v.to_str().unwrap_or(""));
         ClientAddress(self.trusted_proxies.client(peer, lines).to_string())
-    }
-}
-
-impl<E: Endpoint> RequestContext<E> {
-    /// Authentication and the rate limit, for /v1 routes. Returns the limiter's decision, for
-    /// the response headers.
-    async fn admit(&self, req: &mut Request) -> Result<Option<RateDecision>, poem::Error> {
-        let path = req.uri().path();
-        if !path.starts_with("/v1/") {
-            return Ok(None);
-        }
-        let class = rate_class(req.method(), path);
-        if is_signed_path(path) {
-            // The signature authenticates these, inside the route: an `Authorization` header
-            // is not looked up, and the address's runner budget, not its bearer one, is spent.
-            let address = client_address(req);
-            return Ok(self
-                .rates
-                .check(Caller::RunnerAddress(address), class)
-                .await?);
-        }
-        // The caller carries the request's id to the policy decisions it asks for.
-        let cid = req.data::<CorrelationId>().cloned();
-        let outcome = match bearer(req) {
-            Some(token) => Some(match self.services.authenticate(token).await {
-                Ok(principal) => AuthOutcome::Authenticated(match cid {
-                    Some(cid) => principal.in_request(cid),
-                    None => principal,
-                }),
-                Err(e @ ServiceError::Unavailable) => return Err(ApiFailure::from(e).into()),
-                Err(e) => AuthOutcome::Failed(e),
-            }),
-            None => None,
-        };
-        let address = client_address(req);
-        if let (Some(AuthOutcome::Authenticated(p)), Some(recorder)) = (&outcome, &self.last_use) {
-            // Synchronous and bounded: no store or fast-state round trip on this path.
-            let agent = req
-                .headers()
-                .get(header::USER_AGENT)
-                .and_then(|v| v.to_str().ok());
-            recorder.observe(p.token_id, address, agent);
-        }
-        let decision = match &outcome {
-            Some(AuthOutcome::Authenticated(p)) => self.rates.check(Caller::Token(p), class),
-            _ => self.rates.check(Caller::Address(address), class),
-        }
-        .await;
-        if let Some(outcome) = outcome {
-            req.set_data(outcome);
-        }
-        Ok(decision?)
     }
 }
 
@@ -241,10 +171,11 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
         req.set_data(cid.clone());
         req.set_data(BodyLimit(self.body_limit));
         let client = self.find_client(&req);
+        let address = client.0.clone();
         req.set_data(client);
 
-        let mut decision = None;
         let route_decision = RouteDecision::default();
+        let mut routed = false;
         let outcome = async {
             if let Some(reason) = refused {
                 return Err(field_failure(CORRELATION_HEADER, reason));
@@ -257,12 +188,26 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
             }
             let key = idempotency_key(&req)?;
             req.set_data(key);
-            decision = self.admit(&mut req).await?;
             req.set_data(route_decision.clone());
+            routed = true;
             self.inner.call(req).await.map(IntoResponse::into_response)
         }
         .instrument(span.clone())
         .await;
+        let mut decision = route_decision.admission();
+        let outcome = if routed && path.starts_with("/v1/") && !route_decision.was_admitted() {
+            // No operation took it (a 404, a 405): its method's budget, once the router said so.
+            let charge = Admission::charge_unrouted(&self.rates, method.as_str(), &path, &address);
+            match charge.instrument(span.clone()).await {
+                Ok(charged) => {
+                    decision = charged;
+                    outcome
+                }
+                Err(refused) => Err(refused.into()),
+            }
+        } else {
+            outcome
+        };
 
         let mut code: Option<&'static str> = None;
         let (mut response, operation) = match outcome {

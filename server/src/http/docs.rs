@@ -70,11 +70,15 @@ pub fn finish(raw: &str) -> String {
                 continue;
             };
             for (method, operation) in methods.iter_mut() {
-                let mutating = matches!(method.as_str(), "post" | "put" | "delete" | "patch");
-                // The table says which operations a runner signs.
-                let signed = operation_by_route(&method.to_ascii_uppercase(), path)
-                    .is_some_and(|op| op.auth == Auth::RunnerSigned);
-                add_contract_headers(operation, mutating, signed);
+                // The declaration says which operations take a key, which a runner signs and
+                // what each writes to the audit log.
+                let Some(spec) = operation_by_route(&method.to_ascii_uppercase(), path) else {
+                    continue;
+                };
+                add_contract_headers(operation, spec.idempotent, spec.auth == Auth::RunnerSigned);
+                if !spec.audit.is_empty() {
+                    operation["x-audit-events"] = json!(spec.audit);
+                }
             }
         }
         for operation in paths
@@ -131,15 +135,15 @@ fn header(name: &str, description: &str, schema: Value) -> Value {
 }
 
 /// What the contract says of every operation and the derive cannot: the `Idempotency-Key`
-/// request header and `idempotency-replayed` response header of mutating operations, the
+/// request header and `idempotency-replayed` response header of idempotent operations, the
 /// rate-limit headers, and the runner signature headers of the signed route.
-fn add_contract_headers(operation: &mut Value, mutating: bool, signed: bool) {
+fn add_contract_headers(operation: &mut Value, idempotent: bool, signed: bool) {
     let Some(operation) = operation.as_object_mut() else {
         return;
     };
     let parameters = operation.entry("parameters").or_insert_with(|| json!([]));
     if let Some(list) = parameters.as_array_mut() {
-        if mutating {
+        if idempotent {
             list.push(header(
                 "Idempotency-Key",
                 "Enables exact replay of this request for 24 hours; scoped to the caller and the operation.",
@@ -187,7 +191,7 @@ fn add_contract_headers(operation: &mut Value, mutating: bool, signed: bool) {
         else {
             continue;
         };
-        if mutating && status.starts_with('2') {
+        if idempotent && status.starts_with('2') {
             headers.insert(
                 "idempotency-replayed".into(),
                 json!({ "description": "`true` when this response is a replay.", "schema": { "type": "string", "enum": ["true"] } }),
@@ -296,7 +300,7 @@ mod tests {
                 let row = rows[0];
                 assert_eq!(operation["operationId"], row.id, "{method} {path}");
                 let security = match row.auth {
-                    Auth::Bearer(_) => json!([{ "BearerAuth": [] }]),
+                    Auth::Bearer(_) | Auth::AnyToken => json!([{ "BearerAuth": [] }]),
                     Auth::RunnerSigned | Auth::None => Value::Null,
                 };
                 assert_eq!(operation["security"], security, "{}", row.id);

@@ -20,24 +20,16 @@
 use std::sync::{Arc, Mutex};
 
 use poem::Request;
-use poem::http::Method;
 use uuid::Uuid;
 
 use super::error::ApiFailure;
 use super::metrics::HttpMetrics;
-use crate::domain::{Principal, operation};
+use crate::domain::Principal;
 use crate::service::ServiceError;
 use crate::storage::keys::{RateScope, rate_limit};
 use crate::storage::{Bucket, Rate, RateDecision, RateLimiter};
 
 pub use crate::domain::RateClass;
-
-/// The class of a request, before routing: its operation's (`domain::operation`), or, for a
-/// path and method that name none (a 404, a 405), its method's.
-pub fn rate_class(method: &Method, path: &str) -> RateClass {
-    operation::find(method.as_str(), path)
-        .map_or_else(|| RateClass::of_method(method.as_str()), |op| op.rate)
-}
 
 /// Limits and what to do when the limiter cannot be reached. Each `None` is no limit; a
 /// request none of whose budgets is limited makes no limiter round trip.
@@ -86,19 +78,53 @@ pub struct RateGuard {
     pub metrics: Arc<HttpMetrics>,
 }
 
-/// The allowed decision of a charge made inside the route (a runner's), for the headers of a
-/// successful response, which show the tighter of it and the middleware's. The middleware
-/// puts an empty one in every request.
+/// What the route's charges decided, for the headers: admission's (`http/admission.rs`), and
+/// the allowed decision of a charge made later inside the route (a runner's, once its signature
+/// verified), of which a successful response shows the tighter. The middleware puts an empty
+/// one in every request, and learns from it whether any operation admitted the request.
 #[derive(Debug, Clone, Default)]
-pub struct RouteDecision(Arc<Mutex<Option<RateDecision>>>);
+pub struct RouteDecision(Arc<Mutex<RouteState>>);
+
+#[derive(Debug, Clone, Copy, Default)]
+struct RouteState {
+    admitted: bool,
+    admission: Option<RateDecision>,
+    in_route: Option<RateDecision>,
+}
 
 impl RouteDecision {
-    pub fn get(&self) -> Option<RateDecision> {
+    fn state(&self) -> RouteState {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn update(&self, change: impl FnOnce(&mut RouteState)) {
+        change(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// An operation admitted the request, with this decision of its budgets.
+    pub fn admitted(&self, decision: Option<RateDecision>) {
+        self.update(|s| {
+            s.admitted = true;
+            s.admission = decision;
+        });
+    }
+
+    /// Whether an operation's route admitted the request (`false`: none took it).
+    pub fn was_admitted(&self) -> bool {
+        self.state().admitted
+    }
+
+    pub fn admission(&self) -> Option<RateDecision> {
+        self.state().admission
+    }
+
+    /// The allowed decision of the charge made after admission, if any.
+    pub fn get(&self) -> Option<RateDecision> {
+        self.state().in_route
+    }
+
     fn set(&self, decision: RateDecision) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(decision);
+        self.update(|s| s.in_route = Some(decision));
     }
 }
 

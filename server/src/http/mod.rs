@@ -1,5 +1,6 @@
 //! The HTTP adapter: routes, middleware and the OpenAPI document.
 
+mod admission;
 mod api;
 mod auth;
 pub mod connections;
@@ -29,6 +30,7 @@ pub use limits::RateSettings;
 use crate::domain::RecordCipher;
 use crate::service::{LastUseRecorder, Services};
 use crate::storage::{FastState, MemoryFastState, Rate, RateLimiter};
+use admission::Admission;
 use context::RequestContext;
 use idempotency::{Idempotency, IdempotencyGuard};
 use limits::RateGuard;
@@ -146,7 +148,6 @@ pub fn build_app(
             RequestContext::new(
                 only.with(poem::middleware::CatchPanic::new()),
                 metrics.clone(),
-                services.clone(),
                 rates.clone(),
                 settings.body_limit,
                 trusted_proxies.clone(),
@@ -162,13 +163,6 @@ pub fn build_app(
     for path in ops::DOCUMENT_PATHS {
         routes = routes.at(path, documents.clone());
     }
-    let routes = routes
-        .nest("/", Idempotency::new(service.into_endpoint(), guard))
-        .data(services.clone())
-        .data(rates.clone())
-        .data(api::Heartbeat(settings.heartbeat))
-        // A panic becomes a bare 500 here, which the request context renders as an ApiError.
-        .with(poem::middleware::CatchPanic::new());
     let last_use = LastUseRecorder::start(
         services.store().clone(),
         fast.use_claims,
@@ -177,17 +171,22 @@ pub fn build_app(
     for collector in last_use.collectors() {
         metrics.register(collector)?;
     }
-    let api = RequestContext::new(
-        routes,
-        metrics,
-        services,
-        rates,
-        settings.body_limit,
-        trusted_proxies,
-    )
-    .with_allowed(allowed)
-    .with_last_use(last_use)
-    .boxed();
+    let admission = Arc::new(Admission {
+        services: services.clone(),
+        rates: rates.clone(),
+        last_use: Some(last_use),
+    });
+    let routes = routes
+        .nest("/", Idempotency::new(service.into_endpoint(), guard))
+        .data(services)
+        .data(rates.clone())
+        .data(admission)
+        .data(api::Heartbeat(settings.heartbeat))
+        // A panic becomes a bare 500 here, which the request context renders as an ApiError.
+        .with(poem::middleware::CatchPanic::new());
+    let api = RequestContext::new(routes, metrics, rates, settings.body_limit, trusted_proxies)
+        .with_allowed(allowed)
+        .boxed();
     Ok(AppEndpoints {
         api,
         ops: ops_endpoint,

@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use super::{IssueTokenInput, IssuedCredential, ServiceError, Services};
 use crate::domain::{
-    Actor, CorrelationId, ExpiresInDays, FieldError, NewAuditEvent, Scopes, TokenName,
+    Actor, CorrelationId, ExpiresInDays, FieldError, NewAuditEvent, Role, Scopes, TokenName,
     ValidationErrors,
 };
 use crate::storage::{Environment, Organisation, StoreError, User, Workspace, WriteContext};
@@ -223,16 +223,16 @@ impl Services {
         email: &str,
         cid: &CorrelationId,
     ) -> Result<User, ServiceError> {
-        self.create_user_as(organisation_id, email, false, cid)
+        self.create_user_as(organisation_id, email, Role::Member, cid)
             .await
     }
 
-    /// A user, an administrator of its organisation when `admin` (who may decide approvals).
+    /// A user with `role` (an admin or operator may decide approvals and hold admin scopes).
     pub async fn create_user_as(
         &self,
         organisation_id: Uuid,
         email: &str,
-        admin: bool,
+        role: Role,
         cid: &CorrelationId,
     ) -> Result<User, ServiceError> {
         let user = User {
@@ -240,7 +240,7 @@ impl Services {
             organisation_id,
             email: parse_email(email)?,
             created_at: Self::now(),
-            admin,
+            role,
             disabled: None,
         };
         self.require_organisation(organisation_id).await?;
@@ -252,7 +252,7 @@ impl Services {
             "user",
             user.id,
             cid,
-            json!({ "admin": user.admin }),
+            json!({ "role": user.role.as_str() }),
         );
         self.store
             .create_user(&WriteContext::admin(cid), &user, &event)
@@ -306,7 +306,8 @@ impl Services {
         }
     }
 
-    /// A first organisation, workspace and admin user, and a token holding every scope on it.
+    /// A first organisation, workspace and its user, the instance's operator, and a token
+    /// holding every scope on it.
     pub async fn bootstrap(
         &self,
         input: BootstrapInput,
@@ -319,7 +320,7 @@ impl Services {
             .create_workspace(organisation.id, &workspace_name, cid)
             .await?;
         let user = self
-            .create_user_as(organisation.id, &email, true, cid)
+            .create_user_as(organisation.id, &email, Role::Operator, cid)
             .await?;
         let name =
             TokenName::parse("bootstrap").map_err(|e| ServiceError::Internal(e.to_string()))?;

@@ -272,7 +272,7 @@ impl Access {
                 return Checked::Failed;
             }
         };
-        let expired = token.revoked_at.is_none() && token.expires_at <= Services::now();
+        let expired = token.token.revoked_at.is_none() && token.token.expires_at <= Services::now();
         let principal = match Services::live_principal(token) {
             Some(principal) if principal.has_workspace(self.workspace_id) => principal,
             _ if expired => return Checked::End(StreamEnd::TokenExpired),

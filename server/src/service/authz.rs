@@ -5,80 +5,8 @@
 //! `policies/authz` holds the scope table (docs/contract.md, "Operations at a glance") and the
 //! workspace-membership rule (docs/design.md, "Authorization and moderation").
 
-use crate::domain::operation::{self, OperationSpec};
-use crate::domain::{Principal, Scope};
-
-/// Every bearer-authenticated operation of the v1 interface: the bearer rows of the operation
-/// table (`domain::operation`), one variant each, so the service can name the one it asks about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Operation {
-    IssueToken,
-    RevokeToken,
-    DeleteRunnerPool,
-    SubmitRunnerCommand,
-    ReadAuditStream,
-    ReadActivity,
-    RequestWorkflowApproval,
-    WriteReview,
-    ReportReview,
-}
-
-impl Operation {
-    pub const ALL: [Operation; 9] = [
-        Operation::IssueToken,
-        Operation::RevokeToken,
-        Operation::DeleteRunnerPool,
-        Operation::SubmitRunnerCommand,
-        Operation::ReadAuditStream,
-        Operation::ReadActivity,
-        Operation::RequestWorkflowApproval,
-        Operation::WriteReview,
-        Operation::ReportReview,
-    ];
-
-    /// The operation's row in the table.
-    pub const fn spec(self) -> &'static OperationSpec {
-        match self {
-            Operation::IssueToken => &operation::ISSUE_TOKEN,
-            Operation::RevokeToken => &operation::REVOKE_TOKEN,
-            Operation::DeleteRunnerPool => &operation::DELETE_RUNNER_POOL,
-            Operation::SubmitRunnerCommand => &operation::SUBMIT_RUNNER_COMMAND,
-            Operation::ReadAuditStream => &operation::STREAM_AUDIT_EVENTS,
-            Operation::ReadActivity => &operation::LIST_ACTIVITY,
-            Operation::RequestWorkflowApproval => &operation::REQUEST_WORKFLOW_APPROVAL,
-            Operation::WriteReview => &operation::WRITE_REVIEW,
-            Operation::ReportReview => &operation::REPORT_REVIEW,
-        }
-    }
-
-    /// The scope the operation requires (docs/contract.md, "Operations at a glance").
-    pub fn required_scope(self) -> Scope {
-        match self.spec().scope() {
-            Some(scope) => scope,
-            // Every variant names a bearer row: checked when this crate compiles, below.
-            None => unreachable!("a bearer operation without a scope"),
-        }
-    }
-
-    /// HTTP method and route template, as the policy sees them.
-    pub fn http(self) -> (&'static str, &'static str) {
-        let spec = self.spec();
-        (spec.method, spec.route)
-    }
-
-    pub fn id(self) -> &'static str {
-        self.spec().id
-    }
-}
-
-// Every variant names a bearer row, so `required_scope` cannot reach its `unreachable!`.
-const _: () = {
-    let mut i = 0;
-    while i < Operation::ALL.len() {
-        assert!(Operation::ALL[i].spec().scope().is_some());
-        i += 1;
-    }
-};
+pub use crate::domain::Operation;
+use crate::domain::Principal;
 
 /// One authorization question.
 #[derive(Debug, Clone)]

@@ -10,6 +10,7 @@ pub mod audit_integrity;
 mod authz;
 mod background_passes;
 mod batch_queue;
+mod caller;
 mod commands;
 mod deliveries;
 mod dispatcher;
@@ -57,7 +58,7 @@ pub use fair_share::BreakerSettings;
 pub use keys::{
     KeySet, KeySource, RECORD_KEYS, WEBHOOK_KEYS, load_keys, load_secrets_cipher, load_token_hasher,
 };
-pub use offboarding::{USER_DISABLED, USER_ENABLED, UserChange, UserOverview};
+pub use offboarding::{USER_DISABLED, USER_ENABLED, USER_ROLE_CHANGED, UserChange, UserOverview};
 pub use permissions::{Permission, ReplayCheck};
 pub use policies::{CompiledCache, parse_reference};
 pub use policy_budgets::{ActivatedPolicy, InstalledPolicy};

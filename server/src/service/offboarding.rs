@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::admin::admin_event;
 use super::{ServiceError, Services};
-use crate::domain::{CorrelationId, RevocationReason};
+use crate::domain::{CorrelationId, RevocationReason, Role};
 use crate::storage::{TokenFilter, TokenRecord, User, UserDisabled, WriteContext};
 
 /// A user after `disable` or `enable`; `changed` is false when it already was so (an idempotent
@@ -33,6 +33,7 @@ pub struct UserOverview {
 
 pub const USER_DISABLED: &str = "user.disabled";
 pub const USER_ENABLED: &str = "user.enabled";
+pub const USER_ROLE_CHANGED: &str = "user.role_changed";
 
 impl Services {
     /// Stops every token of the user from authenticating, until [`Services::enable_user`].
@@ -76,6 +77,36 @@ impl Services {
             json!({ "userId": user.id }),
         );
         self.set_disabled(user, None, &event, cid).await
+    }
+
+    /// Gives the user `role`. Lowered, its tokens lose the admin scopes at their next request
+    /// on every replica (authentication reads the role); nothing else of them changes. Setting
+    /// the role it has changes nothing and writes no event.
+    pub async fn set_user_role(
+        &self,
+        user_id: Uuid,
+        role: Role,
+        cid: &CorrelationId,
+    ) -> Result<UserChange, ServiceError> {
+        let user = self.get_user(user_id).await?;
+        let event = admin_event(
+            user.organisation_id,
+            None,
+            USER_ROLE_CHANGED,
+            "user",
+            user.id,
+            cid,
+            json!({ "from": user.role.as_str(), "to": role.as_str() }),
+        );
+        let changed = self
+            .store
+            .set_user_role(&WriteContext::admin(cid), user.id, user.role, role, &event)
+            .await?;
+        tracing::info!(user_id = %user.id, role = role.as_str(), changed, "user role set");
+        Ok(UserChange {
+            user: self.get_user(user.id).await?,
+            changed,
+        })
     }
 
     async fn set_disabled(

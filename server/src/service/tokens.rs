@@ -10,8 +10,8 @@ use crate::domain::{
     Timestamp, TokenName, TokenSecret, ValidationErrors, parse_uuid,
 };
 use crate::storage::{
-    InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, TargetLookup, TokenFilter, TokenRecord,
-    WriteContext,
+    InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, StoredCredential, TargetLookup,
+    TokenFilter, TokenRecord, WriteContext,
 };
 
 /// The audit event a per-workspace revocation writes in that workspace; its target is the
@@ -142,7 +142,7 @@ impl Services {
             tracing::info!(reason = "user_disabled_or_rotated", prefix = %public_id.display_prefix(), "authentication failed");
             return Err(ServiceError::Unauthenticated);
         }
-        match Self::live_principal(stored.token) {
+        match Self::live_principal(stored) {
             Some(principal) => Ok(principal),
             None => {
                 tracing::info!(reason = "expired_or_revoked", prefix = %public_id.display_prefix(), "authentication failed");
@@ -156,18 +156,20 @@ impl Services {
     pub(super) async fn current_token(
         &self,
         principal: &Principal,
-    ) -> Result<Option<TokenRecord>, ServiceError> {
+    ) -> Result<Option<StoredCredential>, ServiceError> {
         Ok(self
             .store
             .find_credential(&principal.public_id)
             .await?
             .filter(|stored| stored.usable_at(Self::now()))
-            .map(|stored| stored.token)
-            .filter(|token| token.id == principal.token_id))
+            .filter(|stored| stored.token.id == principal.token_id))
     }
 
     /// What a token may do now; `None` when it is revoked, expired or has no workspace left.
-    pub(super) fn live_principal(token: TokenRecord) -> Option<Principal> {
+    /// An admin scope its user's role no longer allows is not held: lowering a role cuts the
+    /// user's admin power at the next request of each of its tokens, on every replica.
+    pub(super) fn live_principal(stored: StoredCredential) -> Option<Principal> {
+        let (token, role) = (stored.token, stored.user_role);
         let live = token.revoked_at.is_none()
             && token.expires_at > Self::now()
             && !token.workspace_ids.is_empty();
@@ -176,10 +178,12 @@ impl Services {
             public_id: token.public_id,
             user_id: token.user_id,
             organisation_id: token.organisation_id,
+            role,
             scopes: token
                 .scopes
                 .iter()
                 .filter_map(|s| crate::domain::Scope::parse(s).ok())
+                .filter(|scope| role.allows(*scope))
                 .collect(),
             workspace_ids: token.workspace_ids,
             environment_ids: token.environment_ids,
@@ -257,6 +261,14 @@ impl Services {
             return Err(ServiceError::forbidden(
                 "the user does not belong to this organisation",
             ));
+        }
+        // Through the API the issuer's own scopes bound this (authentication drops what the
+        // role disallows); here nothing else does.
+        if let Some(scope) = input.scopes.iter().find(|s| !user.role.allows(*s)) {
+            return Err(ServiceError::forbidden(format!(
+                "the user's role ({}) does not allow the scope {scope}",
+                user.role
+            )));
         }
         let write = WriteContext::admin(correlation_id);
         self.insert_token(user.id, input, None, &found, &write)

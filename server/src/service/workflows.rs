@@ -243,7 +243,7 @@ impl Services {
             .ok_or_else(|| ServiceError::not_found("no such workflow revision"))?;
         let workspace = self.workspace(current.workspace_id).await?;
         let user = self.find_user(workspace.organisation_id, actor).await?;
-        if !user.admin {
+        if !user.role.administers() {
             return Err(ServiceError::forbidden(
                 "the actor is not an administrator of the revision's organisation",
             ));

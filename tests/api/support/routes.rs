@@ -8,6 +8,9 @@ use std::fmt::Display;
 /// `POST` issues a personal access token.
 pub const ISSUE_TOKEN: &str = "/v1/personal-access-tokens";
 
+/// `GET` tells a token who it is.
+pub const ME: &str = "/v1/me";
+
 /// `DELETE` revokes `token`'s access to `workspace`.
 pub fn revoke_token(workspace: impl Display, token: impl Display) -> String {
     format!("/v1/workspaces/{workspace}/access-tokens/{token}")

@@ -243,6 +243,20 @@ const workspace = { workspaceId: ids.workspace };
   expectError("reportDeliveryStatus", refused, 401, ["invalid_signature"]);
 }
 
+{
+  // The admin plane's first operation: who the token is.
+  const me = await client.GET("/v1/me");
+  check(
+    "getAuthenticatedCaller",
+    me.response.status === 200 && me.data?.caller.organisationId === ids.org,
+    `me: ${me.response.status} ${JSON.stringify(me.error)}`,
+  );
+  const stranger = await client.GET("/v1/me", {
+    headers: { Authorization: "Bearer cpat_not_a_real_token" },
+  });
+  expectError("getAuthenticatedCaller", stranger, 401, ["unauthenticated"]);
+}
+
 // Every operation of the document was called: a new one fails this check until it is added.
 const document = JSON.parse(readFileSync(env("CP_TS_DOCUMENT"), "utf8")) as {
   paths: Record<string, Record<string, { operationId?: string }>>;

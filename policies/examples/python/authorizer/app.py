@@ -13,7 +13,7 @@ from wit_world.imports.types import (
     DenyStatus,
 )
 
-# The scope each operation requires.
+# The scope each operation requires; None: any live token may perform it.
 REQUIRED_SCOPE = {
     "issuePersonalAccessToken": "tokens:issue",
     "revokeWorkspaceAccessToken": "tokens:revoke",
@@ -24,6 +24,7 @@ REQUIRED_SCOPE = {
     "requestWorkflowRevisionApproval": "workflows:request-approval",
     "putOwnPluginReview": "reviews:write",
     "reportPluginReview": "reviews:report",
+    "getAuthenticatedCaller": None,
 }
 
 
@@ -38,11 +39,11 @@ def ascii_lower(text: str) -> str:
 
 class WitWorld(wit_world.WitWorld):
     def authorize(self, request: AuthzRequest) -> AuthzDecision:
-        scope = REQUIRED_SCOPE.get(request.operation)
-        if scope is None:
+        if request.operation not in REQUIRED_SCOPE:
             return deny(f"unknown operation {request.operation}")
+        scope = REQUIRED_SCOPE[request.operation]
         principal = request.principal
-        if scope not in principal.scopes:
+        if scope is not None and scope not in principal.scopes:
             return deny(f"the token lacks the scope {scope}")
         workspace = request.workspace_id
         if workspace is not None:

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use poem::web::Data;
-use poem::{IntoResponse, Response};
+use poem::{Endpoint, IntoResponse, Response};
 use poem_openapi::param::{Path, Query};
 use poem_openapi::registry::{MetaMediaType, MetaResponse, MetaResponses, Registry};
 use poem_openapi::types::Type;
@@ -13,7 +13,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::ApiTags;
+use crate::domain::Operation;
 use crate::domain::Timestamp;
+use crate::http::admission::admitted;
 use crate::http::auth::BearerAuth;
 use crate::http::error::{ApiFailure, error_responses};
 use crate::service::{PageRequest, Services};
@@ -113,6 +115,10 @@ impl IntoResponse for ActivityResponse {
 
 error_responses!(ActivityErrors: 400, 401, 403, 410, 413, 429, 500, 503);
 
+fn list_activity(ep: impl Endpoint) -> impl Endpoint {
+    admitted(Operation::ReadActivity, ep)
+}
+
 pub struct ActivityApi;
 
 #[OpenApi(prefix_path = "/v1", tag = "ApiTags::Audit")]
@@ -131,7 +137,8 @@ impl ActivityApi {
     #[oai(
         path = "/workspaces/:workspaceId/activity",
         method = "get",
-        operation_id = "listActivity"
+        operation_id = "listActivity",
+        transform = "list_activity"
     )]
     async fn list(
         &self,

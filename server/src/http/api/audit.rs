@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 use poem::web::Data;
-use poem::{Body, IntoResponse, Request, Response};
+use poem::{Body, Endpoint, IntoResponse, Request, Response};
 use poem_openapi::param::{Path, Query};
 use poem_openapi::registry::{MetaMediaType, MetaResponse, MetaResponses, Registry};
 use poem_openapi::types::Type;
@@ -15,6 +15,8 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 
 use super::ApiTags;
 use super::activity::{ActivityItem, Item};
+use crate::domain::Operation;
+use crate::http::admission::admitted;
 use crate::http::auth::BearerAuth;
 use crate::http::error::{ApiFailure, error_responses};
 use crate::service::{ServiceError, Services, StreamItem, StreamRequest};
@@ -128,6 +130,10 @@ impl IntoResponse for AuditStreamResponse {
 
 error_responses!(AuditStreamErrors: 400, 401, 403, 410, 413, 429, 500, 503);
 
+fn stream_audit_events(ep: impl Endpoint) -> impl Endpoint {
+    admitted(Operation::ReadAuditStream, ep)
+}
+
 pub struct AuditApi;
 
 #[OpenApi(prefix_path = "/v1", tag = "ApiTags::Audit")]
@@ -163,7 +169,8 @@ impl AuditApi {
     #[oai(
         path = "/workspaces/:workspaceId/audit/stream",
         method = "get",
-        operation_id = "streamAuditEvents"
+        operation_id = "streamAuditEvents",
+        transform = "stream_audit_events"
     )]
     #[allow(clippy::too_many_arguments)]
     async fn stream(

@@ -4,6 +4,7 @@ mod activity;
 mod audit;
 #[cfg(test)]
 mod body_cases;
+mod me;
 mod reviews;
 mod runners;
 mod tokens;
@@ -13,6 +14,7 @@ use poem_openapi::{OpenApi, Tags};
 
 pub use activity::ActivityApi;
 pub use audit::{AuditApi, Heartbeat};
+pub use me::MeApi;
 pub use reviews::ReviewsApi;
 pub use runners::RunnersApi;
 pub use tokens::TokensApi;
@@ -41,5 +43,6 @@ pub fn all() -> impl OpenApi {
         RunnersApi,
         WorkflowsApi,
         ReviewsApi,
+        MeApi,
     )
 }

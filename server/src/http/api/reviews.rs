@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use poem::Endpoint;
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
@@ -10,15 +11,15 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
+use crate::domain::Operation;
 use crate::domain::{ReportReason, ReviewStatus, Timestamp, ValidationErrors};
+use crate::http::admission::admitted;
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
 use crate::http::fields::{Rating, Text, request_body};
 use crate::http::idempotency::{Idempotent, Permitted, path_id};
 use crate::http::payload::{FromJson, JsonBody};
-use crate::service::{
-    ModeratedReview, Operation, Permission, ReportReviewInput, ReviewInput, Services,
-};
+use crate::service::{ModeratedReview, Permission, ReportReviewInput, ReviewInput, Services};
 
 request_body! {
     /// Request body of a review.
@@ -151,7 +152,7 @@ error_responses!(ReportReviewErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503
 impl Permitted for ReviewInput {
     fn permission<'a>(&'a self, req: &'a poem::Request) -> Permission<'a> {
         Permission::WriteReview {
-            plugin: path_id(req, Operation::WriteReview, "pluginId"),
+            plugin: path_id(req, "pluginId"),
         }
     }
 }
@@ -159,10 +160,18 @@ impl Permitted for ReviewInput {
 impl Permitted for ReportReviewInput {
     fn permission<'a>(&'a self, req: &'a poem::Request) -> Permission<'a> {
         Permission::ReportReview {
-            plugin: path_id(req, Operation::ReportReview, "pluginId"),
-            review: path_id(req, Operation::ReportReview, "reviewId"),
+            plugin: path_id(req, "pluginId"),
+            review: path_id(req, "reviewId"),
         }
     }
+}
+
+fn write_review(ep: impl Endpoint) -> impl Endpoint {
+    admitted(Operation::WriteReview, ep)
+}
+
+fn report_review(ep: impl Endpoint) -> impl Endpoint {
+    admitted(Operation::ReportReview, ep)
 }
 
 pub struct ReviewsApi;
@@ -178,7 +187,8 @@ impl ReviewsApi {
     #[oai(
         path = "/marketplace/plugins/:pluginId/reviews/me",
         method = "put",
-        operation_id = "putOwnPluginReview"
+        operation_id = "putOwnPluginReview",
+        transform = "write_review"
     )]
     async fn put_own_review(
         &self,
@@ -206,7 +216,8 @@ impl ReviewsApi {
     #[oai(
         path = "/marketplace/plugins/:pluginId/reviews/:reviewId/report",
         method = "post",
-        operation_id = "reportPluginReview"
+        operation_id = "reportPluginReview",
+        transform = "report_review"
     )]
     async fn report_review(
         &self,

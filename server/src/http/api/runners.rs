@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use poem::Endpoint;
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
@@ -11,14 +12,16 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
+use crate::domain::Operation;
 use crate::domain::{CommandStatus, DeliveryStatus, Timestamp, ValidationErrors};
+use crate::http::admission::admitted;
 use crate::http::auth::{BearerAuth, Signed};
 use crate::http::error::error_responses;
 use crate::http::fields::{CommandArg, List, ReportedStatus, Text, TimeoutSeconds, request_body};
 use crate::http::idempotency::{Idempotent, Permitted, path_id};
 use crate::http::payload::{FromJson, JsonBody};
 use crate::service::{
-    DeletePoolInput, DeliveryStatusInput, Operation, Permission, Services, SubmitCommandInput,
+    DeletePoolInput, DeliveryStatusInput, Permission, Services, SubmitCommandInput,
 };
 use crate::storage::{RunnerCommand, RunnerPool, WebhookDelivery};
 
@@ -205,8 +208,8 @@ error_responses!(DeliveryStatusErrors: 400, 401, 403, 404, 409, 413, 429, 500, 5
 impl Permitted for DeletePoolInput {
     fn permission<'a>(&'a self, req: &'a poem::Request) -> Permission<'a> {
         Permission::DeleteRunnerPool {
-            workspace: path_id(req, Operation::DeleteRunnerPool, "workspaceId"),
-            pool: path_id(req, Operation::DeleteRunnerPool, "poolId"),
+            workspace: path_id(req, "workspaceId"),
+            pool: path_id(req, "poolId"),
         }
     }
 }
@@ -214,10 +217,22 @@ impl Permitted for DeletePoolInput {
 impl Permitted for SubmitCommandInput {
     fn permission<'a>(&'a self, req: &'a poem::Request) -> Permission<'a> {
         Permission::SubmitRunnerCommand {
-            workspace: path_id(req, Operation::SubmitRunnerCommand, "workspaceId"),
+            workspace: path_id(req, "workspaceId"),
             input: self,
         }
     }
+}
+
+fn delete_runner_pool(ep: impl Endpoint) -> impl Endpoint {
+    admitted(Operation::DeleteRunnerPool, ep)
+}
+
+fn submit_runner_command(ep: impl Endpoint) -> impl Endpoint {
+    admitted(Operation::SubmitRunnerCommand, ep)
+}
+
+fn report_delivery_status(ep: impl Endpoint) -> impl Endpoint {
+    admitted(Operation::ReportDeliveryStatus, ep)
 }
 
 pub struct RunnersApi;
@@ -235,7 +250,8 @@ impl RunnersApi {
     #[oai(
         path = "/workspaces/:workspaceId/runner-pools/:poolId",
         method = "delete",
-        operation_id = "deleteRunnerPool"
+        operation_id = "deleteRunnerPool",
+        transform = "delete_runner_pool"
     )]
     async fn delete_pool(
         &self,
@@ -269,7 +285,8 @@ impl RunnersApi {
     #[oai(
         path = "/workspaces/:workspaceId/runner-commands",
         method = "post",
-        operation_id = "submitRunnerCommand"
+        operation_id = "submitRunnerCommand",
+        transform = "submit_runner_command"
     )]
     async fn submit_command(
         &self,
@@ -299,7 +316,8 @@ impl RunnersApi {
     #[oai(
         path = "/runner/webhook-deliveries/:deliveryId/status",
         method = "post",
-        operation_id = "reportDeliveryStatus"
+        operation_id = "reportDeliveryStatus",
+        transform = "report_delivery_status"
     )]
     async fn report_delivery_status(
         &self,

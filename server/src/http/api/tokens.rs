@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use poem::Endpoint;
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
@@ -9,15 +10,17 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
+use crate::domain::Operation;
 use crate::domain::{
     ExpiresInDays, RevocationReason, Scope, Scopes, Timestamp, TokenName, ValidationErrors,
 };
+use crate::http::admission::admitted;
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
 use crate::http::fields::{List, request_body};
 use crate::http::idempotency::{Idempotent, Permitted, path_id};
 use crate::http::payload::{FromJson, JsonBody};
-use crate::service::{IssueTokenInput, IssuedCredential, Operation, Permission, Services};
+use crate::service::{IssueTokenInput, IssuedCredential, Permission, Services};
 
 request_body! {
     /// Request body of token issuance. No other properties are allowed.
@@ -128,8 +131,8 @@ impl FromJson for RevokeRequest {
 impl Permitted for RevokeRequest {
     fn permission<'a>(&'a self, req: &'a poem::Request) -> Permission<'a> {
         Permission::RevokeToken {
-            workspace: path_id(req, Operation::RevokeToken, "workspaceId"),
-            token: path_id(req, Operation::RevokeToken, "tokenId"),
+            workspace: path_id(req, "workspaceId"),
+            token: path_id(req, "tokenId"),
         }
     }
 }
@@ -157,6 +160,14 @@ pub enum RevokeTokenResponse {
 error_responses!(IssueTokenErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
 error_responses!(RevokeTokenErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
 
+fn issue_token(ep: impl Endpoint) -> impl Endpoint {
+    admitted(Operation::IssueToken, ep)
+}
+
+fn revoke_token(ep: impl Endpoint) -> impl Endpoint {
+    admitted(Operation::RevokeToken, ep)
+}
+
 pub struct TokensApi;
 
 #[OpenApi(prefix_path = "/v1", tag = "ApiTags::Tokens")]
@@ -174,7 +185,8 @@ impl TokensApi {
     #[oai(
         path = "/personal-access-tokens",
         method = "post",
-        operation_id = "issuePersonalAccessToken"
+        operation_id = "issuePersonalAccessToken",
+        transform = "issue_token"
     )]
     async fn issue(
         &self,
@@ -203,7 +215,8 @@ impl TokensApi {
     #[oai(
         path = "/workspaces/:workspaceId/access-tokens/:tokenId",
         method = "delete",
-        operation_id = "revokeWorkspaceAccessToken"
+        operation_id = "revokeWorkspaceAccessToken",
+        transform = "revoke_token"
     )]
     async fn revoke(
         &self,

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use poem::Endpoint;
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
@@ -9,13 +10,15 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
+use crate::domain::Operation;
 use crate::domain::{RevisionState, Timestamp, ValidationErrors};
+use crate::http::admission::admitted;
 use crate::http::auth::BearerAuth;
 use crate::http::error::error_responses;
 use crate::http::fields::{Text, request_body};
 use crate::http::idempotency::{Idempotent, Permitted, path_id};
 use crate::http::payload::{FromJson, JsonBody};
-use crate::service::{Operation, Permission, Services};
+use crate::service::{Permission, Services};
 use crate::storage::WorkflowRevision;
 
 /// The optional comment of an approval request.
@@ -36,9 +39,9 @@ request_body! {
 impl Permitted for ApprovalComment {
     fn permission<'a>(&'a self, req: &'a poem::Request) -> Permission<'a> {
         Permission::RequestWorkflowApproval {
-            workspace: path_id(req, Operation::RequestWorkflowApproval, "workspaceId"),
-            workflow: path_id(req, Operation::RequestWorkflowApproval, "workflowId"),
-            revision: path_id(req, Operation::RequestWorkflowApproval, "revisionId"),
+            workspace: path_id(req, "workspaceId"),
+            workflow: path_id(req, "workflowId"),
+            revision: path_id(req, "revisionId"),
         }
     }
 }
@@ -93,6 +96,10 @@ pub enum RequestApprovalResponse {
 
 error_responses!(RequestApprovalErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
 
+fn request_workflow_approval(ep: impl Endpoint) -> impl Endpoint {
+    admitted(Operation::RequestWorkflowApproval, ep)
+}
+
 pub struct WorkflowsApi;
 
 #[OpenApi(prefix_path = "/v1", tag = "ApiTags::Workflows")]
@@ -106,7 +113,8 @@ impl WorkflowsApi {
     #[oai(
         path = "/workspaces/:workspaceId/workflows/:workflowId/revisions/:revisionId/request-approval",
         method = "post",
-        operation_id = "requestWorkflowRevisionApproval"
+        operation_id = "requestWorkflowRevisionApproval",
+        transform = "request_workflow_approval"
     )]
     #[allow(clippy::too_many_arguments)]
     async fn request_approval(

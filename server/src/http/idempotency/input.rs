@@ -10,29 +10,28 @@
 //! The same question is asked when the outcome is found only after the handler ran (an earlier
 //! attempt's commit landed late): a claimed request keeps it as its [`ReplayGate`].
 //!
-//! Nothing of the record's place or fingerprint is written by a handler: the operation id comes
-//! from the route poem matched, looked up in the operation table (`domain/operation.rs`,
-//! [`operation_by_route`]); method and path are the request's as sent; the principal is the
-//! input's authenticated caller; the digest is the body's.
+//! Nothing of the record's place or fingerprint is written by a handler: the operation id is
+//! the declaration's of the route that admitted the request (`http/admission.rs`); method and
+//! path are the request's as sent; the principal is the input's authenticated caller; the
+//! digest is the body's.
 //!
 //! [`Services::may_replay`]: crate::service::Services::may_replay
 
 use std::sync::Arc;
 
 use futures_util::FutureExt;
-use poem::{PathPattern, Request, RequestBody, Response};
+use poem::{Request, RequestBody, Response};
 use poem_openapi::registry::{MetaParamIn, MetaRequest, MetaSchemaRef, Registry};
 use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions};
 
 use super::guard::Claimed;
 use super::record::IdempotentRequest;
 use super::{Stage, Ticket};
-use crate::domain::operation::operation_by_route;
-use crate::domain::{Actor, CorrelationId, Principal};
+use crate::domain::{Actor, CorrelationId, Operation, Principal};
 use crate::http::auth::{AuthOutcome, token_subject};
 use crate::http::error::ApiFailure;
 use crate::http::payload::JsonBody;
-use crate::service::{Operation, Permission, ReplayCheck, Services};
+use crate::service::{Permission, ReplayCheck, Services};
 use crate::storage::WriteContext;
 
 /// What a keyed request does next: run with a write context whose transaction waits for the
@@ -57,10 +56,11 @@ impl Ticket {
         correlation_id: CorrelationId,
         actor: Actor,
     ) -> Result<NextAction, poem::Error> {
+        // Only a declared idempotent operation reads its input through here.
         let operation = req
-            .data::<PathPattern>()
-            .and_then(|pattern| operation_by_route(req.method().as_str(), &pattern.0))
-            .map(|op| op.id);
+            .data::<Operation>()
+            .filter(|op| op.spec().idempotent)
+            .map(|op| op.id());
         let (Some(operation), Some(principal)) = (operation, principal) else {
             tracing::error!("an idempotent request has no known operation or no principal");
             return Err(ApiFailure::internal().into());
@@ -139,16 +139,13 @@ pub trait Permitted {
     fn permission<'a>(&'a self, req: &'a Request) -> Permission<'a>;
 }
 
-/// The path variable `name` of `operation`'s route, as the route matched it (the value
-/// `Path<String>` reads); empty when the route has none of that name. poem-openapi registers a
-/// route's variables by position (`:param0`, `:param1`, as the route table's test shows), so
-/// the name is looked up in the operation's template.
-pub fn path_id<'a>(req: &'a Request, operation: Operation, name: &str) -> &'a str {
-    let template = operation.spec().route;
-    template
-        .split('/')
-        .filter(|segment| segment.starts_with('{'))
-        .position(|segment| segment.trim_matches(['{', '}']) == name)
+/// The path variable `name` of the admitted operation's route, as the route matched it (the
+/// value `Path<String>` reads); empty when the route has none of that name. poem-openapi
+/// registers a route's variables by position (`:param0`, `:param1`, as the route table's test
+/// shows), so the declaration says which position the name has.
+pub fn path_id<'a>(req: &'a Request, name: &str) -> &'a str {
+    req.data::<Operation>()
+        .and_then(|op| op.spec().variable_index(name))
         .and_then(|index| req.raw_path_param(&format!("param{index}")))
         .unwrap_or_default()
 }

@@ -139,7 +139,7 @@ pub(crate) const TABLES: &[Table] = &[
             ("organisation_id", Kind::Uuid),
             ("email", Text),
             CREATED,
-            ("admin", Bool),
+            ("role", Text),
             ("disabled_at", Time),
             ("disabled_reason", Text),
         ],

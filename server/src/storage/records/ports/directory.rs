@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::domain::NewAuditEvent;
+use crate::domain::{NewAuditEvent, Role};
 use crate::storage::StoreError;
 use crate::storage::WriteContext;
 
@@ -37,8 +37,9 @@ pub struct User {
     pub organisation_id: Uuid,
     pub email: String,
     pub created_at: DateTime<Utc>,
-    /// An administrator of its organisation: may decide workflow approvals.
-    pub admin: bool,
+    /// What the user administers (`Role::administers`: decides workflow approvals, may hold
+    /// the admin scopes).
+    pub role: Role,
     /// Set by `cpctl users disable`: none of the user's tokens authenticates meanwhile.
     pub disabled: Option<UserDisabled>,
 }
@@ -105,6 +106,17 @@ pub trait DirectoryStore: Send + Sync {
         write: &WriteContext,
         user_id: Uuid,
         disabled: Option<&UserDisabled>,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError>;
+    /// Sets the user's role from `from` to `to` and writes `event`, unless its role is not
+    /// `from` (a concurrent change went first, or it already is `to`): then nothing is written
+    /// and the answer is `false`.
+    async fn set_user_role(
+        &self,
+        write: &WriteContext,
+        user_id: Uuid,
+        from: Role,
+        to: Role,
         event: &NewAuditEvent,
     ) -> Result<bool, StoreError>;
     /// The user of that organisation with that email (emails are unique per organisation).

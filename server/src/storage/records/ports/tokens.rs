@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::domain::NewAuditEvent;
+use crate::domain::{NewAuditEvent, Role};
 use crate::storage::StoreError;
 use crate::storage::WriteContext;
 
@@ -59,6 +59,8 @@ pub struct StoredCredential {
     pub valid_until: Option<DateTime<Utc>>,
     /// The token's user is disabled (`cpctl users disable`): no secret of it authenticates.
     pub user_disabled: bool,
+    /// The token's user's role now: what admin scopes the token may still use.
+    pub user_role: Role,
 }
 
 impl StoredCredential {

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::ListParam;
-use crate::domain::NewAuditEvent;
+use crate::domain::{NewAuditEvent, Role};
 use crate::storage::records::dialect::Dialect;
 use crate::storage::{
     DirectoryStore, Environment, Organisation, StoreError, TargetLookup, User, UserDisabled,
@@ -131,14 +131,14 @@ impl<S: Dialect> DirectoryStore for S {
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
         S::query(
-            "INSERT INTO users (id, organisation_id, email, created_at, admin)
+            "INSERT INTO users (id, organisation_id, email, created_at, role)
              VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(user.id)
         .bind(user.organisation_id)
         .bind(&user.email)
         .bind(user.created_at)
-        .bind(user.admin)
+        .bind(user.role.as_str())
         .execute(&mut *tx)
         .await?;
         S::insert_event(&mut tx, event).await?;
@@ -147,23 +147,23 @@ impl<S: Dialect> DirectoryStore for S {
 
     async fn list_users(&self, organisation_id: Option<Uuid>) -> Result<Vec<User>, StoreError> {
         let rows: Vec<UserRow> = S::query(
-            "SELECT id, organisation_id, email, created_at, admin, disabled_at, disabled_reason FROM users
+            "SELECT id, organisation_id, email, created_at, role, disabled_at, disabled_reason FROM users
              WHERE $1 IS NULL OR organisation_id = $1 ORDER BY created_at, email",
         )
         .bind(organisation_id)
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.into_iter().map(user).collect())
+        rows.into_iter().map(user).collect()
     }
 
     async fn get_user(&self, id: Uuid) -> Result<Option<User>, StoreError> {
         let row: Option<UserRow> = S::query(
-            "SELECT id, organisation_id, email, created_at, admin, disabled_at, disabled_reason FROM users WHERE id = $1",
+            "SELECT id, organisation_id, email, created_at, role, disabled_at, disabled_reason FROM users WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(self.pool())
         .await?;
-        Ok(row.map(user))
+        row.map(user).transpose()
     }
 
     async fn set_user_disabled(
@@ -205,20 +205,47 @@ impl<S: Dialect> DirectoryStore for S {
         Ok(true)
     }
 
+    async fn set_user_role(
+        &self,
+        write: &WriteContext,
+        user_id: Uuid,
+        from: Role,
+        to: Role,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError> {
+        if from == to {
+            return Ok(false);
+        }
+        let mut tx = self.begin(write).await?;
+        // As with disabling: the role it changes from is in the WHERE.
+        let done = S::query("UPDATE users SET role = $3 WHERE id = $1 AND role = $2")
+            .bind(user_id)
+            .bind(from.as_str())
+            .bind(to.as_str())
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        S::insert_event(&mut tx, event).await?;
+        self.commit(tx, write).await?;
+        Ok(true)
+    }
+
     async fn find_user_by_email(
         &self,
         organisation_id: Uuid,
         email: &str,
     ) -> Result<Option<User>, StoreError> {
         let row: Option<UserRow> = S::query(
-            "SELECT id, organisation_id, email, created_at, admin, disabled_at, disabled_reason FROM users
+            "SELECT id, organisation_id, email, created_at, role, disabled_at, disabled_reason FROM users
              WHERE organisation_id = $1 AND email = $2",
         )
         .bind(organisation_id)
         .bind(email)
         .fetch_optional(self.pool())
         .await?;
-        Ok(row.map(user))
+        row.map(user).transpose()
     }
 
     async fn get_workspace(&self, id: Uuid) -> Result<Option<Workspace>, StoreError> {
@@ -281,23 +308,25 @@ type UserRow = (
     Uuid,
     String,
     DateTime<Utc>,
-    bool,
+    String,
     Option<DateTime<Utc>>,
     Option<String>,
 );
 
 fn user(
-    (id, organisation_id, email, created_at, admin, disabled_at, disabled_reason): UserRow,
-) -> User {
-    User {
+    (id, organisation_id, email, created_at, role, disabled_at, disabled_reason): UserRow,
+) -> Result<User, StoreError> {
+    let role = Role::parse(&role)
+        .map_err(|_| StoreError::Internal(format!("user {id} has the unknown role {role:?}")))?;
+    Ok(User {
         id,
         organisation_id,
         email,
         created_at,
-        admin,
+        role,
         disabled: disabled_at.map(|at| UserDisabled {
             at,
             reason: disabled_reason,
         }),
-    }
+    })
 }

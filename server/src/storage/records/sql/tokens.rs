@@ -9,7 +9,7 @@ use sqlx::FromRow;
 use uuid::Uuid;
 
 use super::{List, ListParam};
-use crate::domain::{NewAuditEvent, rules};
+use crate::domain::{NewAuditEvent, Role, rules};
 use crate::storage::records::dialect::{Conn, Dialect, Issuance};
 use crate::storage::records::rows::with_data;
 use crate::storage::{
@@ -78,19 +78,20 @@ struct CredentialRow {
     secret_hash: Vec<u8>,
     valid_until: Option<DateTime<Utc>>,
     user_disabled: bool,
+    user_role: String,
 }
 
 /// The statement authentication sends: the token's current secret, or one a rotation
-/// replaced; either way with its user's disabled state, read in the same statement so nothing
-/// can serve a stale answer. Named so that the activity floor can be checked against it.
+/// replaced; either way with its user's disabled state and role, read in the same statement so
+/// nothing can serve a stale answer. Named so that the activity floor can be checked against it.
 pub(in crate::storage::records) fn credential_sql<S: Dialect>() -> String {
     format!(
         "SELECT {token_columns}, t.secret_hash, NULL AS valid_until,
-                u.disabled_at IS NOT NULL AS user_disabled
+                u.disabled_at IS NOT NULL AS user_disabled, u.role AS user_role
          FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.public_id = $1
          UNION ALL
          SELECT {token_columns}, p.secret_hash, p.valid_until,
-                u.disabled_at IS NOT NULL AS user_disabled
+                u.disabled_at IS NOT NULL AS user_disabled, u.role AS user_role
          FROM token_previous_secrets p JOIN tokens t ON t.id = p.token_id
               JOIN users u ON u.id = t.user_id
          WHERE p.public_id = $1",
@@ -132,11 +133,18 @@ impl<S: Dialect> TokenStore for S {
         row.map(|r| {
             let mut token: TokenRecord = r.token.try_into()?;
             token.public_id = public_id.to_owned();
+            let user_role = Role::parse(&r.user_role).map_err(|_| {
+                StoreError::Internal(format!(
+                    "the user of token {} has an unknown role",
+                    token.id
+                ))
+            })?;
             Ok(StoredCredential {
                 token,
                 secret_hash: r.secret_hash,
                 valid_until: r.valid_until,
                 user_disabled: r.user_disabled,
+                user_role,
             })
         })
         .transpose()

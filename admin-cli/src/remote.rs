@@ -1,0 +1,402 @@
+//! cpctl as a client of the HTTP API: `login`, `context list|use|remove` and `whoami`, which
+//! read no records store and no server setting.
+//!
+//! A context is a server and a token, kept by `cpctl login` in
+//! `$XDG_CONFIG_HOME/cpctl/contexts.json` (`~/.config/cpctl/` without it). Only its owner may
+//! read that file: cpctl writes it `0600` in a `0700` folder and refuses one that group or
+//! others can read, as ssh refuses a readable key. `--context` picks a context for one command;
+//! `CPCTL_SERVER` and `CPCTL_TOKEN` override the chosen one (both set: no file is read). A
+//! token comes from standard input or the environment, never from an argument, which every
+//! user of the machine can read in `ps`.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, IsTerminal, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use clap::Subcommand;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::cli::OutputFormat;
+
+pub const SERVER_VAR: &str = "CPCTL_SERVER";
+pub const TOKEN_VAR: &str = "CPCTL_TOKEN";
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum ContextCommand {
+    /// The contexts `cpctl login` kept; `*` marks the current one.
+    List,
+    /// Make a context the current one.
+    Use { name: String },
+    /// Forget a context and its token.
+    Remove { name: String },
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Contexts {
+    current: Option<String>,
+    #[serde(default)]
+    contexts: BTreeMap<String, Context>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Context {
+    server: String,
+    token: String,
+    /// Who the token was at login, for `context list` (the server is asked again by `whoami`).
+    user_id: Option<String>,
+    organisation_id: Option<String>,
+    role: Option<String>,
+}
+
+fn contexts_file() -> anyhow::Result<PathBuf> {
+    let base = match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(
+            std::env::var_os("HOME")
+                .ok_or_else(|| anyhow!("neither XDG_CONFIG_HOME nor HOME is set"))?,
+        )
+        .join(".config"),
+    };
+    Ok(base.join("cpctl").join("contexts.json"))
+}
+
+fn load(path: &Path) -> anyhow::Result<Contexts> {
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Contexts::default()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let mode = file.metadata()?.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        bail!(
+            "{} holds tokens and other users may read it (mode {mode:03o}): run `chmod 600 {}`",
+            path.display(),
+            path.display()
+        );
+    }
+    serde_json::from_reader(file)
+        .with_context(|| format!("{} is not a cpctl contexts file", path.display()))
+}
+
+/// Writes the file whole, `0600` from its first byte, then renames it into place.
+fn save(path: &Path, contexts: &Contexts) -> anyhow::Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| anyhow!("no folder for {}", path.display()))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    let temporary = dir.join(format!(".contexts.json.{}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temporary)
+        .with_context(|| format!("cannot write {}", temporary.display()))?;
+    let written = serde_json::to_writer_pretty(&mut file, contexts)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| Ok(file.write_all(b"\n")?))
+        .and_then(|()| Ok(file.sync_all()?))
+        .and_then(|()| Ok(std::fs::rename(&temporary, path)?));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written.with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Where a client verb goes and with which token.
+pub struct Target {
+    server: String,
+    token: String,
+}
+
+fn variable(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn target(context: Option<&str>) -> anyhow::Result<Target> {
+    let (server, token) = (variable(SERVER_VAR), variable(TOKEN_VAR));
+    if let (Some(server), Some(token)) = (&server, &token) {
+        return Ok(Target {
+            server: server_url(server)?,
+            token: token.clone(),
+        });
+    }
+    let contexts = load(&contexts_file()?)?;
+    let name = context
+        .map(str::to_owned)
+        .or(contexts.current.clone())
+        .ok_or_else(|| {
+            anyhow!(
+                "no context: run `cpctl login --server URL`, or set {SERVER_VAR} and {TOKEN_VAR}"
+            )
+        })?;
+    let chosen = contexts
+        .contexts
+        .get(&name)
+        .ok_or_else(|| anyhow!("no context named {name} (`cpctl context list` shows them)"))?;
+    Ok(Target {
+        server: server_url(&server.unwrap_or_else(|| chosen.server.clone()))?,
+        token: token.unwrap_or_else(|| chosen.token.clone()),
+    })
+}
+
+/// The server's base URL, without a trailing slash. Plain http only to a loopback address: a
+/// bearer token sent in clear to another host is a token given away.
+fn server_url(raw: &str) -> anyhow::Result<String> {
+    let url = reqwest::Url::parse(raw).with_context(|| format!("{raw} is not a URL"))?;
+    let host = url.host_str().unwrap_or_default();
+    let loopback = host == "localhost"
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    match url.scheme() {
+        "https" => {}
+        "http" if loopback => {}
+        "http" => bail!("{raw}: plain http only to a loopback address; use https"),
+        other => bail!("{raw}: the scheme must be https (or http to loopback), not {other}"),
+    }
+    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+        bail!("{raw}: a server URL has no credentials, query or fragment");
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
+/// An answer other than a 2xx: the ApiError's code and message, and the request's correlation
+/// id, for the operator to quote.
+#[derive(Debug)]
+pub struct ApiFailure {
+    status: u16,
+    code: String,
+    message: String,
+    correlation_id: String,
+}
+
+impl std::fmt::Display for ApiFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {} (HTTP {}, correlation id {})",
+            self.code, self.message, self.status, self.correlation_id
+        )
+    }
+}
+
+impl std::error::Error for ApiFailure {}
+
+pub struct Client {
+    http: reqwest::Client,
+    target: Target,
+}
+
+impl Client {
+    pub fn new(target: Target) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .user_agent(concat!("cpctl/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Self { http, target })
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        let url = format!("{}{path}", self.target.server);
+        let response = self
+            .http
+            .get(&url)
+            .bearer_auth(&self.target.token)
+            .send()
+            .await
+            .map_err(|e| anyhow!("cannot reach {}: {}", self.target.server, e.without_url()))?;
+        answer(response).await
+    }
+}
+
+async fn answer(response: reqwest::Response) -> anyhow::Result<Value> {
+    let status = response.status();
+    let correlation_id = response
+        .headers()
+        .get("x-correlation-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_owned();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    if status.is_success() {
+        return Ok(body);
+    }
+    let text = |field: &str| body["error"][field].as_str().map(str::to_owned);
+    Err(ApiFailure {
+        status: status.as_u16(),
+        code: text("code").unwrap_or_else(|| "error".into()),
+        message: text("message").unwrap_or_else(|| "the server gave no ApiError".into()),
+        correlation_id,
+    }
+    .into())
+}
+
+/// The token, one line of standard input; a prompt on standard error when it is a terminal.
+fn read_token() -> anyhow::Result<String> {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprint!("token (read from standard input, never an argument): ");
+    }
+    let mut line = String::new();
+    stdin.lock().read_line(&mut line)?;
+    let token = line.trim().to_owned();
+    if token.is_empty() {
+        bail!("no token on standard input: `cpctl login --server URL < token-file`");
+    }
+    Ok(token)
+}
+
+fn context_name(server: &str) -> String {
+    reqwest::Url::parse(server)
+        .ok()
+        .and_then(|url| {
+            let host = url.host_str()?.to_owned();
+            Some(match url.port() {
+                Some(port) => format!("{host}:{port}"),
+                None => host,
+            })
+        })
+        .unwrap_or_else(|| server.to_owned())
+}
+
+/// `cpctl login`: checks the token with `GET /v1/me`, then keeps it as a context, the current
+/// one. Nothing is written when the server refuses it.
+pub async fn login(out: OutputFormat, server: &str, name: Option<String>) -> anyhow::Result<()> {
+    let server = server_url(server)?;
+    let token = read_token()?;
+    let client = Client::new(Target {
+        server: server.clone(),
+        token: token.clone(),
+    })?;
+    let me = client.get("/v1/me").await?;
+    let caller = &me["caller"];
+    let name = name.unwrap_or_else(|| context_name(&server));
+    let path = contexts_file()?;
+    let mut contexts = load(&path)?;
+    let field = |key: &str| caller[key].as_str().map(str::to_owned);
+    contexts.contexts.insert(
+        name.clone(),
+        Context {
+            server: server.clone(),
+            token,
+            user_id: field("userId"),
+            organisation_id: field("organisationId"),
+            role: field("role"),
+        },
+    );
+    contexts.current = Some(name.clone());
+    save(&path, &contexts)?;
+    match out {
+        OutputFormat::Json => println!(
+            "{}",
+            json!({ "context": name, "server": server, "caller": caller })
+        ),
+        OutputFormat::Table => println!(
+            "logged in to {server} as user {} ({}); context {name} is current",
+            field("userId").unwrap_or_default(),
+            field("role").unwrap_or_default()
+        ),
+    }
+    Ok(())
+}
+
+pub async fn whoami(out: OutputFormat, context: Option<&str>) -> anyhow::Result<()> {
+    let me = Client::new(target(context)?)?.get("/v1/me").await?;
+    let caller = &me["caller"];
+    match out {
+        OutputFormat::Json => println!("{caller}"),
+        OutputFormat::Table => {
+            let text = |key: &str| caller[key].as_str().unwrap_or("-").to_owned();
+            let list = |key: &str| {
+                let items: Vec<&str> = caller[key]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                if items.is_empty() {
+                    "-".to_owned()
+                } else {
+                    items.join(", ")
+                }
+            };
+            println!("token:        {}", text("tokenId"));
+            println!("user:         {}", text("userId"));
+            println!("organisation: {}", text("organisationId"));
+            println!("role:         {}", text("role"));
+            println!("scopes:       {}", list("scopes"));
+            println!("workspaces:   {}", list("workspaceIds"));
+            println!("environments: {}", list("environmentIds"));
+            println!("expires:      {}", text("expiresAt"));
+        }
+    }
+    Ok(())
+}
+
+pub fn context(out: OutputFormat, command: ContextCommand) -> anyhow::Result<()> {
+    let path = contexts_file()?;
+    let mut contexts = load(&path)?;
+    match command {
+        ContextCommand::List => {
+            let current = contexts.current.as_deref();
+            match out {
+                OutputFormat::Json => {
+                    let rows: Vec<Value> = contexts
+                        .contexts
+                        .iter()
+                        .map(|(name, c)| {
+                            json!({ "name": name, "server": c.server, "userId": c.user_id,
+                                    "organisationId": c.organisation_id, "role": c.role,
+                                    "current": Some(name.as_str()) == current })
+                        })
+                        .collect();
+                    println!("{}", Value::Array(rows));
+                }
+                OutputFormat::Table => {
+                    println!("CURRENT\tNAME\tSERVER\tUSER\tROLE");
+                    for (name, c) in &contexts.contexts {
+                        let mark = if Some(name.as_str()) == current {
+                            "*"
+                        } else {
+                            ""
+                        };
+                        println!(
+                            "{mark}\t{name}\t{}\t{}\t{}",
+                            c.server,
+                            c.user_id.as_deref().unwrap_or("-"),
+                            c.role.as_deref().unwrap_or("-")
+                        );
+                    }
+                }
+            }
+        }
+        ContextCommand::Use { name } => {
+            if !contexts.contexts.contains_key(&name) {
+                bail!("no context named {name} (`cpctl context list` shows them)");
+            }
+            contexts.current = Some(name.clone());
+            save(&path, &contexts)?;
+            println!("context {name} is current");
+        }
+        ContextCommand::Remove { name } => {
+            if contexts.contexts.remove(&name).is_none() {
+                bail!("no context named {name} (`cpctl context list` shows them)");
+            }
+            if contexts.current.as_deref() == Some(name.as_str()) {
+                contexts.current = None;
+            }
+            save(&path, &contexts)?;
+            println!("context {name} removed");
+        }
+    }
+    Ok(())
+}
