@@ -79,7 +79,9 @@ pub enum CallerResponse {
     Ok(Json<CallerEnvelope>),
 }
 
-error_responses!(CallerErrors: 401, 403, 429, 500, 503);
+// 400 and 413: refusals of the request context before routing (a bad correlation id, a body
+// declared past the limit), which every operation can answer.
+error_responses!(CallerErrors: 400, 401, 403, 413, 429, 500, 503);
 
 fn get_caller(ep: impl Endpoint) -> impl Endpoint {
     admitted(Operation::GetCaller, ep)
