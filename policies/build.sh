@@ -45,6 +45,7 @@ components=(
   "hostile_trap.wasm hostile-trap.wasm"
   "hostile_sleep.wasm hostile-sleep.wasm"
   "hostile_deny_all.wasm hostile-deny-all.wasm"
+  "compat_authz_1_0_0.wasm authz-1.0.0.wasm"
 )
 
 # Flags from the environment would replace .cargo/config.toml's and change the bytes.

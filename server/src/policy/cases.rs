@@ -42,6 +42,9 @@ struct PrincipalJson {
     environment_ids: Vec<String>,
     #[serde(default)]
     scopes: Vec<String>,
+    /// `member` (the default), `admin` or `operator`.
+    #[serde(default)]
+    role: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -171,6 +174,17 @@ pub(super) fn parse_cases(kind: PolicyKind, cases: &str) -> Result<Vec<ParsedCas
                             workspace_ids: r.principal.workspace_ids,
                             environment_ids: r.principal.environment_ids,
                             scopes: r.principal.scopes,
+                            role: match r.principal.role.as_deref() {
+                                None | Some("member") => a::Role::Member,
+                                Some("admin") => a::Role::Admin,
+                                Some("operator") => a::Role::Operator,
+                                Some(other) => {
+                                    return Err(format!(
+                                        "case {:?}: unknown role {other:?} (member, admin or operator)",
+                                        case.name
+                                    ));
+                                }
+                            },
                         },
                         operation: r.operation,
                         method: r.method,

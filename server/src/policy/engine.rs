@@ -13,7 +13,9 @@ use super::moderation::{ModerationInput, ModerationOutcome, outcome};
 use super::settings::{EngineSettings, InstanceAllocation, pool};
 use super::slots::{DecisionSlots, NoSlot, Slot};
 use super::ticker::{EPOCH_TICK, Ticker, Ticking};
-use super::wit::{AuthzInput, authorizer, authz_types, moderation_types, moderator};
+use super::wit::{
+    self, AuthzInput, authorizer, authorizer_v1_0, authz_types, moderation_types, moderator,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PolicyKind {
@@ -103,6 +105,8 @@ impl WasiView for Sandbox {
 
 enum Pre {
     Authorizer(authorizer::AuthorizerPre<Sandbox>),
+    /// Built against `control-plane:policy@1.0.0`: asked without the principal's role.
+    AuthorizerV1_0(authorizer_v1_0::AuthorizerPre<Sandbox>),
     Moderator(moderator::ModeratorPre<Sandbox>),
 }
 
@@ -243,9 +247,15 @@ impl PolicyEngine {
             format!("the component imports something a policy may not use (only WASI 0.2 is provided): {e:#}")
         })?;
         let pre = match kind {
-            PolicyKind::Authorizer => {
-                authorizer::AuthorizerPre::new(instance_pre).map(Pre::Authorizer)
-            }
+            // The export is typed by its shape, so a 1.0.0 authorizer (whose principal has no
+            // role) fails the 1.1.0 check and passes its own.
+            PolicyKind::Authorizer => authorizer::AuthorizerPre::new(instance_pre.clone())
+                .map(Pre::Authorizer)
+                .or_else(|e| {
+                    authorizer_v1_0::AuthorizerPre::new(instance_pre)
+                        .map(Pre::AuthorizerV1_0)
+                        .map_err(|_| e)
+                }),
             PolicyKind::Moderator => moderator::ModeratorPre::new(instance_pre).map(Pre::Moderator),
         }
         .map_err(|e| {
@@ -397,15 +407,30 @@ impl PolicyEngine {
         policy: &CompiledPolicy,
         request: &authz_types::AuthzRequest,
     ) -> Result<(authz_types::AuthzDecision, DecisionProfile), PolicyFailure> {
-        let Pre::Authorizer(pre) = &policy.pre else {
-            return Err(PolicyFailure::Instantiate("not an authorizer".into()));
-        };
-        self.decide_profiled(
-            Limiter::new(policy.memory_bytes, None),
-            async |store| pre.instantiate_async(store).await,
-            async |instance, store| instance.call_authorize(store, request).await,
-        )
-        .await
+        let limits = Limiter::new(policy.memory_bytes, None);
+        match &policy.pre {
+            Pre::Authorizer(pre) => {
+                self.decide_profiled(
+                    limits,
+                    async |store| pre.instantiate_async(store).await,
+                    async |instance, store| instance.call_authorize(store, request).await,
+                )
+                .await
+            }
+            Pre::AuthorizerV1_0(pre) => {
+                let request = wit::request_v1_0(request);
+                self.decide_profiled(
+                    limits,
+                    async |store| pre.instantiate_async(store).await,
+                    async |instance, store| {
+                        let decision = instance.call_authorize(store, &request).await?;
+                        Ok(wit::decision_from_v1_0(decision))
+                    },
+                )
+                .await
+            }
+            Pre::Moderator(_) => Err(PolicyFailure::Instantiate("not an authorizer".into())),
+        }
     }
 
     /// One authorization decision in a fresh instance, on the calling task and within the
@@ -425,15 +450,30 @@ impl PolicyEngine {
         request: &authz_types::AuthzRequest,
         peak: Option<&PeakMemory>,
     ) -> Result<authz_types::AuthzDecision, PolicyFailure> {
-        let Pre::Authorizer(pre) = &policy.pre else {
-            return Err(PolicyFailure::Instantiate("not an authorizer".into()));
-        };
-        self.decide(
-            Limiter::new(policy.memory_bytes, peak),
-            async |store| pre.instantiate_async(store).await,
-            async |instance, store| instance.call_authorize(store, request).await,
-        )
-        .await
+        let limits = Limiter::new(policy.memory_bytes, peak);
+        match &policy.pre {
+            Pre::Authorizer(pre) => {
+                self.decide(
+                    limits,
+                    async |store| pre.instantiate_async(store).await,
+                    async |instance, store| instance.call_authorize(store, request).await,
+                )
+                .await
+            }
+            Pre::AuthorizerV1_0(pre) => {
+                let request = wit::request_v1_0(request);
+                self.decide(
+                    limits,
+                    async |store| pre.instantiate_async(store).await,
+                    async |instance, store| {
+                        let decision = instance.call_authorize(store, &request).await?;
+                        Ok(wit::decision_from_v1_0(decision))
+                    },
+                )
+                .await
+            }
+            Pre::Moderator(_) => Err(PolicyFailure::Instantiate("not an authorizer".into())),
+        }
     }
 
     /// One moderation decision in a fresh instance, on the calling task and within the

@@ -2,8 +2,9 @@
 //! of its request alone: no clock, no randomness, no state between decisions. So an allow it
 //! gave is the allow it would give again to any request that agrees with it on what it reads.
 //!
-//! The key is exactly what it reads ([`MemoKey`]): the operation, the principal's scopes and
-//! workspaces, and the path's workspace id in the form the policy compares (lower case). Not
+//! The key is exactly what it reads ([`MemoKey`]): the operation, the principal's role, scopes
+//! and workspaces, the path's workspace id in the form the policy compares (lower case), and
+//! whether an admin route's organisation is the principal's own (not the id itself). Not
 //! the token id, the route or the other path ids (a token or pool id named in the path): the
 //! policy never reads them, and keying on them let any caller mint new keys at will (random
 //! token ids on `DELETE .../access-tokens/{id}`, case variants of a workspace id). A path
@@ -20,7 +21,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use super::wit::authz_types::AuthzRequest;
+use super::wit::authz_types::{AuthzRequest, Role};
 
 /// What one organisation's remembered requests may hold, counted as their strings' bytes. A
 /// key is a few hundred bytes for a token of a few workspaces, so this is hundreds of keys.
@@ -39,6 +40,11 @@ struct MemoKey {
     /// Sorted, without duplicates: the policy asks only whether one is there.
     scopes: Vec<String>,
     workspaces: Vec<String>,
+    role: Role,
+    /// For a route naming an organisation: whether it is the principal's own, as the policy
+    /// compares it (a canonical id, case-blind). Only that is read, so an operator varying the
+    /// id mints no new key.
+    own_organisation: Option<bool>,
 }
 
 impl MemoKey {
@@ -63,18 +69,27 @@ impl MemoKey {
             list.dedup();
             list
         };
+        let own_organisation = request
+            .resource_ids
+            .iter()
+            .find(|(name, _)| name == "organisationId")
+            .map(|(_, id)| {
+                id.len() == 36 && id.is_ascii() && id.to_ascii_lowercase() == p.organisation_id
+            });
         Some(Self {
             operation: request.operation.clone(),
             workspace,
             scopes: sorted(&p.scopes),
             workspaces: sorted(&p.workspace_ids),
+            role: p.role,
+            own_organisation,
         })
     }
 
     /// The bytes its strings hold, plus a fixed share for the containers.
     fn weight(&self) -> usize {
         let list = |l: &[String]| l.iter().map(|s| s.len() + 24).sum::<usize>();
-        128 + self.operation.len()
+        136 + self.operation.len()
             + self.workspace.as_ref().map_or(0, String::len)
             + list(&self.scopes)
             + list(&self.workspaces)

@@ -84,6 +84,8 @@ pub mod fixtures {
     pub const DENY_ALL: &[u8] = include_bytes!(env!("POLICY_DENY_ALL_WASM"));
     /// Sleeps 30 s in a WASI clock wait (a blocking host call) before allowing.
     pub const SLEEP: &[u8] = include_bytes!(env!("POLICY_HOSTILE_SLEEP_WASM"));
+    /// The default authorizer as built against `control-plane:policy@1.0.0` (no role).
+    pub const AUTHZ_1_0_0: &[u8] = include_bytes!(env!("POLICY_AUTHZ_1_0_0_WASM"));
 }
 
 /// Hex SHA-256 of a component: the identity of a policy version.
@@ -113,6 +115,7 @@ pub mod bench_support {
                     .iter()
                     .map(|s| s.as_str().to_owned())
                     .collect(),
+                role: a::Role::Member,
             },
             operation: "listActivity".into(),
             method: "GET".into(),

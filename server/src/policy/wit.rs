@@ -11,6 +11,16 @@ pub mod authorizer {
     });
 }
 
+/// The authorizer world of `control-plane:policy@1.0.0`, before the principal's role: a
+/// component built against it keeps working, asked without the role.
+pub mod authorizer_v1_0 {
+    wasmtime::component::bindgen!({
+        world: "authorizer",
+        path: "../policies/wit-1.0.0",
+        exports: { default: async },
+    });
+}
+
 pub mod moderator {
     wasmtime::component::bindgen!({
         world: "moderator",
@@ -21,10 +31,50 @@ pub mod moderator {
     });
 }
 
-use crate::domain::Principal;
+use crate::domain::{Principal, Role};
 
 pub use authorizer::control_plane::policy::types as authz_types;
 pub use moderator::control_plane::policy::types as moderation_types;
+
+use authorizer_v1_0::control_plane::policy::types as v1_0;
+
+/// The question as a 1.0.0 authorizer takes it: the same, without the role.
+pub(super) fn request_v1_0(request: &authz_types::AuthzRequest) -> v1_0::AuthzRequest {
+    let p = &request.principal;
+    v1_0::AuthzRequest {
+        principal: v1_0::Principal {
+            kind: match p.kind {
+                authz_types::PrincipalKind::UserToken => v1_0::PrincipalKind::UserToken,
+                authz_types::PrincipalKind::Runner => v1_0::PrincipalKind::Runner,
+            },
+            id: p.id.clone(),
+            user_id: p.user_id.clone(),
+            organisation_id: p.organisation_id.clone(),
+            workspace_ids: p.workspace_ids.clone(),
+            environment_ids: p.environment_ids.clone(),
+            scopes: p.scopes.clone(),
+        },
+        operation: request.operation.clone(),
+        method: request.method.clone(),
+        route: request.route.clone(),
+        workspace_id: request.workspace_id.clone(),
+        resource_ids: request.resource_ids.clone(),
+    }
+}
+
+/// A 1.0.0 authorizer's answer, which means the same in 1.1.0.
+pub(super) fn decision_from_v1_0(decision: v1_0::AuthzDecision) -> authz_types::AuthzDecision {
+    match decision {
+        v1_0::AuthzDecision::Allow => authz_types::AuthzDecision::Allow,
+        v1_0::AuthzDecision::Deny(d) => authz_types::AuthzDecision::Deny(authz_types::Denial {
+            status: match d.status {
+                v1_0::DenyStatus::Forbidden => authz_types::DenyStatus::Forbidden,
+                v1_0::DenyStatus::NotFound => authz_types::DenyStatus::NotFound,
+            },
+            reason: d.reason,
+        }),
+    }
+}
 
 /// Everything an authorizer is told about one request.
 #[derive(Debug, Clone)]
@@ -49,6 +99,11 @@ impl AuthzInput {
                 workspace_ids: p.workspace_ids.iter().map(ToString::to_string).collect(),
                 environment_ids: p.environment_ids.iter().map(ToString::to_string).collect(),
                 scopes: p.scopes.to_strings(),
+                role: match p.role {
+                    Role::Member => authz_types::Role::Member,
+                    Role::Admin => authz_types::Role::Admin,
+                    Role::Operator => authz_types::Role::Operator,
+                },
             },
             operation: self.operation.to_owned(),
             method: self.method.to_owned(),
