@@ -272,8 +272,7 @@ fn print_report(out: OutputFormat, report: &ChainReport) {
     }
 }
 
-const CSV_HEADER: &str =
-    "id,sequence,type,actor_kind,actor_id,target_kind,target_id,correlation_id,occurred_at,data";
+const CSV_HEADER: &str = "id,sequence,type,actor_kind,actor_id,target_kind,target_id,correlation_id,occurred_at,data,actor_token_id";
 
 fn csv_field(raw: &str) -> String {
     if raw.contains([',', '"', '\n', '\r']) {
@@ -295,6 +294,9 @@ fn csv_line(e: &AuditEvent) -> String {
         e.correlation_id.clone(),
         Timestamp::new(e.occurred_at).to_string(),
         e.data.get().to_owned(),
+        e.actor_token_id
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
     ];
     let cells: Vec<String> = cells.iter().map(|c| csv_field(c)).collect();
     cells.join(",")
@@ -452,10 +454,12 @@ struct ExportedEvent {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ExportedActor {
     kind: String,
     id: Option<Uuid>,
+    #[serde(default)]
+    token_id: Option<Uuid>,
 }
 
 #[derive(Deserialize)]
@@ -613,6 +617,7 @@ pub async fn verify_offline(out: OutputFormat, command: AuditCommand) -> anyhow:
                     event_type: e.event_type,
                     actor_kind: e.actor.kind,
                     actor_id: e.actor.id,
+                    actor_token_id: e.actor.token_id,
                     target_kind: e.target.kind,
                     target_id: e.target.id,
                     correlation_id: e.correlation_id,

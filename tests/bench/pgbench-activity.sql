@@ -22,7 +22,7 @@ FROM token_previous_secrets p JOIN tokens t ON t.id = p.token_id JOIN users u ON
 WHERE p.public_id = :public_id;
 SELECT id, organisation_id, workspace_id, seq, event_type,
     actor_kind, actor_id, target_kind, target_id, correlation_id, occurred_at,
-    CAST(data AS TEXT) AS data FROM audit_events
+    CAST(data AS TEXT) AS data, actor_token_id FROM audit_events
 WHERE workspace_id = :ws AND seq IS NOT NULL
   AND (CAST(NULL AS BIGINT) IS NULL OR seq < NULL)
 ORDER BY seq DESC LIMIT 51;

@@ -22,7 +22,7 @@ async fn write_event(db: &TestStore, tenant: &Tenant, n: usize, at: DateTime<Utc
         organisation_id: tenant.organisation_id,
         workspace_id: Some(tenant.workspace_id),
         event_type: "test.event",
-        actor: Actor::user(tenant.user_id),
+        actor: Actor::user_only(tenant.user_id),
         target_kind: "test",
         target_id: Uuid::new_v4(),
         correlation_id: format!("chain-{n:04}"),

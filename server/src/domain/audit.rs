@@ -29,13 +29,27 @@ impl ActorKind {
 pub struct Actor {
     pub kind: ActorKind,
     pub id: Option<Uuid>,
+    /// The token a user acted with; `None` for every other kind (and for events written
+    /// before tokens were named).
+    pub token_id: Option<Uuid>,
 }
 
 impl Actor {
-    pub fn user(id: Uuid) -> Self {
+    /// A user acting with one of its tokens: the event names both.
+    pub fn user(id: Uuid, token_id: Uuid) -> Self {
         Self {
             kind: ActorKind::User,
             id: Some(id),
+            token_id: Some(token_id),
+        }
+    }
+
+    /// A user acting without a token (approving by a signed link): the user only.
+    pub fn user_only(id: Uuid) -> Self {
+        Self {
+            kind: ActorKind::User,
+            id: Some(id),
+            token_id: None,
         }
     }
 
@@ -43,6 +57,7 @@ impl Actor {
         Self {
             kind: ActorKind::Runner,
             id: Some(id),
+            token_id: None,
         }
     }
 
@@ -50,6 +65,7 @@ impl Actor {
         Self {
             kind: ActorKind::Admin,
             id: None,
+            token_id: None,
         }
     }
 
@@ -57,6 +73,7 @@ impl Actor {
         Self {
             kind: ActorKind::System,
             id: None,
+            token_id: None,
         }
     }
 }
@@ -97,6 +114,7 @@ pub struct AuditEvent {
     pub event_type: String,
     pub actor_kind: String,
     pub actor_id: Option<Uuid>,
+    pub actor_token_id: Option<Uuid>,
     pub target_kind: String,
     pub target_id: Uuid,
     pub correlation_id: String,

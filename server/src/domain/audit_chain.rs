@@ -35,9 +35,14 @@ pub struct EventJson<'a> {
 }
 
 #[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 struct EventActor<'a> {
     kind: &'a str,
     id: Option<Uuid>,
+    /// Left out when absent, so an event written before tokens were named hashes (and reads)
+    /// as it always did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_id: Option<Uuid>,
 }
 
 #[derive(Serialize)]
@@ -55,6 +60,7 @@ impl<'a> From<&'a AuditEvent> for EventJson<'a> {
             actor: EventActor {
                 kind: &e.actor_kind,
                 id: e.actor_id,
+                token_id: e.actor_token_id,
             },
             target: EventTarget {
                 kind: &e.target_kind,
@@ -110,6 +116,7 @@ pub fn chain_hash_new(
         actor: EventActor {
             kind: event.actor.kind.as_str(),
             id: event.actor.id,
+            token_id: event.actor.token_id,
         },
         target: EventTarget {
             kind: event.target_kind,
@@ -150,12 +157,40 @@ mod tests {
             event_type: e.event_type.into(),
             actor_kind: e.actor.kind.as_str().into(),
             actor_id: e.actor.id,
+            actor_token_id: e.actor.token_id,
             target_kind: e.target_kind.into(),
             target_id: e.target_id,
             correlation_id: e.correlation_id.clone(),
             occurred_at: e.occurred_at,
             data: RawValue::from_string(data.into()).unwrap(),
         }
+    }
+
+    /// An event without a token hashes as every event did before events named their token, so
+    /// the chains written then still verify; with one, the token is covered.
+    #[test]
+    fn an_absent_token_leaves_the_canonical_form_as_it_was() {
+        let mut e = new_event(serde_json::json!({}));
+        let id = Uuid::new_v4();
+        let read = stored(id, 1, &e, "{}");
+        let json = serde_json::to_value(EventJson::from(&read)).unwrap();
+        assert_eq!(
+            json["actor"],
+            serde_json::json!({"kind": "admin", "id": null})
+        );
+        let without = chain_hash(&GENESIS_HASH, &read).unwrap();
+        e.actor = Actor::user(Uuid::new_v4(), Uuid::new_v4());
+        let with = stored(id, 1, &e, "{}");
+        let json = serde_json::to_value(EventJson::from(&with)).unwrap();
+        assert_eq!(
+            json["actor"]["tokenId"],
+            serde_json::json!(e.actor.token_id.unwrap())
+        );
+        assert_ne!(chain_hash(&GENESIS_HASH, &with).unwrap(), without);
+        assert_eq!(
+            chain_hash_new(&GENESIS_HASH, id, 1, &e).unwrap(),
+            chain_hash(&GENESIS_HASH, &with).unwrap()
+        );
     }
 
     #[test]

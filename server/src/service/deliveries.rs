@@ -275,7 +275,7 @@ impl Services {
                     command_from: attempt.command_status,
                     delivery_from: DeliveryStatus::Pending,
                     detail,
-                    event: NewAuditEvent {
+                    event: Box::new(NewAuditEvent {
                         organisation_id: attempt.organisation_id,
                         workspace_id: Some(attempt.workspace_id),
                         event_type: "webhook_delivery.failed",
@@ -296,7 +296,7 @@ impl Services {
                             "commandTo": to.command_status().as_str(),
                             "reason": "delivery attempts exhausted",
                         }),
-                    },
+                    }),
                 }
             }
         };

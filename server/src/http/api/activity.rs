@@ -53,6 +53,7 @@ pub struct ActivityItem {
 }
 
 #[derive(Object)]
+#[oai(rename_all = "camelCase")]
 #[allow(dead_code)]
 pub struct ActivityActor {
     /// `user`, `admin` (cpctl), `runner` (a signed report) or `system` (the server itself:
@@ -61,6 +62,10 @@ pub struct ActivityActor {
     /// The user or the runner; null for `admin` and `system`.
     #[oai(nullable)]
     id: Option<Uuid>,
+    /// The token the user acted with; absent for other kinds, and for events written before
+    /// events named the token.
+    #[oai(skip_serializing_if_is_none)]
+    token_id: Option<Uuid>,
 }
 
 #[derive(Object)]
@@ -193,6 +198,7 @@ mod tests {
             event_type: "token.issued".into(),
             actor_kind: "user".into(),
             actor_id: Some(Uuid::new_v4()),
+            actor_token_id: Some(Uuid::new_v4()),
             target_kind: "token".into(),
             target_id: Uuid::new_v4(),
             correlation_id: "corr-0001".into(),

@@ -280,6 +280,7 @@ mod tests {
             event_type: "test".into(),
             actor_kind: "system".into(),
             actor_id: None,
+            actor_token_id: None,
             target_kind: "test".into(),
             target_id: Uuid::new_v4(),
             correlation_id: String::new(),

@@ -207,6 +207,7 @@ pub(crate) const TABLES: &[Table] = &[
             // The chain hash covers the event as readers see it, never the stored bytes, so
             // it holds in the target whatever the JSON's stored form.
             ("hash", Bytes),
+            ("actor_token_id", Kind::Uuid),
         ],
     ),
     Table::new(

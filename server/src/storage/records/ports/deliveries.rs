@@ -124,7 +124,8 @@ pub enum AttemptNext {
         command_from: CommandStatus,
         delivery_from: DeliveryStatus,
         detail: String,
-        event: NewAuditEvent,
+        // Boxed: the event is most of the variant's size.
+        event: Box<NewAuditEvent>,
     },
 }
 

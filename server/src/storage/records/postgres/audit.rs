@@ -51,14 +51,16 @@ pub(super) async fn write_events<'e>(
     let each = || events.iter();
     sqlx::query(
         "INSERT INTO audit_events (id, organisation_id, workspace_id, event_type, actor_kind,
-             actor_id, target_kind, target_id, correlation_id, occurred_at, data)
+             actor_id, target_kind, target_id, correlation_id, occurred_at, data, actor_token_id)
          SELECT e.id, e.organisation_id, e.workspace_id, e.event_type, e.actor_kind, e.actor_id,
-             e.target_kind, e.target_id, e.correlation_id, e.occurred_at, e.data::jsonb
+             e.target_kind, e.target_id, e.correlation_id, e.occurred_at, e.data::jsonb,
+             e.actor_token_id
          FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::uuid[],
-                     $7::text[], $8::uuid[], $9::text[], $10::timestamptz[], $11::text[])
+                     $7::text[], $8::uuid[], $9::text[], $10::timestamptz[], $11::text[],
+                     $12::uuid[])
               WITH ORDINALITY
               AS e(id, organisation_id, workspace_id, event_type, actor_kind, actor_id,
-                   target_kind, target_id, correlation_id, occurred_at, data, n)
+                   target_kind, target_id, correlation_id, occurred_at, data, actor_token_id, n)
          ORDER BY e.n",
     )
     .bind(each().map(|_| Uuid::new_v4()).collect::<Vec<Uuid>>())
@@ -84,6 +86,11 @@ pub(super) async fn write_events<'e>(
             .collect::<Vec<chrono::DateTime<chrono::Utc>>>(),
     )
     .bind(each().map(|e| e.data.to_string()).collect::<Vec<String>>())
+    .bind(
+        each()
+            .map(|e| e.actor.token_id)
+            .collect::<Vec<Option<Uuid>>>(),
+    )
     .execute(&mut *conn)
     .await
     .map_err(map_err)?;

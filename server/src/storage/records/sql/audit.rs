@@ -15,7 +15,7 @@ use crate::storage::{AuditStore, StoreError};
 pub(in crate::storage::records) const EVENT_COLUMNS: &str =
     "id, organisation_id, workspace_id, seq, event_type,
     actor_kind, actor_id, target_kind, target_id, correlation_id, occurred_at,
-    CAST(data AS TEXT) AS data";
+    CAST(data AS TEXT) AS data, actor_token_id";
 
 /// An [`AuditEvent`] decoded straight from a row: a page's rows become its events in place,
 /// with no second vector.
@@ -51,6 +51,7 @@ where
             correlation_id: row.try_get_unchecked(9)?,
             occurred_at: row.try_get_unchecked(10)?,
             data,
+            actor_token_id: row.try_get_unchecked(12)?,
         }))
     }
 }
@@ -72,8 +73,9 @@ pub(in crate::storage::records) async fn insert_event_row<S: Dialect>(
 ) -> Result<(), StoreError> {
     S::query(
         "INSERT INTO audit_events (id, organisation_id, workspace_id, seq, event_type, actor_kind,
-             actor_id, target_kind, target_id, correlation_id, occurred_at, data, hash)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+             actor_id, target_kind, target_id, correlation_id, occurred_at, data, hash,
+             actor_token_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
     )
     .bind(id)
     .bind(event.organisation_id)
@@ -88,6 +90,7 @@ pub(in crate::storage::records) async fn insert_event_row<S: Dialect>(
     .bind(event.occurred_at)
     .bind(sqlx::types::Json(&event.data))
     .bind(chained.map(|(_, hash)| hash.to_vec()))
+    .bind(event.actor.token_id)
     .execute(conn)
     .await?;
     Ok(())

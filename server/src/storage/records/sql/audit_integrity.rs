@@ -24,7 +24,7 @@ where
     Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
     fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
-        Ok(Self(EventRow::from_row(row)?, row.try_get(12)?))
+        Ok(Self(EventRow::from_row(row)?, row.try_get(13)?))
     }
 }
 

@@ -396,7 +396,7 @@ impl<S: Dialect> DeliveryStore for S {
                 if command > 0 {
                     both.commit().await.map_err(S::map_err)?;
                     // After the savepoint, in the transaction, which notes it for its commit.
-                    S::insert_event(&mut tx, event).await?;
+                    S::insert_event(&mut tx, event.as_ref()).await?;
                     true
                 } else {
                     both.rollback().await.map_err(S::map_err)?;
