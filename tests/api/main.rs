@@ -4,6 +4,8 @@
 //! `needs!(…)` and skip themselves, with one line, on a run without it.
 
 mod activity;
+mod admin_directory;
+mod admin_users;
 mod audit_proofs;
 mod audit_retention;
 mod audit_stream;

@@ -91,6 +91,7 @@ async fn send(app: &TestApp, route: &Route, token: Option<&str>) -> Response {
 async fn bearer_routes(app: &TestApp, tenant: &Tenant) -> Vec<Route> {
     let cid = CorrelationId::generate();
     let ws = tenant.workspace_id;
+    let org = tenant.organisation_id;
     // Two pools: commands go to one, the other is deleted.
     let commands_pool = app
         .services
@@ -188,6 +189,80 @@ async fn bearer_routes(app: &TestApp, tenant: &Tenant) -> Vec<Route> {
             path: routes::report_review(plugin, review_id),
             scope: Scope::ReviewsReport,
             body: Some(json!({"reason": "spam"})),
+        },
+        // The admin plane: the instance's organisations, this organisation's directory.
+        Route {
+            method: Method::GET,
+            path: routes::ORGANISATIONS.into(),
+            scope: Scope::AdminRead,
+            body: None,
+        },
+        Route {
+            method: Method::POST,
+            path: routes::ORGANISATIONS.into(),
+            scope: Scope::AdminWrite,
+            body: Some(json!({"name": format!("org-{}", Uuid::new_v4().simple())})),
+        },
+        Route {
+            method: Method::GET,
+            path: routes::workspaces(org),
+            scope: Scope::AdminRead,
+            body: None,
+        },
+        Route {
+            method: Method::POST,
+            path: routes::workspaces(org),
+            scope: Scope::AdminWrite,
+            body: Some(json!({"name": "staging"})),
+        },
+        Route {
+            method: Method::GET,
+            path: routes::environments(org, ws),
+            scope: Scope::AdminRead,
+            body: None,
+        },
+        Route {
+            method: Method::POST,
+            path: routes::environments(org, ws),
+            scope: Scope::AdminWrite,
+            body: Some(json!({"name": "production"})),
+        },
+        // The admin plane's users, on the review's author (a member).
+        Route {
+            method: Method::GET,
+            path: routes::users(org),
+            scope: Scope::AdminRead,
+            body: None,
+        },
+        Route {
+            method: Method::GET,
+            path: routes::user(org, author.id),
+            scope: Scope::AdminRead,
+            body: None,
+        },
+        Route {
+            method: Method::POST,
+            path: routes::users(org),
+            scope: Scope::AdminWrite,
+            body: Some(json!({"email": format!("new-{}@example.com", Uuid::new_v4().simple())})),
+        },
+        Route {
+            method: Method::POST,
+            path: routes::disable_user(org, author.id),
+            scope: Scope::AdminWrite,
+            body: Some(json!({"reason": "left"})),
+        },
+        Route {
+            method: Method::POST,
+            path: routes::enable_user(org, author.id),
+            scope: Scope::AdminWrite,
+            body: Some(json!({})),
+        },
+        Route {
+            method: Method::PUT,
+            path: routes::user_role(org, author.id),
+            scope: Scope::AdminWrite,
+            body: Some(json!({"role": "admin"})),
         },
     ]
 }

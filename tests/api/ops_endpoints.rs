@@ -79,7 +79,7 @@ async fn openapi_document_states_statuses_and_closed_bodies() {
     );
     let paths = doc["paths"].as_object().unwrap();
     // The contract's ten routes and the admin plane's `/v1/me`.
-    assert_eq!(paths.len(), 11, "every v1 route is documented");
+    assert_eq!(paths.len(), 19, "every v1 route is documented");
     assert!(paths.keys().all(|p| p.starts_with("/v1/")));
     let header = &doc["paths"]["/v1/personal-access-tokens"]["post"]["responses"]["400"]["headers"]
         ["x-correlation-id"];

@@ -122,6 +122,9 @@ reviewer_token=$(json "$work/reviewer.json" 'd["token"]')
 # A second organisation's admin: the peer object_level_authorization replays reads as.
 "$cpctl" bootstrap --org stranger --workspace theirs --admin admin@stranger.test -o json >"$work/stranger.json"
 stranger=$(json "$work/stranger.json" 'd["credential"]["token"]')
+# Bootstrap makes an operator, who administers every organisation; the peer is the other
+# organisation's admin, whom this organisation's users are not shown to.
+"$cpctl" users set-role "$(json "$work/stranger.json" 'd["userId"]')" --role admin >/dev/null
 
 log "server: release build on 127.0.0.1, every rate limit off"
 # Rate limits are off (their own flags): schemathesis sends thousands of requests from one
@@ -285,6 +288,8 @@ pool = { values = ["$busy_pool"] }
 "path.pluginId" = "$plugin"
 "path.reviewId" = "$review"
 "path.tokenId" = "$victim"
+"path.organisationId" = "$org"
+"path.userId" = "$reviewer"
 "body.organisationId" = { dictionary = "organisation", probability = 0.8 }
 "body.workspaceIds[*]" = { dictionary = "workspace", probability = 0.8 }
 "body.poolId" = { dictionary = "pool", probability = 0.8 }

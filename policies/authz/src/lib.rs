@@ -1,50 +1,101 @@
-//! The default authorization policy: docs/contract.md's scope table plus workspace membership.
+//! The default authorization policy: docs/contract.md's scope table plus workspace membership,
+//! and the admin plane's role table (docs/design.md, "Principals and roles").
 
 wit_bindgen::generate!({ world: "authorizer", path: "../wit" });
 
-use control_plane::policy::types::{Denial, DenyStatus};
+use control_plane::policy::types::{Denial, DenyStatus, Role};
 
 struct Authz;
 
-/// The scope each operation requires: `Some(None)` for one any live token may perform,
-/// `None` for an operation this policy does not know.
-fn required_scope(operation: &str) -> Option<Option<&'static str>> {
-    Some(Some(match operation {
-        "issuePersonalAccessToken" => "tokens:issue",
-        "revokeWorkspaceAccessToken" => "tokens:revoke",
-        "deleteRunnerPool" => "runner-pools:delete",
-        "submitRunnerCommand" => "runner-commands:submit",
-        "streamAuditEvents" => "audit:read",
-        "listActivity" => "activity:read",
-        "requestWorkflowRevisionApproval" => "workflows:request-approval",
-        "putOwnPluginReview" => "reviews:write",
-        "reportPluginReview" => "reviews:report",
+/// What an operation asks of its caller.
+enum Rule {
+    /// A scope, and membership of the workspace the path names (if it names one).
+    Scope(&'static str),
+    /// Any live token.
+    AnyToken,
+    /// The admin plane: an admin scope, and a user who administers the organisation the
+    /// path names (its `admin`, or an `operator`, who administers every one).
+    Administer(&'static str),
+    /// The instance: an admin scope, and an `operator`.
+    Operate(&'static str),
+}
+
+/// Each operation's rule; `None` for an operation this policy does not know.
+fn rule(operation: &str) -> Option<Rule> {
+    Some(match operation {
+        "issuePersonalAccessToken" => Rule::Scope("tokens:issue"),
+        "revokeWorkspaceAccessToken" => Rule::Scope("tokens:revoke"),
+        "deleteRunnerPool" => Rule::Scope("runner-pools:delete"),
+        "submitRunnerCommand" => Rule::Scope("runner-commands:submit"),
+        "streamAuditEvents" => Rule::Scope("audit:read"),
+        "listActivity" => Rule::Scope("activity:read"),
+        "requestWorkflowRevisionApproval" => Rule::Scope("workflows:request-approval"),
+        "putOwnPluginReview" => Rule::Scope("reviews:write"),
+        "reportPluginReview" => Rule::Scope("reviews:report"),
         // A token reading who it is.
-        "getAuthenticatedCaller" => return Some(None),
+        "getAuthenticatedCaller" => Rule::AnyToken,
+        "listOrganisations" => Rule::Operate("admin:read"),
+        "createOrganisation" => Rule::Operate("admin:write"),
+        "listWorkspaces" | "listEnvironments" | "listUsers" | "getUser" => {
+            Rule::Administer("admin:read")
+        }
+        "createWorkspace" | "createEnvironment" | "createUser" | "disableUser" | "enableUser"
+        | "setUserRole" => Rule::Administer("admin:write"),
         _ => return None,
-    }))
+    })
 }
 
 fn deny(reason: String) -> AuthzDecision {
     AuthzDecision::Deny(Denial { status: DenyStatus::Forbidden, reason })
 }
 
+/// Ids are compared in their canonical form; the path may use upper case.
+fn canonical(id: &str) -> Option<String> {
+    (id.len() == 36 && id.is_ascii()).then(|| id.to_ascii_lowercase())
+}
+
 impl Guest for Authz {
     fn authorize(request: AuthzRequest) -> AuthzDecision {
-        let Some(scope) = required_scope(&request.operation) else {
+        let Some(rule) = rule(&request.operation) else {
             return deny(format!("unknown operation {}", request.operation));
         };
         let principal = &request.principal;
+        let scope = match rule {
+            Rule::Scope(scope) | Rule::Administer(scope) | Rule::Operate(scope) => Some(scope),
+            Rule::AnyToken => None,
+        };
         if let Some(scope) = scope
             && !principal.scopes.iter().any(|s| s == scope)
         {
             return deny(format!("the token lacks the scope {scope}"));
         }
+        if let Rule::Operate(_) = rule
+            && principal.role != Role::Operator
+        {
+            return deny("only an operator may do this".into());
+        }
+        if let Rule::Administer(_) = rule {
+            if principal.role == Role::Member {
+                return deny("only an administrator may do this".into());
+            }
+            let organisation = request
+                .resource_ids
+                .iter()
+                .find(|(name, _)| name == "organisationId")
+                .and_then(|(_, id)| canonical(id));
+            // An organisation the caller does not administer is not shown to exist.
+            let own = organisation.as_deref() == Some(principal.organisation_id.as_str());
+            if principal.role != Role::Operator && !own {
+                return AuthzDecision::Deny(Denial {
+                    status: DenyStatus::NotFound,
+                    reason: "no such organisation".into(),
+                });
+            }
+        }
         if let Some(workspace) = &request.workspace_id {
-            // Ids are compared in their canonical form; the path may use upper case.
-            let canonical = workspace.len() == 36 && workspace.is_ascii();
-            let wanted = workspace.to_ascii_lowercase();
-            if !canonical || !principal.workspace_ids.iter().any(|w| *w == wanted) {
+            let member = canonical(workspace)
+                .is_some_and(|wanted| principal.workspace_ids.iter().any(|w| *w == wanted));
+            if !member {
                 return deny("the token has no access to this workspace".into());
             }
         }

@@ -7,6 +7,7 @@ mod bounds;
 mod correlation_id;
 mod delivery;
 mod dispatch;
+mod email;
 mod idempotency;
 mod ids;
 mod key_wrap;
@@ -34,6 +35,7 @@ pub use bounds::{
 pub use correlation_id::CorrelationId;
 pub use delivery::{DeliveryUrl, EgressPolicy, LINK_LOCAL_REFUSED, RetrySchedule, is_link_local};
 pub use dispatch::{DISPATCH_EVENT_TYPE, DispatchData, DispatchPayload, verify_webhook};
+pub use email::{Email, InvalidEmail};
 pub use idempotency::{IdempotencyKey, RecordCipher, UndecryptableRecord};
 pub use ids::{SEQUENCE_PATTERN, parse_sequence, parse_uuid};
 pub use key_wrap::{ForeignWrap, KeyEncryptionKey};

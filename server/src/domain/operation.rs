@@ -222,6 +222,102 @@ operations! {
         idempotent: false,
         audit: [],
     }
+    CreateOrganisation {
+        id: "createOrganisation",
+        route: "POST" "/v1/organisations",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["organisation.created"],
+    }
+    ListOrganisations {
+        id: "listOrganisations",
+        route: "GET" "/v1/organisations",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    CreateWorkspace {
+        id: "createWorkspace",
+        route: "POST" "/v1/organisations/{organisationId}/workspaces",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["workspace.created"],
+    }
+    ListWorkspaces {
+        id: "listWorkspaces",
+        route: "GET" "/v1/organisations/{organisationId}/workspaces",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    CreateEnvironment {
+        id: "createEnvironment",
+        route: "POST" "/v1/organisations/{organisationId}/workspaces/{workspaceId}/environments",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["environment.created"],
+    }
+    ListEnvironments {
+        id: "listEnvironments",
+        route: "GET" "/v1/organisations/{organisationId}/workspaces/{workspaceId}/environments",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    CreateUser {
+        id: "createUser",
+        route: "POST" "/v1/organisations/{organisationId}/users",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["user.created"],
+    }
+    ListUsers {
+        id: "listUsers",
+        route: "GET" "/v1/organisations/{organisationId}/users",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    GetUser {
+        id: "getUser",
+        route: "GET" "/v1/organisations/{organisationId}/users/{userId}",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    DisableUser {
+        id: "disableUser",
+        route: "POST" "/v1/organisations/{organisationId}/users/{userId}/disable",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["user.disabled"],
+    }
+    EnableUser {
+        id: "enableUser",
+        route: "POST" "/v1/organisations/{organisationId}/users/{userId}/enable",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["user.enabled"],
+    }
+    SetUserRole {
+        id: "setUserRole",
+        route: "PUT" "/v1/organisations/{organisationId}/users/{userId}/role",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["user.role_changed"],
+    }
 }
 
 impl Operation {
@@ -243,6 +339,22 @@ impl Operation {
     /// The scope a bearer token needs; `None` for a runner's signed operation.
     pub const fn required_scope(self) -> Option<Scope> {
         self.spec().scope()
+    }
+
+    /// The route variables, by name, in their order (`organisationId`, `userId`).
+    pub fn variables(self) -> impl Iterator<Item = &'static str> {
+        self.spec()
+            .route
+            .split('/')
+            .filter(|segment| segment.starts_with('{'))
+            .map(|segment| segment.trim_matches(['{', '}']))
+    }
+
+    /// An operation of the admin plane: its token needs an admin scope, and it acts on the
+    /// instance's organisations or on the one its route names first, never in a workspace the
+    /// token is granted.
+    pub fn administers(self) -> bool {
+        matches!(self.spec().auth, Auth::Bearer(scope) if scope.is_admin())
     }
 
     /// The operations the authorizer is asked about: those a bearer token performs.
@@ -349,6 +461,19 @@ mod tests {
             let change = op.method != "GET";
             assert_eq!(op.idempotent, change, "{}", op.id);
             assert_eq!(!op.audit.is_empty(), change, "{}", op.id);
+        }
+    }
+
+    /// The admin plane's routes are the organisations, or name their organisation first,
+    /// which is what its question and the organisation check read.
+    #[test]
+    fn admin_operations_act_on_the_organisation_of_their_route() {
+        for op in Operation::ALL.into_iter().filter(|op| op.administers()) {
+            let route = op.spec().route;
+            assert!(route.starts_with("/v1/organisations"), "{}", op.id());
+            if route != "/v1/organisations" {
+                assert_eq!(op.variables().next(), Some("organisationId"), "{}", op.id());
+            }
         }
     }
 

@@ -10,6 +10,8 @@ use crate::service::Operation;
 
 const WS: &str = "6f1c2d3e-4b5a-4c6d-8e7f-0123456789ab";
 const OTHER_WS: &str = "00000000-0000-4000-8000-000000000000";
+const ORG: &str = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
+const OTHER_ORG: &str = "f0e1d2c3-b4a5-4968-8776-655443322110";
 
 /// Runs one decision to the end on a runtime of its own: the engine's timers need one.
 fn block<T>(decision: impl Future<Output = T>) -> T {
@@ -39,6 +41,7 @@ fn request(operation: Operation, scopes: &[&str], workspace: Option<&str>) -> a:
             workspace_ids: vec![WS.into()],
             environment_ids: vec![],
             scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            role: a::Role::Member,
         },
         operation: operation.id().into(),
         method: method.into(),
@@ -105,7 +108,9 @@ fn the_default_authorizer_enforces_every_scope_and_workspace() {
         .map(|s| s.as_str())
         .collect();
     // The operations a scope opens; one any token may perform has its own test.
-    for (op, scope) in Operation::bearer().filter_map(|op| Some((op, op.required_scope()?))) {
+    // The admin plane's operations also ask the role: their own test below.
+    let contract = Operation::bearer().filter(|op| !op.administers());
+    for (op, scope) in contract.filter_map(|op| Some((op, op.required_scope()?))) {
         let scope = scope.as_str();
         let others: Vec<&str> = all.iter().copied().filter(|s| *s != scope).collect();
         let workspace_route = !matches!(
@@ -146,6 +151,92 @@ fn the_default_authorizer_enforces_every_scope_and_workspace() {
         !allowed(&engine, &policy, &unknown),
         "unknown operations are denied"
     );
+}
+
+/// An admin-plane question: the caller in `role` of organisation [`ORG`], naming `org`.
+fn admin_request(op: Operation, role: a::Role, scopes: &[&str], org: &str) -> a::AuthzRequest {
+    let mut req = request(op, scopes, None);
+    req.principal.role = role;
+    req.principal.organisation_id = ORG.into();
+    req.resource_ids = vec![("organisationId".into(), org.into())];
+    req
+}
+
+#[test]
+fn the_default_authorizer_holds_the_role_table_of_the_admin_plane() {
+    let engine = engine();
+    let policy = authorizer(&engine, defaults::AUTHORIZER);
+    let decide = |req: &a::AuthzRequest| block(engine.authorize_now(&policy, req));
+    let admin_ops: Vec<Operation> = Operation::bearer().filter(|op| op.administers()).collect();
+    assert!(!admin_ops.is_empty());
+    for op in admin_ops {
+        let scope = op.required_scope().expect("an admin scope").as_str();
+        let allow = Ok(a::AuthzDecision::Allow);
+        let ask = |role, scopes: &[&str], org: &str| decide(&admin_request(op, role, scopes, org));
+        if !op.variables().any(|v| v == "organisationId") {
+            // Of the instance, not of an organisation: the operator's alone.
+            assert_eq!(ask(a::Role::Operator, &[scope], ORG), allow, "{op:?}");
+            for role in [a::Role::Admin, a::Role::Member] {
+                let refused = ask(role, &[scope], ORG);
+                assert!(
+                    matches!(&refused, Ok(a::AuthzDecision::Deny(d)) if d.status == a::DenyStatus::Forbidden),
+                    "{op:?}: {role:?} is refused: {refused:?}"
+                );
+            }
+            continue;
+        }
+        assert_eq!(
+            ask(a::Role::Admin, &[scope], ORG),
+            allow,
+            "{op:?}: own organisation"
+        );
+        let upper = ORG.to_uppercase();
+        assert_eq!(
+            ask(a::Role::Admin, &[scope], &upper),
+            allow,
+            "{op:?}: upper case"
+        );
+        assert_eq!(
+            ask(a::Role::Operator, &[scope], OTHER_ORG),
+            allow,
+            "{op:?}: operator"
+        );
+        let hidden = ask(a::Role::Admin, &[scope], OTHER_ORG);
+        assert!(
+            matches!(&hidden, Ok(a::AuthzDecision::Deny(d)) if d.status == a::DenyStatus::NotFound),
+            "{op:?}: another organisation is not shown to exist: {hidden:?}"
+        );
+        assert_ne!(
+            ask(a::Role::Member, &[scope], ORG),
+            allow,
+            "{op:?}: a member"
+        );
+        assert_ne!(
+            ask(a::Role::Admin, &[], ORG),
+            allow,
+            "{op:?}: without {scope}"
+        );
+    }
+}
+
+/// A component built against `control-plane:policy@1.0.0` (no role in its principal) still
+/// compiles and decides: it is asked the same question without the role.
+#[test]
+fn an_authorizer_of_the_1_0_0_world_still_decides() {
+    let engine = engine();
+    let policy = authorizer(&engine, fixtures::AUTHZ_1_0_0);
+    let read = request(Operation::ReadActivity, &["activity:read"], Some(WS));
+    assert!(allowed(&engine, &policy, &read));
+    let lacking = request(Operation::ReadActivity, &["audit:read"], Some(WS));
+    assert!(!allowed(&engine, &policy, &lacking));
+    // It predates the admin plane, so it knows none of its operations.
+    let admin = admin_request(
+        Operation::ListUsers,
+        a::Role::Operator,
+        &["admin:read"],
+        ORG,
+    );
+    assert!(!allowed(&engine, &policy, &admin));
 }
 
 fn review(title: &str, body: &str) -> m::ModerationRequest {
@@ -494,6 +585,35 @@ fn the_built_in_authorizer_reads_nothing_the_memo_key_leaves_out() {
             }
         }
     }
+}
+
+/// The admin plane's allows depend on the role and on whether the route's organisation is the
+/// caller's own: neither an admin asking about another organisation nor a lower role may be
+/// answered from an allow the memo holds, and an operator varying the id mints no new key.
+#[test]
+fn the_memo_never_answers_an_admin_question_with_another_role_or_organisation() {
+    let engine = engine();
+    let policy = authorizer(&engine, defaults::AUTHORIZER);
+    let memo = policy.memo.as_ref().expect("a memo");
+    let op = Operation::ListUsers;
+    let allow = Ok(a::AuthzDecision::Allow);
+    let own = admin_request(op, a::Role::Admin, &["admin:read"], ORG);
+    assert_eq!(block(engine.authorize_in_place(&policy, &own)), allow);
+    let foreign = admin_request(op, a::Role::Admin, &["admin:read"], OTHER_ORG);
+    assert!(!memo.allows(&foreign));
+    assert_ne!(block(engine.authorize_in_place(&policy, &foreign)), allow);
+
+    let operator = admin_request(op, a::Role::Operator, &["admin:read"], OTHER_ORG);
+    assert_eq!(block(engine.authorize_in_place(&policy, &operator)), allow);
+    assert!(memo.allows(&operator));
+    assert!(!memo.allows(&foreign), "an admin is not an operator");
+    let mut member = own.clone();
+    member.principal.role = a::Role::Member;
+    assert!(!memo.allows(&member), "a member is not an admin");
+    assert_ne!(block(engine.authorize_in_place(&policy, &member)), allow);
+    // Another organisation id is the same key for the operator: "not its own".
+    let elsewhere = admin_request(op, a::Role::Operator, &["admin:read"], OTHER_WS);
+    assert!(memo.allows(&elsewhere));
 }
 
 /// A token id in the path, or the workspace id in another case, is no new key: a caller

@@ -13,6 +13,7 @@ mod batch_queue;
 mod caller;
 mod commands;
 mod deliveries;
+mod directory;
 mod dispatcher;
 mod error;
 mod fair_share;
@@ -31,6 +32,7 @@ mod runners;
 mod stream_permits;
 mod token_hygiene;
 mod tokens;
+mod users;
 mod workflows;
 
 use std::sync::Arc;
@@ -52,6 +54,7 @@ pub use commands::{
     DeliveryStatusInput, SubmitCommandInput, TIMEOUT_BATCH, TimeoutSweep, command_deadline,
 };
 pub use deliveries::{AttemptAnswer, DeliverySettings, dispatch_body};
+pub use directory::{AdminPage, Paged};
 pub use dispatcher::Dispatcher;
 pub use error::ServiceError;
 pub use fair_share::BreakerSettings;

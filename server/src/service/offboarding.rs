@@ -11,7 +11,7 @@
 use serde_json::json;
 use uuid::Uuid;
 
-use super::admin::admin_event;
+use super::admin::event_by;
 use super::{ServiceError, Services};
 use crate::domain::{CorrelationId, RevocationReason, Role};
 use crate::storage::{TokenFilter, TokenRecord, User, UserDisabled, WriteContext};
@@ -44,20 +44,7 @@ impl Services {
         cid: &CorrelationId,
     ) -> Result<UserChange, ServiceError> {
         let user = self.get_user(user_id).await?;
-        let disabled = UserDisabled {
-            at: Self::now(),
-            reason: reason.map(|r| r.as_str().to_owned()),
-        };
-        let event = admin_event(
-            user.organisation_id,
-            None,
-            USER_DISABLED,
-            "user",
-            user.id,
-            cid,
-            json!({ "userId": user.id, "reason": disabled.reason }),
-        );
-        self.set_disabled(user, Some(&disabled), &event, cid).await
+        self.disable(user, reason, &WriteContext::admin(cid)).await
     }
 
     /// Lets the user's tokens authenticate again, those not revoked or expired.
@@ -67,16 +54,7 @@ impl Services {
         cid: &CorrelationId,
     ) -> Result<UserChange, ServiceError> {
         let user = self.get_user(user_id).await?;
-        let event = admin_event(
-            user.organisation_id,
-            None,
-            USER_ENABLED,
-            "user",
-            user.id,
-            cid,
-            json!({ "userId": user.id }),
-        );
-        self.set_disabled(user, None, &event, cid).await
+        self.enable(user, &WriteContext::admin(cid)).await
     }
 
     /// Gives the user `role`. Lowered, its tokens lose the admin scopes at their next request
@@ -89,18 +67,68 @@ impl Services {
         cid: &CorrelationId,
     ) -> Result<UserChange, ServiceError> {
         let user = self.get_user(user_id).await?;
-        let event = admin_event(
+        self.assign_role(user, role, &WriteContext::admin(cid))
+            .await
+    }
+
+    pub(super) async fn disable(
+        &self,
+        user: User,
+        reason: Option<RevocationReason>,
+        write: &WriteContext,
+    ) -> Result<UserChange, ServiceError> {
+        let disabled = UserDisabled {
+            at: Self::now(),
+            reason: reason.map(|r| r.as_str().to_owned()),
+        };
+        let event = event_by(
+            write,
+            user.organisation_id,
+            None,
+            USER_DISABLED,
+            "user",
+            user.id,
+            json!({ "userId": user.id, "reason": disabled.reason }),
+        );
+        self.set_disabled(user, Some(&disabled), &event, write)
+            .await
+    }
+
+    pub(super) async fn enable(
+        &self,
+        user: User,
+        write: &WriteContext,
+    ) -> Result<UserChange, ServiceError> {
+        let event = event_by(
+            write,
+            user.organisation_id,
+            None,
+            USER_ENABLED,
+            "user",
+            user.id,
+            json!({ "userId": user.id }),
+        );
+        self.set_disabled(user, None, &event, write).await
+    }
+
+    pub(super) async fn assign_role(
+        &self,
+        user: User,
+        role: Role,
+        write: &WriteContext,
+    ) -> Result<UserChange, ServiceError> {
+        let event = event_by(
+            write,
             user.organisation_id,
             None,
             USER_ROLE_CHANGED,
             "user",
             user.id,
-            cid,
             json!({ "from": user.role.as_str(), "to": role.as_str() }),
         );
         let changed = self
             .store
-            .set_user_role(&WriteContext::admin(cid), user.id, user.role, role, &event)
+            .set_user_role(write, user.id, user.role, role, &event)
             .await?;
         tracing::info!(user_id = %user.id, role = role.as_str(), changed, "user role set");
         Ok(UserChange {
@@ -114,11 +142,11 @@ impl Services {
         user: User,
         disabled: Option<&UserDisabled>,
         event: &crate::domain::NewAuditEvent,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<UserChange, ServiceError> {
         let changed = self
             .store
-            .set_user_disabled(&WriteContext::admin(cid), user.id, disabled, event)
+            .set_user_disabled(write, user.id, disabled, event)
             .await?;
         tracing::info!(user_id = %user.id, disabled = disabled.is_some(), changed, "user state set");
         Ok(UserChange {

@@ -54,6 +54,26 @@ pub enum Permission<'a> {
         plugin: &'a str,
         review: &'a str,
     },
+    /// A change of the admin plane: the ids of its route, the organisation first.
+    Admin {
+        operation: Operation,
+        organisation: &'a str,
+        target: Option<&'a str>,
+    },
+}
+
+/// The question of an admin-plane operation: no workspace (an administrator acts on its
+/// organisation, not in a workspace it is granted), and the route's ids by name.
+pub(super) fn admin_question(
+    operation: Operation,
+    organisation: &str,
+    target: Option<&str>,
+) -> Vec<(&'static str, String)> {
+    operation
+        .variables()
+        .zip([Some(organisation), target])
+        .filter_map(|(name, value)| Some((name, value?.to_owned())))
+        .collect()
 }
 
 /// A [`Permission`] with nothing borrowed from its request: what [`Services::may_replay`] asks.
@@ -121,6 +141,15 @@ impl Permission<'_> {
                 Operation::ReportReview,
                 None,
                 vec![("pluginId", own(plugin)), ("reviewId", own(review))],
+            ),
+            Permission::Admin {
+                operation,
+                organisation,
+                target,
+            } => (
+                operation,
+                None,
+                admin_question(operation, organisation, target),
             ),
         }
     }

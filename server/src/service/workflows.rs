@@ -273,7 +273,7 @@ impl Services {
         }
         let now = Self::now();
         // Decided by the named user, through cpctl.
-        let write = WriteContext::immediate(cid.clone(), Actor::user(user.id));
+        let write = WriteContext::immediate(cid.clone(), Actor::user_only(user.id));
         let event = NewAuditEvent {
             organisation_id: workspace.organisation_id,
             workspace_id: Some(current.workspace_id),

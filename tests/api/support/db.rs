@@ -126,6 +126,23 @@ pub async fn events_about(app: &TestApp, event_type: &str, target: Uuid) -> (i64
     .unwrap()
 }
 
+/// (actor kind, actor id, actor token id) of the one event of `event_type` about `target`.
+pub async fn event_actor(
+    app: &TestApp,
+    event_type: &str,
+    target: Uuid,
+) -> (String, Option<Uuid>, Option<Uuid>) {
+    sql_one!(
+        &mut app.db().await,
+        (String, Option<Uuid>, Option<Uuid>),
+        "SELECT actor_kind, actor_id, actor_token_id FROM audit_events
+         WHERE event_type = $1 AND target_id = $2",
+        event_type,
+        target
+    )
+    .unwrap()
+}
+
 /// A connection to the Redis or the cluster a `REDIS_URL` names, as the server opens it: on a
 /// cluster `KEYS` asks every master and a `DEL` of keys in several slots is split by slot.
 async fn redis_connection(url: &str) -> Option<control_plane::storage::RedisConnection> {

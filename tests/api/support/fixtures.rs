@@ -2,7 +2,7 @@
 //! (organisation, workspace, admin user, token with every scope), more workspaces,
 //! environments and tokens for it, runner pools, a valid issuance body, the deny-all policy.
 
-use control_plane::domain::{CorrelationId, ExpiresInDays, Scope, Scopes, TokenName};
+use control_plane::domain::{CorrelationId, ExpiresInDays, Role, Scope, Scopes, TokenName};
 use control_plane::service::{BootstrapInput, IssueTokenInput, Services};
 use serde_json::Value;
 use uuid::Uuid;
@@ -127,6 +127,51 @@ impl TestApp {
             .secret
             .expose()
             .to_owned()
+    }
+}
+
+/// A user of a tenant's organisation with a role, and one token of it.
+#[derive(Debug, Clone)]
+pub struct RoleHolder {
+    pub user_id: Uuid,
+    pub token_id: Uuid,
+    pub token: String,
+}
+
+impl TestApp {
+    /// A new user of the tenant's organisation in `role`, with a token holding `scopes` on the
+    /// tenant's workspace (issued through the admin path, as `cpctl tokens issue` does).
+    pub async fn user_in_role(&self, tenant: &Tenant, role: Role, scopes: &[Scope]) -> RoleHolder {
+        let cid = CorrelationId::generate();
+        let user = self
+            .services
+            .create_user_as(
+                tenant.organisation_id,
+                &format!("{role}-{}@example.com", Uuid::new_v4().simple()),
+                role,
+                &cid,
+            )
+            .await
+            .expect("user");
+        let input = IssueTokenInput::new(
+            TokenName::parse(&format!("t-{}", Uuid::new_v4().simple())).expect("name"),
+            scopes.iter().copied().collect::<Scopes>(),
+            tenant.organisation_id,
+            vec![tenant.workspace_id],
+            vec![],
+            ExpiresInDays::default(),
+        )
+        .expect("input");
+        let credential = self
+            .services
+            .issue_token_for_user(user.id, input, &cid)
+            .await
+            .expect("issue");
+        RoleHolder {
+            user_id: user.id,
+            token_id: credential.record.id,
+            token: credential.secret.expose().to_owned(),
+        }
     }
 }
 

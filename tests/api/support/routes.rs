@@ -59,3 +59,41 @@ pub fn report_review(plugin: impl Display, review: impl Display) -> String {
 pub fn own_review(plugin: impl Display) -> String {
     format!("/v1/marketplace/plugins/{plugin}/reviews/me")
 }
+
+/// `POST` creates a user of the organisation; `GET` lists them.
+pub fn users(organisation: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/users")
+}
+
+/// `GET` shows the user with its tokens.
+pub fn user(organisation: impl Display, user: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/users/{user}")
+}
+
+/// `POST` disables the user.
+pub fn disable_user(organisation: impl Display, user: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/users/{user}/disable")
+}
+
+/// `POST` enables the user.
+pub fn enable_user(organisation: impl Display, user: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/users/{user}/enable")
+}
+
+/// `PUT` sets the user's role.
+pub fn user_role(organisation: impl Display, user: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/users/{user}/role")
+}
+
+/// `POST` creates an organisation; `GET` lists them (an operator's).
+pub const ORGANISATIONS: &str = "/v1/organisations";
+
+/// `POST` creates a workspace of the organisation; `GET` lists them.
+pub fn workspaces(organisation: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/workspaces")
+}
+
+/// `POST` creates an environment of the workspace; `GET` lists them.
+pub fn environments(organisation: impl Display, workspace: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/workspaces/{workspace}/environments")
+}

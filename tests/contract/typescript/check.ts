@@ -257,6 +257,117 @@ const workspace = { workspaceId: ids.workspace };
   expectError("getAuthenticatedCaller", stranger, 401, ["unauthenticated"]);
 }
 
+{
+  // The admin plane's directory: an organisation (the token is an operator's), a workspace of
+  // this organisation and an environment of it, each listed back.
+  const org = await client.POST("/v1/organisations", {
+    params: { header: { "Idempotency-Key": randomUUID() } },
+    body: { name: `ts-${randomUUID()}` },
+  });
+  check("createOrganisation", org.response.status === 200 && org.data?.organisation.id !== undefined,
+    `create organisation: ${org.response.status} ${JSON.stringify(org.error)}`);
+  const orgs = await client.GET("/v1/organisations", { params: { query: { limit: 200 } } });
+  check("listOrganisations", orgs.response.status === 200 && Array.isArray(orgs.data?.items),
+    `list organisations: ${orgs.response.status} ${JSON.stringify(orgs.error)}`);
+  const organisation = { organisationId: ids.org };
+  const ws = await client.POST("/v1/organisations/{organisationId}/workspaces", {
+    params: { path: organisation },
+    body: { name: `ts-${randomUUID()}` },
+  });
+  check("createWorkspace", ws.response.status === 200 && ws.data?.workspace.organisationId === ids.org,
+    `create workspace: ${ws.response.status} ${JSON.stringify(ws.error)}`);
+  const wss = await client.GET("/v1/organisations/{organisationId}/workspaces", {
+    params: { path: organisation },
+  });
+  check("listWorkspaces", wss.response.status === 200 && (wss.data?.items.length ?? 0) >= 2,
+    `list workspaces: ${wss.response.status} ${JSON.stringify(wss.error)}`);
+  const path = { organisationId: ids.org, workspaceId: ws.data?.workspace.id ?? "" };
+  const env = await client.POST("/v1/organisations/{organisationId}/workspaces/{workspaceId}/environments", {
+    params: { path },
+    body: { name: "production" },
+  });
+  check("createEnvironment", env.response.status === 200 && env.data?.environment.workspaceId === path.workspaceId,
+    `create environment: ${env.response.status} ${JSON.stringify(env.error)}`);
+  const envs = await client.GET("/v1/organisations/{organisationId}/workspaces/{workspaceId}/environments", {
+    params: { path },
+  });
+  check("listEnvironments", envs.response.status === 200 && envs.data?.items[0]?.name === "production",
+    `list environments: ${envs.response.status} ${JSON.stringify(envs.error)}`);
+  const foreign = await client.GET("/v1/organisations/{organisationId}/workspaces/{workspaceId}/environments", {
+    params: { path: { organisationId: ids.org, workspaceId: randomUUID() } },
+  });
+  expectError("listEnvironments", foreign, 404, ["not_found"]);
+}
+
+{
+  // The admin plane's users: create, read back, disable and enable, raise, list by page.
+  const organisation = { organisationId: ids.org };
+  const created = await client.POST("/v1/organisations/{organisationId}/users", {
+    params: { path: organisation, header: { "Idempotency-Key": randomUUID() } },
+    body: { email: `ts-${randomUUID()}@contract.test` },
+  });
+  const user = created.data?.user;
+  check(
+    "createUser",
+    created.response.status === 200 && user?.role === "member" && user.disabledAt === null,
+    `create: ${created.response.status} ${JSON.stringify(created.error)}`,
+  );
+  const taken = await client.POST("/v1/organisations/{organisationId}/users", {
+    params: { path: organisation },
+    body: { email: user?.email ?? "" },
+  });
+  expectError("createUser", taken, 409, ["conflict"]);
+  const path = { organisationId: ids.org, userId: user?.id ?? "" };
+  const shown = await client.GET("/v1/organisations/{organisationId}/users/{userId}", {
+    params: { path },
+  });
+  check(
+    "getUser",
+    shown.response.status === 200 && shown.data?.user.id === user?.id && shown.data.tokens.length === 0,
+    `show: ${shown.response.status} ${JSON.stringify(shown.error)}`,
+  );
+  const unknown = await client.GET("/v1/organisations/{organisationId}/users/{userId}", {
+    params: { path: { organisationId: ids.org, userId: randomUUID() } },
+  });
+  expectError("getUser", unknown, 404, ["not_found"]);
+  const disabled = await client.POST("/v1/organisations/{organisationId}/users/{userId}/disable", {
+    params: { path },
+    body: { reason: "contract check" },
+  });
+  check(
+    "disableUser",
+    disabled.response.status === 200 && disabled.data?.changed === true &&
+      disabled.data.user.disabledReason === "contract check",
+    `disable: ${disabled.response.status} ${JSON.stringify(disabled.error)}`,
+  );
+  const enabled = await client.POST("/v1/organisations/{organisationId}/users/{userId}/enable", {
+    params: { path },
+    body: {},
+  });
+  check(
+    "enableUser",
+    enabled.response.status === 200 && enabled.data?.changed === true && enabled.data.user.disabledAt === null,
+    `enable: ${enabled.response.status} ${JSON.stringify(enabled.error)}`,
+  );
+  const raised = await client.PUT("/v1/organisations/{organisationId}/users/{userId}/role", {
+    params: { path },
+    body: { role: "admin" },
+  });
+  check(
+    "setUserRole",
+    raised.response.status === 200 && raised.data?.user.role === "admin",
+    `role: ${raised.response.status} ${JSON.stringify(raised.error)}`,
+  );
+  const page = await client.GET("/v1/organisations/{organisationId}/users", {
+    params: { path: organisation, query: { limit: 1 } },
+  });
+  check(
+    "listUsers",
+    page.response.status === 200 && page.data?.items.length === 1 && typeof page.data.nextCursor === "string",
+    `list: ${page.response.status} ${JSON.stringify(page.error)}`,
+  );
+}
+
 // Every operation of the document was called: a new one fails this check until it is added.
 const document = JSON.parse(readFileSync(env("CP_TS_DOCUMENT"), "utf8")) as {
   paths: Record<string, Record<string, { operationId?: string }>>;

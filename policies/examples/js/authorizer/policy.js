@@ -1,5 +1,5 @@
 // The default authorizer in JavaScript: docs/contract.md's scope table plus workspace
-// membership. A port, rule for rule, of policies/authz/src/lib.rs; it passes the same
+// membership, and the admin plane's role table. A port, rule for rule, of policies/authz/src/lib.rs; it passes the same
 // policies/authz/cases.json.
 
 // The scope each operation requires; null: any live token may perform it.
@@ -16,6 +16,26 @@ const REQUIRED_SCOPE = new Map([
   ["getAuthenticatedCaller", null],
 ]);
 
+// The admin plane: an admin scope, and a user who administers the organisation of the path.
+const ADMINISTER = new Map([
+  ["listWorkspaces", "admin:read"],
+  ["listEnvironments", "admin:read"],
+  ["createWorkspace", "admin:write"],
+  ["createEnvironment", "admin:write"],
+  ["listUsers", "admin:read"],
+  ["getUser", "admin:read"],
+  ["createUser", "admin:write"],
+  ["disableUser", "admin:write"],
+  ["enableUser", "admin:write"],
+  ["setUserRole", "admin:write"],
+]);
+
+// The instance: an admin scope, and an operator.
+const OPERATE = new Map([
+  ["listOrganisations", "admin:read"],
+  ["createOrganisation", "admin:write"],
+]);
+
 function deny(reason) {
   return { tag: "deny", val: { status: "forbidden", reason } };
 }
@@ -25,20 +45,45 @@ function asciiLower(text) {
   return text.replace(/[A-Z]/g, (c) => c.toLowerCase());
 }
 
+// Ids are compared in their canonical form; the path may use upper case.
+function canonical(text) {
+  return text.length === 36 && /^[\x00-\x7f]*$/.test(text) ? asciiLower(text) : null;
+}
+
 export function authorize(request) {
-  if (!REQUIRED_SCOPE.has(request.operation)) {
-    return deny(`unknown operation ${request.operation}`);
+  const operation = request.operation;
+  const administer = ADMINISTER.has(operation);
+  const operate = OPERATE.has(operation);
+  if (!REQUIRED_SCOPE.has(operation) && !administer && !operate) {
+    return deny(`unknown operation ${operation}`);
   }
-  const scope = REQUIRED_SCOPE.get(request.operation);
+  const scope = administer
+    ? ADMINISTER.get(operation)
+    : operate
+      ? OPERATE.get(operation)
+      : REQUIRED_SCOPE.get(operation);
   const principal = request.principal;
   if (scope !== null && !principal.scopes.includes(scope)) {
     return deny(`the token lacks the scope ${scope}`);
   }
+  if (operate && principal.role !== "operator") {
+    return deny("only an operator may do this");
+  }
+  if (administer) {
+    if (principal.role === "member") {
+      return deny("only an administrator may do this");
+    }
+    const named = request.resourceIds.find(([name]) => name === "organisationId");
+    const organisation = named ? canonical(named[1]) : null;
+    // An organisation the caller does not administer is not shown to exist.
+    if (principal.role !== "operator" && organisation !== principal.organisationId) {
+      return { tag: "deny", val: { status: "not-found", reason: "no such organisation" } };
+    }
+  }
   const workspace = request.workspaceId;
   if (workspace !== undefined && workspace !== null) {
-    // Ids are compared in their canonical form; the path may use upper case.
-    const canonical = workspace.length === 36 && /^[\x00-\x7f]*$/.test(workspace);
-    if (!canonical || !principal.workspaceIds.includes(asciiLower(workspace))) {
+    const wanted = canonical(workspace);
+    if (wanted === null || !principal.workspaceIds.includes(wanted)) {
       return deny("the token has no access to this workspace");
     }
   }

@@ -1,4 +1,5 @@
-"""The default authorizer in Python: docs/contract.md's scope table plus workspace membership.
+"""The default authorizer in Python: docs/contract.md's scope table plus workspace membership,
+and the admin plane's role table.
 
 A port, rule for rule, of policies/authz/src/lib.rs; it passes the same policies/authz/cases.json.
 """
@@ -11,6 +12,7 @@ from wit_world.imports.types import (
     AuthzRequest,
     Denial,
     DenyStatus,
+    Role,
 )
 
 # The scope each operation requires; None: any live token may perform it.
@@ -27,6 +29,26 @@ REQUIRED_SCOPE = {
     "getAuthenticatedCaller": None,
 }
 
+# The admin plane: an admin scope, and a user who administers the organisation of the path.
+ADMINISTER = {
+    "listWorkspaces": "admin:read",
+    "listEnvironments": "admin:read",
+    "createWorkspace": "admin:write",
+    "createEnvironment": "admin:write",
+    "listUsers": "admin:read",
+    "getUser": "admin:read",
+    "createUser": "admin:write",
+    "disableUser": "admin:write",
+    "enableUser": "admin:write",
+    "setUserRole": "admin:write",
+}
+
+# The instance: an admin scope, and an operator.
+OPERATE = {
+    "listOrganisations": "admin:read",
+    "createOrganisation": "admin:write",
+}
+
 
 def deny(reason: str) -> AuthzDecision:
     return AuthzDecision_Deny(Denial(DenyStatus.FORBIDDEN, reason))
@@ -37,18 +59,34 @@ def ascii_lower(text: str) -> str:
     return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in text)
 
 
+def canonical(text: str):
+    # Ids are compared in their canonical form; the path may use upper case.
+    return ascii_lower(text) if len(text) == 36 and text.isascii() else None
+
+
 class WitWorld(wit_world.WitWorld):
     def authorize(self, request: AuthzRequest) -> AuthzDecision:
-        if request.operation not in REQUIRED_SCOPE:
-            return deny(f"unknown operation {request.operation}")
-        scope = REQUIRED_SCOPE[request.operation]
+        operation = request.operation
+        known = operation in REQUIRED_SCOPE or operation in ADMINISTER or operation in OPERATE
+        if not known:
+            return deny(f"unknown operation {operation}")
+        scope = REQUIRED_SCOPE.get(operation, ADMINISTER.get(operation, OPERATE.get(operation)))
         principal = request.principal
         if scope is not None and scope not in principal.scopes:
             return deny(f"the token lacks the scope {scope}")
+        if operation in OPERATE and principal.role != Role.OPERATOR:
+            return deny("only an operator may do this")
+        if operation in ADMINISTER:
+            if principal.role == Role.MEMBER:
+                return deny("only an administrator may do this")
+            named = [v for (k, v) in request.resource_ids if k == "organisationId"]
+            organisation = canonical(named[0]) if named else None
+            # An organisation the caller does not administer is not shown to exist.
+            if principal.role != Role.OPERATOR and organisation != principal.organisation_id:
+                return AuthzDecision_Deny(Denial(DenyStatus.NOT_FOUND, "no such organisation"))
         workspace = request.workspace_id
         if workspace is not None:
-            # Ids are compared in their canonical form; the path may use upper case.
-            canonical = len(workspace) == 36 and workspace.isascii()
-            if not canonical or ascii_lower(workspace) not in principal.workspace_ids:
+            wanted = canonical(workspace)
+            if wanted is None or wanted not in principal.workspace_ids:
                 return deny("the token has no access to this workspace")
         return AuthzDecision_Allow()

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use poem::Endpoint;
 use poem::web::Data;
 use poem_openapi::payload::Json;
-use poem_openapi::{ApiResponse, Enum, Object, OpenApi};
+use poem_openapi::{ApiResponse, Object, OpenApi};
 use uuid::Uuid;
 
 use super::ApiTags;
@@ -27,7 +27,7 @@ pub struct CallerBody {
     token_id: Uuid,
     user_id: Uuid,
     organisation_id: Uuid,
-    role: RoleBody,
+    role: Role,
     /// The scopes the token holds now: an admin scope its user's role no longer allows is
     /// left out.
     scopes: Vec<String>,
@@ -38,32 +38,13 @@ pub struct CallerBody {
     expires_at: Timestamp,
 }
 
-/// A user's role: `member`, `admin` (administers its organisation) or `operator` (the instance).
-#[derive(Enum)]
-#[oai(rename = "Role", rename_all = "lowercase")]
-pub enum RoleBody {
-    Member,
-    Admin,
-    Operator,
-}
-
-impl From<Role> for RoleBody {
-    fn from(role: Role) -> Self {
-        match role {
-            Role::Member => Self::Member,
-            Role::Admin => Self::Admin,
-            Role::Operator => Self::Operator,
-        }
-    }
-}
-
 impl From<Principal> for CallerBody {
     fn from(p: Principal) -> Self {
         Self {
             token_id: p.token_id,
             user_id: p.user_id,
             organisation_id: p.organisation_id,
-            role: p.role.into(),
+            role: p.role,
             scopes: p.scopes.to_strings(),
             workspace_ids: p.workspace_ids,
             environment_ids: p.environment_ids,

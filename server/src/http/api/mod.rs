@@ -5,9 +5,11 @@ mod audit;
 #[cfg(test)]
 mod body_cases;
 mod me;
+mod organisations;
 mod reviews;
 mod runners;
 mod tokens;
+mod users;
 mod workflows;
 
 use poem_openapi::{OpenApi, Tags};
@@ -15,9 +17,11 @@ use poem_openapi::{OpenApi, Tags};
 pub use activity::ActivityApi;
 pub use audit::{AuditApi, Heartbeat};
 pub use me::MeApi;
+pub use organisations::OrganisationsApi;
 pub use reviews::ReviewsApi;
 pub use runners::RunnersApi;
 pub use tokens::TokensApi;
+pub use users::UsersApi;
 pub use workflows::WorkflowsApi;
 
 #[derive(Tags)]
@@ -32,6 +36,8 @@ pub enum ApiTags {
     Workflows,
     /// Marketplace plugin reviews
     Marketplace,
+    /// The admin plane: organisations, workspaces, environments, users (beyond the v1 contract)
+    Admin,
 }
 
 /// All v1 APIs, in the order they appear in the document.
@@ -44,5 +50,7 @@ pub fn all() -> impl OpenApi {
         WorkflowsApi,
         ReviewsApi,
         MeApi,
+        OrganisationsApi,
+        UsersApi,
     )
 }

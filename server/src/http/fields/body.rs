@@ -55,6 +55,8 @@ macro_rules! request_body {
         }
 
         impl $crate::http::payload::DeclaredBody for $name {
+            // `unused_mut`: a body without properties (an empty object) reads none.
+            #[allow(unused_mut)]
             fn from_json(
                 value: ::serde_json::Value,
             ) -> ::std::result::Result<Self, $crate::domain::ValidationErrors> {
@@ -82,6 +84,8 @@ macro_rules! request_body {
                 ::poem_openapi::registry::MetaSchemaRef::Reference(stringify!($name).into())
             }
 
+            // As above: an empty object's schema has no property to register or require.
+            #[allow(unused_mut, unused_imports, unused_variables)]
             fn register(registry: &mut ::poem_openapi::registry::Registry) {
                 use ::std::sync::OnceLock;
                 use $crate::http::fields::{description, property};

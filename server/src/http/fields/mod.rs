@@ -18,14 +18,14 @@ pub use body::{description, property};
 use std::borrow::Cow;
 
 use poem_openapi::registry::{MetaSchema, MetaSchemaRef, Registry};
-use poem_openapi::types::{ToJSON, Type};
+use poem_openapi::types::{ParseError, ParseFromJSON, ParseResult, ToJSON, Type};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::domain::{
-    DeliveryStatus, ExpiresInDays, FieldError, MIN_TEXT_CHARS, NO_NUL_PATTERN, ReportReason,
-    RevocationReason, Scope, TokenName, ValidationErrors, bounded_arg, bounded_text, item_count,
-    parse_uuid,
+    DeliveryStatus, Email, ExpiresInDays, FieldError, MIN_TEXT_CHARS, NO_NUL_PATTERN, ReportReason,
+    RevocationReason, Role, Scope, TokenName, ValidationErrors, bounded_arg, bounded_text,
+    item_count, parse_uuid,
 };
 use crate::service::{DeliveryStatusInput, ReviewInput, SubmitCommandInput};
 
@@ -217,6 +217,23 @@ impl JsonValue for RevocationReason {
 }
 
 value_type!(
+    Email,
+    "Email",
+    String::schema_ref().merge(MetaSchema {
+        min_length: Some(3),
+        max_length: Some(Email::MAX_CHARS),
+        pattern: Some(Email::PATTERN.to_owned()),
+        ..MetaSchema::ANY
+    })
+);
+
+impl JsonValue for Email {
+    fn parse(value: &Value) -> Result<Self, Invalid> {
+        Email::parse(string(value)?).map_err(|e| Invalid::Rule(e.to_string()))
+    }
+}
+
+value_type!(
     ExpiresInDays,
     "ExpiresInDays",
     range_schema(ExpiresInDays::MIN, ExpiresInDays::MAX)
@@ -336,6 +353,36 @@ enum_value!(
     Scope::ALL.iter().map(|s| s.as_str()),
     Scope::parse
 );
+
+enum_value!(
+    Role,
+    // The same schema as the one `GET /v1/me` answers with (`me::RoleBody`), so one name.
+    "Role",
+    Some(
+        "A user's role: `member`, `admin` (administers its organisation) or `operator` (the instance)."
+    ),
+    Role::ALL.iter().map(|r| r.as_str()),
+    Role::parse
+);
+
+/// A response's role, and the document's `default` of a request's.
+impl ToJSON for Role {
+    fn to_json(&self) -> Option<Value> {
+        Some(json!(self.as_str()))
+    }
+}
+
+// Only because `#[derive(Object)]` derives a reader too; requests read roles by `JsonValue`.
+impl ParseFromJSON for Role {
+    fn parse_from_json(value: Option<Value>) -> ParseResult<Self> {
+        let value = value.unwrap_or_default();
+        match value.as_str().map(Role::parse) {
+            Some(Ok(role)) => Ok(role),
+            Some(Err(e)) => Err(ParseError::custom(e)),
+            None => Err(ParseError::expected_type(value)),
+        }
+    }
+}
 
 enum_value!(
     ReportReason,

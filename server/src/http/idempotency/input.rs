@@ -150,6 +150,19 @@ pub fn path_id<'a>(req: &'a Request, name: &str) -> &'a str {
         .unwrap_or_default()
 }
 
+/// The question of an admin-plane change: `operation` and its route's ids, the organisation
+/// first (`Operation::variables`).
+pub fn admin_permission(operation: Operation, req: &Request) -> Permission<'_> {
+    let mut names = operation.variables();
+    let organisation = names.next().map_or("", |name| path_id(req, name));
+    let target = names.next().map(|name| path_id(req, name));
+    Permission::Admin {
+        operation,
+        organisation,
+        target,
+    }
+}
+
 /// What an idempotent operation's input tells of its request.
 pub trait IdempotentInput {
     /// The authenticated caller, whose record it is: `tok:<token id>` or `runner:<id>`.
@@ -191,7 +204,9 @@ impl<T: Permitted> IdempotentInput for JsonBody<T> {
 
     fn actor(&self, req: &Request) -> Option<Actor> {
         match req.data::<AuthOutcome>()? {
-            AuthOutcome::Authenticated(principal) => Some(Actor::user(principal.user_id)),
+            AuthOutcome::Authenticated(principal) => {
+                Some(Actor::user(principal.user_id, principal.token_id))
+            }
             AuthOutcome::Failed(_) => None,
         }
     }

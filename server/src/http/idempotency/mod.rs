@@ -57,7 +57,7 @@ use crate::domain::IdempotencyKey;
 use crate::storage::OutcomeSlot;
 
 pub use self::guard::IdempotencyGuard;
-pub use self::input::{Idempotent, IdempotentInput, Permitted, path_id};
+pub use self::input::{Idempotent, IdempotentInput, Permitted, admin_permission, path_id};
 
 pub const REPLAYED_HEADER: &str = "idempotency-replayed";
 

@@ -71,6 +71,25 @@ pub trait DirectoryStore: Send + Sync {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError>;
     async fn list_organisations(&self) -> Result<Vec<Organisation>, StoreError>;
+    /// The pages of the admin API: up to `limit` in the order they were created, after the
+    /// one with id `after` (the last of the previous page), as [`Self::users_page`].
+    async fn organisations_page(
+        &self,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Organisation>, StoreError>;
+    async fn workspaces_page(
+        &self,
+        organisation_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Workspace>, StoreError>;
+    async fn environments_page(
+        &self,
+        workspace_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Environment>, StoreError>;
     async fn create_workspace(
         &self,
         write: &WriteContext,
@@ -98,6 +117,14 @@ pub trait DirectoryStore: Send + Sync {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError>;
     async fn list_users(&self, organisation_id: Option<Uuid>) -> Result<Vec<User>, StoreError>;
+    /// Up to `limit` users of the organisation in the order they were created, after the user
+    /// `after` (the last of the previous page).
+    async fn users_page(
+        &self,
+        organisation_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<User>, StoreError>;
     async fn get_user(&self, id: Uuid) -> Result<Option<User>, StoreError>;
     /// Disables (`Some`) or enables (`None`) the user and writes `event`, unless it already is
     /// so: then nothing is written and the answer is `false`.

@@ -47,6 +47,78 @@ impl<S: Dialect> DirectoryStore for S {
             .collect())
     }
 
+    async fn organisations_page(
+        &self,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Organisation>, StoreError> {
+        let rows: Vec<(Uuid, String, DateTime<Utc>)> = S::query(
+            "SELECT id, name, created_at FROM organisations
+             WHERE $1 IS NULL OR (created_at, id) > (SELECT created_at, id FROM organisations WHERE id = $1)
+             ORDER BY created_at, id LIMIT $2",
+        )
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, name, created_at)| Organisation {
+                id,
+                name,
+                created_at,
+            })
+            .collect())
+    }
+
+    async fn workspaces_page(
+        &self,
+        organisation_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Workspace>, StoreError> {
+        let rows: Vec<(Uuid, Uuid, String, DateTime<Utc>)> = S::query(
+            "SELECT id, organisation_id, name, created_at FROM workspaces
+             WHERE organisation_id = $1
+               AND ($2 IS NULL OR (created_at, id) > (SELECT created_at, id FROM workspaces WHERE id = $2))
+             ORDER BY created_at, id LIMIT $3",
+        )
+        .bind(organisation_id)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().map(workspace).collect())
+    }
+
+    async fn environments_page(
+        &self,
+        workspace_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Environment>, StoreError> {
+        let rows: Vec<(Uuid, Uuid, String, DateTime<Utc>)> = S::query(
+            "SELECT id, workspace_id, name, created_at FROM environments
+             WHERE workspace_id = $1
+               AND ($2 IS NULL OR (created_at, id) > (SELECT created_at, id FROM environments WHERE id = $2))
+             ORDER BY created_at, id LIMIT $3",
+        )
+        .bind(workspace_id)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, workspace_id, name, created_at)| Environment {
+                id,
+                workspace_id,
+                name,
+                created_at,
+            })
+            .collect())
+    }
+
     async fn create_workspace(
         &self,
         write: &WriteContext,
@@ -151,6 +223,29 @@ impl<S: Dialect> DirectoryStore for S {
              WHERE $1 IS NULL OR organisation_id = $1 ORDER BY created_at, email",
         )
         .bind(organisation_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter().map(user).collect()
+    }
+
+    async fn users_page(
+        &self,
+        organisation_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<User>, StoreError> {
+        // Keyset on (created_at, id): a page costs its own rows whatever its depth, and a user
+        // created meanwhile lands on a later page, never shifting an earlier one.
+        let rows: Vec<UserRow> = S::query(
+            "SELECT id, organisation_id, email, created_at, role, disabled_at, disabled_reason
+             FROM users
+             WHERE organisation_id = $1
+               AND ($2 IS NULL OR (created_at, id) > (SELECT created_at, id FROM users WHERE id = $2))
+             ORDER BY created_at, id LIMIT $3",
+        )
+        .bind(organisation_id)
+        .bind(after)
+        .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;
         rows.into_iter().map(user).collect()
