@@ -117,13 +117,14 @@ async fn export_writes_every_event_in_order_as_ndjson_and_csv() {
     );
     assert_eq!(
         rows[0],
-        "id,sequence,type,actor_kind,actor_id,target_kind,target_id,correlation_id,occurred_at,data"
+        "id,sequence,type,actor_kind,actor_id,target_kind,target_id,correlation_id,occurred_at,data,actor_token_id"
     );
     assert_eq!(rows.len(), lines.len() + 1);
-    // `data` is the last column, a quoted JSON string.
+    // `data` is a quoted JSON string, followed by the acting token (empty when none).
     let last = rows[2];
     let data_at = last.find(",\"{").expect("a quoted JSON data column");
-    let data = last[data_at + 2..last.len() - 1].replace("\"\"", "\"");
+    let data_end = last.rfind("}\",").expect("the data column's end");
+    let data = last[data_at + 2..=data_end].replace("\"\"", "\"");
     let data: Value = serde_json::from_str(&data).unwrap();
     assert_eq!(data, lines[1]["data"]);
 
