@@ -33,6 +33,11 @@ pub(crate) fn key_text(
     }
 }
 
+/// A cursor naming a record by id, as the admin lists take it: the canonical form
+/// [`parse_uuid`] accepts, or empty (the same as absent). The document states it as written.
+pub const UUID_CURSOR_PATTERN: &str =
+    "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})?$";
+
 /// A workspace sequence as a query parameter takes it (`cursor`, `after`): 1 to 18 digits, so
 /// every value fits an i64; empty is the same as absent. The document states it as written.
 pub const SEQUENCE_PATTERN: &str = "^([0-9]{1,18})?$";

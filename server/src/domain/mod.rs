@@ -37,7 +37,7 @@ pub use delivery::{DeliveryUrl, EgressPolicy, LINK_LOCAL_REFUSED, RetrySchedule,
 pub use dispatch::{DISPATCH_EVENT_TYPE, DispatchData, DispatchPayload, verify_webhook};
 pub use email::{Email, InvalidEmail};
 pub use idempotency::{IdempotencyKey, RecordCipher, UndecryptableRecord};
-pub use ids::{SEQUENCE_PATTERN, parse_sequence, parse_uuid};
+pub use ids::{SEQUENCE_PATTERN, UUID_CURSOR_PATTERN, parse_sequence, parse_uuid};
 pub use key_wrap::{ForeignWrap, KeyEncryptionKey};
 pub use operation::{Auth, Operation, OperationSpec, RateClass};
 pub use principal::Principal;

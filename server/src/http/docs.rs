@@ -232,6 +232,11 @@ fn add_contract_headers(operation: &mut Value, idempotent: bool, signed: bool) {
 /// (written once, beside the parser), so every value the document allows is accepted and
 /// every other refused.
 fn add_query_patterns(operation: &mut Value) {
+    // The admin lists page by the last item's id (`AdminPage`); the workspace logs by sequence.
+    let by_id = matches!(
+        operation["operationId"].as_str(),
+        Some("listOrganisations" | "listWorkspaces" | "listEnvironments" | "listUsers")
+    );
     let parameters = operation
         .get_mut("parameters")
         .and_then(Value::as_array_mut)
@@ -239,6 +244,7 @@ fn add_query_patterns(operation: &mut Value) {
         .flatten();
     for parameter in parameters {
         let pattern = match (parameter["in"].as_str(), parameter["name"].as_str()) {
+            (Some("query"), Some("cursor")) if by_id => crate::domain::UUID_CURSOR_PATTERN,
             (Some("query"), Some("cursor" | "after")) => crate::domain::SEQUENCE_PATTERN,
             (Some("query"), Some("types")) => crate::service::EVENT_TYPES_PATTERN,
             _ => continue,

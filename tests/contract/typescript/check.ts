@@ -323,7 +323,8 @@ const workspace = { workspaceId: ids.workspace };
   });
   check(
     "getUser",
-    shown.response.status === 200 && shown.data?.user.id === user?.id && shown.data.tokens.length === 0,
+    shown.response.status === 200 && shown.data !== undefined && shown.data.user.id === user?.id &&
+      shown.data.tokens.length === 0,
     `show: ${shown.response.status} ${JSON.stringify(shown.error)}`,
   );
   const unknown = await client.GET("/v1/organisations/{organisationId}/users/{userId}", {
