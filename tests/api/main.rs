@@ -5,6 +5,7 @@
 
 mod activity;
 mod admin_directory;
+mod admin_tokens;
 mod admin_users;
 mod audit_proofs;
 mod audit_retention;

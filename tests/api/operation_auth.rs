@@ -142,6 +142,23 @@ async fn bearer_routes(app: &TestApp, tenant: &Tenant) -> Vec<Route> {
             &[],
         )
         .await;
+    // Two more of the author's tokens, for the admin plane to rotate and to revoke.
+    let mut author_tokens = vec![];
+    for _ in 0..2 {
+        let secret = app
+            .admin_token(
+                &Tenant {
+                    user_id: author.id,
+                    ..tenant.clone()
+                },
+                &[Scope::ActivityRead],
+                &[ws],
+                &[],
+            )
+            .await;
+        let me: Value = app.get_ok(routes::ME, &secret).await;
+        author_tokens.push(me["caller"]["tokenId"].as_str().unwrap().to_owned());
+    }
     let review: Value = app
         .request(Method::PUT, &routes::own_review(plugin))
         .bearer_auth(&author_token)
@@ -263,6 +280,41 @@ async fn bearer_routes(app: &TestApp, tenant: &Tenant) -> Vec<Route> {
             path: routes::user_role(org, author.id),
             scope: Scope::AdminWrite,
             body: Some(json!({"role": "admin"})),
+        },
+        // The admin plane's tokens, on the author's.
+        Route {
+            method: Method::POST,
+            path: routes::user_tokens(org, author.id),
+            scope: Scope::AdminWrite,
+            body: Some(json!({
+                "name": "by-an-admin",
+                "scopes": ["activity:read"],
+                "workspaceIds": [ws],
+            })),
+        },
+        Route {
+            method: Method::GET,
+            path: routes::tokens(org),
+            scope: Scope::AdminRead,
+            body: None,
+        },
+        Route {
+            method: Method::GET,
+            path: routes::token(org, &author_tokens[0]),
+            scope: Scope::AdminRead,
+            body: None,
+        },
+        Route {
+            method: Method::POST,
+            path: routes::rotate_token(org, &author_tokens[0]),
+            scope: Scope::AdminWrite,
+            body: Some(json!({})),
+        },
+        Route {
+            method: Method::POST,
+            path: routes::admin_revoke_token(org, &author_tokens[1]),
+            scope: Scope::AdminWrite,
+            body: Some(json!({"reason": "left"})),
         },
     ]
 }

@@ -318,10 +318,16 @@ async fn query_parameters_accept_exactly_what_their_pattern_allows() {
     let sequence = json!(control_plane::domain::SEQUENCE_PATTERN);
     assert_eq!(pattern(ACTIVITY.1, "cursor"), sequence);
     assert_eq!(pattern(STREAM, "after"), sequence);
-    assert_eq!(
-        pattern("/v1/organisations/{organisationId}/users", "cursor"),
-        json!(control_plane::domain::UUID_CURSOR_PATTERN)
-    );
+    for path in [
+        "/v1/organisations/{organisationId}/users",
+        "/v1/organisations/{organisationId}/tokens",
+    ] {
+        assert_eq!(
+            pattern(path, "cursor"),
+            json!(control_plane::domain::UUID_CURSOR_PATTERN),
+            "{path}"
+        );
+    }
     assert_eq!(
         pattern(STREAM, "types"),
         json!(control_plane::service::EVENT_TYPES_PATTERN)

@@ -36,11 +36,12 @@ fn rule(operation: &str) -> Option<Rule> {
         "getAuthenticatedCaller" => Rule::AnyToken,
         "listOrganisations" => Rule::Operate("admin:read"),
         "createOrganisation" => Rule::Operate("admin:write"),
-        "listWorkspaces" | "listEnvironments" | "listUsers" | "getUser" => {
-            Rule::Administer("admin:read")
-        }
+        "listWorkspaces" | "listEnvironments" | "listUsers" | "getUser" | "listTokens"
+        | "getToken" => Rule::Administer("admin:read"),
         "createWorkspace" | "createEnvironment" | "createUser" | "disableUser" | "enableUser"
-        | "setUserRole" => Rule::Administer("admin:write"),
+        | "setUserRole" | "issueUserToken" | "revokeToken" | "rotateToken" => {
+            Rule::Administer("admin:write")
+        }
         _ => return None,
     })
 }

@@ -318,6 +318,46 @@ operations! {
         idempotent: true,
         audit: ["user.role_changed"],
     }
+    IssueUserToken {
+        id: "issueUserToken",
+        route: "POST" "/v1/organisations/{organisationId}/users/{userId}/tokens",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["token.issued"],
+    }
+    ListTokens {
+        id: "listTokens",
+        route: "GET" "/v1/organisations/{organisationId}/tokens",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    GetToken {
+        id: "getToken",
+        route: "GET" "/v1/organisations/{organisationId}/tokens/{tokenId}",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    RevokeTokenAsAdmin {
+        id: "revokeToken",
+        route: "POST" "/v1/organisations/{organisationId}/tokens/{tokenId}/revoke",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["token.workspace_access_revoked"],
+    }
+    RotateToken {
+        id: "rotateToken",
+        route: "POST" "/v1/organisations/{organisationId}/tokens/{tokenId}/rotate",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["token.rotated"],
+    }
 }
 
 impl Operation {

@@ -10,7 +10,7 @@ use chrono::Duration;
 /// At most ten years: longer is a typo, and it keeps every `now ± span` representable.
 const MAX_SECONDS: i64 = 10 * 366 * 24 * 3600;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Span(i64);
 
 impl Span {

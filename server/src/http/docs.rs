@@ -235,7 +235,13 @@ fn add_query_patterns(operation: &mut Value) {
     // The admin lists page by the last item's id (`AdminPage`); the workspace logs by sequence.
     let by_id = matches!(
         operation["operationId"].as_str(),
-        Some("listOrganisations" | "listWorkspaces" | "listEnvironments" | "listUsers")
+        Some(
+            "listOrganisations"
+                | "listWorkspaces"
+                | "listEnvironments"
+                | "listUsers"
+                | "listTokens"
+        )
     );
     let parameters = operation
         .get_mut("parameters")

@@ -5,6 +5,7 @@
 
 mod activity;
 mod admin;
+mod admin_tokens;
 mod audit;
 pub mod audit_integrity;
 mod authz;
@@ -45,6 +46,7 @@ use crate::storage::{AuditFeed, AuditStore, NonceStore, ReplicaReads, SharedReco
 
 pub use activity::{ActivityPage, PageRequest};
 pub use admin::{Bootstrap, BootstrapInput, UserRef};
+pub use admin_tokens::{AdminRevocation, UserTokenRequest};
 pub use audit::{EVENT_TYPES_PATTERN, StreamEnd, StreamItem, StreamRequest};
 #[cfg(feature = "bench-allow-all")]
 pub use authz::AllowAllAuthorizer;

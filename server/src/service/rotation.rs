@@ -1,4 +1,4 @@
-//! Token rotation: `cpctl tokens rotate`.
+//! Token rotation: `cpctl tokens rotate` and the admin API's `rotateToken`.
 //!
 //! The token keeps its record (id, grants, scopes, expiry, environments, lineage) and gets a new
 //! public id and secret; the replaced pair moves to `token_previous_secrets` and authenticates
@@ -15,7 +15,7 @@ use super::{IssuedCredential, ServiceError, Services};
 use crate::domain::{
     CorrelationId, FieldError, NewAuditEvent, Span, Timestamp, TokenSecret, ValidationErrors,
 };
-use crate::storage::{RotateToken, WriteContext};
+use crate::storage::{RotateToken, TokenRecord, WriteContext};
 
 /// The longest grace a rotation may give the replaced secret.
 pub const MAX_ROTATION_GRACE_DAYS: i64 = 30;
@@ -37,6 +37,18 @@ impl Services {
         grace: Span,
         cid: &CorrelationId,
     ) -> Result<RotatedToken, ServiceError> {
+        let token = self.token_record(token_id).await?;
+        self.rotate(token, grace, &WriteContext::admin(cid)).await
+    }
+
+    /// Rotates `token` (as just read), its events written as `write`'s actor.
+    pub(super) async fn rotate(
+        &self,
+        token: TokenRecord,
+        grace: Span,
+        write: &WriteContext,
+    ) -> Result<RotatedToken, ServiceError> {
+        let token_id = token.id;
         if grace.duration() > chrono::Duration::days(MAX_ROTATION_GRACE_DAYS) {
             return Err(ValidationErrors::from(FieldError::new(
                 "grace",
@@ -44,7 +56,6 @@ impl Services {
             ))
             .into());
         }
-        let token = self.token_record(token_id).await?;
         let now = Self::now();
         let refuse = |why: &str| ServiceError::Conflict {
             code: "conflict",
@@ -71,10 +82,10 @@ impl Services {
                 organisation_id: token.organisation_id,
                 workspace_id: Some(*ws),
                 event_type: TOKEN_ROTATED,
-                actor: crate::domain::Actor::admin(),
+                actor: write.actor(),
                 target_kind: "token",
                 target_id: token.id,
-                correlation_id: cid.to_string(),
+                correlation_id: write.correlation_id().to_string(),
                 occurred_at: now,
                 data: json!({
                     "tokenId": token.id,
@@ -93,11 +104,7 @@ impl Services {
             previous_valid_until,
             events,
         };
-        if !self
-            .store
-            .rotate_token(&WriteContext::admin(cid), &rotate)
-            .await?
-        {
+        if !self.store.rotate_token(write, &rotate).await? {
             return Err(refuse("was revoked or expired meanwhile"));
         }
         tracing::info!(%token_id, prefix = %prefix, grace = %grace, "token rotated");

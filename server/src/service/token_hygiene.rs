@@ -204,6 +204,21 @@ pub struct TokenListing {
     pub unused_for: Option<Span>,
 }
 
+impl TokenListing {
+    /// The store's filter for this listing at `now`.
+    pub(super) fn filter(&self, now: chrono::DateTime<chrono::Utc>) -> TokenFilter {
+        let timed = self.expiring_within.is_some() || self.unused_for.is_some();
+        TokenFilter {
+            user_id: self.user_id,
+            workspace_id: self.workspace_id,
+            live_at: timed.then_some(now),
+            expires_by: self.expiring_within.map(|span| now + span.duration()),
+            unused_since: self.unused_for.map(|span| now - span.duration()),
+            ..TokenFilter::default()
+        }
+    }
+}
+
 impl Services {
     /// The tokens `listing` selects, oldest first; the store does the filtering. Either time
     /// filter leaves out revoked and expired tokens: they need no more hygiene.
@@ -211,16 +226,7 @@ impl Services {
         &self,
         listing: &TokenListing,
     ) -> Result<Vec<TokenRecord>, ServiceError> {
-        let now = Self::now();
-        let timed = listing.expiring_within.is_some() || listing.unused_for.is_some();
-        let filter = TokenFilter {
-            token_id: None,
-            user_id: listing.user_id,
-            workspace_id: listing.workspace_id,
-            live_at: timed.then_some(now),
-            expires_by: listing.expiring_within.map(|span| now + span.duration()),
-            unused_since: listing.unused_for.map(|span| now - span.duration()),
-        };
+        let filter = listing.filter(Self::now());
         Ok(self.store.list_tokens(&filter).await?)
     }
 

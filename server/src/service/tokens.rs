@@ -11,7 +11,7 @@ use crate::domain::{
 };
 use crate::storage::{
     InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, StoredCredential, TargetLookup,
-    TokenFilter, TokenRecord, WriteContext,
+    TokenFilter, TokenRecord, User, WriteContext,
 };
 
 /// The audit event a per-workspace revocation writes in that workspace; its target is the
@@ -256,6 +256,18 @@ impl Services {
         correlation_id: &CorrelationId,
     ) -> Result<IssuedCredential, ServiceError> {
         let user = self.get_user(user_id).await?;
+        self.issue_for(&user, input, &WriteContext::admin(correlation_id))
+            .await
+    }
+
+    /// Issues a token for `user`, recorded as `write`'s actor: bounded by the user's role, not
+    /// by a caller's token (an administrator issues what the user may hold).
+    pub(super) async fn issue_for(
+        &self,
+        user: &User,
+        input: IssueTokenInput,
+        write: &WriteContext,
+    ) -> Result<IssuedCredential, ServiceError> {
         let found = self.check_targets_exist(&input, None).await?;
         if user.organisation_id != input.organisation_id {
             return Err(ServiceError::forbidden(
@@ -270,9 +282,7 @@ impl Services {
                 user.role
             )));
         }
-        let write = WriteContext::admin(correlation_id);
-        self.insert_token(user.id, input, None, &found, &write)
-            .await
+        self.insert_token(user.id, input, None, &found, write).await
     }
 
     /// 404 for an unknown organisation, workspace or environment, an environment outside the
@@ -520,7 +530,7 @@ impl Services {
         .await
     }
 
-    async fn revoke_grant(
+    pub(super) async fn revoke_grant(
         &self,
         organisation_id: Uuid,
         workspace_id: Option<Uuid>,

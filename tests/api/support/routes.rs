@@ -97,3 +97,28 @@ pub fn workspaces(organisation: impl Display) -> String {
 pub fn environments(organisation: impl Display, workspace: impl Display) -> String {
     format!("/v1/organisations/{organisation}/workspaces/{workspace}/environments")
 }
+
+/// `POST` issues a token for the user.
+pub fn user_tokens(organisation: impl Display, user: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/users/{user}/tokens")
+}
+
+/// `GET` lists the organisation's tokens.
+pub fn tokens(organisation: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/tokens")
+}
+
+/// `GET` shows the token.
+pub fn token(organisation: impl Display, token: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/tokens/{token}")
+}
+
+/// `POST` revokes the token (one workspace's access, or all of it).
+pub fn admin_revoke_token(organisation: impl Display, token: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/tokens/{token}/revoke")
+}
+
+/// `POST` rotates the token's secret.
+pub fn rotate_token(organisation: impl Display, token: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/tokens/{token}/rotate")
+}

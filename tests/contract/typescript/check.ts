@@ -369,6 +369,72 @@ const workspace = { workspaceId: ids.workspace };
   );
 }
 
+{
+  // The admin plane's tokens: issue one for a new user, show, list, rotate, revoke.
+  const organisation = { organisationId: ids.org };
+  const created = await client.POST("/v1/organisations/{organisationId}/users", {
+    params: { path: organisation },
+    body: { email: `ts-${randomUUID()}@contract.test` },
+  });
+  const userId = created.data?.user.id ?? "";
+  const issued = await client.POST("/v1/organisations/{organisationId}/users/{userId}/tokens", {
+    params: { path: { organisationId: ids.org, userId }, header: { "Idempotency-Key": randomUUID() } },
+    body: { name: "ts-admin-issued", scopes: ["activity:read"], workspaceIds: [ids.workspace] },
+  });
+  const credential = issued.data?.credential;
+  check(
+    "issueUserToken",
+    issued.response.status === 200 && credential !== undefined && credential.token.length > 0,
+    `issue: ${issued.response.status} ${JSON.stringify(issued.error)}`,
+  );
+  const escalation = await client.POST("/v1/organisations/{organisationId}/users/{userId}/tokens", {
+    params: { path: { organisationId: ids.org, userId } },
+    body: { name: "ts-escalation", scopes: ["admin:write"], workspaceIds: [ids.workspace] },
+  });
+  expectError("issueUserToken", escalation, 403, ["forbidden"]);
+  const path = { organisationId: ids.org, tokenId: credential?.id ?? "" };
+  const shown = await client.GET("/v1/organisations/{organisationId}/tokens/{tokenId}", {
+    params: { path },
+  });
+  check(
+    "getToken",
+    shown.response.status === 200 && shown.data?.token.userId === userId && shown.data.token.revokedAt === null,
+    `show: ${shown.response.status} ${JSON.stringify(shown.error)}`,
+  );
+  const listed = await client.GET("/v1/organisations/{organisationId}/tokens", {
+    params: { path: organisation, query: { userId, expiringWithinSeconds: 31 * 86400 } },
+  });
+  check(
+    "listTokens",
+    listed.response.status === 200 && listed.data?.items.length === 1 && listed.data.nextCursor === null,
+    `list: ${listed.response.status} ${JSON.stringify(listed.error)}`,
+  );
+  const rotated = await client.POST("/v1/organisations/{organisationId}/tokens/{tokenId}/rotate", {
+    params: { path },
+    body: { graceSeconds: 60 },
+  });
+  check(
+    "rotateToken",
+    rotated.response.status === 200 && rotated.data?.credential.id === credential?.id &&
+      rotated.data.credential.token !== credential?.token,
+    `rotate: ${rotated.response.status} ${JSON.stringify(rotated.error)}`,
+  );
+  const revoked = await client.POST("/v1/organisations/{organisationId}/tokens/{tokenId}/revoke", {
+    params: { path },
+    body: { reason: "contract check", cascade: true },
+  });
+  check(
+    "revokeToken",
+    revoked.response.status === 200 && revoked.data?.tokenRevoked === true,
+    `revoke: ${revoked.response.status} ${JSON.stringify(revoked.error)}`,
+  );
+  const again = await client.POST("/v1/organisations/{organisationId}/tokens/{tokenId}/rotate", {
+    params: { path },
+    body: {},
+  });
+  expectError("rotateToken", again, 409, ["conflict"]);
+}
+
 // Every operation of the document was called: a new one fails this check until it is added.
 const document = JSON.parse(readFileSync(env("CP_TS_DOCUMENT"), "utf8")) as {
   paths: Record<string, Record<string, { operationId?: string }>>;

@@ -28,6 +28,11 @@ const ADMINISTER = new Map([
   ["disableUser", "admin:write"],
   ["enableUser", "admin:write"],
   ["setUserRole", "admin:write"],
+  ["issueUserToken", "admin:write"],
+  ["listTokens", "admin:read"],
+  ["getToken", "admin:read"],
+  ["revokeToken", "admin:write"],
+  ["rotateToken", "admin:write"],
 ]);
 
 // The instance: an admin scope, and an operator.

@@ -1,6 +1,7 @@
 //! The v1 operations, one file per resource.
 
 mod activity;
+mod admin_tokens;
 mod audit;
 #[cfg(test)]
 mod body_cases;
@@ -15,6 +16,7 @@ mod workflows;
 use poem_openapi::{OpenApi, Tags};
 
 pub use activity::ActivityApi;
+pub use admin_tokens::AdminTokensApi;
 pub use audit::{AuditApi, Heartbeat};
 pub use me::MeApi;
 pub use organisations::OrganisationsApi;
@@ -36,7 +38,7 @@ pub enum ApiTags {
     Workflows,
     /// Marketplace plugin reviews
     Marketplace,
-    /// The admin plane: organisations, workspaces, environments, users (beyond the v1 contract)
+    /// The admin plane: organisations, workspaces, environments, users, tokens (beyond the v1 contract)
     Admin,
 }
 
@@ -52,5 +54,6 @@ pub fn all() -> impl OpenApi {
         MeApi,
         OrganisationsApi,
         UsersApi,
+        AdminTokensApi,
     )
 }

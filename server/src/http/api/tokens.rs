@@ -61,7 +61,7 @@ impl Permitted for IssueTokenInput {
 #[derive(Object)]
 #[oai(rename_all = "camelCase")]
 pub struct IssuedCredentialEnvelope {
-    credential: IssuedCredentialBody,
+    pub(super) credential: IssuedCredentialBody,
 }
 
 #[derive(Object)]

@@ -199,6 +199,8 @@ pub struct UserPageBody {
 #[oai(rename = "TokenSummary", rename_all = "camelCase")]
 pub struct TokenSummaryBody {
     id: Uuid,
+    /// The user who holds it.
+    user_id: Uuid,
     name: String,
     scopes: Vec<String>,
     /// Workspaces whose grant is still active.
@@ -223,6 +225,7 @@ impl From<TokenRecord> for TokenSummaryBody {
     fn from(t: TokenRecord) -> Self {
         Self {
             id: t.id,
+            user_id: t.user_id,
             name: t.name,
             scopes: t.scopes,
             workspace_ids: t.workspace_ids,

@@ -24,10 +24,12 @@ use uuid::Uuid;
 
 use crate::domain::{
     DeliveryStatus, Email, ExpiresInDays, FieldError, MIN_TEXT_CHARS, NO_NUL_PATTERN, ReportReason,
-    RevocationReason, Role, Scope, TokenName, ValidationErrors, bounded_arg, bounded_text,
+    RevocationReason, Role, Scope, Span, TokenName, ValidationErrors, bounded_arg, bounded_text,
     item_count, parse_uuid,
 };
-use crate::service::{DeliveryStatusInput, ReviewInput, SubmitCommandInput};
+use crate::service::{
+    DeliveryStatusInput, MAX_ROTATION_GRACE_DAYS, ReviewInput, SubmitCommandInput,
+};
 
 /// Why a JSON value was refused.
 pub enum Invalid {
@@ -248,6 +250,36 @@ impl JsonValue for ExpiresInDays {
 impl ToJSON for ExpiresInDays {
     fn to_json(&self) -> Option<Value> {
         Some(json!(self.days()))
+    }
+}
+
+/// A rotation's grace in whole seconds, 0 to `MAX_ROTATION_GRACE_DAYS` days (default 0).
+#[derive(Default)]
+pub struct GraceSeconds(pub Span);
+
+const MAX_GRACE_SECONDS: i64 = MAX_ROTATION_GRACE_DAYS * 86_400;
+
+value_type!(
+    GraceSeconds,
+    "GraceSeconds",
+    range_schema(0, MAX_GRACE_SECONDS)
+);
+
+impl JsonValue for GraceSeconds {
+    fn parse(value: &Value) -> Result<Self, Invalid> {
+        let seconds = integer(value)?;
+        if !(0..=MAX_GRACE_SECONDS).contains(&seconds) {
+            return Err(Invalid::Rule(format!(
+                "must be from 0 to {MAX_GRACE_SECONDS} ({MAX_ROTATION_GRACE_DAYS} days)"
+            )));
+        }
+        Span::from_seconds(seconds).map(Self).map_err(Invalid::Rule)
+    }
+}
+
+impl ToJSON for GraceSeconds {
+    fn to_json(&self) -> Option<Value> {
+        Some(json!(self.0.seconds()))
     }
 }
 

@@ -115,6 +115,11 @@ pub struct TokenFilter {
     /// Only tokens not used since this instant: last used before it, or never used and
     /// created before it.
     pub unused_since: Option<DateTime<Utc>>,
+    pub organisation_id: Option<Uuid>,
+    /// Only tokens after this one in the listing's order (created, then id): a page's cursor.
+    pub after: Option<Uuid>,
+    /// At most this many; all when `None`.
+    pub limit: Option<u32>,
 }
 
 /// Live tokens whose expiry is near and which have had no notice yet, claimed by the one

@@ -320,7 +320,10 @@ impl<S: Dialect> TokenStore for S {
                AND ($5 IS NULL OR t.expires_at <= $5)
                AND ($6 IS NULL OR t.last_used_at < $6
                     OR (t.last_used_at IS NULL AND t.created_at < $6))
-             ORDER BY t.created_at, t.name",
+               AND ($7 IS NULL OR t.organisation_id = $7)
+               AND ($8 IS NULL OR (t.created_at, t.id) >
+                    (SELECT a.created_at, a.id FROM tokens a WHERE a.id = $8))
+             ORDER BY t.created_at, t.id LIMIT $9",
             token_columns = S::TOKEN_COLUMNS
         )))
         .bind(filter.user_id)
@@ -329,6 +332,10 @@ impl<S: Dialect> TokenStore for S {
         .bind(filter.live_at)
         .bind(filter.expires_by)
         .bind(filter.unused_since)
+        .bind(filter.organisation_id)
+        .bind(filter.after)
+        // No limit is the largest one: both engines take a bound `LIMIT`, neither a null one.
+        .bind(filter.limit.map_or(i64::MAX, i64::from))
         .fetch_all(self.pool())
         .await?;
         rows.into_iter().map(TryInto::try_into).collect()
