@@ -413,10 +413,11 @@ const workspace = { workspaceId: ids.workspace };
     params: { path },
     body: { graceSeconds: 60 },
   });
+  const fresh = rotated.data?.credential;
   check(
     "rotateToken",
-    rotated.response.status === 200 && rotated.data?.credential.id === credential?.id &&
-      rotated.data.credential.token !== credential?.token,
+    rotated.response.status === 200 && fresh !== undefined && fresh.id === credential?.id &&
+      fresh.token !== credential?.token,
     `rotate: ${rotated.response.status} ${JSON.stringify(rotated.error)}`,
   );
   const revoked = await client.POST("/v1/organisations/{organisationId}/tokens/{tokenId}/revoke", {
