@@ -199,6 +199,8 @@ pub struct UserPageBody {
 #[oai(rename = "TokenSummary", rename_all = "camelCase")]
 pub struct TokenSummaryBody {
     id: Uuid,
+    /// The token's non-secret leading part, as logs and listings show it.
+    prefix: String,
     /// The user who holds it.
     user_id: Uuid,
     name: String,
@@ -219,12 +221,16 @@ pub struct TokenSummaryBody {
     /// The client address of that use.
     #[oai(nullable)]
     last_used_from: Option<String>,
+    /// The `User-Agent` of that use, when it sent one.
+    #[oai(nullable)]
+    last_used_user_agent: Option<String>,
 }
 
 impl From<TokenRecord> for TokenSummaryBody {
     fn from(t: TokenRecord) -> Self {
         Self {
             id: t.id,
+            prefix: format!("{}{}", crate::domain::TOKEN_PREFIX, t.public_id),
             user_id: t.user_id,
             name: t.name,
             scopes: t.scopes,
@@ -235,6 +241,7 @@ impl From<TokenRecord> for TokenSummaryBody {
             revoked_at: t.revoked_at.map(Timestamp::new),
             issued_by_token_id: t.issued_by_token_id,
             last_used_at: t.last_use.as_ref().map(|u| u.at.into()),
+            last_used_user_agent: t.last_use.as_ref().and_then(|u| u.user_agent.clone()),
             last_used_from: t.last_use.map(|u| u.address),
         }
     }
