@@ -87,6 +87,11 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_DEV")]
     pub dev: bool,
 
+    /// With `--dev`, keep the printed token as cpctl's context `dev` (current unless another
+    /// context is), so `cpctl` works at once; `false` leaves cpctl's contexts file alone.
+    #[arg(long, env = "CP_DEV_CONTEXT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub dev_context: bool,
+
     /// Base64 key (at least 32 bytes) for hashing token secrets. When absent, a key is generated
     /// on first start and kept in the records store; production should set it explicitly.
     #[arg(long, env = "CP_TOKEN_HASH_KEY", hide_env_values = true)]

@@ -68,6 +68,8 @@ async fn embedded_dev_bootstraps_a_tenant_once() {
     let dir = temp_dir();
     let mut config = embedded_config(&dir);
     config.dev = true;
+    // In process: the test's own HOME is no place for a context.
+    config.dev_context = false;
     let app = Application::build(&config).await.expect("starts");
     let orgs = app.services().list_organisations().await.unwrap();
     assert_eq!(orgs.len(), 1);
@@ -99,6 +101,7 @@ async fn embedded_the_store_is_the_owners_alone_and_a_loosened_file_is_refused()
     let mut config = test_config(&format!("sqlite://{}", data.join("cp.db").display()));
     config.redis_url = None;
     config.dev = true;
+    config.dev_context = false;
     let app = Application::build(&config).await.expect("starts");
     assert_eq!(mode_of(&data), 0o700, "the data folder");
     let files: Vec<_> = std::fs::read_dir(&data)
@@ -131,7 +134,8 @@ async fn embedded_the_store_is_the_owners_alone_and_a_loosened_file_is_refused()
 
 /// `--dev` prints, on stdout and never in a log line, first steps that work as printed: the
 /// `curl` of the workspace's activity, the `/docs` address on the real port, and the `cpctl`
-/// line for a token that only reads activity.
+/// line for a token that only reads activity, which works because the token is kept as
+/// cpctl's current context `dev` (owner-only file).
 #[tokio::test]
 async fn embedded_dev_prints_first_steps_that_work_as_printed() {
     use std::io::BufRead;
@@ -141,6 +145,7 @@ async fn embedded_dev_prints_first_steps_that_work_as_printed() {
         .args(["--dev", "--listen", "127.0.0.1:0", "--log-format", "json"])
         .arg("--data-dir")
         .arg(&dir)
+        .env("XDG_CONFIG_HOME", dir.join("config"))
         .env_remove("DATABASE_URL")
         .env_remove("REDIS_URL")
         .env("RUST_LOG", "info")
@@ -206,11 +211,21 @@ async fn embedded_dev_prints_first_steps_that_work_as_printed() {
         .find(|l| l.contains("tokens issue"))
         .unwrap_or_else(|| panic!("no cpctl line in {printed}"));
     assert!(
-        cpctl
-            .trim_start()
-            .starts_with("cpctl --database-url sqlite://"),
+        cpctl.trim_start().starts_with("cpctl tokens issue --user "),
         "{cpctl}"
     );
+    assert!(
+        printed.contains("cpctl's context dev holds this token"),
+        "{printed}"
+    );
+    let contexts_file = dir.join("config").join("cpctl").join("contexts.json");
+    assert_eq!(mode_of(&contexts_file), 0o600);
+    assert_eq!(mode_of(contexts_file.parent().unwrap()), 0o700);
+    let contexts: Value = serde_json::from_slice(&std::fs::read(&contexts_file).unwrap()).unwrap();
+    assert_eq!(contexts["current"], "dev");
+    assert_eq!(contexts["contexts"]["dev"]["token"], token.as_str());
+    let server = contexts["contexts"]["dev"]["server"].as_str().unwrap();
+    assert!(docs.starts_with(server), "{server} serves {docs}");
     assert!(
         cpctl.contains("--scope activity:read --workspace "),
         "{cpctl}"

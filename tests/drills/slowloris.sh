@@ -29,7 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 # The server gets the common default file limit; the attacker, many more.
-( ulimit -n 1024; exec env -u DATABASE_URL -u REDIS_URL "$BIN/control-plane" --dev \
+( ulimit -n 1024; exec env -u DATABASE_URL -u REDIS_URL XDG_CONFIG_HOME="$DIR" "$BIN/control-plane" --dev \
     --data-dir "$DIR/data" --listen "127.0.0.1:$PORT" --log-format json ${DRILL_SERVER_ARGS:-} ) \
   > "$DIR/server.out" 2>&1 &
 SERVER_PID=$!

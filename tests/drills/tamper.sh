@@ -57,7 +57,7 @@ BROKEN=()
 broken() { BROKEN+=("FAILED criterion $1 (${CRITERIA[$1 - 1]%%:*}): $2"); }
 cpctl() { env -u DATABASE_URL -u CP_TOKEN_HASH_KEY "$BIN/cpctl" "$@"; }
 
-env -u DATABASE_URL -u REDIS_URL "$BIN/control-plane" --dev --data-dir "$DIR/data" \
+env -u DATABASE_URL -u REDIS_URL XDG_CONFIG_HOME="$DIR" "$BIN/control-plane" --dev --data-dir "$DIR/data" \
   --listen "127.0.0.1:$PORT" --log-format json > "$DIR/server.out" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 1 150); do

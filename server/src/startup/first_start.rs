@@ -65,20 +65,75 @@ pub fn base_url(listen: &str, port: Option<u16>) -> String {
 }
 
 /// What to try first with a freshly bootstrapped tenant: a ready-to-paste `curl` of its
-/// activity, the documentation's address and the `cpctl` line for a narrower token. It holds
-/// the token, so it is printed on stdout by `--dev` and `cpctl bootstrap`, never logged.
-pub fn first_steps(base_url: &str, cpctl: &str, done: &Bootstrap) -> String {
+/// activity, the documentation's address, how cpctl gets the token (the context `--dev` kept,
+/// or `cpctl login`) and the `cpctl` line for a narrower token. It holds the token, so it is
+/// printed on stdout by `--dev` and `cpctl bootstrap`, never logged.
+pub fn first_steps(base_url: &str, done: &Bootstrap, kept_context: Option<&str>) -> String {
     let workspace = done.workspace.id;
+    let cpctl = match kept_context {
+        Some(name) => format!("cpctl's context {name} holds this token (`cpctl whoami`).\n"),
+        None => format!(
+            "Give cpctl this token (it reads it from standard input, never an argument):\n  \
+             cpctl login --server {base_url}\n"
+        ),
+    };
     format!(
         "Read the workspace's activity with this token:\n  \
          curl -s {base_url}/v1/workspaces/{workspace}/activity -H 'Authorization: Bearer {token}'\n\
          API documentation: {base_url}/docs\n\
+         {cpctl}\
          A token that may only read activity, for a script or a dashboard:\n  \
-         {cpctl}tokens issue --user {user} --name activity-reader --scope activity:read \
+         cpctl tokens issue --user {user} --name activity-reader --scope activity:read \
          --workspace {workspace}\n",
         token = done.credential.secret.expose(),
         user = done.user.id,
     )
+}
+
+/// Keeps the `--dev` token as cpctl's context `dev`, current unless another context is (a
+/// developer's context for a real server is not switched away from behind their back).
+/// Returns the context's name, or `None` when it could not be kept (said on stderr, without
+/// the token).
+pub(super) fn keep_dev_context(base_url: &str, done: &Bootstrap) -> Option<&'static str> {
+    use super::cpctl_contexts::{Context, Contexts};
+    const NAME: &str = "dev";
+    let kept = Contexts::path().and_then(|path| {
+        let mut contexts = Contexts::load(&path)?;
+        contexts.contexts.insert(
+            NAME.to_owned(),
+            Context {
+                server: base_url.to_owned(),
+                token: done.credential.secret.expose().to_owned(),
+                user_id: Some(done.user.id.to_string()),
+                organisation_id: Some(done.organisation.id.to_string()),
+                role: Some(done.user.role.as_str().to_owned()),
+            },
+        );
+        let current = contexts
+            .current
+            .get_or_insert_with(|| NAME.to_owned())
+            .clone();
+        contexts.save(&path)?;
+        Ok((path, current))
+    });
+    match kept {
+        Ok((path, current)) if current == NAME => {
+            eprintln!("cpctl context {NAME} kept in {} (current)", path.display());
+            Some(NAME)
+        }
+        Ok((path, current)) => {
+            eprintln!(
+                "cpctl context {NAME} kept in {}; the current context stays {current} \
+                 (`cpctl context use {NAME}` switches)",
+                path.display()
+            );
+            Some(NAME)
+        }
+        Err(e) => {
+            eprintln!("cpctl context {NAME} not kept: {e:#}");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! and its listeners (`listeners`).
 
 mod background;
+pub mod cpctl_contexts;
 mod first_start;
 mod listeners;
 mod services;
@@ -24,7 +25,7 @@ use self::background::{
     notice_expiring_tokens, purge_expired_audit, purge_outcomes_every, sign_audit_heads,
     sweep_timeouts, watch_policies,
 };
-use self::first_start::first_start;
+use self::first_start::{first_start, keep_dev_context};
 use self::listeners::{bind, connection_limits, port_of, serve_ops, shutdown_signal};
 use self::services::{build_services, refuse_allow_all};
 use self::stores::{fast_state, open_records};
@@ -127,7 +128,11 @@ impl Application {
         let acceptor = bind(&config.listen).await?;
         if let Some(done) = bootstrapped {
             let url = base_url(&config.listen, Some(port_of(&acceptor)));
-            let cpctl = cpctl_invocation(&config.records());
+            let context = if config.dev_context {
+                keep_dev_context(&url, &done)
+            } else {
+                None
+            };
             // Printed, never logged: a secret must not reach a log line.
             println!(
                 "--dev: organisation {} workspace {} admin {}\ntoken (shown once): {}\n\n{}",
@@ -135,7 +140,7 @@ impl Application {
                 done.workspace.id,
                 done.user.id,
                 done.credential.secret.expose(),
-                first_steps(&url, &cpctl, &done)
+                first_steps(&url, &done, context)
             );
         }
         let ops = match (&config.ops_listen, endpoints.ops) {
