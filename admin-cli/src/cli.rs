@@ -199,11 +199,13 @@ pub enum SelfApprovalRule {
 #[derive(Debug, Subcommand)]
 pub enum WorkspacesCommand {
     Create {
+        /// The organisation; default: the calling token's.
         #[arg(long)]
-        org: Uuid,
+        org: Option<Uuid>,
         name: String,
     },
     List {
+        /// The organisation; default: the calling token's.
         #[arg(long)]
         org: Option<Uuid>,
     },
@@ -212,21 +214,28 @@ pub enum WorkspacesCommand {
 #[derive(Debug, Subcommand)]
 pub enum EnvironmentsCommand {
     Create {
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
         #[arg(long)]
         workspace: Uuid,
         name: String,
     },
     List {
+        /// The organisation; default: the calling token's.
         #[arg(long)]
-        workspace: Option<Uuid>,
+        org: Option<Uuid>,
+        #[arg(long)]
+        workspace: Uuid,
     },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum UsersCommand {
     Create {
+        /// The organisation; default: the calling token's.
         #[arg(long)]
-        org: Uuid,
+        org: Option<Uuid>,
         email: String,
         /// `member`, `admin` (administers its organisation: decides workflow approvals, may
         /// hold the admin scopes) or `operator` (the whole instance).
@@ -234,6 +243,7 @@ pub enum UsersCommand {
         role: Role,
     },
     List {
+        /// The organisation; default: the calling token's.
         #[arg(long)]
         org: Option<Uuid>,
     },
@@ -245,11 +255,17 @@ pub enum UsersCommand {
         /// Why, kept with the user and in the `user.disabled` audit event.
         #[arg(long, value_parser = RevocationReason::parse)]
         reason: Option<RevocationReason>,
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
     },
     /// Enable a disabled user: its tokens that are not revoked or expired authenticate again.
     Enable {
         #[arg(value_name = "USER_ID")]
         user: Uuid,
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
     },
     /// Change a user's role. Lowered, its tokens lose the admin scopes at once, on every
     /// replica; setting the role it has changes nothing.
@@ -258,11 +274,17 @@ pub enum UsersCommand {
         user: Uuid,
         #[arg(long, value_parser = Role::parse)]
         role: Role,
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
     },
     /// Show a user, whether and why it is disabled, and its tokens.
     Show {
         #[arg(value_name = "USER_ID")]
         user: Uuid,
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
     },
 }
 
@@ -272,6 +294,9 @@ pub enum TokensCommand {
     Issue(IssueArgs),
     /// List tokens, oldest first, with their last use; every filter narrows the list.
     List {
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
         #[arg(long)]
         user: Option<Uuid>,
         #[arg(long)]
@@ -286,6 +311,9 @@ pub enum TokensCommand {
     },
     /// Show one token, with the token that issued it and its last use.
     Show {
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
         #[arg(long)]
         id: Uuid,
     },
@@ -301,6 +329,9 @@ pub enum TokensCommand {
         /// Revoke the whole token and all its descendants (each grant with its audit event).
         #[arg(long)]
         cascade: bool,
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
     },
     /// Give a token a new secret (printed once), keeping everything else; the old secret
     /// works until the grace ends (without `--grace`, it stops at once).
@@ -310,11 +341,17 @@ pub enum TokensCommand {
         /// How long the old secret keeps working: `90s`, `15m`, `24h`, `7d` (at most 30d).
         #[arg(long)]
         grace: Option<Span>,
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
     },
 }
 
 #[derive(Debug, Args)]
 pub struct IssueArgs {
+    /// The organisation; default: the calling token's.
+    #[arg(long)]
+    pub org: Option<Uuid>,
     #[arg(long)]
     pub user: Uuid,
     #[arg(long)]

@@ -5,16 +5,14 @@ use clap::CommandFactory;
 use serde_json::json;
 
 use control_plane::config::ServerConfig;
-use control_plane::domain::{CorrelationId, ExpiresInDays, RevocationReason, Scope, TokenName};
-use control_plane::service::{BootstrapInput, IssueTokenInput, Services};
-use control_plane::startup::{base_url, cpctl_invocation, first_steps, open_services};
+use control_plane::domain::{CorrelationId, ExpiresInDays};
+use control_plane::service::{BootstrapInput, Services};
+use control_plane::startup::{base_url, first_steps, open_services};
 use control_plane::storage::RecordsLocation;
 
+use crate::admin::AdminVerb;
 use crate::cli::PoliciesCommand;
-use crate::cli::{
-    Cli, Command, EnvironmentsCommand, OrgsCommand, OutputFormat, TokensCommand, UsersCommand,
-    WebhooksCommand, WorkspacesCommand,
-};
+use crate::cli::{Cli, Command, OrgsCommand, OutputFormat, WebhooksCommand};
 use crate::output;
 use control_plane::policy::PolicyKind;
 
@@ -67,6 +65,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Context(command) => return crate::remote::context(cli.output, command.clone()),
         _ => {}
     }
+    let mut cli = cli;
+    cli.command = match AdminVerb::of(cli.command) {
+        Ok(verb) => {
+            let target = crate::remote::target(cli.context.as_deref())?;
+            return verb
+                .run(&crate::remote::Client::new(target)?, cli.output)
+                .await;
+        }
+        Err(command) => command,
+    };
     if let Command::Completion { shell } = &cli.command {
         clap_complete::generate(*shell, &mut Cli::command(), "cpctl", &mut std::io::stdout());
         return Ok(());
@@ -126,7 +134,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         refuse_to_create_a_store(&cli)?;
     }
     let services = services(&cli).await?;
-    let cpctl = cpctl_invocation(&config_of(&cli).records());
     // Every admin action is audited under one correlation id per invocation.
     let cid = CorrelationId::generate();
     let out = cli.output;
@@ -137,6 +144,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         | Command::Login { .. }
         | Command::Context(_)
         | Command::Whoami => {}
+        // Answered over HTTP (above).
+        Command::Orgs(OrgsCommand::Create { .. } | OrgsCommand::List)
+        | Command::Workspaces(_)
+        | Command::Environments(_)
+        | Command::Users(_)
+        | Command::Tokens(_) => {}
         Command::Migrate => {
             // Opening the services applied any pending migration.
             match out {
@@ -174,16 +187,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     println!("user:         {}", done.user.id);
                     output::credential(out, &done.credential);
                     // On stdout only (it holds the token); JSON output stays one document.
-                    println!("\n{}", first_steps(&base_url(&listen, None), &cpctl, &done));
+                    println!("\n{}", first_steps(&base_url(&listen, None), &done, None));
                 }
             }
-        }
-        Command::Orgs(OrgsCommand::Create { name }) => {
-            let org = services.create_organisation(&name, &cid).await?;
-            output::created(out, &org, org.id);
-        }
-        Command::Orgs(OrgsCommand::List) => {
-            output::list(out, &services.list_organisations().await?)
         }
         Command::Orgs(OrgsCommand::SelfApproval { org, rule }) => {
             let allowed = rule == crate::cli::SelfApprovalRule::Allow;
@@ -201,52 +207,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 ),
             }
         }
-        Command::Workspaces(WorkspacesCommand::Create { org, name }) => {
-            let ws = services.create_workspace(org, &name, &cid).await?;
-            output::created(out, &ws, ws.id);
-        }
-        Command::Workspaces(WorkspacesCommand::List { org }) => {
-            output::list(out, &services.list_workspaces(org).await?)
-        }
-        Command::Environments(EnvironmentsCommand::Create { workspace, name }) => {
-            let env = services.create_environment(workspace, &name, &cid).await?;
-            output::created(out, &env, env.id);
-        }
-        Command::Environments(EnvironmentsCommand::List { workspace }) => {
-            output::list(out, &services.list_environments(workspace).await?)
-        }
-        Command::Users(UsersCommand::Create { org, email, role }) => {
-            let user = services.create_user_as(org, &email, role, &cid).await?;
-            output::created(out, &user, user.id);
-        }
-        Command::Users(UsersCommand::List { org }) => {
-            output::list(out, &services.list_users(org).await?)
-        }
-        Command::Users(command) => crate::users::users(&services, out, &cid, command).await?,
-        Command::Tokens(TokensCommand::Rotate { token, grace }) => {
-            crate::users::rotate(&services, out, &cid, token, grace).await?
-        }
-        Command::Tokens(TokensCommand::Issue(args)) => {
-            let user = services.get_user(args.user).await?;
-            let scopes = args
-                .scopes
-                .iter()
-                .map(|s| Scope::parse(s).map_err(|_| anyhow::anyhow!("unknown scope {s:?}")))
-                .collect::<anyhow::Result<_>>()?;
-            let input = IssueTokenInput::new(
-                arg("--name", TokenName::parse(&args.name))?,
-                scopes,
-                user.organisation_id,
-                args.workspaces,
-                args.environments,
-                arg(
-                    "--expires-in-days",
-                    ExpiresInDays::parse(args.expires_in_days),
-                )?,
-            )?;
-            let credential = services.issue_token_for_user(user.id, input, &cid).await?;
-            output::credential(out, &credential);
-        }
         Command::Policies(command) => policies(&services, out, command).await?,
         Command::Webhooks(WebhooksCommand::Keys) => webhook_keys(&services, out),
         Command::Pools(command) => crate::pools::pools(&services, out, &cid, command).await?,
@@ -263,47 +223,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Reviews(command) => {
             crate::marketplace::reviews(&services, out, &cid, command).await?
-        }
-        Command::Tokens(TokensCommand::List {
-            user,
-            workspace,
-            expiring_within,
-            unused_for,
-        }) => {
-            crate::tokens::list(&services, out, user, workspace, expiring_within, unused_for)
-                .await?
-        }
-        Command::Tokens(TokensCommand::Show { id }) => {
-            crate::tokens::show(&services, out, id).await?
-        }
-        Command::Tokens(TokensCommand::Revoke {
-            token,
-            workspace,
-            reason,
-            cascade,
-        }) => {
-            let reason = arg("--reason", RevocationReason::parse(&reason))?;
-            let outcome = services
-                .revoke_token_access_as_admin(workspace, token, reason, cascade, &cid)
-                .await?;
-            match out {
-                OutputFormat::Json => println!(
-                    "{}",
-                    json!({
-                        "revoked": true,
-                        "tokenRevoked": outcome.token_revoked,
-                        "descendantGrantsRevoked": outcome.descendants_revoked,
-                    })
-                ),
-                OutputFormat::Table if cascade => println!(
-                    "revoked, with {} grants of its descendants",
-                    outcome.descendants_revoked
-                ),
-                OutputFormat::Table if outcome.token_revoked => {
-                    println!("revoked (the token had no other workspace and is revoked entirely)")
-                }
-                OutputFormat::Table => println!("revoked"),
-            }
         }
     }
     Ok(())

@@ -1,5 +1,7 @@
-//! `cpctl`: the admin CLI. Commands are thin adapters over the service layer.
+//! `cpctl`: the admin CLI. The admin verbs are clients of the server's HTTP API (`admin`,
+//! `remote`); the store verbs and those not on HTTP yet are thin adapters over the service layer.
 
+mod admin;
 mod audit;
 mod cli;
 mod commands;
@@ -14,8 +16,6 @@ mod pools;
 mod remote;
 mod runners;
 mod store;
-mod tokens;
-mod users;
 mod workflows;
 
 use std::process::ExitCode;

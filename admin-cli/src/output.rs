@@ -4,9 +4,7 @@ use control_plane::domain::Timestamp;
 use serde_json::{Value, json};
 
 use control_plane::service::IssuedCredential;
-use control_plane::storage::{
-    DisagreementRecord, Environment, Organisation, PolicyRecord, TokenRecord, User, Workspace,
-};
+use control_plane::storage::{DisagreementRecord, PolicyRecord};
 
 use crate::cli::OutputFormat;
 
@@ -26,14 +24,6 @@ pub fn list<T: Render>(format: OutputFormat, items: &[T]) {
             let rows: Vec<Vec<String>> = items.iter().map(Render::row).collect();
             table(T::headers(), &rows);
         }
-    }
-}
-
-/// One record: the object in JSON, a one-row table otherwise.
-pub fn show<T: Render>(format: OutputFormat, item: &T) {
-    match format {
-        OutputFormat::Json => println!("{}", item.json()),
-        OutputFormat::Table => table(T::headers(), &[item.row()]),
     }
 }
 
@@ -66,140 +56,75 @@ fn table(headers: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-impl Render for Organisation {
-    fn json(&self) -> Value {
-        json!({ "id": self.id, "name": self.name, "createdAt": Timestamp::new(self.created_at) })
-    }
-    fn headers() -> &'static [&'static str] {
-        &["ID", "NAME", "CREATED"]
-    }
-    fn row(&self) -> Vec<String> {
-        vec![
-            self.id.to_string(),
-            self.name.clone(),
-            Timestamp::new(self.created_at).to_string(),
-        ]
+/// How a column shows a JSON field: as text (`-` for null), as the count of an array, or as
+/// text with `never` for null (a last use).
+#[derive(Clone, Copy)]
+pub enum Cell {
+    Text,
+    Count,
+    Never,
+}
+
+/// A column of a table of API objects: its header, the field it shows and how.
+pub type Column = (&'static str, &'static str, Cell);
+
+/// API objects (the admin verbs' answers): the array in JSON, a table otherwise.
+pub fn rows(format: OutputFormat, columns: &[Column], items: &[Value]) {
+    match format {
+        OutputFormat::Json => println!("{}", Value::Array(items.to_vec())),
+        OutputFormat::Table => {
+            let headers: Vec<&str> = columns.iter().map(|(h, _, _)| *h).collect();
+            let cells: Vec<Vec<String>> = items
+                .iter()
+                .map(|item| {
+                    columns
+                        .iter()
+                        .map(|(_, field, cell)| match (&item[*field], cell) {
+                            (Value::Array(a), Cell::Count) => a.len().to_string(),
+                            (Value::Null, Cell::Never) => "never".to_owned(),
+                            (Value::Null, _) => "-".to_owned(),
+                            (Value::String(s), _) => s.clone(),
+                            (other, _) => other.to_string(),
+                        })
+                        .collect()
+                })
+                .collect();
+            table(&headers, &cells);
+        }
     }
 }
 
-impl Render for Workspace {
-    fn json(&self) -> Value {
-        json!({ "id": self.id, "organisationId": self.organisation_id, "name": self.name, "createdAt": Timestamp::new(self.created_at) })
-    }
-    fn headers() -> &'static [&'static str] {
-        &["ID", "ORGANISATION", "NAME", "CREATED"]
-    }
-    fn row(&self) -> Vec<String> {
-        vec![
-            self.id.to_string(),
-            self.organisation_id.to_string(),
-            self.name.clone(),
-            Timestamp::new(self.created_at).to_string(),
-        ]
+/// A created API object: its id alone in a table (easy to capture in a script), the object in
+/// JSON.
+pub fn created_value(format: OutputFormat, item: &Value) {
+    match format {
+        OutputFormat::Json => println!("{item}"),
+        OutputFormat::Table => println!("{}", item["id"].as_str().unwrap_or("-")),
     }
 }
 
-impl Render for Environment {
-    fn json(&self) -> Value {
-        json!({ "id": self.id, "workspaceId": self.workspace_id, "name": self.name, "createdAt": Timestamp::new(self.created_at) })
-    }
-    fn headers() -> &'static [&'static str] {
-        &["ID", "WORKSPACE", "NAME", "CREATED"]
-    }
-    fn row(&self) -> Vec<String> {
-        vec![
-            self.id.to_string(),
-            self.workspace_id.to_string(),
-            self.name.clone(),
-            Timestamp::new(self.created_at).to_string(),
-        ]
-    }
-}
-
-impl Render for User {
-    fn json(&self) -> Value {
-        json!({ "id": self.id, "organisationId": self.organisation_id, "email": self.email,
-                "role": self.role.as_str(), "createdAt": Timestamp::new(self.created_at),
-                "disabled": self.disabled.is_some(),
-                "disabledAt": self.disabled.as_ref().map(|d| Timestamp::new(d.at)),
-                "disabledReason": self.disabled.as_ref().and_then(|d| d.reason.clone()) })
-    }
-    fn headers() -> &'static [&'static str] {
-        &["ID", "ORGANISATION", "EMAIL", "ROLE", "CREATED", "DISABLED"]
-    }
-    fn row(&self) -> Vec<String> {
-        vec![
-            self.id.to_string(),
-            self.organisation_id.to_string(),
-            self.email.clone(),
-            self.role.as_str().to_owned(),
-            Timestamp::new(self.created_at).to_string(),
-            self.disabled
-                .as_ref()
-                .map(|d| Timestamp::new(d.at).to_string())
-                .unwrap_or_else(|| "-".into()),
-        ]
+/// An issued credential as the API answered it; the secret is shown this once.
+pub fn credential_value(format: OutputFormat, c: &Value) {
+    match format {
+        OutputFormat::Json => println!("{c}"),
+        OutputFormat::Table => {
+            let text = |key: &str| c[key].as_str().unwrap_or("-").to_owned();
+            credential_lines(
+                &text("id"),
+                &text("prefix"),
+                &text("expiresAt"),
+                &text("token"),
+            );
+        }
     }
 }
 
-impl Render for TokenRecord {
-    fn json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "prefix": format!("{}{}", control_plane::domain::TOKEN_PREFIX, self.public_id),
-            "name": self.name,
-            "userId": self.user_id,
-            "organisationId": self.organisation_id,
-            "scopes": self.scopes,
-            "workspaceIds": self.workspace_ids,
-            "environmentIds": self.environment_ids,
-            "createdAt": Timestamp::new(self.created_at),
-            "expiresAt": Timestamp::new(self.expires_at),
-            "revokedAt": self.revoked_at.map(Timestamp::new),
-            "issuedByTokenId": self.issued_by_token_id,
-            "lastUsedAt": self.last_use.as_ref().map(|u| Timestamp::new(u.at)),
-            "lastUsedAddress": self.last_use.as_ref().map(|u| &u.address),
-            "lastUsedUserAgent": self.last_use.as_ref().and_then(|u| u.user_agent.as_ref()),
-        })
-    }
-    fn headers() -> &'static [&'static str] {
-        &[
-            "ID",
-            "PREFIX",
-            "NAME",
-            "USER",
-            "WORKSPACES",
-            "EXPIRES",
-            "REVOKED",
-            "ISSUED BY",
-            "LAST USED",
-            "FROM",
-        ]
-    }
-    fn row(&self) -> Vec<String> {
-        vec![
-            self.id.to_string(),
-            format!("{}{}", control_plane::domain::TOKEN_PREFIX, self.public_id),
-            self.name.clone(),
-            self.user_id.to_string(),
-            self.workspace_ids.len().to_string(),
-            Timestamp::new(self.expires_at).to_string(),
-            self.revoked_at
-                .map(|t| Timestamp::new(t).to_string())
-                .unwrap_or_else(|| "-".into()),
-            self.issued_by_token_id
-                .map(|t| t.to_string())
-                .unwrap_or_else(|| "-".into()),
-            self.last_use
-                .as_ref()
-                .map(|u| Timestamp::new(u.at).to_string())
-                .unwrap_or_else(|| "never".into()),
-            self.last_use
-                .as_ref()
-                .map(|u| u.address.clone())
-                .unwrap_or_else(|| "-".into()),
-        ]
-    }
+fn credential_lines(id: &str, prefix: &str, expires: &str, token: &str) {
+    println!("id:       {id}");
+    println!("prefix:   {prefix}");
+    println!("expires:  {expires}");
+    println!("token:    {token}");
+    eprintln!("The token is shown only now; store it safely.");
 }
 
 /// The IssuedCredential of the v1 contract, field for field.
@@ -221,13 +146,12 @@ pub fn credential_json(c: &IssuedCredential) -> Value {
 pub fn credential(format: OutputFormat, c: &IssuedCredential) {
     match format {
         OutputFormat::Json => println!("{}", credential_json(c)),
-        OutputFormat::Table => {
-            println!("id:       {}", c.record.id);
-            println!("prefix:   {}", c.prefix);
-            println!("expires:  {}", Timestamp::new(c.record.expires_at));
-            println!("token:    {}", c.secret.expose());
-            eprintln!("The token is shown only now; store it safely.");
-        }
+        OutputFormat::Table => credential_lines(
+            &c.record.id.to_string(),
+            &c.prefix,
+            &Timestamp::new(c.record.expires_at).to_string(),
+            c.secret.expose(),
+        ),
     }
 }
 

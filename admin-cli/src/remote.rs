@@ -2,22 +2,18 @@
 //! read no records store and no server setting.
 //!
 //! A context is a server and a token, kept by `cpctl login` in
-//! `$XDG_CONFIG_HOME/cpctl/contexts.json` (`~/.config/cpctl/` without it). Only its owner may
-//! read that file: cpctl writes it `0600` in a `0700` folder and refuses one that group or
-//! others can read, as ssh refuses a readable key. `--context` picks a context for one command;
+//! `$XDG_CONFIG_HOME/cpctl/contexts.json` (`control_plane::startup::cpctl_contexts`, which
+//! `--dev` writes too). `--context` picks a context for one command;
 //! `CPCTL_SERVER` and `CPCTL_TOKEN` override the chosen one (both set: no file is read). A
 //! token comes from standard input or the environment, never from an argument, which every
 //! user of the machine can read in `ps`.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, IsTerminal, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::io::{BufRead, IsTerminal};
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use clap::Subcommand;
-use serde::{Deserialize, Serialize};
+use control_plane::startup::cpctl_contexts::{Context, Contexts};
 use serde_json::{Value, json};
 
 use crate::cli::OutputFormat;
@@ -35,102 +31,29 @@ pub enum ContextCommand {
     Remove { name: String },
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Contexts {
-    current: Option<String>,
-    #[serde(default)]
-    contexts: BTreeMap<String, Context>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Context {
-    server: String,
-    token: String,
-    /// Who the token was at login, for `context list` (the server is asked again by `whoami`).
-    user_id: Option<String>,
-    organisation_id: Option<String>,
-    role: Option<String>,
-}
-
-fn contexts_file() -> anyhow::Result<PathBuf> {
-    let base = match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(
-            std::env::var_os("HOME")
-                .ok_or_else(|| anyhow!("neither XDG_CONFIG_HOME nor HOME is set"))?,
-        )
-        .join(".config"),
-    };
-    Ok(base.join("cpctl").join("contexts.json"))
-}
-
-fn load(path: &Path) -> anyhow::Result<Contexts> {
-    let file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Contexts::default()),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-    };
-    let mode = file.metadata()?.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        bail!(
-            "{} holds tokens and other users may read it (mode {mode:03o}): run `chmod 600 {}`",
-            path.display(),
-            path.display()
-        );
-    }
-    serde_json::from_reader(file)
-        .with_context(|| format!("{} is not a cpctl contexts file", path.display()))
-}
-
-/// Writes the file whole, `0600` from its first byte, then renames it into place.
-fn save(path: &Path, contexts: &Contexts) -> anyhow::Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| anyhow!("no folder for {}", path.display()))?;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
-    let temporary = dir.join(format!(".contexts.json.{}", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&temporary)
-        .with_context(|| format!("cannot write {}", temporary.display()))?;
-    let written = serde_json::to_writer_pretty(&mut file, contexts)
-        .map_err(anyhow::Error::from)
-        .and_then(|()| Ok(file.write_all(b"\n")?))
-        .and_then(|()| Ok(file.sync_all()?))
-        .and_then(|()| Ok(std::fs::rename(&temporary, path)?));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    written.with_context(|| format!("cannot write {}", path.display()))
-}
-
 /// Where a client verb goes and with which token.
 pub struct Target {
     server: String,
     token: String,
+    /// The token's organisation as the context recorded it; `None` when the token came from
+    /// `CPCTL_TOKEN`, whose organisation only the server knows.
+    organisation: Option<String>,
 }
 
 fn variable(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-fn target(context: Option<&str>) -> anyhow::Result<Target> {
+pub fn target(context: Option<&str>) -> anyhow::Result<Target> {
     let (server, token) = (variable(SERVER_VAR), variable(TOKEN_VAR));
     if let (Some(server), Some(token)) = (&server, &token) {
         return Ok(Target {
             server: server_url(server)?,
             token: token.clone(),
+            organisation: None,
         });
     }
-    let contexts = load(&contexts_file()?)?;
+    let contexts = Contexts::load(&Contexts::path()?)?;
     let name = context
         .map(str::to_owned)
         .or(contexts.current.clone())
@@ -143,9 +66,14 @@ fn target(context: Option<&str>) -> anyhow::Result<Target> {
         .contexts
         .get(&name)
         .ok_or_else(|| anyhow!("no context named {name} (`cpctl context list` shows them)"))?;
+    let organisation = token
+        .is_none()
+        .then(|| chosen.organisation_id.clone())
+        .flatten();
     Ok(Target {
         server: server_url(&server.unwrap_or_else(|| chosen.server.clone()))?,
         token: token.unwrap_or_else(|| chosen.token.clone()),
+        organisation,
     })
 }
 
@@ -208,10 +136,80 @@ impl Client {
     }
 
     pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
-        let url = format!("{}{path}", self.target.server);
-        let response = self
+        self.send(self.http.get(self.url(path))).await
+    }
+
+    /// Every item of a cursor-paged list, page after page (200 a page, the most the API gives).
+    pub async fn get_all(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> anyhow::Result<Vec<Value>> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut request = self
+                .http
+                .get(self.url(path))
+                .query(query)
+                .query(&[("limit", "200")]);
+            if let Some(cursor) = &cursor {
+                request = request.query(&[("cursor", cursor)]);
+            }
+            let mut page = self.send(request).await?;
+            if let Value::Array(found) = page["items"].take() {
+                items.extend(found);
+            }
+            match page["nextCursor"].as_str() {
+                Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+                _ => return Ok(items),
+            }
+        }
+    }
+
+    /// A change: `POST`, or `PUT` with `put`. Each carries a fresh `Idempotency-Key`, so a
+    /// request that reached the server twice (a proxy's retry) is carried out once.
+    pub async fn change(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> anyhow::Result<Value> {
+        let key = uuid::Uuid::new_v4().to_string();
+        let request = self
             .http
-            .get(&url)
+            .request(method, self.url(path))
+            .header("Idempotency-Key", key)
+            .json(&body);
+        self.send(request).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.change(reqwest::Method::POST, path, body).await
+    }
+
+    /// The organisation a verb acts in: `--org` when given, else the calling token's own (the
+    /// context's record of it, or the server's answer to `GET /v1/me`).
+    pub async fn organisation(&self, given: Option<uuid::Uuid>) -> anyhow::Result<String> {
+        if let Some(id) = given {
+            return Ok(id.to_string());
+        }
+        if let Some(id) = &self.target.organisation {
+            return Ok(id.clone());
+        }
+        let me = self.get("/v1/me").await?;
+        me["caller"]["organisationId"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| anyhow!("the server named no organisation for this token: pass --org"))
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.target.server)
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+        let response = request
             .bearer_auth(&self.target.token)
             .send()
             .await
@@ -278,15 +276,16 @@ pub async fn login(out: OutputFormat, server: &str, name: Option<String>) -> any
     let client = Client::new(Target {
         server: server.clone(),
         token: token.clone(),
+        organisation: None,
     })?;
     let me = client.get("/v1/me").await?;
     let caller = &me["caller"];
     let name = name.unwrap_or_else(|| context_name(&server));
-    let path = contexts_file()?;
-    let mut contexts = load(&path)?;
+    let path = Contexts::path()?;
     let field = |key: &str| caller[key].as_str().map(str::to_owned);
-    contexts.contexts.insert(
-        name.clone(),
+    Contexts::keep(
+        &path,
+        &name,
         Context {
             server: server.clone(),
             token,
@@ -294,9 +293,7 @@ pub async fn login(out: OutputFormat, server: &str, name: Option<String>) -> any
             organisation_id: field("organisationId"),
             role: field("role"),
         },
-    );
-    contexts.current = Some(name.clone());
-    save(&path, &contexts)?;
+    )?;
     match out {
         OutputFormat::Json => println!(
             "{}",
@@ -343,8 +340,8 @@ pub async fn whoami(out: OutputFormat, context: Option<&str>) -> anyhow::Result<
 }
 
 pub fn context(out: OutputFormat, command: ContextCommand) -> anyhow::Result<()> {
-    let path = contexts_file()?;
-    let mut contexts = load(&path)?;
+    let path = Contexts::path()?;
+    let mut contexts = Contexts::load(&path)?;
     match command {
         ContextCommand::List => {
             let current = contexts.current.as_deref();
@@ -384,7 +381,7 @@ pub fn context(out: OutputFormat, command: ContextCommand) -> anyhow::Result<()>
                 bail!("no context named {name} (`cpctl context list` shows them)");
             }
             contexts.current = Some(name.clone());
-            save(&path, &contexts)?;
+            contexts.save(&path)?;
             println!("context {name} is current");
         }
         ContextCommand::Remove { name } => {
@@ -394,7 +391,7 @@ pub fn context(out: OutputFormat, command: ContextCommand) -> anyhow::Result<()>
             if contexts.current.as_deref() == Some(name.as_str()) {
                 contexts.current = None;
             }
-            save(&path, &contexts)?;
+            contexts.save(&path)?;
             println!("context {name} removed");
         }
     }
