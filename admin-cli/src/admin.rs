@@ -182,7 +182,9 @@ async fn users(client: &Client, out: OutputFormat, command: UsersCommand) -> any
                 Some(reason) => json!({ "reason": reason.as_str() }),
                 None => json!({}),
             };
-            let body = client.post(&format!("{users}/{user}/disable"), body).await?;
+            let body = client
+                .post(&format!("{users}/{user}/disable"), body)
+                .await?;
             changed(out, body, "disabled");
         }
         UsersCommand::Enable { user, .. } => {
