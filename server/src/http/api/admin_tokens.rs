@@ -102,6 +102,7 @@ request_body! {
     }
 }
 
+#[derive(Debug)]
 pub struct Rotation(Span);
 
 impl FromJson for Rotation {

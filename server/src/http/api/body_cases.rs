@@ -4,12 +4,16 @@
 
 use serde_json::{Value, json};
 
+use super::admin_tokens::Rotation;
+use super::organisations::Named;
 use super::tokens::RevokeRequest;
+use super::users::{Disable, Enable, NewRole, NewUser};
 use super::workflows::ApprovalComment;
+use crate::domain::Operation;
 use crate::http::payload::FromJson;
 use crate::service::{
-    DeletePoolInput, DeliveryStatusInput, IssueTokenInput, ReportReviewInput, ReviewInput,
-    SubmitCommandInput,
+    AdminRevocation, DeletePoolInput, DeliveryStatusInput, IssueTokenInput, ReportReviewInput,
+    ReviewInput, SubmitCommandInput, UserTokenRequest,
 };
 
 const ID: &str = "0b7e1f0e-5f1c-4c3e-9a57-3c1f0e9d2a11";
@@ -305,6 +309,142 @@ fn request_bodies_match_the_snapshot() {
     }
     all.insert("reportPluginReview".into(), cases.into());
 
+    admin_bodies(&mut all);
+
     let text = serde_json::to_string_pretty(&Value::Object(all)).expect("serialise");
     crate::http::snapshot::assert_snapshot("request_bodies.json", &text);
+}
+
+/// The shared cases and `bodies` of one operation's parser, under its operation id.
+fn cases_of<T: FromJson + std::fmt::Debug>(
+    all: &mut serde_json::Map<String, Value>,
+    operation: Operation,
+    base: Value,
+    bodies: Vec<Value>,
+) {
+    let show = |body: &Value| outcome::<T>(body, |v| format!("{v:?}"));
+    let mut cases = Vec::new();
+    shared(&mut cases, &base, show);
+    cases.push(show(&base));
+    cases.extend(bodies.iter().map(show));
+    all.insert(operation.id().into(), cases.into());
+}
+
+/// The admin plane's bodies: names, users, roles, an administrator's issuance, revocation and
+/// rotation.
+fn admin_bodies(all: &mut serde_json::Map<String, Value>) {
+    let name = json!({ "name": "prod" });
+    cases_of::<Named<{ Operation::CreateWorkspace as usize }>>(
+        all,
+        Operation::CreateWorkspace,
+        name.clone(),
+        vec![
+            json!({}),
+            with(&name, "name", json!("")),
+            with(&name, "name", strings(120)),
+            with(&name, "name", strings(121)),
+            with(&name, "name", json!("a\u{0}b")),
+            with(&name, "name", json!(1)),
+            with(&name, "name", json!(null)),
+        ],
+    );
+
+    let user = json!({ "email": "ana@example.com" });
+    cases_of::<NewUser>(
+        all,
+        Operation::CreateUser,
+        user.clone(),
+        vec![
+            json!({}),
+            with(&user, "role", json!("admin")),
+            with(&user, "role", json!("operator")),
+            with(&user, "role", json!("member")),
+            with(&user, "role", json!("Admin")),
+            with(&user, "role", json!(null)),
+            with(&user, "email", json!("")),
+            with(&user, "email", json!("no-at-sign")),
+            with(
+                &user,
+                "email",
+                json!(format!("{}@example.com", "a".repeat(320))),
+            ),
+            with(&user, "email", json!(["ana@example.com"])),
+        ],
+    );
+
+    let disable = json!({ "reason": "left" });
+    cases_of::<Disable>(
+        all,
+        Operation::DisableUser,
+        disable.clone(),
+        vec![
+            json!({}),
+            with(&disable, "reason", json!("")),
+            with(&disable, "reason", strings(501)),
+            with(&disable, "reason", json!(null)),
+            with(&disable, "reason", json!(1)),
+        ],
+    );
+    cases_of::<Enable>(all, Operation::EnableUser, json!({}), vec![]);
+
+    let role = json!({ "role": "admin" });
+    cases_of::<NewRole>(
+        all,
+        Operation::SetUserRole,
+        role.clone(),
+        vec![
+            json!({}),
+            with(&role, "role", json!("superuser")),
+            with(&role, "role", json!(null)),
+        ],
+    );
+
+    let issue = json!({ "name": "ci", "scopes": ["activity:read"], "workspaceIds": [ID] });
+    cases_of::<UserTokenRequest>(
+        all,
+        Operation::IssueUserToken,
+        issue.clone(),
+        vec![
+            json!({}),
+            with(&issue, "organisationId", json!(ID)),
+            with(&issue, "scopes", json!(["admin:write", "nope"])),
+            with(&issue, "workspaceIds", json!([])),
+            with(&issue, "environmentIds", json!([ID])),
+            with(&issue, "expiresInDays", json!(91)),
+            with(&issue, "name", json!("")),
+        ],
+    );
+
+    let revoke = json!({ "reason": "leaked" });
+    cases_of::<AdminRevocation>(
+        all,
+        Operation::RevokeTokenAsAdmin,
+        revoke.clone(),
+        vec![
+            json!({}),
+            with(&revoke, "workspaceId", json!(ID)),
+            with(&revoke, "workspaceId", json!("x")),
+            with(&revoke, "workspaceId", json!(null)),
+            with(&revoke, "cascade", json!(true)),
+            with(&revoke, "cascade", json!("yes")),
+            with(&revoke, "reason", strings(501)),
+        ],
+    );
+
+    let rotate = json!({ "graceSeconds": 3600 });
+    cases_of::<Rotation>(
+        all,
+        Operation::RotateToken,
+        rotate.clone(),
+        vec![
+            json!({}),
+            with(&rotate, "graceSeconds", json!(0)),
+            with(&rotate, "graceSeconds", json!(2_592_000)),
+            with(&rotate, "graceSeconds", json!(2_592_001)),
+            with(&rotate, "graceSeconds", json!(-1)),
+            with(&rotate, "graceSeconds", json!(1.5)),
+            with(&rotate, "graceSeconds", json!("60")),
+            with(&rotate, "graceSeconds", json!(null)),
+        ],
+    );
 }

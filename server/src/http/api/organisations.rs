@@ -33,6 +33,7 @@ request_body! {
 }
 
 /// A parsed name, for the operation `O` (whose question a replay asks again).
+#[derive(Debug)]
 pub struct Named<const O: usize>(String);
 
 impl<const O: usize> FromJson for Named<O> {

@@ -33,6 +33,7 @@ request_body! {
 }
 
 /// A parsed user creation.
+#[derive(Debug)]
 pub struct NewUser {
     email: Email,
     role: Role,
@@ -63,6 +64,7 @@ request_body! {
     }
 }
 
+#[derive(Debug)]
 pub struct Disable {
     reason: Option<RevocationReason>,
 }
@@ -88,6 +90,7 @@ request_body! {
     pub struct EnableUserInput {}
 }
 
+#[derive(Debug)]
 pub struct Enable;
 
 impl FromJson for Enable {
@@ -112,6 +115,7 @@ request_body! {
     }
 }
 
+#[derive(Debug)]
 pub struct NewRole(Role);
 
 impl FromJson for NewRole {
