@@ -86,7 +86,9 @@ st --version
 
 log "records: a fresh embedded SQLite store, seeded with cpctl"
 # The embedded default needs no service, so the check runs the same on a laptop and in CI;
-# the HTTP layer (routes, bodies, schema) it checks is the same on every backend.
+# the HTTP layer (routes, bodies, schema) it checks is the same on every backend. The verbs
+# that open the store (bootstrap, pools, runners, workflows, plugins) run here; users and
+# tokens go over HTTP once the server is up (below).
 data=$work/data
 export CP_DATA_DIR=$data
 "$cpctl" bootstrap --org contract --workspace main --admin admin@contract.test -o json >"$work/bootstrap.json"
@@ -98,7 +100,8 @@ admin=$(json "$work/bootstrap.json" 'd["userId"]')
 # Real ids for the path parameters, so operations get past their 404s: a pool to delete, a
 # pool with a runner to send commands to, a workflow revision to approve, a plugin to review
 # (and another user's review of it to report, written once the server runs), and a second
-# token whose workspace access may be revoked (never the one schemathesis uses).
+# token whose workspace access may be revoked (never the one schemathesis uses; issued once
+# the server runs).
 pool=$("$cpctl" pools create --workspace "$ws" doomed)
 ts_pool=$("$cpctl" pools create --workspace "$ws" doomed-by-typescript)
 busy_pool=$("$cpctl" pools create --workspace "$ws" builders)
@@ -111,20 +114,12 @@ plugin=$("$cpctl" plugins create --org "$org" linter)
 ts_busy_pool=$("$cpctl" pools create --workspace "$ws" typescript-builders)
 "$cpctl" runners register --pool "$ts_busy_pool" -o json >/dev/null
 ts_plugin=$("$cpctl" plugins create --org "$org" formatter)
-"$cpctl" tokens issue --user "$admin" --name victim --scope activity:read --workspace "$ws" -o json >"$work/victim.json"
-victim=$(json "$work/victim.json" 'd["id"]')
-"$cpctl" tokens issue --user "$admin" --name ts-victim --scope activity:read --workspace "$ws" -o json >"$work/ts-victim.json"
-ts_victim=$(json "$work/ts-victim.json" 'd["id"]')
-# A second user's token, to write the review the admin reports (one's own cannot be reported).
-reviewer=$("$cpctl" users create --org "$org" reviewer@contract.test)
-"$cpctl" tokens issue --user "$reviewer" --name reviewer --scope reviews:write --workspace "$ws" -o json >"$work/reviewer.json"
-reviewer_token=$(json "$work/reviewer.json" 'd["token"]')
-# A second organisation's admin: the peer object_level_authorization replays reads as.
+# A second organisation's admin: the peer object_level_authorization replays reads as (made
+# an admin once the server runs, below).
 "$cpctl" bootstrap --org stranger --workspace theirs --admin admin@stranger.test -o json >"$work/stranger.json"
 stranger=$(json "$work/stranger.json" 'd["credential"]["token"]')
-# Bootstrap makes an operator, who administers every organisation; the peer is the other
-# organisation's admin, whom this organisation's users are not shown to.
-"$cpctl" users set-role "$(json "$work/stranger.json" 'd["userId"]')" --role admin >/dev/null
+stranger_org=$(json "$work/stranger.json" 'd["organisationId"]')
+stranger_user=$(json "$work/stranger.json" 'd["userId"]')
 
 log "server: release build on 127.0.0.1, every rate limit off"
 # Rate limits are off (their own flags): schemathesis sends thousands of requests from one
@@ -173,6 +168,21 @@ import sys, urllib.request
 open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1], timeout=10).read())
 EOF
 echo "listening on $base"
+# Users and tokens, over HTTP to this server as the bootstrap's operator (cpctl's users and
+# tokens verbs open no store). The token goes through the environment, not argv.
+cpctl_http() { CPCTL_SERVER=$base CPCTL_TOKEN=$token "$cpctl" "$@"; }
+cpctl_http tokens issue --user "$admin" --name victim --scope activity:read --workspace "$ws" -o json >"$work/victim.json"
+victim=$(json "$work/victim.json" 'd["id"]')
+cpctl_http tokens issue --user "$admin" --name ts-victim --scope activity:read --workspace "$ws" -o json >"$work/ts-victim.json"
+ts_victim=$(json "$work/ts-victim.json" 'd["id"]')
+# A second user's token, to write the review the admin reports (one's own cannot be reported).
+reviewer=$(cpctl_http users create --org "$org" reviewer@contract.test)
+cpctl_http tokens issue --user "$reviewer" --name reviewer --scope reviews:write --workspace "$ws" -o json >"$work/reviewer.json"
+reviewer_token=$(json "$work/reviewer.json" 'd["token"]')
+# Bootstrap makes an operator, who administers every organisation; the peer is the other
+# organisation's admin, whom this organisation's users are not shown to. An operator may name
+# another organisation: the stranger's.
+cpctl_http users set-role "$stranger_user" --role admin --org "$stranger_org" >/dev/null
 # The reviews to report, written over HTTP (reviews have no cpctl command to create them).
 # The token goes through the environment, not argv, which any local user can read.
 write_review() {
