@@ -12,17 +12,35 @@
 #
 # e.g. copy target/release/control-plane (and cpctl) to /tmp/before*, rebuild, then
 #   BENCH_CPCTL=/tmp/before-cpctl tests/bench/ab.sh 5 8 /tmp/before target/release/control-plane
-# (the oldest build first: it must start before a newer one migrates the schema), or
+# (the oldest build's cpctl sets the database up, so its schema is the oldest build's), or
 #   tests/bench/ab.sh 5 8 /tmp/before target/release/control-plane RUST_LOG=warn,/tmp/before
+#
+# Each build runs on its own copy of the set-up database (${DB}_0, ${DB}_1, ... in the order
+# given: CREATE DATABASE ... TEMPLATE), so a newer build's migrations never change the schema an
+# older build runs on (0018 drops users.admin, which an older server reads). The copies are
+# dropped at exit.
 ROUNDS=$1; S=$2; shift 2
 SCRIPT=${AB_SCRIPT:-activity}
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
+COPIES=()
+# drop_copies: after lib.sh's cleanup has stopped the servers (waited for here).
+drop_copies() {
+  local db pid
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  for db in "${COPIES[@]}"; do psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" || true; done
+}
+trap 'cleanup; drop_copies' EXIT
 port=18100; ports=(); specs=("$@")
-for spec in "$@"; do
+for i in "${!specs[@]}"; do
+  spec=${specs[$i]}
   bin=${spec##*,}; extra=""; [[ $spec == *,* ]] && extra=${spec%,*}
   port_free $port
-  env CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off CP_MAX_ACTIVE_TOKENS_PER_USER=1000000 $extra \
+  # lib.sh's set-up left no connection to $DB (a template must have none).
+  psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS ${DB}_$i WITH (FORCE)" -c "CREATE DATABASE ${DB}_$i TEMPLATE $DB"
+  COPIES+=("${DB}_$i")
+  env CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off CP_RUNNER_ADDRESS_RATE_LIMIT=off CP_RUNNER_RATE_LIMIT=off CP_MAX_ACTIVE_TOKENS_PER_USER=1000000 \
+    DATABASE_URL="$PG/${DB}_$i" $extra \
     "$bin" --listen 127.0.0.1:$port \
     --log-format json > "$OUT/server-$port.log" 2>&1 &
   PIDS+=("$!"); ports+=("$port")

@@ -21,14 +21,18 @@ run() {
     $BIN/control-plane --listen 127.0.0.1:$PORT --log-format json > "$OUT/$name.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.2; done
-  # cpctl against the same store while the server runs.
+  # cpctl bootstraps the same store while the server runs; users and tokens go over HTTP to
+  # that server as the bootstrap's operator (a BENCH_CPCTL of an older build, which opens the
+  # store for them, ignores CPCTL_* and reads DATABASE_URL).
   local boot
   boot=$(DATABASE_URL="$url" $CPCTL bootstrap --org bench --workspace main --admin u0@bench.test -o json)
   read -r ORG WS TOKEN0 < <(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["organisationId"], d["workspaceId"], d["credential"]["token"])' <<<"$boot")
   echo "$TOKEN0" > "$OUT/tokens-$name.txt"
   for n in $(seq 1 31); do
-    user=$(DATABASE_URL="$url" $CPCTL users create --org "$ORG" "u$n@bench.test")
-    DATABASE_URL="$url" $CPCTL tokens issue --user "$user" --name bench --scope tokens:issue \
+    user=$(DATABASE_URL="$url" CPCTL_SERVER="http://127.0.0.1:$PORT" CPCTL_TOKEN="$TOKEN0" \
+      $CPCTL users create --org "$ORG" "u$n@bench.test")
+    DATABASE_URL="$url" CPCTL_SERVER="http://127.0.0.1:$PORT" CPCTL_TOKEN="$TOKEN0" \
+      $CPCTL tokens issue --user "$user" --name bench --scope tokens:issue \
       --scope activity:read --workspace "$WS" -o json \
       | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])' >> "$OUT/tokens-$name.txt"
   done

@@ -2,6 +2,8 @@
 # Shared set-up of the benchmark scripts (sourced). Creates a fresh database with 128 users,
 # each holding a token with tokens:issue and activity:read on one workspace, and exports
 # ORG, WS, TOKEN0, OUT (a temporary folder with tokens.txt and users.csv) and DATABASE_URL.
+# The users and their tokens are made over HTTP through a temporary server (setup_server), which
+# is stopped before the script goes on; a script setting up more calls setup_server again.
 # BENCH_SETUP=none before sourcing skips the database (embedded.sh and operations.sh set up
 # their own) and keeps only the helpers.
 #
@@ -23,8 +25,17 @@ PG=${BENCH_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432}
 DB=${BENCH_DB:-cp_bench_$(basename "$0" .sh | tr -c 'a-z0-9_\n' '_')}
 BIN=${DRILL_BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 # The cpctl that sets the database up: an A/B against an older build passes that build's, so
-# the schema starts at the oldest build's migrations and each newer server adds its own.
+# the schema starts at the oldest build's migrations (ab.sh gives each build its own copy, to
+# which a newer server adds its own).
 CPCTL=${BENCH_CPCTL:-$BIN/cpctl}
+# cpctl's users, tokens and workspaces verbs go over HTTP to a running server (CPCTL_SERVER,
+# CPCTL_TOKEN), so the set-up runs them against a setup server (setup_server below). None with
+# BENCH_CPCTL set: an older cpctl opens the store for those verbs and ignores CPCTL_*, and a
+# setup server of this tree would migrate the schema past the older build's, which an A/B must
+# not run on. BENCH_SETUP_SERVER=yes starts one anyway (a BENCH_CPCTL wrapping this tree's
+# cpctl, such as wrong-secret-cpctl.sh), =no never.
+SETUP_SERVER=${BENCH_SETUP_SERVER:-$([ -n "${BENCH_CPCTL:-}" ] && echo no || echo yes)}
+SETUP_PID=
 # shellcheck disable=SC2034 # HERE is for the scripts that source this file
 HERE=tests/bench
 OUT=$(mktemp -d)
@@ -50,6 +61,7 @@ ensure_built control-plane cpctl
 
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  [ -z "$SETUP_PID" ] || kill "$SETUP_PID" 2>/dev/null || true
   if [ -n "${KEEP:-}" ]; then echo "outputs kept in $OUT" >&2; else rm -rf "$OUT"; fi
 }
 trap cleanup EXIT
@@ -57,6 +69,46 @@ trap cleanup EXIT
 CP_TOKEN_HASH_KEY=$(head -c 32 /dev/urandom | base64)
 CP_IDEMPOTENCY_KEYS=$(head -c 32 /dev/urandom | base64)
 export CP_TOKEN_HASH_KEY CP_IDEMPOTENCY_KEYS
+
+# setup_server: the set-up's temporary server ($SETUP_SERVER=yes), $BIN/control-plane on
+# $DATABASE_URL at a loopback port the kernel picks, every limit off, waited for (/readyz); exports
+# CPCTL_SERVER and CPCTL_TOKEN=$TOKEN0 (the bootstrap's operator, every scope) for the cpctl calls
+# that follow. stop_setup_server stops it and waits for it, so that no server numbers events
+# during a floor and no connection is left to the database, and unsets both.
+setup_server() {
+  [ "$SETUP_SERVER" = yes ] || return 0
+  env CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off \
+    CP_MAX_ACTIVE_TOKENS_PER_USER=1000000 \
+    "$BIN/control-plane" --listen 127.0.0.1:0 --log-format json > "$OUT/setup-server.log" 2>&1 &
+  SETUP_PID=$!
+  local port= _
+  for _ in $(seq 1 $((${START_WAIT:-10} * 5))); do
+    kill -0 "$SETUP_PID" 2>/dev/null || break
+    port=$(python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        fields = json.loads(line).get("fields", {})
+    except ValueError:
+        continue
+    if fields.get("message") == "listening":
+        print(fields["port"]); break' "$OUT/setup-server.log")
+    [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
+    port=
+    sleep 0.2
+  done
+  if [ -z "$port" ]; then
+    echo "the setup server did not start:" >&2; tail -3 "$OUT/setup-server.log" >&2; return 1
+  fi
+  export CPCTL_SERVER=http://127.0.0.1:$port CPCTL_TOKEN=$TOKEN0
+}
+stop_setup_server() {
+  [ -n "$SETUP_PID" ] || return 0
+  kill "$SETUP_PID" 2>/dev/null || true
+  wait "$SETUP_PID" 2>/dev/null || true
+  SETUP_PID=
+  unset CPCTL_SERVER CPCTL_TOKEN
+}
 
 if [ "${BENCH_SETUP:-users}" != none ]; then
   psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
@@ -67,6 +119,7 @@ if [ "${BENCH_SETUP:-users}" != none ]; then
   read -r ORG WS USER0 TOKEN0 < <(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["organisationId"], d["workspaceId"], d["userId"], d["credential"]["token"])' <<<"$boot")
   echo "$TOKEN0" > "$OUT/tokens.txt"
   echo "0,$USER0,$(cut -d_ -f2 <<<"$TOKEN0")" > "$OUT/users.csv"
+  setup_server
   for n in $(seq 1 127); do
     user=$($CPCTL users create --org "$ORG" "u$n@bench.test")
     token=$($CPCTL tokens issue --user "$user" --name bench --scope tokens:issue --scope activity:read --workspace "$WS" -o json \
@@ -74,6 +127,7 @@ if [ "${BENCH_SETUP:-users}" != none ]; then
     echo "$token" >> "$OUT/tokens.txt"
     echo "$n,$user,$(cut -d_ -f2 <<<"$token")" >> "$OUT/users.csv"
   done
+  stop_setup_server
   psql "$DATABASE_URL" -qc "CREATE TABLE bench_users (n int PRIMARY KEY, user_id uuid NOT NULL, public_id text NOT NULL)" \
     -c "\copy bench_users FROM '$OUT/users.csv' CSV"
   export BENCH_ORG=$ORG BENCH_WS=$WS BENCH_TOKEN=$TOKEN0 BENCH_TOKENS=$OUT/tokens.txt

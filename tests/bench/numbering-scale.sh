@@ -16,6 +16,8 @@ N=${2:-1000}
 source "$(dirname "$0")/lib.sh"
 
 echo "setting up $N workspaces, one token granted to each..." >&2
+# Over HTTP, through lib.sh's setup server, stopped before the floor.
+setup_server
 # Four at a time, each line appended (O_APPEND): writers sharing one offset would overwrite
 # each other's lines.
 : > "$OUT/wss.txt"
@@ -36,6 +38,7 @@ xargs -P 4 -L 1 sh -c '"$0" tokens issue --user "$1" --name "scale-$2" --scope t
   "$CPCTL" < "$OUT/pairs.txt" >> "$OUT/issued.txt"
 [ "$(grep -cE '^cpat_[A-Za-z0-9_]+ [0-9a-f-]{36}$' "$OUT/issued.txt")" -eq "$N" ] \
   || { echo "expected $N lines of a token and its workspace in $OUT/issued.txt" >&2; exit 1; }
+stop_setup_server
 cut -d' ' -f1 "$OUT/issued.txt" > "$OUT/tokensN.txt"
 cut -d' ' -f2 "$OUT/issued.txt" > "$OUT/workspacesN.txt"
 # A third of the tokens for each replica, so each workspace is written through one of them.

@@ -18,6 +18,8 @@ source "$(dirname "$0")/lib.sh"
 ensure_built examples/ops_load
 
 echo "setting up 16 workspaces and 128 tokens spread over them..." >&2
+# Over HTTP, through lib.sh's setup server, stopped before the floor.
+setup_server
 WSS=("$WS")
 for i in $(seq 1 15); do WSS+=("$($CPCTL workspaces create --org "$ORG" "ws$i")"); done
 : > "$OUT/tokens16.txt"; : > "$OUT/workspaces16.txt"
@@ -28,6 +30,7 @@ while IFS=, read -r n user _; do
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])' >> "$OUT/tokens16.txt"
   echo "$target" >> "$OUT/workspaces16.txt"
 done < "$OUT/users.csv"
+stop_setup_server
 
 echo "pgbench: two inserts, unserialised (floor)..." >&2
 pg_run pg_two -D org="$ORG" -D ws="$WS" -f "$PWD/$HERE/pgbench-two-inserts.sql"
