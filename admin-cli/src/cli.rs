@@ -98,6 +98,19 @@ pub enum Command {
     },
     /// Apply pending database migrations.
     Migrate,
+    /// A new token for an existing operator when every operator token is lost: only
+    /// `admin:read` and `admin:write`, printed once. Opens the records store (whoever holds it
+    /// could do as much); audited as `token.issued`.
+    Recover {
+        /// The operator's email.
+        #[arg(long)]
+        operator: String,
+        #[arg(long, default_value_t = 1)]
+        expires_in_days: i64,
+        /// The server's listen address (as its --listen), for the `cpctl login` line printed.
+        #[arg(long, env = "CP_LISTEN", default_value = "127.0.0.1:8080")]
+        listen: String,
+    },
     /// The records store itself: copy every record into another store.
     #[command(subcommand)]
     Store(crate::store::StoreCommand),

@@ -191,6 +191,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
+        Command::Recover {
+            operator,
+            expires_in_days,
+            listen,
+        } => {
+            let days = arg("--expires-in-days", ExpiresInDays::parse(expires_in_days))?;
+            let (user, credential) = services.recover_operator(&operator, days, &cid).await?;
+            output::credential(out, &credential);
+            if out == OutputFormat::Table {
+                println!(
+                    "\noperator {} ({}): keep it with `cpctl login --server {}`",
+                    user.id,
+                    user.email,
+                    base_url(&listen, None)
+                );
+            }
+        }
         Command::Orgs(OrgsCommand::SelfApproval { org, rule }) => {
             let allowed = rule == crate::cli::SelfApprovalRule::Allow;
             services.set_self_approval(org, allowed, &cid).await?;

@@ -1,11 +1,12 @@
-//! Organisations, workspaces, environments and users: created only by the admin CLI in v1.
+//! Organisations, workspaces, environments and users as the store verbs of cpctl make them
+//! (bootstrap, recovery); the admin API's rules over them are `directory.rs` and `users.rs`.
 
 use serde_json::json;
 use uuid::Uuid;
 
 use super::{IssueTokenInput, IssuedCredential, ServiceError, Services};
 use crate::domain::{
-    CorrelationId, Email, ExpiresInDays, FieldError, NewAuditEvent, Role, Scopes, TokenName,
+    CorrelationId, Email, ExpiresInDays, FieldError, NewAuditEvent, Role, Scope, Scopes, TokenName,
     ValidationErrors,
 };
 use crate::storage::{Environment, Organisation, StoreError, User, Workspace, WriteContext};
@@ -395,5 +396,51 @@ impl Services {
             user,
             credential,
         })
+    }
+
+    /// `cpctl recover`: a new token for an existing operator, for whoever holds the records
+    /// store when every operator token is lost (the admin API cannot help without one). It
+    /// holds only `admin:read` and `admin:write`, on the first workspace of the operator's
+    /// organisation (a token needs one), so the operator issues itself what it needs over
+    /// HTTP; it is audited as any store-side issuance. A disabled or non-operator user is
+    /// refused: recovery gives back access, never a role.
+    pub async fn recover_operator(
+        &self,
+        email: &str,
+        expires_in_days: ExpiresInDays,
+        cid: &CorrelationId,
+    ) -> Result<(User, IssuedCredential), ServiceError> {
+        let email = parse_email(email)?;
+        // A rare command: one pass over the users beats a port of its own.
+        let user = self
+            .store
+            .list_users(None)
+            .await?
+            .into_iter()
+            .find(|u| u.role == Role::Operator && u.email.eq_ignore_ascii_case(&email))
+            .ok_or_else(|| ServiceError::not_found("no operator has that email"))?;
+        super::admin_tokens::not_disabled(&user)?;
+        let workspace = self
+            .store
+            .list_workspaces(Some(user.organisation_id))
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                ServiceError::not_found("the operator's organisation has no workspace")
+            })?;
+        let name =
+            TokenName::parse("recovery").map_err(|e| ServiceError::Internal(e.to_string()))?;
+        let scopes: Scopes = [Scope::AdminRead, Scope::AdminWrite].into_iter().collect();
+        let request = IssueTokenInput::new(
+            name,
+            scopes,
+            user.organisation_id,
+            vec![workspace.id],
+            vec![],
+            expires_in_days,
+        )?;
+        let credential = self.issue_token_for_user(user.id, request, cid).await?;
+        Ok((user, credential))
     }
 }

@@ -85,13 +85,7 @@ impl Services {
             .await?;
         let user = self.member_of(org, user).await?;
         may_touch(principal, user.role)?;
-        if user.disabled.is_some() {
-            return Err(ServiceError::Conflict {
-                code: "conflict",
-                message: "the user is disabled; enable it before issuing it a token".into(),
-                details: None,
-            });
-        }
+        not_disabled(&user)?;
         let input = IssueTokenInput::new(
             request.name,
             request.scopes,
@@ -178,5 +172,18 @@ impl Services {
         let token = self.token_of(org, token).await?;
         may_touch(principal, self.owner_role(&token).await?)?;
         self.rotate(token, grace, write).await
+    }
+}
+
+/// A disabled user gets no new token: it could not use one, and enabling it later should not
+/// bring back tokens nobody asked for meanwhile.
+pub(super) fn not_disabled(user: &crate::storage::User) -> Result<(), ServiceError> {
+    match user.disabled {
+        None => Ok(()),
+        Some(_) => Err(ServiceError::Conflict {
+            code: "conflict",
+            message: "the user is disabled; enable it before issuing it a token".into(),
+            details: None,
+        }),
     }
 }
