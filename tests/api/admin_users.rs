@@ -336,3 +336,45 @@ async fn a_keyed_creation_runs_once_and_its_replay_is_asked_again() {
         .await;
     send(&admin.token).expect(403, "forbidden").await;
 }
+
+/// A keyed change is committed only once its answer is stored, so the answer must be the user
+/// as the change left it, not as a read beside the open write would see it (cpctl keys every
+/// change); its replay answers the same.
+#[tokio::test]
+async fn a_keyed_change_answers_the_user_as_changed() {
+    let (app, tenant) = tenant_app().await;
+    let org = tenant.organisation_id;
+    let created: Value = create(&app, org, &tenant.token, &json!({ "email": email() }))
+        .await
+        .ok()
+        .await;
+    let user: Uuid = serde_json::from_value(created["user"]["id"].clone()).unwrap();
+    let keyed = |builder: reqwest::RequestBuilder| {
+        builder.header("idempotency-key", format!("k-{}", Uuid::new_v4().simple()))
+    };
+
+    let disable = keyed(app.post_json(
+        &routes::disable_user(org, user),
+        &tenant.token,
+        &json!({ "reason": "left" }),
+    ));
+    let replay = disable.try_clone().unwrap();
+    let disabled: Value = disable.ok().await;
+    assert_eq!(disabled["changed"], true);
+    assert_eq!(disabled["user"]["disabledReason"], "left");
+    assert!(disabled["user"]["disabledAt"].is_string(), "{disabled}");
+    assert_eq!(replay.ok::<Value>().await, disabled);
+    let shown: Value = app.get_ok(&routes::user(org, user), &tenant.token).await;
+    assert_eq!(shown["user"], disabled["user"]);
+
+    let raised: Value = keyed(set_role(&app, org, user, &tenant.token, "admin"))
+        .ok()
+        .await;
+    assert_eq!(raised["user"]["role"], "admin");
+    let enabled: Value =
+        keyed(app.post_json(&routes::enable_user(org, user), &tenant.token, &json!({})))
+            .ok()
+            .await;
+    assert_eq!(enabled["user"]["disabledAt"], Value::Null);
+    assert_eq!(enabled["user"]["role"], "admin");
+}

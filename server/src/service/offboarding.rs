@@ -131,10 +131,19 @@ impl Services {
             .set_user_role(write, user.id, user.role, role, &event)
             .await?;
         tracing::info!(user_id = %user.id, role = role.as_str(), changed, "user role set");
-        Ok(UserChange {
-            user: self.get_user(user.id).await?,
-            changed,
-        })
+        let user = User { role, ..user };
+        self.changed_user(user, changed).await
+    }
+
+    /// The user after a change: as written when this request changed it (a keyed request's
+    /// write is not committed until its response is stored, so a read now would see the row as
+    /// it was), or as stored when it changed nothing (another request's state, committed).
+    async fn changed_user(&self, written: User, changed: bool) -> Result<UserChange, ServiceError> {
+        let user = match changed {
+            true => written,
+            false => self.get_user(written.id).await?,
+        };
+        Ok(UserChange { user, changed })
     }
 
     async fn set_disabled(
@@ -149,10 +158,11 @@ impl Services {
             .set_user_disabled(write, user.id, disabled, event)
             .await?;
         tracing::info!(user_id = %user.id, disabled = disabled.is_some(), changed, "user state set");
-        Ok(UserChange {
-            user: self.get_user(user.id).await?,
-            changed,
-        })
+        let user = User {
+            disabled: disabled.cloned(),
+            ..user
+        };
+        self.changed_user(user, changed).await
     }
 
     pub async fn user_overview(&self, user_id: Uuid) -> Result<UserOverview, ServiceError> {
