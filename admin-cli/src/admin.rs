@@ -63,14 +63,14 @@ pub enum AdminVerb {
 
 impl AdminVerb {
     /// The verb, when `command` is one; the command back otherwise (a store or local verb).
-    pub fn of(command: Command) -> Result<Self, Command> {
+    pub fn of(command: Command) -> Result<Self, Box<Command>> {
         Ok(match command {
             Command::Orgs(c @ (OrgsCommand::Create { .. } | OrgsCommand::List)) => Self::Orgs(c),
             Command::Workspaces(c) => Self::Workspaces(c),
             Command::Environments(c) => Self::Environments(c),
             Command::Users(c) => Self::Users(c),
             Command::Tokens(c) => Self::Tokens(c),
-            other => return Err(other),
+            other => return Err(Box::new(other)),
         })
     }
 

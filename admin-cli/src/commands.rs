@@ -73,7 +73,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 .run(&crate::remote::Client::new(target)?, cli.output)
                 .await;
         }
-        Err(command) => command,
+        Err(command) => *command,
     };
     if let Command::Completion { shell } = &cli.command {
         clap_complete::generate(*shell, &mut Cli::command(), "cpctl", &mut std::io::stdout());
