@@ -1,7 +1,9 @@
 //! Runs the real `cpctl` binary against a fresh records store of its own: a Postgres database,
 //! or an SQLite file with `TEST_RECORDS=sqlite` (or when Postgres does not answer), chosen once
-//! per run as the HTTP suite chooses (`cli/records.rs`). This file holds what the tests share
-//! (`cpctl` run as one line, output checks); the tests are in `cli/`, one module a concern.
+//! per run as the HTTP suite chooses (`cli/records.rs`). The verbs that open the store run with
+//! `DATABASE_URL` ([`Db::run`]); those that go over HTTP run against a server on the same store
+//! ([`Served::run`], `cli/served.rs`). This file holds what the tests share (`cpctl` run as one
+//! line, output checks); the tests are in `cli/`, one module a concern.
 
 use std::process::{Command, Output};
 
@@ -16,8 +18,14 @@ mod records;
 
 use records::{Backend, Db, sql_all, sql_exec, sql_one};
 
+#[path = "cli/served.rs"]
+mod served;
+
+use served::{Served, client, config_home, serve, served};
+
 impl Db {
-    /// `cpctl` with `line` split at whitespace (no argument of these tests holds a space).
+    /// `cpctl` on the store with `line` split at whitespace (no argument of these tests holds a
+    /// space).
     fn run(&self, line: &str) -> Output {
         self.cpctl(&line.split_whitespace().collect::<Vec<_>>())
     }
@@ -91,7 +99,7 @@ fn json_of(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-/// Moves a revision to `pending_approval` as the API's request would (no server runs here).
+/// Moves a revision to `pending_approval` as the API's request would.
 async fn pending(db: &Db, revision: &str, by: &str) {
     let changed = sql_exec!(
         &mut db.conn().await,
@@ -126,6 +134,8 @@ mod audit_proofs;
 mod decisions;
 #[path = "cli/fleet.rs"]
 mod fleet;
+#[path = "cli/http_verbs.rs"]
+mod http_verbs;
 #[path = "cli/login.rs"]
 mod login;
 #[path = "cli/offboarding.rs"]

@@ -44,7 +44,8 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
     let dir = TempDir::new();
     let src = dir.url("control-plane.db");
 
-    // Admin records through cpctl.
+    // Admin records through cpctl: the store's verbs on the file, the rest over HTTP to a
+    // server on it.
     let boot = json_of(
         &src,
         &[
@@ -61,47 +62,36 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
     let ws = boot["workspaceId"].as_str().unwrap().to_owned();
     let user = boot["userId"].as_str().unwrap().to_owned();
     let token = boot["credential"]["token"].as_str().unwrap().to_owned();
-    let ws2 = id(&json_of(
-        &src,
-        &["workspaces", "create", "--org", &org, "staging"],
-    ));
-    let env = id(&json_of(
-        &src,
-        &["environments", "create", "--workspace", &ws, "eu"],
-    ));
-    let env2 = id(&json_of(
-        &src,
-        &["environments", "create", "--workspace", &ws2, "us"],
-    ));
-    let user2 = id(&json_of(
-        &src,
-        &["users", "create", "--org", &org, "dev@acme.test"],
-    ));
-    let reporter = json_of(
-        &src,
-        &[
-            "tokens",
-            "issue",
-            "--user",
-            &user2,
-            "--name",
-            "reporter",
-            "--scope",
-            "reviews:report",
-            "--workspace",
-            &ws,
-        ],
+    let token_id = boot["credential"]["id"].as_str().unwrap().to_owned();
+    let source = Server::start(&src).await;
+    let http = |args: &[&str]| remote_json(&source, &token, args);
+    let ws2 = id(&http(&["workspaces", "create", "staging"]));
+    let env = id(&http(&["environments", "create", "--workspace", &ws, "eu"]));
+    let env2 = id(&http(&[
+        "environments",
+        "create",
+        "--workspace",
+        &ws2,
+        "us",
+    ]));
+    let user2 = id(&http(&["users", "create", "dev@acme.test"]));
+    let issue_for = |user: &str, name: &str, rest: &[&str]| {
+        let args = [
+            &["tokens", "issue", "--user", user, "--name", name][..],
+            rest,
+        ]
+        .concat();
+        http(&args)["token"].as_str().unwrap().to_owned()
+    };
+    let reporter = issue_for(
+        &user2,
+        "reporter",
+        &["--scope", "reviews:report", "--workspace", &ws],
     );
-    let reporter = reporter["token"].as_str().unwrap().to_owned();
-    let staging = json_of(
-        &src,
+    let staging = issue_for(
+        &user,
+        "staging",
         &[
-            "tokens",
-            "issue",
-            "--user",
-            &user,
-            "--name",
-            "staging",
             "--scope",
             "activity:read",
             "--scope",
@@ -112,7 +102,6 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
             &env2,
         ],
     );
-    let staging = staging["token"].as_str().unwrap().to_owned();
     ok(cpctl(
         &src,
         &["pools", "create", "--workspace", &ws2, "staging-pool"],
@@ -175,7 +164,6 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
     }
 
     // The rest through the API.
-    let source = Server::start(&src).await;
     let issue = |name: &str| json!({"name": name, "scopes": ["activity:read"], "organisationId": org, "workspaceIds": [ws]});
     let child = source
         .post("/v1/personal-access-tokens", &token, &issue("ci"))
@@ -285,8 +273,11 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
         .get(&format!("/v1/workspaces/{ws}/activity"), &doomed)
         .await;
     assert_ne!(doomed_status, 200, "{doomed_body}");
+    // Listed over HTTP before the server stops (a request may record a shadow disagreement),
+    // from the store once it has.
+    let listed_http = http_listings(&source, &token, &token_id);
     source.stop().await;
-    let listed = listings(&src, &ws, &plugin);
+    let listed = store_listings(&src, &ws, &plugin);
 
     let db = PgDb::new(true).await;
     let copied = store_copy(&src, &db.url);
@@ -307,10 +298,10 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
     }
     assert_eq!(copied["workspacesVerified"], 2);
 
-    // cpctl reads the same records from the copy.
-    assert_eq!(listings(&db.url, &ws, &plugin), listed);
-
+    // cpctl reads the same records from the copy, and so does a server on it.
+    assert_eq!(store_listings(&db.url, &ws, &plugin), listed);
     let target = Server::start(&db.url).await;
+    assert_eq!(http_listings(&target, &token, &token_id), listed_http);
     // Identical answers: the original token's hash came across, and so did every event.
     assert_eq!(reads(&target, &token, &ws).await, before);
     assert_eq!(reads(&target, &staging, &ws2).await, before_staging);
@@ -365,9 +356,15 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
     // And back: the copy copies into a new SQLite file, which lists the same.
     let back = dir.url("back.db");
     ok(cpctl(&db.url, &["policies", "rollback", "authorizer"]));
-    let listed_pg = listings(&db.url, &ws, &plugin);
+    let served = Server::start(&db.url).await;
+    let http_pg = http_listings(&served, &token, &token_id);
+    served.stop().await;
+    let listed_pg = store_listings(&db.url, &ws, &plugin);
     ok(store_copy(&db.url, &back));
-    assert_eq!(listings(&back, &ws, &plugin), listed_pg);
+    assert_eq!(store_listings(&back, &ws, &plugin), listed_pg);
+    let served = Server::start(&back).await;
+    assert_eq!(http_listings(&served, &token, &token_id), http_pg);
+    served.stop().await;
     let verified = json_of(&back, &["audit", "verify", "--workspace", &ws]);
     assert_eq!(verified["intact"], true, "{verified}");
     db.drop_db().await;
@@ -391,7 +388,18 @@ async fn a_target_with_records_is_refused_and_left_as_it_was() {
         ],
     );
     let db = PgDb::new(true).await;
-    ok(cpctl(&db.url, &["orgs", "create", "already-here"]));
+    let here = json_of(
+        &db.url,
+        &[
+            "bootstrap",
+            "--org",
+            "already-here",
+            "--workspace",
+            "w",
+            "--admin",
+            "ops@here.test",
+        ],
+    );
     let before = db.counts().await;
 
     let out = store_copy(&src, &db.url);
@@ -401,7 +409,13 @@ async fn a_target_with_records_is_refused_and_left_as_it_was() {
     assert!(err.contains("not empty"), "{err}");
     assert!(!err.contains(&db.url), "the URL may hold a password: {err}");
     assert_eq!(db.counts().await, before, "nothing was written");
-    let orgs = json_of(&db.url, &["orgs", "list"]);
+    let server = Server::start(&db.url).await;
+    let orgs = remote_json(
+        &server,
+        here["credential"]["token"].as_str().unwrap(),
+        &["orgs", "list"],
+    );
+    server.stop().await;
     assert_eq!(orgs.as_array().unwrap().len(), 1);
     assert_eq!(orgs[0]["name"], "already-here");
     db.drop_db().await;
@@ -484,9 +498,9 @@ async fn every_table_of_both_schemas_is_copied_or_deliberately_not() {
 }
 
 /// Without any service: an embedded store copies into another SQLite file, which lists the
-/// same records, and a second copy into it is refused.
-#[test]
-fn an_embedded_store_copies_into_another_file() {
+/// same records (from the file and from a server on it), and a second copy into it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedded_store_copies_into_another_file() {
     let dir = TempDir::new();
     let src = dir.url("control-plane.db");
     let boot = json_of(
@@ -523,7 +537,19 @@ fn an_embedded_store_copies_into_another_file() {
     // It says which key-encryption key the target's server needs.
     let needs = copied["targetNeeds"].as_str().unwrap();
     assert!(needs.contains(&key_file().display().to_string()), "{needs}");
-    assert_eq!(listings(&copy, &ws, &plugin), listings(&src, &ws, &plugin));
+    assert_eq!(
+        store_listings(&copy, &ws, &plugin),
+        store_listings(&src, &ws, &plugin)
+    );
+    let (token, token_id) = (&boot["credential"]["token"], &boot["credential"]["id"]);
+    let (token, token_id) = (token.as_str().unwrap(), token_id.as_str().unwrap());
+    let mut listed = Vec::new();
+    for store in [&src, &copy] {
+        let server = Server::start(store).await;
+        listed.push(http_listings(&server, token, token_id));
+        server.stop().await;
+    }
+    assert_eq!(listed[0], listed[1]);
     // The copy holds the same secrets: a folder and files of its owner's alone.
     {
         use std::os::unix::fs::PermissionsExt;

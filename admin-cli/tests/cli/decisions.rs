@@ -5,18 +5,18 @@ use super::*;
 
 /// `tokens show` and `tokens list` name the issuing token; `tokens revoke --cascade` revokes the
 /// whole token and every descendant, grandchildren included, and nothing else.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
     let db = Db::new().await;
-    let org = stdout(&db.run("orgs create initech")).trim().to_owned();
-    let ws = stdout(&db.run(&format!("workspaces create --org {org} prod")))
-        .trim()
-        .to_owned();
-    let user = stdout(&db.run(&format!("users create --org {org} ops@initech.test")))
+    let server = served(&db).await;
+    let org = stdout(&server.run("orgs create initech")).trim().to_owned();
+    let run = |line: &str| server.run(&format!("{line} --org {org}"));
+    let ws = stdout(&run("workspaces create prod")).trim().to_owned();
+    let user = stdout(&run("users create ops@initech.test"))
         .trim()
         .to_owned();
     let issue = |name: &str| {
-        let out = db.run(&format!(
+        let out = run(&format!(
             "tokens issue --user {user} --name {name} --scope tokens:issue --workspace {ws} -o json"
         ));
         json_of(&out)["id"].as_str().unwrap().to_owned()
@@ -27,7 +27,7 @@ async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
         issue("grandchild"),
         issue("other"),
     );
-    // cpctl issues tokens without an issuer; the lineage a token-issued chain would record:
+    // An administrator's issuance has no issuer; the lineage a token-issued chain would record:
     let mut conn = db.conn().await;
     for (id, parent) in [(&child, &root), (&grandchild, &child)] {
         let changed = sql_exec!(
@@ -39,15 +39,15 @@ async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
         assert_eq!(changed, 1);
     }
 
-    let shown = json_of(&db.run(&format!("tokens show --id {child} -o json")));
+    let shown = json_of(&run(&format!("tokens show --id {child} -o json")));
     assert_eq!(shown["id"], child.as_str());
     assert_eq!(shown["issuedByTokenId"], root.as_str());
-    let table = stdout(&db.run(&format!("tokens show --id {child}")));
+    let table = stdout(&run(&format!("tokens show --id {child}")));
     assert!(
         table.contains("ISSUED BY") && table.contains(&root),
         "{table}"
     );
-    let list = json_of(&db.run("tokens list -o json"));
+    let list = json_of(&run("tokens list -o json"));
     let issuer_of = |id: &str| {
         list.as_array()
             .unwrap()
@@ -58,27 +58,27 @@ async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
     };
     assert_eq!(issuer_of(&root), Value::Null);
     assert_eq!(issuer_of(&grandchild), child.as_str());
-    assert!(
-        !db.run(&format!("tokens show --id {}", uuid::Uuid::new_v4()))
-            .status
-            .success()
-    );
+    let unknown = failure(&run(&format!("tokens show --id {}", uuid::Uuid::new_v4())));
+    assert!(unknown.contains("not_found"), "{unknown}");
+    // Another organisation's token is as unknown as a token that does not exist.
+    let elsewhere = failure(&server.run(&format!("tokens show --id {child}")));
+    assert!(elsewhere.contains("not_found"), "{elsewhere}");
 
     // Neither a workspace nor --cascade: refused before anything runs.
-    let refused = db.run(&format!("tokens revoke --token {root} --reason x"));
+    let refused = run(&format!("tokens revoke --token {root} --reason x"));
     assert!(!refused.status.success());
 
-    let revoked = json_of(&db.run(&format!(
+    let revoked = json_of(&run(&format!(
         "tokens revoke --token {root} --reason leaked --cascade -o json"
     )));
     assert_eq!(revoked["tokenRevoked"], true);
-    assert_eq!(revoked["descendantGrantsRevoked"], 2);
+    assert_eq!(revoked["descendantsRevoked"], 2);
     for id in [&root, &child, &grandchild] {
-        let shown = json_of(&db.run(&format!("tokens show --id {id} -o json")));
+        let shown = json_of(&run(&format!("tokens show --id {id} -o json")));
         assert!(is_api_time(shown["revokedAt"].as_str().unwrap()), "{shown}");
         assert_eq!(shown["workspaceIds"], serde_json::json!([]));
     }
-    let shown = json_of(&db.run(&format!("tokens show --id {other} -o json")));
+    let shown = json_of(&run(&format!("tokens show --id {other} -o json")));
     assert_eq!(shown["revokedAt"], Value::Null);
     let (events,) = sql_one!(
         &mut conn,
@@ -92,20 +92,19 @@ async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
 /// named by email, by id or by `CP_ACTOR`, decides a pending revision once; a second decision
 /// is `invalid_transition`; a non-administrator, a user of another organisation and an unknown
 /// revision are refused and change nothing; each decision is audited with its actor.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revisions_are_approved_or_rejected_once_by_an_administrator() {
     let db = Db::new().await;
-    let boot = bootstrap(&db);
-    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
-    let org = boot["organisationId"].as_str().unwrap().to_owned();
-    let admin = boot["userId"].as_str().unwrap().to_owned();
+    let server = served(&db).await;
+    let (ws, org) = (server.workspace.clone(), server.org.clone());
+    let admin = server.user.clone();
 
     // Bootstrap's user is the operator; a plain user is a member, unless created --role admin.
-    let member = json_of(&db.run(&format!(
+    let member = json_of(&server.run(&format!(
         "users create --org {org} member@acme.test -o json"
     )));
     assert_eq!(member["role"], "member");
-    let users = json_of(&db.run(&format!("users list --org {org} -o json")));
+    let users = json_of(&server.run(&format!("users list --org {org} -o json")));
     let admin_row = users
         .as_array()
         .unwrap()
@@ -113,11 +112,12 @@ async fn revisions_are_approved_or_rejected_once_by_an_administrator() {
         .find(|u| u["id"] == admin.as_str())
         .unwrap();
     assert_eq!(admin_row["role"], "operator");
-    let other_org = stdout(&db.run("orgs create initech")).trim().to_owned();
-    let outsider = json_of(&db.run(&format!(
+    let other_org = stdout(&server.run("orgs create initech")).trim().to_owned();
+    let outsider = json_of(&server.run(&format!(
         "users create --org {other_org} --role admin boss@initech.test -o json"
     )));
     assert_eq!(outsider["role"], "admin");
+    assert_eq!(outsider["organisationId"], other_org.as_str());
 
     let wf = json_of(&db.run(&format!("workflows create --workspace {ws} deploy -o json")))["id"]
         .as_str()

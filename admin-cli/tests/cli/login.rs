@@ -2,69 +2,10 @@
 //! `CPCTL_*` variables: `login` keeps a context only for a token the server accepts, in a file
 //! only its owner may read; `whoami`, `context list|use|remove`, and the overrides.
 
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-
-use control_plane::config::ServerConfig;
-use control_plane::startup::Application;
 
 use super::*;
-
-/// A server in this process on the test's records, and the token of its bootstrap.
-struct Served {
-    base: String,
-    token: String,
-    user: String,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn served(db: &Db) -> Served {
-    let boot = bootstrap(db);
-    let app = Application::build(&ServerConfig::for_database(&db.url))
-        .await
-        .expect("the server starts");
-    Served {
-        base: format!("http://127.0.0.1:{}", app.port()),
-        token: boot["credential"]["token"].as_str().unwrap().to_owned(),
-        user: boot["userId"].as_str().unwrap().to_owned(),
-        task: tokio::spawn(app.run()),
-    }
-}
-
-fn config_home() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cpctl-home-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// cpctl with an empty environment but `XDG_CONFIG_HOME` and `vars`, `stdin` as its input.
-fn client(home: &Path, line: &str, vars: &[(&str, &str)], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cpctl"))
-        .args(line.split_whitespace())
-        .env_clear()
-        .env("XDG_CONFIG_HOME", home)
-        .envs(vars.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
 
 fn contexts_file(home: &Path) -> PathBuf {
     home.join("cpctl").join("contexts.json")

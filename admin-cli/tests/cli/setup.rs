@@ -1,5 +1,5 @@
 //! Setting up a store from the CLI: `bootstrap` (its output, its first steps, once only),
-//! organisations, workspaces, environments, users and tokens created and listed, shell
+//! organisations, workspaces, environments, users and tokens created and listed over HTTP, shell
 //! completions, the embedded store by default, one-line errors for an unusable store or a
 //! foreign hashing key, and the webhook signing keys it prints.
 
@@ -41,9 +41,9 @@ async fn bootstrap_prints_ids_and_a_credential_once_and_refuses_a_second_time() 
 }
 
 /// After the credential, bootstrap prints (stdout only) a `curl` of the workspace's activity
-/// with the new token, the `/docs` address built from the listen address, and a `cpctl` line
-/// for an activity-only token that works as printed.
-#[tokio::test]
+/// with the new token, the `/docs` address built from the listen address, how cpctl gets the
+/// token (`cpctl login`), and a `cpctl` line for an activity-only token that works as printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bootstrap_prints_first_steps_with_the_new_token() {
     let db = Db::new().await;
     let out =
@@ -62,20 +62,18 @@ async fn bootstrap_prints_first_steps_with_the_new_token() {
     );
     assert!(text.contains(&curl), "{text}");
     assert!(text.contains("http://localhost:9090/docs"), "{text}");
-    let cpctl = match db.backend() {
-        // A Postgres URL may hold a password: the line names it and never writes it out.
-        Backend::Postgres => {
-            assert!(
-                !text.contains(&db.url),
-                "the database URL may hold a password"
-            );
-            "DATABASE_URL=... cpctl".to_owned()
-        }
-        // A file's path holds no secret: the line names the file.
-        Backend::Sqlite => format!("cpctl --database-url {}", db.url),
-    };
+    assert!(
+        text.contains("cpctl login --server http://localhost:9090"),
+        "{text}"
+    );
+    if db.backend() == Backend::Postgres {
+        assert!(
+            !text.contains(&db.url),
+            "the database URL may hold a password"
+        );
+    }
     let issue = format!(
-        "{cpctl} tokens issue --user {user} --name activity-reader \
+        "cpctl tokens issue --user {user} --name activity-reader \
          --scope activity:read --workspace {workspace}"
     );
     assert!(text.contains(&issue), "{text}");
@@ -84,49 +82,66 @@ async fn bootstrap_prints_first_steps_with_the_new_token() {
         "token on stderr"
     );
 
-    // The cpctl line works as printed (DATABASE_URL is set here): its words after `cpctl`.
-    let args: Vec<&str> = issue
-        .split_whitespace()
-        .skip_while(|w| *w != "cpctl")
-        .skip(1)
-        .collect();
-    let issued = json_of(&db.cpctl(&[&args[..], &["-o", "json"]].concat()));
+    // The cpctl line works as printed, against a server on this store with this token.
+    let boot = serde_json::json!({
+        "organisationId": value("organisation:"),
+        "workspaceId": workspace,
+        "userId": user,
+        "credential": {"id": value("id:"), "token": token},
+    });
+    let server = serve(&db, &boot).await;
+    let args: Vec<&str> = issue.split_whitespace().skip(1).collect();
+    let issued = json_of(&server.cpctl(&[&args[..], &["-o", "json"]].concat()));
     assert_eq!(issued["scopes"], serde_json::json!(["activity:read"]));
+    assert_eq!(issued["workspaceIds"], serde_json::json!([workspace]));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_prints_the_id_and_list_shows_it() {
     let db = Db::new().await;
-    let org = stdout(&db.run("orgs create globex")).trim().to_owned();
+    let server = served(&db).await;
+    let org = stdout(&server.run("orgs create globex")).trim().to_owned();
     assert!(uuid::Uuid::parse_str(&org).is_ok(), "{org}");
-    let ws = db.run(&format!("workspaces create --org {org} staging -o json"));
-    let ws: Value = serde_json::from_str(&stdout(&ws)).unwrap();
+    let ws = json_of(&server.run(&format!("workspaces create --org {org} staging -o json")));
     assert_eq!(ws["name"], "staging");
+    assert_eq!(ws["organisationId"], org.as_str());
+    assert!(is_api_time(ws["createdAt"].as_str().unwrap()), "{ws}");
     let ws_id = ws["id"].as_str().unwrap();
-    let env = stdout(&db.run(&format!("environments create --workspace {ws_id} eu")))
+    let env = server.run(&format!(
+        "environments create --org {org} --workspace {ws_id} eu"
+    ));
+    let env = stdout(&env).trim().to_owned();
+    assert!(uuid::Uuid::parse_str(&env).is_ok(), "{env}");
+    let envs = json_of(&server.run(&format!(
+        "environments list --org {org} --workspace {ws_id} -o json"
+    )));
+    assert_eq!(envs[0]["id"], env.as_str());
+    assert_eq!(envs[0]["workspaceId"], ws_id);
+    let user = stdout(&server.run(&format!("users create --org {org} dev@globex.test")))
         .trim()
         .to_owned();
-    assert!(uuid::Uuid::parse_str(&env).is_ok());
-    let user = stdout(&db.run(&format!("users create --org {org} dev@globex.test")))
-        .trim()
-        .to_owned();
-    let issued = db.run(&format!("tokens issue --user {user} --name deploy --scope activity:read --workspace {ws_id} --environment {env} -o json"));
-    assert_ok(&issued);
-    let issued: Value = serde_json::from_str(&stdout(&issued)).unwrap();
+    let issued = json_of(&server.run(&format!("tokens issue --org {org} --user {user} --name deploy --scope activity:read --workspace {ws_id} --environment {env} -o json")));
     assert_eq!(issued["environmentIds"][0], env.as_str());
+    assert_eq!(issued["organisationId"], org.as_str());
 
-    let list: Value = serde_json::from_str(&stdout(&db.run("tokens list -o json"))).unwrap();
-    assert_eq!(list.as_array().unwrap().len(), 1);
+    let list = json_of(&server.run(&format!("tokens list --org {org} -o json")));
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list[0]["prefix"], issued["prefix"]);
     assert!(
         !list.to_string().contains(issued["token"].as_str().unwrap()),
         "listings never show a secret"
     );
-    let table = stdout(&db.run("orgs list"));
-    assert!(table.starts_with("ID") && table.contains("globex"));
+    let table = stdout(&server.run("orgs list"));
+    assert!(
+        table.starts_with("ID") && table.contains("globex"),
+        "{table}"
+    );
 
-    let revoked = db.cpctl(&[
+    let revoked = server.cpctl(&[
         "tokens",
         "revoke",
+        "--org",
+        &org,
         "--token",
         issued["id"].as_str().unwrap(),
         "--workspace",
@@ -134,13 +149,16 @@ async fn create_prints_the_id_and_list_shows_it() {
         "--reason",
         "done",
     ]);
-    assert!(revoked.status.success());
-    assert!(stdout(&revoked).contains("revoked entirely"));
-    let bad = db.run(&format!(
-        "tokens issue --user {user} --name x --scope nope --workspace {ws_id}"
-    ));
-    assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown scope"));
+    assert_ok(&revoked);
+    assert!(
+        stdout(&revoked).contains("revoked entirely"),
+        "{}",
+        stdout(&revoked)
+    );
+    let bad = failure(&server.run(&format!(
+        "tokens issue --org {org} --user {user} --name x --scope nope --workspace {ws_id}"
+    )));
+    assert!(bad.contains("unknown scope"), "{bad}");
 }
 
 #[test]
@@ -172,7 +190,7 @@ fn without_a_database_url_the_embedded_store_in_the_data_dir_is_used() {
             .unwrap()
     };
     // Only `migrate` and `bootstrap` create it: any other verb refuses, and creates nothing.
-    let refused = cpctl(&["orgs", "create", "embedded-org"]);
+    let refused = cpctl(&["policies", "list"]);
     assert!(!refused.status.success());
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(
@@ -183,11 +201,22 @@ fn without_a_database_url_the_embedded_store_in_the_data_dir_is_used() {
     assert!(!dir.join("control-plane.db").exists());
     assert_ok(&cpctl(&["migrate"]));
     assert!(dir.join("control-plane.db").exists());
-    let created = cpctl(&["orgs", "create", "embedded-org"]);
-    assert_ok(&created);
-    let listed = cpctl(&["orgs", "list", "-o", "json"]);
-    let orgs: Value = serde_json::from_slice(&listed.stdout).unwrap();
-    assert_eq!(orgs[0]["name"], "embedded-org");
+    let boot = cpctl(&[
+        "bootstrap",
+        "--org",
+        "embedded-org",
+        "--workspace",
+        "prod",
+        "--admin",
+        "ops@embedded.test",
+        "-o",
+        "json",
+    ]);
+    let ws = json_of(&boot)["workspaceId"].as_str().unwrap().to_owned();
+    assert_ok(&cpctl(&["pools", "create", "--workspace", &ws, "builders"]));
+    let listed = cpctl(&["pools", "list", "--workspace", &ws, "-o", "json"]);
+    let pools = json_of(&listed);
+    assert_eq!(pools[0]["name"], "builders");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -195,7 +224,7 @@ fn without_a_database_url_the_embedded_store_in_the_data_dir_is_used() {
 fn an_unusable_store_is_a_one_line_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_cpctl"))
         .args([
-            "orgs",
+            "policies",
             "list",
             "--database-url",
             "sqlite:///proc/cp-cannot-live-here/x.db",
@@ -253,18 +282,25 @@ async fn a_hashing_key_other_than_the_stores_is_refused() {
     let db = Db::new().await;
     let k1 = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
     let k2 = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
-    assert!(
-        db.cpctl_with_key(&["orgs", "create", "keyed"], Some(k1))
-            .status
-            .success()
+    let boot = db.cpctl_with_key(
+        &[
+            "bootstrap",
+            "--org",
+            "keyed",
+            "--workspace",
+            "prod",
+            "--admin",
+            "ops@keyed.test",
+            "-o",
+            "json",
+        ],
+        Some(k1),
     );
-    assert!(
-        db.cpctl_with_key(&["orgs", "list"], Some(k1))
-            .status
-            .success()
-    );
+    let ws = json_of(&boot)["workspaceId"].as_str().unwrap().to_owned();
+    let pools = ["pools", "list", "--workspace", &ws];
+    assert_ok(&db.cpctl_with_key(&pools, Some(k1)));
     for key in [Some(k2), None] {
-        let out = db.cpctl_with_key(&["orgs", "list"], key);
+        let out = db.cpctl_with_key(&pools, key);
         assert!(!out.status.success(), "{key:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("CP_TOKEN_HASH_KEY"), "{err}");

@@ -1,5 +1,5 @@
-//! Token hygiene from the CLI: `tokens list` filtered by expiry and by last use (in the store,
-//! through `TokenFilter`), and `tokens show` with the last use.
+//! Token hygiene from the CLI, over HTTP: `tokens list` filtered by expiry and by last use (the
+//! server's `listTokens`), and `tokens show` with the last use.
 
 use super::*;
 
@@ -37,21 +37,22 @@ fn sorted(of: &[&String]) -> Vec<String> {
     v
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_list_filters_by_expiry_and_last_use_and_show_gives_the_last_use() {
     let db = Db::new().await;
-    let org = stdout(&db.run("orgs create hooli")).trim().to_owned();
-    let ws = stdout(&db.run(&format!("workspaces create --org {org} prod")))
-        .trim()
-        .to_owned();
+    let server = served(&db).await;
+    // Another organisation than the operator's own, named with --org throughout.
+    let org = stdout(&server.run("orgs create hooli")).trim().to_owned();
+    let run = |line: &str| server.run(&format!("{line} --org {org}"));
+    let ws = stdout(&run("workspaces create prod")).trim().to_owned();
     let user_of = |email: &str| {
-        stdout(&db.run(&format!("users create --org {org} {email}")))
+        stdout(&run(&format!("users create {email}")))
             .trim()
             .to_owned()
     };
     let (ops, dev) = (user_of("ops@hooli.test"), user_of("dev@hooli.test"));
     let issue = |user: &str, name: &str, days: i64| {
-        let out = db.run(&format!(
+        let out = run(&format!(
             "tokens issue --user {user} --name {name} --scope activity:read --workspace {ws} \
              --expires-in-days {days} -o json"
         ));
@@ -71,52 +72,64 @@ async fn tokens_list_filters_by_expiry_and_last_use_and_show_gives_the_last_use(
     age(&db, &busy, 80, Some(1)).await;
     age(&db, &others, 40, None).await;
     age(&db, &revoked, 40, None).await;
-    assert_ok(&db.run(&format!(
+    assert_ok(&run(&format!(
         "tokens revoke --token {revoked} --cascade --reason gone"
     )));
 
-    let expiring = json_of(&db.run("tokens list --expiring-within 7d -o json"));
+    let expiring = json_of(&run("tokens list --expiring-within 7d -o json"));
     assert_eq!(
         ids(&expiring),
         sorted(&[&soon]),
         "live tokens expiring within 7 days"
     );
-    let unused = json_of(&db.run("tokens list --unused-for 30d -o json"));
+    let unused = json_of(&run("tokens list --unused-for 30d -o json"));
     assert_eq!(
         ids(&unused),
         sorted(&[&idle, &stale, &others]),
         "never used and older than 30 days, or last used before"
     );
-    let mine = json_of(&db.run(&format!(
+    let mine = json_of(&run(&format!(
         "tokens list --user {ops} --unused-for 30d -o json"
     )));
     assert_eq!(ids(&mine), sorted(&[&idle, &stale]));
-    let both = json_of(&db.run("tokens list --unused-for 30d --expiring-within 7d -o json"));
+    let both = json_of(&run(
+        "tokens list --unused-for 30d --expiring-within 7d -o json",
+    ));
     assert_eq!(ids(&both), Vec::<String>::new());
-    let all = json_of(&db.run(&format!("tokens list --user {ops} -o json")));
+    let all = json_of(&run(&format!("tokens list --user {ops} -o json")));
     assert_eq!(
         all.as_array().unwrap().len(),
         6,
         "no filter: every token, revoked too"
     );
+    let in_ws = json_of(&run(&format!("tokens list --workspace {ws} -o json")));
+    assert_eq!(
+        in_ws.as_array().unwrap().len(),
+        6,
+        "all but the revoked one"
+    );
+    // The operator's own organisation holds none of them.
+    let own = json_of(&server.run("tokens list -o json"));
+    assert_eq!(ids(&own), vec![server.token_id.clone()]);
 
     // show: the last use, in JSON and in the table.
-    let shown = json_of(&db.run(&format!("tokens show --id {busy} -o json")));
+    let shown = json_of(&run(&format!("tokens show --id {busy} -o json")));
     assert!(
         is_api_time(shown["lastUsedAt"].as_str().unwrap()),
         "{shown}"
     );
-    assert_eq!(shown["lastUsedAddress"], "203.0.113.7");
+    assert_eq!(shown["lastUsedFrom"], "203.0.113.7");
     assert_eq!(shown["lastUsedUserAgent"], "deploy-bot/2.1");
-    let never = json_of(&db.run(&format!("tokens show --id {fresh} -o json")));
+    let never = json_of(&run(&format!("tokens show --id {fresh} -o json")));
     assert_eq!(never["lastUsedAt"], Value::Null);
-    let table = stdout(&db.run(&format!("tokens show --id {busy}")));
+    assert_eq!(never["lastUsedFrom"], Value::Null);
+    let table = stdout(&run(&format!("tokens show --id {busy}")));
     assert!(
         table.contains("LAST USED") && table.contains("203.0.113.7"),
         "{table}"
     );
     assert!(table.contains("last user agent: deploy-bot/2.1"), "{table}");
-    let listed = stdout(&db.run(&format!("tokens list --user {dev}")));
+    let listed = stdout(&run(&format!("tokens list --user {dev}")));
     assert!(listed.contains("never"), "{listed}");
 }
 

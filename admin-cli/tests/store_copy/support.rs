@@ -1,6 +1,6 @@
 //! What the copy tests stand on: Postgres databases and temporary directories removed after
-//! the test, `cpctl` run against a store, a real server started on a store and the client that
-//! reads it back, and the listings compared between an original and its copy.
+//! the test, `cpctl` run against a store or over HTTP, a real server started on a store and the
+//! client that reads it back, and the listings compared between an original and its copy.
 
 use super::*;
 
@@ -360,14 +360,9 @@ pub(crate) async fn reads(server: &Server, token: &str, workspace: &str) -> Vec<
     ]
 }
 
-/// What `cpctl` lists from a store, per command.
-pub(crate) fn listings(database_url: &str, workspace: &str, plugin: &str) -> Vec<Value> {
+/// What `cpctl` lists from a store, per command, of the verbs that open it.
+pub(crate) fn store_listings(database_url: &str, workspace: &str, plugin: &str) -> Vec<Value> {
     [
-        vec!["orgs", "list"],
-        vec!["workspaces", "list"],
-        vec!["environments", "list"],
-        vec!["users", "list"],
-        vec!["tokens", "list"],
         vec!["policies", "list"],
         vec!["policies", "shadow-report"],
         vec!["pools", "list", "--workspace", workspace],
@@ -377,6 +372,51 @@ pub(crate) fn listings(database_url: &str, workspace: &str, plugin: &str) -> Vec
     .iter()
     .map(|args| json_of(database_url, args))
     .collect()
+}
+
+/// What `cpctl` lists over HTTP from `server` as `token` (the credential `token_id`), per
+/// command: the organisations, and the caller's organisation's workspaces, each one's
+/// environments, users and tokens. The lister's own last use is left out: listing records it.
+pub(crate) fn http_listings(server: &Server, token: &str, token_id: &str) -> Vec<Value> {
+    let list = |args: &[&str]| remote_json(server, token, args);
+    let workspaces = list(&["workspaces", "list"]);
+    let mut listed = vec![list(&["orgs", "list"]), workspaces.clone()];
+    for workspace in workspaces.as_array().unwrap() {
+        let id = workspace["id"].as_str().unwrap();
+        listed.push(list(&["environments", "list", "--workspace", id]));
+    }
+    listed.push(list(&["users", "list"]));
+    let mut tokens = list(&["tokens", "list"]);
+    for token in tokens.as_array_mut().unwrap() {
+        if token["id"] == token_id {
+            let fields = token.as_object_mut().unwrap();
+            fields.retain(|key, _| !key.starts_with("lastUsed"));
+        }
+    }
+    listed.push(tokens);
+    listed
+}
+
+/// `cpctl` over HTTP to `server` with `token`: nothing in its environment but the `CPCTL_*`
+/// pair and a config folder that need not exist (with both set, no file is read).
+pub(crate) fn remote(server: &Server, token: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cpctl"))
+        .args(args)
+        .env_clear()
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("cp-copy-no-config"),
+        )
+        .env("CPCTL_SERVER", &server.base)
+        .env("CPCTL_TOKEN", token)
+        .output()
+        .unwrap()
+}
+
+/// `cpctl … -o json` over HTTP that must succeed, parsed.
+pub(crate) fn remote_json(server: &Server, token: &str, args: &[&str]) -> Value {
+    let o = ok(remote(server, token, &[args, &["-o", "json"]].concat()));
+    serde_json::from_slice(&o.stdout).unwrap()
 }
 
 pub(crate) fn write_temp(dir: &TempDir, name: &str, bytes: &[u8]) -> String {
