@@ -6,9 +6,18 @@
 #   [AB_SCRIPT=activity|issue] tests/bench/ab.sh ROUNDS SECONDS [ENV=VALUE,]BINARY...
 #
 # AB_SCRIPT picks the load: GET activity (the default) or token issuance (unkeyed, spread over
-# the 128 users; the per-user token cap is lifted so that long runs stay 2xx). A run with an
-# answer outside 2xx or a socket error stops the script with a non-zero exit, naming the build
+# the 128 users; the per-user token cap is lifted so that long runs stay 2xx; keyed, a fresh
+# Idempotency-Key per request, with BENCH_IDEMPOTENCY=fresh, which issue.lua reads). A run with
+# an answer outside 2xx or a socket error stops the script with a non-zero exit, naming the build
 # and the round.
+#
+# AB_ANALYZE=1 runs ANALYZE on a build's copy before each of its runs (untimed). This Postgres
+# runs with autovacuum off, so without it no table is ever analysed and each server connection
+# keeps the generic plans it made while the tables were nearly empty; issuance grows the tokens
+# table from 128 rows to tens of thousands in a run, and a plan that scans the whole partial
+# index tokens_owner_active for `tokens.id = $1` then makes whichever build's connections picked
+# it look several times slower (BENCHMARKS.md, "the cost of admission in the route"). ANALYZE
+# does what autovacuum's analyses would, and invalidates those plans.
 #
 # e.g. copy target/release/control-plane (and cpctl) to /tmp/before*, rebuild, then
 #   BENCH_CPCTL=/tmp/before-cpctl tests/bench/ab.sh 5 8 /tmp/before target/release/control-plane
@@ -59,6 +68,7 @@ for r in $(seq 1 "$ROUNDS"); do
     # An answer outside 2xx would make a fast build look faster: such a run gives no figure,
     # and the script stops there (lib.sh's `figures`).
     name=ab-$r-$i
+    [ -z "${AB_ANALYZE:-}" ] || psql "$PG/${DB}_$i" -qc ANALYZE
     wrk -t2 -c$CONNS -d"${S}s" -s $HERE/$SCRIPT.lua http://127.0.0.1:${ports[$i]} > "$OUT/$name.txt"
     figures check "$SCRIPT on ${specs[$i]}, round $r:$name:wrk"
     got[$i]=$(awk -v n="$name" '$1 == n {printf "%.0f", $2}' "$OUT/rates.txt")
