@@ -42,6 +42,23 @@ fn rule(operation: &str) -> Option<Rule> {
         | "setUserRole" | "issueUserToken" | "revokeToken" | "rotateToken" => {
             Rule::Administer("admin:write")
         }
+        // Part 2: the fleet, workflows, plugins and the audit log of an organisation.
+        "listRunnerPools" | "listRunners" | "listDeliveries" | "getDelivery" | "listWorkflows"
+        | "listPlugins" | "listPluginReviews" | "exportAuditLog" | "verifyAuditLog" => Rule::Administer("admin:read"),
+        "createRunnerPool" | "registerRunner" | "setRunnerDeliveryUrl"
+        | "rotateRunnerWebhookSecret" | "disableRunner" | "enableRunner" | "removeRunner"
+        | "addRunnerKey" | "revokeRunnerKey" | "resendDelivery" | "recoverDeliveries"
+        | "createWorkflow" | "createWorkflowRevision" | "approveWorkflowRevision"
+        | "rejectWorkflowRevision" | "createPlugin" | "restorePluginReview" => {
+            Rule::Administer("admin:write")
+        }
+        // Part 2: the instance's policies, keys, retention and purge, and the four-eyes rule.
+        "listPolicies" | "getPolicy" | "listShadowDisagreements" | "listPolicyDecisions"
+        | "listWebhookSigningKeys" => Rule::Operate("admin:read"),
+        "setSelfApproval" | "setAuditRetention" | "purgeAuditLog" | "installPolicy"
+        | "activatePolicy" | "removePolicy" | "rollBackPolicy" | "setShadowPolicy" => {
+            Rule::Operate("admin:write")
+        }
         _ => return None,
     })
 }

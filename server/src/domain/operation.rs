@@ -358,6 +358,322 @@ operations! {
         idempotent: true,
         audit: ["token.rotated"],
     }
+    // Part 2: the fleet (an organisation's pools, runners and their keys, deliveries).
+    CreateRunnerPool {
+        id: "createRunnerPool",
+        route: "POST" "/v1/organisations/{organisationId}/workspaces/{workspaceId}/runner-pools",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["runner_pool.created"],
+    }
+    ListRunnerPools {
+        id: "listRunnerPools",
+        route: "GET" "/v1/organisations/{organisationId}/workspaces/{workspaceId}/runner-pools",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    RegisterRunner {
+        id: "registerRunner",
+        route: "POST" "/v1/organisations/{organisationId}/runner-pools/{poolId}/runners",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["runner.registered"],
+    }
+    ListRunners {
+        id: "listRunners",
+        route: "GET" "/v1/organisations/{organisationId}/runner-pools/{poolId}/runners",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    SetRunnerDeliveryUrl {
+        id: "setRunnerDeliveryUrl",
+        route: "PUT" "/v1/organisations/{organisationId}/runners/{runnerId}/delivery-url",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["runner.delivery_url_set"],
+    }
+    RotateRunnerWebhookSecret {
+        id: "rotateRunnerWebhookSecret",
+        route: "POST" "/v1/organisations/{organisationId}/runners/{runnerId}/webhook-secret/rotate",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["runner.webhook_secret_rotated"],
+    }
+    DisableRunner {
+        id: "disableRunner",
+        route: "POST" "/v1/organisations/{organisationId}/runners/{runnerId}/disable",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["runner.disabled"],
+    }
+    EnableRunner {
+        id: "enableRunner",
+        route: "POST" "/v1/organisations/{organisationId}/runners/{runnerId}/enable",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["runner.enabled"],
+    }
+    RemoveRunner {
+        id: "removeRunner",
+        route: "DELETE" "/v1/organisations/{organisationId}/runners/{runnerId}",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["runner.removed"],
+    }
+    AddRunnerKey {
+        id: "addRunnerKey",
+        route: "POST" "/v1/organisations/{organisationId}/runners/{runnerId}/keys",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["runner.key_added"],
+    }
+    RevokeRunnerKey {
+        id: "revokeRunnerKey",
+        route: "DELETE" "/v1/organisations/{organisationId}/runners/{runnerId}/keys/{keyId}",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["runner.key_revoked"],
+    }
+    ListDeliveries {
+        id: "listDeliveries",
+        route: "GET" "/v1/organisations/{organisationId}/runner-pools/{poolId}/deliveries",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    GetDelivery {
+        id: "getDelivery",
+        route: "GET" "/v1/organisations/{organisationId}/deliveries/{deliveryId}",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    ResendDelivery {
+        id: "resendDelivery",
+        route: "POST" "/v1/organisations/{organisationId}/deliveries/{deliveryId}/resend",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["webhook_delivery.resent"],
+    }
+    RecoverDeliveries {
+        id: "recoverDeliveries",
+        route: "POST" "/v1/organisations/{organisationId}/runner-pools/{poolId}/deliveries/recover",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["webhook_delivery.resent"],
+    }
+    // Part 2: workflows and their approvals, plugins and their reviews.
+    CreateWorkflow {
+        id: "createWorkflow",
+        route: "POST" "/v1/organisations/{organisationId}/workspaces/{workspaceId}/workflows",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["workflow.created"],
+    }
+    ListWorkflows {
+        id: "listWorkflows",
+        route: "GET" "/v1/organisations/{organisationId}/workspaces/{workspaceId}/workflows",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    CreateWorkflowRevision {
+        id: "createWorkflowRevision",
+        route: "POST" "/v1/organisations/{organisationId}/workflows/{workflowId}/revisions",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["workflow_revision.created"],
+    }
+    ApproveWorkflowRevision {
+        id: "approveWorkflowRevision",
+        route: "POST" "/v1/organisations/{organisationId}/workflows/{workflowId}/revisions/{revisionId}/approve",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["workflow_revision.approved"],
+    }
+    RejectWorkflowRevision {
+        id: "rejectWorkflowRevision",
+        route: "POST" "/v1/organisations/{organisationId}/workflows/{workflowId}/revisions/{revisionId}/reject",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["workflow_revision.rejected"],
+    }
+    SetSelfApproval {
+        id: "setSelfApproval",
+        route: "PUT" "/v1/organisations/{organisationId}/self-approval",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["organisation.self_approval_set"],
+    }
+    CreatePlugin {
+        id: "createPlugin",
+        route: "POST" "/v1/organisations/{organisationId}/plugins",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["plugin.created"],
+    }
+    ListPlugins {
+        id: "listPlugins",
+        route: "GET" "/v1/organisations/{organisationId}/plugins",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    ListPluginReviews {
+        id: "listPluginReviews",
+        route: "GET" "/v1/organisations/{organisationId}/plugins/{pluginId}/reviews",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    RestorePluginReview {
+        id: "restorePluginReview",
+        route: "POST" "/v1/organisations/{organisationId}/plugins/{pluginId}/reviews/{reviewId}/restore",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["review.restored"],
+    }
+    // Part 2: the audit log of a workspace, and the instance's retention.
+    ExportAuditLog {
+        id: "exportAuditLog",
+        route: "GET" "/v1/organisations/{organisationId}/workspaces/{workspaceId}/audit/export",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    VerifyAuditLog {
+        id: "verifyAuditLog",
+        route: "GET" "/v1/organisations/{organisationId}/workspaces/{workspaceId}/audit/verification",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    SetAuditRetention {
+        id: "setAuditRetention",
+        route: "PUT" "/v1/organisations/{organisationId}/audit-retention",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["organisation.audit_retention_set"],
+    }
+    PurgeAuditLog {
+        id: "purgeAuditLog",
+        route: "POST" "/v1/audit/purge",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["audit.purged"],
+    }
+    // Part 2: the instance's policies and webhook signing keys (an operator's).
+    InstallPolicy {
+        id: "installPolicy",
+        route: "POST" "/v1/policies",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["policy.installed"],
+    }
+    ListPolicies {
+        id: "listPolicies",
+        route: "GET" "/v1/policies",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    GetPolicy {
+        id: "getPolicy",
+        route: "GET" "/v1/policies/{policyName}/versions/{version}",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    ActivatePolicy {
+        id: "activatePolicy",
+        route: "POST" "/v1/policies/{policyName}/versions/{version}/activate",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["policy.activated"],
+    }
+    RemovePolicy {
+        id: "removePolicy",
+        route: "DELETE" "/v1/policies/{policyName}/versions/{version}",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["policy.removed"],
+    }
+    RollBackPolicy {
+        id: "rollBackPolicy",
+        route: "POST" "/v1/policies/rollback",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["policy.rolled_back"],
+    }
+    SetShadowPolicy {
+        id: "setShadowPolicy",
+        route: "PUT" "/v1/policies/shadow",
+        auth: Auth::Bearer(Scope::AdminWrite),
+        rate: Write,
+        idempotent: true,
+        audit: ["policy.shadow_set"],
+    }
+    ListShadowDisagreements {
+        id: "listShadowDisagreements",
+        route: "GET" "/v1/policies/shadow/disagreements",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    ListPolicyDecisions {
+        id: "listPolicyDecisions",
+        route: "GET" "/v1/policies/decisions",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    ListWebhookSigningKeys {
+        id: "listWebhookSigningKeys",
+        route: "GET" "/v1/webhook-signing-keys",
+        auth: Auth::Bearer(Scope::AdminRead),
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
 }
 
 impl Operation {
@@ -395,6 +711,16 @@ impl Operation {
     /// token is granted.
     pub fn administers(self) -> bool {
         matches!(self.spec().auth, Auth::Bearer(scope) if scope.is_admin())
+    }
+
+    /// An admin operation on the instance rather than on one organisation: its route names
+    /// none, and only an operator performs it (the default policy's role table).
+    pub fn instance_wide(self) -> bool {
+        const INSTANCE: [&str; 3] = ["/v1/policies", "/v1/webhook-signing-keys", "/v1/audit/"];
+        self.administers()
+            && INSTANCE
+                .iter()
+                .any(|prefix| self.spec().route.starts_with(prefix))
     }
 
     /// The operations the authorizer is asked about: those a bearer token performs.
@@ -505,11 +831,16 @@ mod tests {
     }
 
     /// The admin plane's routes are the organisations, or name their organisation first,
-    /// which is what its question and the organisation check read.
+    /// which is what its question and the organisation check read; the instance's own
+    /// (policies, webhook signing keys, the purge) name none and are an operator's.
     #[test]
     fn admin_operations_act_on_the_organisation_of_their_route() {
         for op in Operation::ALL.into_iter().filter(|op| op.administers()) {
             let route = op.spec().route;
+            if op.instance_wide() {
+                assert!(!route.starts_with("/v1/organisations"), "{}", op.id());
+                continue;
+            }
             assert!(route.starts_with("/v1/organisations"), "{}", op.id());
             if route != "/v1/organisations" {
                 assert_eq!(op.variables().next(), Some("organisationId"), "{}", op.id());
