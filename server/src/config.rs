@@ -105,6 +105,11 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_BODY_LIMIT", default_value_t = 1024 * 1024)]
     pub body_limit: usize,
 
+    /// Largest policy component `POST /v1/policies` accepts, in MiB (that route's own body
+    /// limit; every other route keeps `--body-limit`); larger uploads get 413.
+    #[arg(long, env = "CP_POLICY_UPLOAD_MAX_MIB", default_value_t = 64)]
+    pub policy_upload_max_mib: usize,
+
     /// Most active tokens one user may hold.
     #[arg(long, env = "CP_MAX_ACTIVE_TOKENS_PER_USER", default_value_t = 500)]
     pub max_active_tokens_per_user: u32,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use control_plane::domain::{CorrelationId, EventJson, Span};
-use control_plane::storage::TimeWindow;
+use control_plane::storage::{TimeWindow, WriteContext};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -38,7 +38,7 @@ async fn retained_log() -> (TestApp, Tenant) {
         .set_audit_retention(
             tenant.organisation_id,
             Some("1h".parse::<Span>().unwrap()),
-            &cid,
+            &WriteContext::admin(&cid),
         )
         .await
         .unwrap();

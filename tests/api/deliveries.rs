@@ -267,7 +267,7 @@ async fn a_failing_runner_is_skipped_for_a_healthy_one_of_its_pool() {
             "runner-b",
             None,
             Some(&receiver.url),
-            &CorrelationId::generate(),
+            &control_plane::storage::WriteContext::admin(&CorrelationId::generate()),
         )
         .await
         .unwrap()
@@ -314,7 +314,11 @@ async fn delivery_urls_are_checked_against_the_egress_rule() {
     ] {
         let err = app
             .services
-            .set_runner_url(runner.runner_id, Some(bad), &CorrelationId::generate())
+            .set_runner_url(
+                runner.runner_id,
+                Some(bad),
+                &control_plane::storage::WriteContext::admin(&CorrelationId::generate()),
+            )
             .await
             .expect_err(bad);
         let message = format!("{err:?}");

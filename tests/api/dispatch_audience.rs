@@ -31,7 +31,13 @@ struct Registered {
 async fn register(app: &TestApp, pool: Uuid, url: Option<&str>) -> Registered {
     let done = app
         .services
-        .register_runner(pool, "runner", None, url, &CorrelationId::generate())
+        .register_runner(
+            pool,
+            "runner",
+            None,
+            url,
+            &control_plane::storage::WriteContext::admin(&CorrelationId::generate()),
+        )
         .await
         .expect("register a runner");
     Registered {
@@ -137,7 +143,11 @@ async fn a_rotated_secret_signs_beside_the_old_one_until_the_overlap_ends() {
         let services = app.services.clone();
         async move {
             services
-                .rotate_runner_secret(runner.id, overlap, &CorrelationId::generate())
+                .rotate_runner_secret(
+                    runner.id,
+                    overlap,
+                    &control_plane::storage::WriteContext::admin(&CorrelationId::generate()),
+                )
                 .await
                 .expect("rotate")
         }
@@ -176,7 +186,7 @@ async fn a_rotated_secret_signs_beside_the_old_one_until_the_overlap_ends() {
         .rotate_runner_secret(
             runner.id,
             Duration::from_secs(31 * 24 * 3600),
-            &CorrelationId::generate(),
+            &control_plane::storage::WriteContext::admin(&CorrelationId::generate()),
         )
         .await;
     assert!(too_long.is_err(), "an overlap past 30 days is refused");

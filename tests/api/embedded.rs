@@ -284,7 +284,9 @@ async fn embedded_events_written_by_cpctl_reach_the_audit_stream() {
         .create_pool(
             tenant.workspace_id,
             "from-cpctl",
-            &control_plane::domain::CorrelationId::generate(),
+            &control_plane::storage::WriteContext::admin(
+                &control_plane::domain::CorrelationId::generate(),
+            ),
         )
         .await
         .unwrap();
@@ -431,13 +433,23 @@ async fn embedded_a_signed_report_replayed_after_a_restart_is_refused() {
     let correlation = CorrelationId::generate();
     let pool = app
         .services
-        .create_pool(tenant.workspace_id, "runners", &correlation)
+        .create_pool(
+            tenant.workspace_id,
+            "runners",
+            &control_plane::storage::WriteContext::admin(&correlation),
+        )
         .await
         .unwrap()
         .id;
     let registered = app
         .services
-        .register_runner(pool, "runner-a", None, None, &correlation)
+        .register_runner(
+            pool,
+            "runner-a",
+            None,
+            None,
+            &control_plane::storage::WriteContext::admin(&correlation),
+        )
         .await
         .unwrap();
     let private_key = registered.private_key.expect("a generated key pair");

@@ -323,7 +323,11 @@ async fn postgres_only_a_keyed_handler_past_its_deadline_is_stopped_and_its_key_
     let cid = control_plane::domain::CorrelationId::generate();
     let pool = app
         .services
-        .create_pool(tenant.workspace_id, "slow", &cid)
+        .create_pool(
+            tenant.workspace_id,
+            "slow",
+            &control_plane::storage::WriteContext::admin(&cid),
+        )
         .await
         .unwrap()
         .id;

@@ -4,9 +4,15 @@
 //! `needs!(…)` and skip themselves, with one line, on a run without it.
 
 mod activity;
+mod admin_audit;
+mod admin_deliveries;
 mod admin_directory;
+mod admin_fleet;
+mod admin_marketplace;
+mod admin_policies;
 mod admin_tokens;
 mod admin_users;
+mod admin_workflows;
 mod audit_proofs;
 mod audit_retention;
 mod audit_stream;

@@ -95,29 +95,48 @@ async fn bearer_routes(app: &TestApp, tenant: &Tenant) -> Vec<Route> {
     // Two pools: commands go to one, the other is deleted.
     let commands_pool = app
         .services
-        .create_pool(ws, "commands", &cid)
+        .create_pool(
+            ws,
+            "commands",
+            &control_plane::storage::WriteContext::admin(&cid),
+        )
         .await
         .expect("pool")
         .id;
     let doomed_pool = app
         .services
-        .create_pool(ws, "doomed", &cid)
+        .create_pool(
+            ws,
+            "doomed",
+            &control_plane::storage::WriteContext::admin(&cid),
+        )
         .await
         .expect("pool")
         .id;
     let workflow = app
         .services
-        .create_workflow(ws, "deploy", &cid)
+        .create_workflow(
+            ws,
+            "deploy",
+            &control_plane::storage::WriteContext::admin(&cid),
+        )
         .await
         .expect("workflow");
     let revision = app
         .services
-        .create_revision(workflow.id, &cid)
+        .create_revision(
+            workflow.id,
+            &control_plane::storage::WriteContext::admin(&cid),
+        )
         .await
         .expect("revision");
     let plugin = app
         .services
-        .create_plugin(tenant.organisation_id, "linter", &cid)
+        .create_plugin(
+            tenant.organisation_id,
+            "linter",
+            &control_plane::storage::WriteContext::admin(&cid),
+        )
         .await
         .expect("plugin")
         .id;

@@ -75,7 +75,11 @@ async fn postgres_only_an_activation_reaches_another_process_within_a_second_and
 
     let restored = app
         .services
-        .rollback_policy(PolicyKind::Authorizer)
+        .rollback_policy(
+            PolicyKind::Authorizer,
+            &crate::support::admin_write(),
+            tenant.organisation_id,
+        )
         .await
         .unwrap();
     assert!(restored.is_none(), "back to the built-in default");
@@ -105,12 +109,23 @@ async fn a_failing_policy_is_a_403_policy_error_and_the_server_keeps_serving() {
     ] {
         let policy = app
             .services
-            .install_policy(name, PolicyKind::Authorizer, bytes)
+            .install_policy(
+                name,
+                PolicyKind::Authorizer,
+                bytes,
+                &crate::support::admin_write(),
+                tenant.organisation_id,
+            )
             .await
             .unwrap();
         // Over its measured budgets, by design: forced.
         app.services
-            .activate_policy_with(&format!("{name}@{}", policy.version), true)
+            .activate_policy_with(
+                &format!("{name}@{}", policy.version),
+                true,
+                &crate::support::admin_write(),
+                tenant.organisation_id,
+            )
             .await
             .unwrap();
         until(&client, &app.address, &tenant, 403, Duration::from_secs(3)).await;
@@ -126,7 +141,11 @@ async fn a_failing_policy_is_a_403_policy_error_and_the_server_keeps_serving() {
             200
         );
         app.services
-            .rollback_policy(PolicyKind::Authorizer)
+            .rollback_policy(
+                PolicyKind::Authorizer,
+                &crate::support::admin_write(),
+                tenant.organisation_id,
+            )
             .await
             .unwrap();
         until(&client, &app.address, &tenant, 200, Duration::from_secs(3)).await;
@@ -145,19 +164,28 @@ async fn a_failing_policy_is_a_403_policy_error_and_the_server_keeps_serving() {
 #[tokio::test]
 async fn installation_refuses_components_of_the_wrong_world_and_garbage() {
     let app = spawn_app_with(|_| {}).await;
+    let tenant = app.bootstrap().await;
     let wrong = app
         .services
         .install_policy(
             "moderation-as-authz",
             PolicyKind::Authorizer,
             control_plane::policy::defaults::MODERATOR,
+            &crate::support::admin_write(),
+            tenant.organisation_id,
         )
         .await
         .unwrap_err();
     assert!(wrong.to_string().contains("does not implement"), "{wrong}");
     let garbage = app
         .services
-        .install_policy("garbage", PolicyKind::Authorizer, b"\0asm\x0d\0\x01\0junk")
+        .install_policy(
+            "garbage",
+            PolicyKind::Authorizer,
+            b"\0asm\x0d\0\x01\0junk",
+            &crate::support::admin_write(),
+            tenant.organisation_id,
+        )
         .await
         .unwrap_err();
     assert!(garbage.to_string().contains("component"), "{garbage}");
@@ -174,11 +202,21 @@ async fn a_shadow_policy_records_disagreements_without_changing_decisions() {
     let client = reqwest::Client::new();
     let deny_all = app
         .services
-        .install_policy("deny-all", PolicyKind::Authorizer, fixtures::DENY_ALL)
+        .install_policy(
+            "deny-all",
+            PolicyKind::Authorizer,
+            fixtures::DENY_ALL,
+            &crate::support::admin_write(),
+            tenant.organisation_id,
+        )
         .await
         .unwrap();
     app.services
-        .shadow_policy(Some(&format!("deny-all@{}", deny_all.version)))
+        .shadow_policy(
+            Some(&format!("deny-all@{}", deny_all.version)),
+            &crate::support::admin_write(),
+            tenant.organisation_id,
+        )
         .await
         .unwrap();
     // Wait until the shadow is loaded: disagreements start to appear.
@@ -208,12 +246,23 @@ async fn a_shadow_policy_records_disagreements_without_changing_decisions() {
 async fn activate(app: &TestApp, tenant: &Tenant, name: &str, bytes: &[u8], limit: Duration) {
     let policy = app
         .services
-        .install_policy(name, PolicyKind::Authorizer, bytes)
+        .install_policy(
+            name,
+            PolicyKind::Authorizer,
+            bytes,
+            &crate::support::admin_write(),
+            tenant.organisation_id,
+        )
         .await
         .unwrap();
     // Hostile policies are over their measured budgets: forced.
     app.services
-        .activate_policy_with(&format!("{name}@{}", policy.version), true)
+        .activate_policy_with(
+            &format!("{name}@{}", policy.version),
+            true,
+            &crate::support::admin_write(),
+            tenant.organisation_id,
+        )
         .await
         .unwrap();
     until(&reqwest::Client::new(), &app.address, tenant, 403, limit).await;
@@ -259,7 +308,11 @@ async fn a_sleeping_policy_is_stopped_at_its_deadline_like_a_spinning_one() {
         "{metrics}"
     );
     app.services
-        .rollback_policy(PolicyKind::Authorizer)
+        .rollback_policy(
+            PolicyKind::Authorizer,
+            &crate::support::admin_write(),
+            tenant.organisation_id,
+        )
         .await
         .unwrap();
     until(
@@ -381,16 +434,34 @@ async fn a_full_shadow_queue_drops_evaluations_without_delaying_active_decisions
     assert_eq!(before, 0.0);
     for (name, bytes) in [("deny-all", fixtures::DENY_ALL), ("sleep", fixtures::SLEEP)] {
         app.services
-            .install_policy(name, PolicyKind::Authorizer, bytes)
+            .install_policy(
+                name,
+                PolicyKind::Authorizer,
+                bytes,
+                &crate::support::admin_write(),
+                tenant.organisation_id,
+            )
             .await
             .unwrap();
     }
     // Forced: its p99 measured under the suite's load is not this test's subject.
     app.services
-        .activate_policy_with("deny-all@1", true)
+        .activate_policy_with(
+            "deny-all@1",
+            true,
+            &crate::support::admin_write(),
+            tenant.organisation_id,
+        )
         .await
         .unwrap();
-    app.services.shadow_policy(Some("sleep@1")).await.unwrap();
+    app.services
+        .shadow_policy(
+            Some("sleep@1"),
+            &crate::support::admin_write(),
+            tenant.organisation_id,
+        )
+        .await
+        .unwrap();
     // In force now, not at the next poll of the policy watcher.
     app.services.reload_policies().await.unwrap();
 

@@ -4,8 +4,9 @@
 //! time on the memory budget; the default authorizer under the smallest budget decides.
 
 use control_plane::policy::{MemoryBudget, PolicyKind, defaults, fixtures};
+use control_plane::service::PolicyUpload;
 
-use crate::support::{Call, routes, spawn_app};
+use crate::support::{Call, admin_write, routes, spawn_app};
 
 #[tokio::test]
 async fn a_version_decides_under_its_own_memory_budget() {
@@ -13,15 +14,19 @@ async fn a_version_decides_under_its_own_memory_budget() {
     let app = spawn_app().await;
     let tenant = app.bootstrap().await;
     let path = routes::activity(tenant.workspace_id);
+    let org = tenant.organisation_id;
     let install = async |name: &str, bytes: &[u8], mib: u64| {
+        let upload = PolicyUpload {
+            name: name.to_owned(),
+            kind: PolicyKind::Authorizer,
+            component: bytes.to_vec().into(),
+            memory: Some(MemoryBudget::from_mib(mib).unwrap()),
+            cases: None,
+            // The bomb is over its budget by design: stored all the same.
+            force: true,
+        };
         app.services
-            .install_measured_policy(
-                name,
-                PolicyKind::Authorizer,
-                bytes,
-                Some(MemoryBudget::from_mib(mib).unwrap()),
-                None,
-            )
+            .install_measured_policy(upload, &admin_write(), org)
             .await
             .unwrap()
     };
@@ -34,10 +39,14 @@ async fn a_version_decides_under_its_own_memory_budget() {
         "stopped at its own budget, not the server's: {:?}",
         bomb.budget
     );
-    let refused = app.services.activate_policy("bomb@1").await.unwrap_err();
+    let refused = app
+        .services
+        .activate_policy("bomb@1", &admin_write(), org)
+        .await
+        .unwrap_err();
     assert!(refused.to_string().contains("over budget"), "{refused}");
     app.services
-        .activate_policy_with("bomb@1", true)
+        .activate_policy_with("bomb@1", true, &admin_write(), org)
         .await
         .unwrap();
     app.services.reload_policies().await.unwrap();
@@ -54,7 +63,10 @@ async fn a_version_decides_under_its_own_memory_budget() {
     // The smallest budget is room enough for the default authorizer: activated without force.
     let small = install("small", defaults::AUTHORIZER, 1).await;
     assert_eq!(small.budget.over_budget(), None);
-    app.services.activate_policy("small@1").await.unwrap();
+    app.services
+        .activate_policy("small@1", &admin_write(), org)
+        .await
+        .unwrap();
     app.services.reload_policies().await.unwrap();
     assert_eq!(app.get(&path, &tenant.token).status_code().await, 200);
 }

@@ -41,13 +41,19 @@ fn component(dir: &std::path::Path, file: &str) -> Vec<u8> {
 /// (`--force` when `force`), then loads it into this process and checks that it is the one in
 /// force.
 async fn activate(app: &TestApp, name: &str, kind: PolicyKind, bytes: &[u8], force: bool) {
+    let log = crate::support::policy_log(&app.services).await;
     let policy = app
         .services
-        .install_policy(name, kind, bytes)
+        .install_policy(name, kind, bytes, &crate::support::admin_write(), log)
         .await
         .unwrap_or_else(|e| panic!("{name} installs: {e}"));
     app.services
-        .activate_policy_with(&format!("{name}@{}", policy.version), force)
+        .activate_policy_with(
+            &format!("{name}@{}", policy.version),
+            force,
+            &crate::support::admin_write(),
+            log,
+        )
         .await
         .unwrap();
     app.services.reload_policies().await.unwrap();
@@ -167,7 +173,11 @@ async fn hostile_python_authorizers_are_stopped_at_their_budget() {
         before.insert(reason, after);
         // The server keeps serving once the policy is rolled back.
         app.services
-            .rollback_policy(PolicyKind::Authorizer)
+            .rollback_policy(
+                PolicyKind::Authorizer,
+                &crate::support::admin_write(),
+                tenant.organisation_id,
+            )
             .await
             .unwrap();
         app.services.reload_policies().await.unwrap();

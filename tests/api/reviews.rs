@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use control_plane::domain::{CorrelationId, Scope};
+use control_plane::storage::WriteContext;
 use reqwest::{Method, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -450,7 +451,7 @@ async fn an_administrator_restores_a_hidden_review_and_its_reports_are_dismissed
         .restore_review(
             id,
             Some("reports were unfounded"),
-            &CorrelationId::generate(),
+            &WriteContext::admin(&CorrelationId::generate()),
         )
         .await
         .expect("restore");
@@ -479,12 +480,16 @@ async fn an_administrator_restores_a_hidden_review_and_its_reports_are_dismissed
     // Only a hidden review is restored.
     let again = app
         .services
-        .restore_review(id, None, &CorrelationId::generate())
+        .restore_review(id, None, &WriteContext::admin(&CorrelationId::generate()))
         .await;
     assert!(again.is_err(), "{again:?}");
     assert!(
         app.services
-            .restore_review(Uuid::new_v4(), None, &CorrelationId::generate())
+            .restore_review(
+                Uuid::new_v4(),
+                None,
+                &WriteContext::admin(&CorrelationId::generate())
+            )
             .await
             .is_err()
     );
@@ -525,7 +530,7 @@ async fn concurrent_reports_cannot_all_miss_the_threshold() {
 }
 
 /// A review by `tenant`'s user that three other users reported, hidden; returns its id.
-async fn hidden_review(app: &TestApp, tenant: &Tenant, plugin: Uuid) -> String {
+pub(crate) async fn hidden_review(app: &TestApp, tenant: &Tenant, plugin: Uuid) -> String {
     let review = published_review(app, &tenant.token, plugin).await;
     for _ in 0..3 {
         let (_, reporter) = user_token(app, tenant, &[Scope::ReviewsReport]).await;
@@ -560,7 +565,11 @@ async fn report_count(app: &TestApp, review: &str) -> i64 {
 
 pub(crate) async fn create_plugin(app: &TestApp, tenant: &Tenant, name: &str) -> Uuid {
     app.services
-        .create_plugin(tenant.organisation_id, name, &CorrelationId::generate())
+        .create_plugin(
+            tenant.organisation_id,
+            name,
+            &WriteContext::admin(&CorrelationId::generate()),
+        )
         .await
         .expect("plugin")
         .id

@@ -19,6 +19,11 @@ fn cid() -> CorrelationId {
     CorrelationId::generate()
 }
 
+/// A change written as `cpctl` wrote it from the store: by an unnamed administrator.
+fn admin_write() -> control_plane::storage::WriteContext {
+    control_plane::storage::WriteContext::admin(&cid())
+}
+
 /// A server retrying every 50 ms, `attempts` attempts in all (at most 20), with no breaker.
 fn quick_retries(c: &mut ServerConfig, attempts: usize) {
     retries_every(c, attempts, "50ms");
@@ -171,7 +176,10 @@ async fn a_runner_failing_long_enough_is_disabled_with_an_event_and_enable_bring
     // Enabled: its failures forgotten, and both deliveries go, with their own webhook-ids.
     failing.answer_at_once();
     app.services
-        .enable_runner(runner.runner_id, &cid())
+        .enable_runner(
+            runner.runner_id,
+            &control_plane::storage::WriteContext::admin(&cid()),
+        )
         .await
         .unwrap();
     let status = runner_status(&app, pool, runner.runner_id).await;
@@ -186,7 +194,13 @@ async fn a_runner_failing_long_enough_is_disabled_with_an_event_and_enable_bring
     assert_eq!(enabled.len(), 1);
     assert_eq!(enabled[0].0, "admin");
     // Enabling an enabled runner changes nothing and writes no second event.
-    let again = app.services.enable_runner(runner.runner_id, &cid()).await;
+    let again = app
+        .services
+        .enable_runner(
+            runner.runner_id,
+            &control_plane::storage::WriteContext::admin(&cid()),
+        )
+        .await;
     assert!(!again.unwrap());
     assert_eq!(
         events(&app, "runner.enabled", runner.runner_id).await.len(),
@@ -202,7 +216,10 @@ async fn a_runner_disabled_by_hand_is_never_chosen_while_another_of_the_pool_tak
     set_url(&app, runner.runner_id, &a.url).await;
     runner_at(&app, pool, &b.url).await;
     app.services
-        .disable_runner(runner.runner_id, &cid())
+        .disable_runner(
+            runner.runner_id,
+            &control_plane::storage::WriteContext::admin(&cid()),
+        )
         .await
         .unwrap();
     let disabled = events(&app, "runner.disabled", runner.runner_id).await;
@@ -216,7 +233,10 @@ async fn a_runner_disabled_by_hand_is_never_chosen_while_another_of_the_pool_tak
     assert!(a.received().is_empty(), "a disabled runner got a delivery");
 
     app.services
-        .enable_runner(runner.runner_id, &cid())
+        .enable_runner(
+            runner.runner_id,
+            &control_plane::storage::WriteContext::admin(&cid()),
+        )
         .await
         .unwrap();
     for _ in 0..4 {
@@ -242,7 +262,10 @@ async fn a_removed_runner_is_refused_and_its_pending_delivery_goes_to_another_ru
 
     let removed = app
         .services
-        .remove_runner(runner.runner_id, &cid())
+        .remove_runner(
+            runner.runner_id,
+            &control_plane::storage::WriteContext::admin(&cid()),
+        )
         .await
         .unwrap();
     assert_eq!(removed.keys_revoked, 1);
@@ -265,7 +288,13 @@ async fn a_removed_runner_is_refused_and_its_pending_delivery_goes_to_another_ru
     submit(&app, &tenant, pool).await;
     b.wait_for(2).await;
     assert_eq!(a.received().len(), 1);
-    let again = app.services.remove_runner(runner.runner_id, &cid()).await;
+    let again = app
+        .services
+        .remove_runner(
+            runner.runner_id,
+            &control_plane::storage::WriteContext::admin(&cid()),
+        )
+        .await;
     assert_eq!(conflict_code(again.unwrap_err()), "invalid_state");
 
     // A key that reached the store after the removal (an `add key` that passed its check just
@@ -313,7 +342,10 @@ async fn removing_a_pool_s_last_runner_leaves_its_delivery_waiting_for_another()
     let (_, delivery) = submit(&app, &tenant, pool).await;
     a.wait_for(1).await;
     app.services
-        .remove_runner(runner.runner_id, &cid())
+        .remove_runner(
+            runner.runner_id,
+            &control_plane::storage::WriteContext::admin(&cid()),
+        )
         .await
         .unwrap();
     until("the delivery waits for a runner", async || {
@@ -349,7 +381,7 @@ async fn a_resent_pending_delivery_is_a_new_attempt_with_the_same_webhook_id() {
     .await;
     let resent = app
         .services
-        .resend_delivery(delivery, &cid())
+        .resend_delivery(delivery, &admin_write())
         .await
         .unwrap();
     assert_eq!(resent.sent_as, delivery);
@@ -359,7 +391,7 @@ async fn a_resent_pending_delivery_is_a_new_attempt_with_the_same_webhook_id() {
     assert_eq!(got[1].id, delivery.to_string());
     assert_eq!(dispatch(&got[1].body).data.attempt, 2);
     assert_eq!(dispatch(&got[1].body).data.command_id, command);
-    let event = events(&app, "delivery.resent", delivery).await;
+    let event = events(&app, "webhook_delivery.resent", delivery).await;
     assert_eq!(event.len(), 1);
     assert_eq!(event[0].0, "admin");
     assert_eq!(event[0].1["webhookId"], delivery.to_string());
@@ -367,9 +399,12 @@ async fn a_resent_pending_delivery_is_a_new_attempt_with_the_same_webhook_id() {
     // Once the runner reports it, it is no longer pending: a resend is refused.
     let taken = report(&app, &runner, delivery, json!({"status": "received"})).await;
     assert_eq!(taken.status(), 200);
-    let refused = app.services.resend_delivery(delivery, &cid()).await;
+    let refused = app.services.resend_delivery(delivery, &admin_write()).await;
     assert_eq!(conflict_code(refused.unwrap_err()), "invalid_state");
-    let unknown = app.services.resend_delivery(Uuid::new_v4(), &cid()).await;
+    let unknown = app
+        .services
+        .resend_delivery(Uuid::new_v4(), &admin_write())
+        .await;
     assert!(matches!(unknown, Err(ServiceError::NotFound { .. })));
 }
 
@@ -400,7 +435,7 @@ async fn a_resent_failed_delivery_is_a_new_command_with_the_failed_one_s_webhook
 
     let resent = app
         .services
-        .resend_delivery(delivery, &cid())
+        .resend_delivery(delivery, &admin_write())
         .await
         .unwrap();
     let new_command = resent.new_command_id.expect("a new command");
@@ -421,7 +456,7 @@ async fn a_resent_failed_delivery_is_a_new_command_with_the_failed_one_s_webhook
     assert_eq!(after.command_id, failed.command_id);
     let taken = report(&app, &runner, resent.sent_as, json!({"status": "received"})).await;
     assert_eq!(taken.status(), 200);
-    let event = events(&app, "delivery.resent", delivery).await;
+    let event = events(&app, "webhook_delivery.resent", delivery).await;
     assert_eq!(event[0].1["newCommandId"], new_command.to_string());
     // The new command is announced as submitted, naming the one it was resent from.
     let submitted = events(&app, "runner_command.submitted", new_command).await;
@@ -430,7 +465,7 @@ async fn a_resent_failed_delivery_is_a_new_command_with_the_failed_one_s_webhook
     assert_eq!(submitted[0].1["resentFrom"], failed.command_id.to_string());
     assert_eq!(submitted[0].1["deliveryId"], resent.sent_as.to_string());
     // Resent once.
-    let again = app.services.resend_delivery(delivery, &cid()).await;
+    let again = app.services.resend_delivery(delivery, &admin_write()).await;
     assert_eq!(conflict_code(again.unwrap_err()), "invalid_state");
 }
 
@@ -450,7 +485,7 @@ async fn a_recovery_resends_only_what_failed_since_t_each_once() {
 
     let resent = app
         .services
-        .recover_deliveries(pool, since, &cid())
+        .recover_deliveries(pool, since, &admin_write())
         .await
         .unwrap();
     let mut ids: Vec<Uuid> = resent.iter().map(|r| r.delivery_id).collect();
@@ -467,7 +502,7 @@ async fn a_recovery_resends_only_what_failed_since_t_each_once() {
     // Again: nothing left to resend, and nothing more sent.
     let again = app
         .services
-        .recover_deliveries(pool, since, &cid())
+        .recover_deliveries(pool, since, &admin_write())
         .await
         .unwrap();
     assert!(again.is_empty(), "{again:?}");
@@ -494,7 +529,10 @@ async fn a_disabled_runner_reports_only_on_the_deliveries_sent_to_it() {
     let b = Loopback::start(&[]).await;
     set_url(&app, other.runner_id, &b.url).await;
     app.services
-        .disable_runner(runner.runner_id, &cid())
+        .disable_runner(
+            runner.runner_id,
+            &control_plane::storage::WriteContext::admin(&cid()),
+        )
         .await
         .unwrap();
     let (_, elsewhere) = submit(&app, &tenant, pool).await;
@@ -520,7 +558,10 @@ async fn a_disabled_runner_reports_only_on_the_deliveries_sent_to_it() {
     );
 
     app.services
-        .enable_runner(runner.runner_id, &cid())
+        .enable_runner(
+            runner.runner_id,
+            &control_plane::storage::WriteContext::admin(&cid()),
+        )
         .await
         .unwrap();
     let taken = report(&app, &runner, elsewhere, json!({"status": "received"})).await;

@@ -191,7 +191,11 @@ async fn rotation_keeps_both_keys_working_until_one_is_revoked() {
     let (app, tenant, pool, runner) = fixture().await.parts();
     let (key_id, private_key) = app
         .services
-        .add_runner_key(runner.runner_id, None, &CorrelationId::generate())
+        .add_runner_key(
+            runner.runner_id,
+            None,
+            &control_plane::storage::WriteContext::admin(&CorrelationId::generate()),
+        )
         .await
         .expect("second key");
     let rotated = RunnerKey {
@@ -208,7 +212,11 @@ async fn rotation_keeps_both_keys_working_until_one_is_revoked() {
     assert_eq!(response.status(), 200);
 
     app.services
-        .revoke_runner_key(runner.runner_id, runner.key_id, &CorrelationId::generate())
+        .revoke_runner_key(
+            runner.runner_id,
+            runner.key_id,
+            &control_plane::storage::WriteContext::admin(&CorrelationId::generate()),
+        )
         .await
         .expect("revoke the first key");
     let response = report(&app, &runner, delivery, json!({"status": "succeeded"})).await;
@@ -220,7 +228,11 @@ async fn rotation_keeps_both_keys_working_until_one_is_revoked() {
     // A key revoked twice is not there any more.
     assert!(
         app.services
-            .revoke_runner_key(runner.runner_id, runner.key_id, &CorrelationId::generate())
+            .revoke_runner_key(
+                runner.runner_id,
+                runner.key_id,
+                &control_plane::storage::WriteContext::admin(&CorrelationId::generate())
+            )
             .await
             .is_err()
     );

@@ -244,16 +244,18 @@ async fn a_staging_token_reads_no_production_event_and_no_event_holds_a_command_
 #[tokio::test]
 async fn a_requester_approves_its_own_revision_only_where_its_organisation_allows_it() {
     use control_plane::domain::RevisionState;
-    use control_plane::service::{ServiceError, UserRef};
+    use control_plane::service::ServiceError;
+    use control_plane::storage::WriteContext;
     let (app, tenant) = tenant_app().await;
     let ws = tenant.workspace_id;
-    let requester = UserRef::parse(&tenant.user_id.to_string()).unwrap();
+    let requester = app.services.get_user(tenant.user_id).await.unwrap();
+    let write = || WriteContext::admin(&CorrelationId::generate());
     let decide = |revision: Uuid, to: RevisionState| {
         let services = app.services.clone();
         let requester = requester.clone();
         async move {
             services
-                .decide_revision(revision, to, &requester, "mine", &CorrelationId::generate())
+                .decide_revision(revision, to, &requester, "mine", &write())
                 .await
         }
     };
@@ -284,7 +286,7 @@ async fn a_requester_approves_its_own_revision_only_where_its_organisation_allow
 
     // The organisation allows it: the approval goes through, and its event says how.
     app.services
-        .set_self_approval(tenant.organisation_id, true, &CorrelationId::generate())
+        .set_self_approval(tenant.organisation_id, true, &write())
         .await
         .unwrap();
     let approved = decide(pending[2], RevisionState::Approved).await.unwrap();
@@ -304,13 +306,12 @@ async fn a_requester_approves_its_own_revision_only_where_its_organisation_allow
         .unwrap()
         .clone();
     assert_eq!(event["target"]["id"], pending[2].to_string());
-    assert_eq!(event["data"]["via"], "cpctl");
     assert_eq!(event["data"]["selfApproval"], true);
     assert_eq!(event["data"]["requestedBy"], tenant.user_id.to_string());
 
     // Refused again once the organisation withdraws the allowance.
     app.services
-        .set_self_approval(tenant.organisation_id, false, &CorrelationId::generate())
+        .set_self_approval(tenant.organisation_id, false, &write())
         .await
         .unwrap();
     let (workflow, revision) = crate::workflows::draft(&app, ws, "again").await;

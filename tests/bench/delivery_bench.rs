@@ -216,7 +216,11 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
     let woken = Instant::now();
     for runner in &runners {
         services
-            .set_runner_url(runner.runner.id, Some(&receiver), &cid)
+            .set_runner_url(
+                runner.runner.id,
+                Some(&receiver),
+                &control_plane::storage::WriteContext::admin(&cid),
+            )
             .await?;
     }
     all_arrived(&arrivals, &ids, limit).await?;
@@ -261,7 +265,11 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
     let runner_url = format!("http://127.0.0.1:{}/", runner.port());
     let runner_task = tokio::spawn(runner.run());
     services
-        .set_runner_url(registered.runner.id, Some(&runner_url), &cid)
+        .set_runner_url(
+            registered.runner.id,
+            Some(&runner_url),
+            &control_plane::storage::WriteContext::admin(&cid),
+        )
         .await?;
     let succeeded =
         "SELECT COUNT(*) FROM runner_commands WHERE pool_id = $1 AND status = 'succeeded'";

@@ -51,7 +51,11 @@ async fn setup() -> Res<Tenant> {
         )
         .await?;
     let pool = services
-        .create_pool(boot.workspace.id, "load", &cid)
+        .create_pool(
+            boot.workspace.id,
+            "load",
+            &control_plane::storage::WriteContext::admin(&cid),
+        )
         .await?;
     Ok(Tenant {
         token: boot.credential.secret.expose().to_owned(),
@@ -166,7 +170,13 @@ async fn signed(server: &str, conns: usize, secs: u64) -> Res<()> {
     let cid = CorrelationId::generate();
     let runner = t
         .services
-        .register_runner(t.pool, "load", None, None, &cid)
+        .register_runner(
+            t.pool,
+            "load",
+            None,
+            None,
+            &control_plane::storage::WriteContext::admin(&cid),
+        )
         .await?;
     let private = runner.private_key.ok_or("no private key")?;
     let principal = t.services.authenticate(&t.token).await?;

@@ -71,7 +71,13 @@ async fn main() -> Res<()> {
     // The sleeping policy is timed with a tenant of its own: no phase spends its budgets.
     let measure = tenant(&services, "measure").await?;
     let runner = services
-        .register_runner(good.pool, "drill", None, None, &cid)
+        .register_runner(
+            good.pool,
+            "drill",
+            None,
+            None,
+            &control_plane::storage::WriteContext::admin(&cid),
+        )
         .await?;
     let private = runner.private_key.ok_or("no private key")?;
     // The attacker's user holds many tokens, each with its own per-token budget.
@@ -287,11 +293,22 @@ async fn main() -> Res<()> {
 
     // A policy author's attack: an authorizer that sleeps 30 s in a host call. First as the
     // shadow of the active policy, under the attacker's load: the good client must not notice.
+    // Recorded in the measuring tenant's log, as an anonymous admin's changes.
+    let admin = control_plane::storage::WriteContext::admin(&CorrelationId::generate());
+    let log = measure.org;
     let sleeper = services
-        .install_policy("drill-sleep", PolicyKind::Authorizer, fixtures::SLEEP)
+        .install_policy(
+            "drill-sleep",
+            PolicyKind::Authorizer,
+            fixtures::SLEEP,
+            &admin,
+            log,
+        )
         .await?;
     let sleeper_ref = format!("drill-sleep@{}", sleeper.version);
-    services.shadow_policy(Some(&sleeper_ref)).await?;
+    services
+        .shadow_policy(Some(&sleeper_ref), &admin, log)
+        .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let dropped_before = drill.counter("policy_shadow_dropped_total", "").await;
     drill
@@ -318,7 +335,7 @@ async fn main() -> Res<()> {
             .await
             .saturating_sub(dropped_before)
     );
-    services.shadow_policy(None).await?;
+    services.shadow_policy(None, &admin, log).await?;
 
     // Then active: every decision must end at the deadline, not after 30 s, and fail closed.
     // The good client and the runner stop first (the policy refuses them too, by design); what
@@ -331,7 +348,9 @@ async fn main() -> Res<()> {
         if tail_ok { "ok" } else { "FAILED" }
     );
     // Over its measured budget by design: forced.
-    services.activate_policy_with(&sleeper_ref, true).await?;
+    services
+        .activate_policy_with(&sleeper_ref, true, &admin, log)
+        .await?;
     let timed = client_from([127, 0, 0, 4])?;
     let measure_activity = format!(
         "{server}/v1/workspaces/{}/activity?limit=5",
@@ -377,7 +396,9 @@ async fn main() -> Res<()> {
         latencies.push(took);
         outcomes.add(outcome);
     }
-    services.rollback_policy(PolicyKind::Authorizer).await?;
+    services
+        .rollback_policy(PolicyKind::Authorizer, &admin, log)
+        .await?;
     latencies.sort();
     let worst = latencies.last().copied().unwrap_or_default();
     let outcomes = outcomes.take();

@@ -214,7 +214,11 @@ async fn main() -> Res<()> {
             )
             .await?;
         let pool = services
-            .create_pool(boot.workspace.id, "crash", &cid)
+            .create_pool(
+                boot.workspace.id,
+                "crash",
+                &control_plane::storage::WriteContext::admin(&cid),
+            )
             .await?;
         (
             boot.credential.secret.expose().to_owned(),

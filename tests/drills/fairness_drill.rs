@@ -132,10 +132,20 @@ async fn tenant(services: &Services, name: &str, url: &str) -> Res<Tenant> {
         )
         .await?;
     let pool = services
-        .create_pool(boot.workspace.id, "drill", &cid)
+        .create_pool(
+            boot.workspace.id,
+            "drill",
+            &control_plane::storage::WriteContext::admin(&cid),
+        )
         .await?;
     let runner = services
-        .register_runner(pool.id, "drill", None, Some(url), &cid)
+        .register_runner(
+            pool.id,
+            "drill",
+            None,
+            Some(url),
+            &control_plane::storage::WriteContext::admin(&cid),
+        )
         .await?;
     Ok(Tenant {
         workspace: boot.workspace.id,

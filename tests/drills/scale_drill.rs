@@ -434,10 +434,20 @@ async fn tenants(services: &Services, n: usize, report_to: &[String]) -> Res<Vec
                 )
                 .await?;
             let pool = services
-                .create_pool(boot.workspace.id, "scale", &cid)
+                .create_pool(
+                    boot.workspace.id,
+                    "scale",
+                    &control_plane::storage::WriteContext::admin(&cid),
+                )
                 .await?;
             let registered = services
-                .register_runner(pool.id, "scale", None, None, &cid)
+                .register_runner(
+                    pool.id,
+                    "scale",
+                    None,
+                    None,
+                    &control_plane::storage::WriteContext::admin(&cid),
+                )
                 .await?;
             let runner = RunnerServer::bind(RunnerConfig {
                 listen: "127.0.0.1:0".into(),
@@ -453,7 +463,11 @@ async fn tenants(services: &Services, n: usize, report_to: &[String]) -> Res<Vec
             .map_err(|e| format!("{e:#}"))?;
             let url = format!("http://127.0.0.1:{}/", runner.port());
             services
-                .set_runner_url(registered.runner.id, Some(&url), &cid)
+                .set_runner_url(
+                    registered.runner.id,
+                    Some(&url),
+                    &control_plane::storage::WriteContext::admin(&cid),
+                )
                 .await?;
             tokio::spawn(runner.run());
             Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Arc::new(Tenant {

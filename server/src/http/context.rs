@@ -34,6 +34,8 @@ pub struct RequestContext<E> {
     metrics: Arc<HttpMetrics>,
     rates: Arc<RateGuard>,
     body_limit: usize,
+    /// The policy install's own limit (its body is a component, not a JSON document).
+    upload_limit: Option<usize>,
     allowed: Option<Arc<AllowedMethods>>,
     trusted_proxies: Arc<TrustedProxies>,
 }
@@ -51,8 +53,24 @@ impl<E> RequestContext<E> {
             metrics,
             rates,
             body_limit,
+            upload_limit: None,
             allowed: None,
             trusted_proxies,
+        }
+    }
+
+    /// The body limit of `POST /v1/policies`, which takes a component of up to this many bytes.
+    pub fn with_upload_limit(mut self, limit: usize) -> Self {
+        self.upload_limit = Some(limit);
+        self
+    }
+
+    /// The body limit of a request: the policy install's own, or every other route's.
+    fn body_limit_of(&self, method: &poem::http::Method, path: &str) -> usize {
+        let install = crate::domain::Operation::InstallPolicy.spec();
+        match self.upload_limit {
+            Some(limit) if method.as_str() == install.method && path == install.route => limit,
+            _ => self.body_limit,
         }
     }
 
@@ -169,7 +187,8 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
         let span =
             tracing::info_span!("request", correlation_id = %cid, method = %method, path = %path);
         req.set_data(cid.clone());
-        req.set_data(BodyLimit(self.body_limit));
+        let body_limit = self.body_limit_of(&method, &path);
+        req.set_data(BodyLimit(body_limit));
         let client = self.find_client(&req);
         let address = client.0.clone();
         req.set_data(client);
@@ -183,8 +202,8 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
             if req.headers().get_all(header::AUTHORIZATION).iter().count() > 1 {
                 return Err(ApiFailure::from(ServiceError::Unauthenticated).into());
             }
-            if declared_length(&req).is_some_and(|n| n > self.body_limit) {
-                return Err(ApiFailure::payload_too_large(self.body_limit).into());
+            if declared_length(&req).is_some_and(|n| n > body_limit) {
+                return Err(ApiFailure::payload_too_large(body_limit).into());
             }
             let key = idempotency_key(&req)?;
             req.set_data(key);

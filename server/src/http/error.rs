@@ -263,6 +263,18 @@ impl From<ServiceError> for ApiFailure {
                 rate: None,
                 retry_after: None,
             },
+            ServiceError::Unprocessable {
+                code,
+                message,
+                details,
+            } => Self {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                code,
+                message,
+                details,
+                rate: None,
+                retry_after: None,
+            },
             ServiceError::CursorExpired { oldest } => Self::new(
                 StatusCode::GONE,
                 "cursor_expired",
@@ -327,6 +339,7 @@ fn describe(status: u16) -> &'static str {
         409 => "Conflicts with the current state",
         410 => "The cursor or Last-Event-ID points into audit events removed by retention",
         413 => "The request body exceeds the size limit",
+        422 => "Understood but refused for what it holds (the error's code says why)",
         429 => "Rate limit exceeded",
         500 => "Internal error",
         503 => "A dependency is unavailable; retry later",

@@ -41,6 +41,8 @@ use metrics::HttpMetrics;
 pub struct HttpSettings {
     /// Largest accepted request body, in bytes (413 past it).
     pub body_limit: usize,
+    /// Largest policy component an install accepts, in bytes: that route's own body limit.
+    pub policy_upload_limit: usize,
     pub rates: RateSettings,
     /// Bytes of stored idempotent responses per owner per 24 hours; `None`: no quota.
     pub idempotency_quota: Option<u64>,
@@ -186,6 +188,7 @@ pub fn build_app(
         .with(poem::middleware::CatchPanic::new());
     let api = RequestContext::new(routes, metrics, rates, settings.body_limit, trusted_proxies)
         .with_allowed(allowed)
+        .with_upload_limit(settings.policy_upload_limit)
         .boxed();
     Ok(AppEndpoints {
         api,

@@ -173,7 +173,10 @@ fn the_default_authorizer_holds_the_role_table_of_the_admin_plane() {
         let scope = op.required_scope().expect("an admin scope").as_str();
         let allow = Ok(a::AuthzDecision::Allow);
         let ask = |role, scopes: &[&str], org: &str| decide(&admin_request(op, role, scopes, org));
-        if !op.variables().any(|v| v == "organisationId") {
+        // Two settings of an organisation constrain its own admins (the four-eyes rule, the
+        // audit retention): the operator's, as the instance's operations are.
+        let operators = [Operation::SetSelfApproval, Operation::SetAuditRetention];
+        if !op.variables().any(|v| v == "organisationId") || operators.contains(&op) {
             // Of the instance, not of an organisation: the operator's alone.
             assert_eq!(ask(a::Role::Operator, &[scope], ORG), allow, "{op:?}");
             for role in [a::Role::Admin, a::Role::Member] {

@@ -60,28 +60,6 @@ pub(super) fn already_exists(what: String) -> impl FnOnce(StoreError) -> Service
     }
 }
 
-/// An event of a change `cpctl` makes against the records store, which names nobody: the
-/// verbs that still do are moving onto the admin API (docs/decisions.md).
-pub(super) fn admin_event(
-    organisation_id: Uuid,
-    workspace_id: Option<Uuid>,
-    event_type: &'static str,
-    target_kind: &'static str,
-    target_id: Uuid,
-    correlation_id: &CorrelationId,
-    data: serde_json::Value,
-) -> NewAuditEvent {
-    event_by(
-        &WriteContext::admin(correlation_id),
-        organisation_id,
-        workspace_id,
-        event_type,
-        target_kind,
-        target_id,
-        data,
-    )
-}
-
 /// An event of a change written with `write`: its actor (the user and token over HTTP) and
 /// correlation id.
 pub(super) fn event_by(

@@ -21,8 +21,8 @@ use super::runner_admin::DisableRule;
 use super::runners::runner_event;
 use super::{ServiceError, Services};
 use crate::domain::{
-    CorrelationId, DISPATCH_EVENT_TYPE, DeliveryStatus, DeliveryUrl, DispatchData, DispatchPayload,
-    EgressPolicy, FieldError, NewAuditEvent, RetrySchedule, Timestamp, ValidationErrors,
+    DISPATCH_EVENT_TYPE, DeliveryStatus, DeliveryUrl, DispatchData, DispatchPayload, EgressPolicy,
+    FieldError, NewAuditEvent, RetrySchedule, Timestamp, ValidationErrors,
 };
 use crate::storage::{
     AttemptNext, AttemptRecorded, AttemptResult, DeliveryReport, DueDelivery, DueQuery, Leased,
@@ -171,22 +171,22 @@ impl Services {
         &self,
         runner_id: Uuid,
         url: Option<&str>,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<Runner, ServiceError> {
         let url = url.map(|u| self.delivery_url(u)).transpose()?;
         let (runner, _, workspace) = self.runner_with_owners(runner_id).await?;
         let data = json!({ "deliveryOrigin": url.as_ref().map(|u| u.origin()) });
-        let event = runner_event(&workspace, "runner.delivery_url_set", runner_id, cid, data);
+        let event = runner_event(
+            &workspace,
+            "runner.delivery_url_set",
+            runner_id,
+            write,
+            data,
+        );
         let url = url.map(|u| u.to_string());
         if !self
             .store
-            .set_runner_url(
-                &WriteContext::admin(cid),
-                runner_id,
-                url.as_deref(),
-                Self::now(),
-                &event,
-            )
+            .set_runner_url(write, runner_id, url.as_deref(), Self::now(), &event)
             .await?
         {
             return Err(ServiceError::not_found("no such runner"));

@@ -113,7 +113,7 @@ impl Services {
     }
 
     /// The workspace the route names, which must belong to its organisation.
-    async fn workspace_of(
+    pub(super) async fn workspace_of(
         &self,
         organisation_id: Uuid,
         workspace: &str,

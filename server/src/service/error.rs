@@ -30,6 +30,14 @@ pub enum ServiceError {
         message: String,
         details: Option<Value>,
     },
+    /// Understood and refused for what it holds (a policy component that is not one, of the
+    /// wrong world, or over its budgets): a 422 with its own code.
+    #[error("{message}")]
+    Unprocessable {
+        code: &'static str,
+        message: String,
+        details: Option<Value>,
+    },
     /// A cursor or `Last-Event-ID` points into audit events retention has removed; `oldest` is
     /// the oldest sequence still kept.
     #[error("the cursor points into audit events that were removed; the oldest kept is {oldest}")]

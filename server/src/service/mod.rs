@@ -14,10 +14,12 @@ mod batch_queue;
 mod caller;
 mod commands;
 mod deliveries;
+mod delivery_admin;
 mod directory;
 mod dispatcher;
 mod error;
 mod fair_share;
+mod fleet;
 mod keys;
 mod offboarding;
 mod permissions;
@@ -56,23 +58,27 @@ pub use commands::{
     DeliveryStatusInput, SubmitCommandInput, TIMEOUT_BATCH, TimeoutSweep, command_deadline,
 };
 pub use deliveries::{AttemptAnswer, DeliverySettings, dispatch_body};
+pub use delivery_admin::{RECOVER_LIMIT, Resent};
 pub use directory::{AdminPage, Paged};
 pub use dispatcher::Dispatcher;
 pub use error::ServiceError;
 pub use fair_share::BreakerSettings;
+pub use fleet::{RunnerChange, RunnerKeyAdded};
 pub use keys::{
     KeySet, KeySource, RECORD_KEYS, WEBHOOK_KEYS, load_keys, load_secrets_cipher, load_token_hasher,
 };
 pub use offboarding::{USER_DISABLED, USER_ENABLED, USER_ROLE_CHANGED, UserChange, UserOverview};
 pub use permissions::{Permission, ReplayCheck};
-pub use policies::{CompiledCache, parse_reference};
-pub use policy_budgets::{ActivatedPolicy, InstalledPolicy};
+pub use policies::{CompiledCache, PolicyListing, parse_reference};
+pub use policy_budgets::{ActivatedPolicy, InstalledPolicy, PolicyUpload, budget_json};
 pub use policy_decisions::{
     DECISION_LIST_MAX, DecisionListing, DecisionLogSettings, DecisionRecorder,
 };
-pub use reviews::{ModeratedReview, ReportReviewInput, ReviewInput, decision_of};
+pub use reviews::{
+    ModeratedReview, RESTORE_REASON_MAX, ReportReviewInput, ReviewInput, decision_of,
+};
 pub use rotation::{MAX_ROTATION_GRACE_DAYS, RotatedToken, TOKEN_ROTATED};
-pub use runner_admin::{DisableRule, RECOVER_LIMIT, Resent};
+pub use runner_admin::DisableRule;
 pub use runner_auth::{RunnerPrincipal, SignedRequest};
 pub use runner_secrets::{MAX_SECRET_OVERLAP, RotatedSecret};
 pub use runners::{DeletePoolInput, RegisteredRunner, bounded_text};

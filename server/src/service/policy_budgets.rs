@@ -1,8 +1,17 @@
-//! Budgets of policy versions: measured at install and stored with the version, checked
-//! before activation, and the version's memory budget applied when the server compiles it.
+//! Budgets of policy versions: measured at install by the server, with its own engine and
+//! settings, and stored with the version; checked again before activation; and the version's
+//! memory budget applied when the server compiles it. A component that is not one, or not of
+//! its kind's world, or over its budgets is refused at install, each with its own ApiError code
+//! (`malformed_component`, `wrong_world`, `over_budget`); `force` stores one over its budgets
+//! all the same (recorded), and its activation still needs `force` of its own.
 
-use super::{ServiceError, Services};
-use crate::domain::CorrelationId;
+use bytes::Bytes;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::policies::policy_event;
+use super::{Operation, ServiceError, Services};
+use crate::domain::Principal;
 use crate::policy::{BudgetReport, DEFAULT_RUNS, MemoryBudget, PolicyKind, measure};
 use crate::storage::{PolicyBudgetRecord, PolicyRecord, WriteContext};
 
@@ -19,6 +28,21 @@ pub struct ActivatedPolicy {
     pub policy: PolicyRecord,
     /// Why the measurement would have refused it, when it was activated all the same.
     pub overridden: Option<String>,
+}
+
+/// A component to install, as uploaded.
+#[derive(Debug, Clone)]
+pub struct PolicyUpload {
+    pub name: String,
+    pub kind: PolicyKind,
+    /// Shared, not copied, on its way to the compiler and the store.
+    pub component: Bytes,
+    /// This version's memory budget; `None`: the server's.
+    pub memory: Option<MemoryBudget>,
+    /// Cases to measure with; `None`: the shipped cases of its kind.
+    pub cases: Option<String>,
+    /// Store it even over its budgets (the event records it).
+    pub force: bool,
 }
 
 fn us(d: std::time::Duration) -> i64 {
@@ -54,18 +78,101 @@ fn report(r: &PolicyBudgetRecord, deadline: std::time::Duration) -> Option<Budge
     })
 }
 
+/// A measurement as an error's details and an event's data.
+pub fn budget_json(b: &BudgetReport) -> serde_json::Value {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+    json!({
+        "decisions": b.decisions,
+        "failures": b.failures,
+        "p50Ms": ms(b.p50),
+        "p99Ms": ms(b.p99),
+        "maxMs": ms(b.max),
+        "deadlineMs": b.deadline.as_millis() as u64,
+        "peakMemoryBytes": b.peak_memory_bytes,
+        "memoryBudgetMib": b.memory_budget.mib(),
+        "overBudget": b.over_budget(),
+    })
+}
+
+/// Why the engine refused a component, as the installer's error: not of its kind's world (an
+/// export or an import the world does not have), or not a component at all.
+fn refused(kind: PolicyKind, reason: String) -> ServiceError {
+    let world = reason.contains("does not implement the control-plane:policy/")
+        || reason.contains("imports something a policy may not use");
+    let (code, what) = if world {
+        ("wrong_world", format!("not a {} component", kind.as_str()))
+    } else {
+        ("malformed_component", "not a WebAssembly component".into())
+    };
+    ServiceError::Unprocessable {
+        code,
+        message: format!("{what}: {reason}"),
+        details: Some(json!({ "reason": code, "kind": kind.as_str() })),
+    }
+}
+
+/// The cases file could not be read as cases: the request's fault, named as such.
+fn bad_cases(reason: String) -> ServiceError {
+    ServiceError::Validation(crate::domain::FieldError::new("cases", reason).into())
+}
+
 impl Services {
-    /// Validates the component, measures it on `cases` (the shipped cases of its kind when
-    /// `None`) under `memory` (the server's budget when `None`), and stores it as the next
-    /// version with its measurement.
-    pub async fn install_measured_policy(
+    /// An operator's install: the authorizer, then [`Self::install_measured_policy`] with the
+    /// event in the operator's organisation's log.
+    pub async fn admin_install_policy(
+        &self,
+        principal: &Principal,
+        upload: PolicyUpload,
+        write: &WriteContext,
+    ) -> Result<InstalledPolicy, ServiceError> {
+        self.authorize(principal, Operation::InstallPolicy, None, vec![])
+            .await?;
+        self.install_measured_policy(upload, write, principal.organisation_id)
+            .await
+    }
+
+    /// Stores a component whatever its measurement (forced), as tests and drills install the
+    /// fixtures they then force active.
+    pub async fn install_policy(
         &self,
         name: &str,
         kind: PolicyKind,
         bytes: &[u8],
-        memory: Option<MemoryBudget>,
-        cases: Option<&str>,
+        write: &WriteContext,
+        log: Uuid,
+    ) -> Result<PolicyRecord, ServiceError> {
+        let upload = PolicyUpload {
+            name: name.to_owned(),
+            kind,
+            component: Bytes::copy_from_slice(bytes),
+            memory: None,
+            cases: None,
+            force: true,
+        };
+        Ok(self
+            .install_measured_policy(upload, write, log)
+            .await?
+            .policy)
+    }
+
+    /// Validates the component against the world of its kind, measures it on its cases under
+    /// its memory budget with this server's engine, refuses it over its budgets unless forced,
+    /// and stores it as the next version with its measurement. `log`: the organisation whose
+    /// audit log records it (the acting operator's).
+    pub async fn install_measured_policy(
+        &self,
+        upload: PolicyUpload,
+        write: &WriteContext,
+        log: Uuid,
     ) -> Result<InstalledPolicy, ServiceError> {
+        let PolicyUpload {
+            name,
+            kind,
+            component,
+            memory,
+            cases,
+            force,
+        } = upload;
         if name.is_empty()
             || name.len() > 100
             || !name
@@ -81,39 +188,63 @@ impl Services {
             .ok_or_else(|| ServiceError::Internal("no policy runtime".into()))?
             .engine()
             .clone();
-        let (digest, budget) = {
-            let memory = memory.unwrap_or_else(|| MemoryBudget::server_default(engine.settings()));
-            let bytes = bytes.to_vec();
-            let cases = cases.map(str::to_owned);
-            let timers = tokio::runtime::Handle::current();
-            // Guest code runs inside `poll`: the measurement gets a blocking thread of its own.
-            tokio::task::spawn_blocking(move || {
-                let digest = engine.compile(kind, &bytes)?.digest;
-                let budget = timers.block_on(measure(
+        let memory = memory.unwrap_or_else(|| MemoryBudget::server_default(engine.settings()));
+        let bytes = component.clone();
+        let timers = tokio::runtime::Handle::current();
+        // Guest code runs inside `poll`: the measurement gets a blocking thread of its own.
+        let (digest, budget) = tokio::task::spawn_blocking(move || {
+            let digest = engine
+                .compile(kind, &bytes)
+                .map_err(|reason| refused(kind, reason))?
+                .digest;
+            let budget = timers
+                .block_on(measure(
                     &engine,
                     kind,
                     &bytes,
                     cases.as_deref(),
                     memory,
                     DEFAULT_RUNS,
-                ))?;
-                Ok::<_, String>((digest, budget))
-            })
-            .await
-            .map_err(|e| ServiceError::Internal(e.to_string()))?
-            .map_err(|reason| {
-                ServiceError::Validation(crate::domain::FieldError::new("component", reason).into())
-            })?
+                ))
+                .map_err(bad_cases)?;
+            Ok::<_, ServiceError>((digest, budget))
+        })
+        .await
+        .map_err(|e| ServiceError::Internal(e.to_string()))??;
+        let over = budget.over_budget();
+        if let (Some(reason), false) = (&over, force) {
+            return Err(ServiceError::Unprocessable {
+                code: "over_budget",
+                message: format!(
+                    "the component is over its budgets: {reason}; install it with force to keep it all the same"
+                ),
+                details: Some(json!({ "reason": "over_budget", "budget": budget_json(&budget) })),
+            });
+        }
+        let size = component.len();
+        let event = |policy: &PolicyRecord| {
+            policy_event(
+                write,
+                log,
+                "policy.installed",
+                policy,
+                json!({
+                    "size": size,
+                    "forced": force && over.is_some(),
+                    "budget": budget_json(&budget),
+                }),
+            )
         };
         let policy = self
             .store
             .insert_policy(
-                &WriteContext::admin(&CorrelationId::generate()),
-                name,
+                write,
+                &name,
                 kind.as_str(),
                 &digest,
-                bytes,
+                &component,
                 &record(&budget),
+                &event,
             )
             .await?;
         Ok(InstalledPolicy { policy, budget })
@@ -142,8 +273,20 @@ impl Services {
         &self,
         reference: &str,
         force: bool,
+        write: &WriteContext,
+        log: Uuid,
     ) -> Result<ActivatedPolicy, ServiceError> {
         let policy = self.find_policy(reference).await?;
+        self.activate_version(policy, force, write, log).await
+    }
+
+    pub(super) async fn activate_version(
+        &self,
+        policy: PolicyRecord,
+        force: bool,
+        write: &WriteContext,
+        log: Uuid,
+    ) -> Result<ActivatedPolicy, ServiceError> {
         let over = self
             .policy_budget(&policy)
             .await?
@@ -158,12 +301,15 @@ impl Services {
                 details: None,
             });
         }
+        let event = policy_event(
+            write,
+            log,
+            "policy.activated",
+            &policy,
+            json!({ "forced": force, "overBudget": over }),
+        );
         self.store
-            .activate_policy(
-                &WriteContext::admin(&CorrelationId::generate()),
-                &policy,
-                force,
-            )
+            .activate_policy(write, &policy, force, &event)
             .await?;
         if let Some(reason) = &over {
             tracing::warn!(

@@ -13,8 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::batch_queue::{BatchQueue, BatchWriter, QueueShape};
-use super::{ServiceError, Services};
-use crate::domain::{SampleRate, Span};
+use super::directory::{AdminPage, Paged};
+use super::policies::paged;
+use super::{Operation, ServiceError, Services};
+use crate::domain::{FieldError, Principal, SampleRate, Span};
 use crate::policy::{DecisionEvent, DecisionLog, DecisionOutcome};
 use crate::storage::{
     DecisionBounds, DecisionFilter, PolicyDecisionRecord, SharedRecordStore, WriteContext,
@@ -165,6 +167,17 @@ pub struct DecisionListing {
     pub limit: u32,
 }
 
+/// A page's cursor: the last decision's time (microseconds) and id, `<micros>.<id>`.
+fn decision_cursor(at: &DateTime<Utc>, id: i64) -> String {
+    format!("{}.{id}", at.timestamp_micros())
+}
+
+fn parse_decision_cursor(raw: &str) -> Option<(DateTime<Utc>, i64)> {
+    let (micros, id) = raw.split_once('.')?;
+    let at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
+    Some((at, id.parse().ok()?))
+}
+
 impl Services {
     /// Logged decisions, newest first; the store does the filtering.
     pub async fn list_policy_decisions(
@@ -175,8 +188,44 @@ impl Services {
             since: listing.since,
             operation: listing.operation.clone(),
             outcome: listing.outcome.map(|o| o.as_str().to_owned()),
+            before: None,
             limit: listing.limit.clamp(1, DECISION_LIST_MAX),
         };
-        Ok(self.store.list_decisions(&filter).await?)
+        let rows = self.store.list_decisions(&filter).await?;
+        Ok(rows.into_iter().map(|(_, d)| d).collect())
+    }
+
+    /// A page of the decision log, newest first, for an operator (the log is the
+    /// deployment's, not an organisation's).
+    pub async fn admin_list_policy_decisions(
+        &self,
+        principal: &Principal,
+        listing: &DecisionListing,
+        page: AdminPage,
+        cursor: Option<&str>,
+    ) -> Result<Paged<PolicyDecisionRecord>, ServiceError> {
+        self.authorize(principal, Operation::ListPolicyDecisions, None, vec![])
+            .await?;
+        let before = match cursor.filter(|c| !c.is_empty()) {
+            None => None,
+            Some(c) => Some(parse_decision_cursor(c).ok_or_else(|| {
+                ServiceError::Validation(
+                    FieldError::new("cursor", "is not a cursor this server issued").into(),
+                )
+            })?),
+        };
+        let filter = DecisionFilter {
+            since: listing.since,
+            operation: listing.operation.clone(),
+            outcome: listing.outcome.map(|o| o.as_str().to_owned()),
+            before,
+            limit: page.fetch(),
+        };
+        let rows = self.store.list_decisions(&filter).await?;
+        let page = paged(page, rows, |(id, d)| decision_cursor(&d.occurred_at, *id));
+        Ok(Paged {
+            items: page.items.into_iter().map(|(_, d)| d).collect(),
+            next_cursor: page.next_cursor,
+        })
     }
 }

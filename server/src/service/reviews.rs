@@ -1,11 +1,14 @@
-//! Marketplace plugins (created by the admin CLI) and their reviews and reports, moderated by
-//! the active moderation policy.
+//! Marketplace plugins and their reviews and reports, moderated by the active moderation
+//! policy. An organisation's admin creates and lists the plugins its organisation publishes and
+//! lists and restores their reviews over the admin API; another organisation's plugin is the
+//! same 404 as one that does not exist.
 
 use serde_json::json;
 use uuid::Uuid;
 
-use super::admin::{admin_event, parse_name};
-use super::{Permission, ServiceError, Services};
+use super::admin::{event_by, parse_name};
+use super::directory::{AdminPage, Paged};
+use super::{Operation, Permission, ServiceError, Services};
 use crate::domain::{
     CorrelationId, FieldError, NewAuditEvent, Principal, ReportReason, ReviewStatus,
     ValidationErrors, bounded_integer, parse_uuid,
@@ -112,7 +115,7 @@ impl Services {
         &self,
         organisation_id: Uuid,
         name: &str,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<Plugin, ServiceError> {
         let plugin = Plugin {
             id: Uuid::new_v4(),
@@ -120,27 +123,23 @@ impl Services {
             name: parse_name("name", name)?,
             created_at: Self::now(),
         };
-        let event = admin_event(
+        let event = event_by(
+            write,
             organisation_id,
             None,
             "plugin.created",
             "plugin",
             plugin.id,
-            cid,
             json!({ "name": plugin.name }),
         );
         self.store
-            .create_plugin(&WriteContext::admin(cid), &plugin, &event)
+            .create_plugin(write, &plugin, &event)
             .await
             .map_err(super::admin::already_exists(format!(
                 "a plugin named {:?} already exists",
                 plugin.name
             )))?;
         Ok(plugin)
-    }
-
-    pub async fn list_plugins(&self) -> Result<Vec<Plugin>, ServiceError> {
-        Ok(self.store.list_plugins().await?)
     }
 
     pub async fn list_reviews(&self, plugin_id: Uuid) -> Result<Vec<Review>, ServiceError> {
@@ -364,12 +363,13 @@ impl Services {
     /// `cpctl reviews restore`: an administrator's decision that a review hidden after reports
     /// should not be. Its reports are dismissed (deleted; the audit log keeps each
     /// `review.reported`) and the moderator decides again on its content alone, so a review
-    /// whose content it would hold or reject is restored as held or rejected.
+    /// whose content it would hold or reject is restored as held or rejected. Audited in the
+    /// log of the plugin's organisation, whose administrator decides.
     pub async fn restore_review(
         &self,
         review_id: Uuid,
         reason: Option<&str>,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<Review, ServiceError> {
         let reason = reason
             .map(|r| crate::domain::bounded_text(r, RESTORE_REASON_MAX))
@@ -380,6 +380,11 @@ impl Services {
             let current = self
                 .store
                 .find_review(review_id)
+                .await?
+                .ok_or_else(not_found)?;
+            let plugin = self
+                .store
+                .get_plugin(current.plugin_id)
                 .await?
                 .ok_or_else(not_found)?;
             let outcome = self
@@ -396,7 +401,7 @@ impl Services {
                         blocklist: self.settings.moderation_blocklist.clone(),
                     },
                     current.organisation_id,
-                    cid,
+                    write.correlation_id(),
                 )
                 .await;
             let moderation = ReviewModeration {
@@ -404,13 +409,13 @@ impl Services {
                 reasons: outcome.reasons,
                 labels: outcome.labels,
             };
-            let event = admin_event(
-                current.organisation_id,
+            let event = event_by(
+                write,
+                plugin.organisation_id,
                 None,
                 "review.restored",
                 "review",
                 review_id,
-                cid,
                 json!({
                     "pluginId": current.plugin_id,
                     "reason": reason,
@@ -424,14 +429,7 @@ impl Services {
             };
             match self
                 .store
-                .restore_review(
-                    &WriteContext::admin(cid),
-                    review_id,
-                    &moderation,
-                    &basis,
-                    Self::now(),
-                    &event,
-                )
+                .restore_review(write, review_id, &moderation, &basis, Self::now(), &event)
                 .await?
             {
                 RestoreOutcome::Restored { review, .. } => return Ok(review),
@@ -449,6 +447,94 @@ impl Services {
             }
         }
         Err(ServiceError::Unavailable)
+    }
+}
+
+/// The admin API's marketplace operations: the authorizer decides, then the plugin must be one
+/// the route's organisation publishes.
+impl Services {
+    /// The plugin the route names, which its organisation must publish.
+    async fn plugin_of(&self, organisation_id: Uuid, plugin: &str) -> Result<Plugin, ServiceError> {
+        let missing = || ServiceError::not_found("no such plugin in this organisation");
+        let id = parse_uuid(plugin).ok_or_else(missing)?;
+        self.store
+            .get_plugin(id)
+            .await?
+            .filter(|p| p.organisation_id == organisation_id)
+            .ok_or_else(missing)
+    }
+
+    pub async fn admin_create_plugin(
+        &self,
+        principal: &Principal,
+        organisation: &str,
+        name: &str,
+        write: &WriteContext,
+    ) -> Result<Plugin, ServiceError> {
+        let org = self
+            .admit_admin(principal, Operation::CreatePlugin, organisation, None)
+            .await?;
+        self.create_plugin(org, name, write).await
+    }
+
+    pub async fn admin_list_plugins(
+        &self,
+        principal: &Principal,
+        organisation: &str,
+        page: AdminPage,
+    ) -> Result<Paged<Plugin>, ServiceError> {
+        let org = self
+            .admit_admin(principal, Operation::ListPlugins, organisation, None)
+            .await?;
+        let rows = self
+            .store
+            .plugins_page(org, page.after(), page.fetch())
+            .await?;
+        Ok(page.of(rows, |p| p.id))
+    }
+
+    /// Every review of the plugin, whatever its status (held and hidden ones included).
+    pub async fn admin_list_reviews(
+        &self,
+        principal: &Principal,
+        organisation: &str,
+        plugin: &str,
+        page: AdminPage,
+    ) -> Result<Paged<Review>, ServiceError> {
+        let operation = Operation::ListPluginReviews;
+        let org = self
+            .admit_admin(principal, operation, organisation, Some(plugin))
+            .await?;
+        let plugin = self.plugin_of(org, plugin).await?;
+        let rows = self
+            .store
+            .reviews_page(plugin.id, page.after(), page.fetch())
+            .await?;
+        Ok(page.of(rows, |r| r.id))
+    }
+
+    pub async fn admin_restore_review(
+        &self,
+        principal: &Principal,
+        organisation: &str,
+        plugin: &str,
+        review: &str,
+        reason: Option<&str>,
+        write: &WriteContext,
+    ) -> Result<Review, ServiceError> {
+        let operation = Operation::RestorePluginReview;
+        let org = self
+            .admit_admin(principal, operation, organisation, Some(plugin))
+            .await?;
+        let plugin = self.plugin_of(org, plugin).await?;
+        let missing = || ServiceError::not_found("no such review of this plugin");
+        let review_id = parse_uuid(review).ok_or_else(missing)?;
+        self.store
+            .find_review(review_id)
+            .await?
+            .filter(|r| r.plugin_id == plugin.id)
+            .ok_or_else(missing)?;
+        self.restore_review(review_id, reason, write).await
     }
 }
 

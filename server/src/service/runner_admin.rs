@@ -1,11 +1,6 @@
-//! Runners and deliveries after the fact: a pool's runners with their health, the
-//! rule that disables a runner after sustained failure, an administrator's disable, enable and
-//! remove, and resending deliveries (`cpctl runners …`, `cpctl deliveries …`).
-//!
-//! A resend never moves a finished command back: `failed` is final in the v1 contract. A
-//! `pending` delivery of an open command gets a new attempt now; a `failed` one is resent as a
-//! new `queued` command whose delivery carries the failed one's `webhook-id`, so a runner that
-//! deduplicates on it (and may have run the first) runs the command at most once.
+//! Runners after the fact: a pool's runners with their health, the rule that disables a runner
+//! after sustained failure, and an administrator's disable, enable and remove
+//! (`cpctl runners …`). Deliveries after the fact are `delivery_admin.rs`'s.
 
 use std::time::Duration;
 
@@ -13,21 +8,16 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::admin::admin_event;
 use super::runners::runner_event;
 use super::{ServiceError, Services};
-use crate::domain::{Actor, CorrelationId, DeliveryStatus, NewAuditEvent};
+use crate::domain::{Actor, NewAuditEvent};
 use crate::storage::{
-    DeliveryFilter, DeliverySummary, LeasedAttempt, RemovedRunner, ResendFailed, RunnerHealth,
-    RunnerStatus, StillFailing, WriteContext,
+    LeasedAttempt, RemovedRunner, RunnerHealth, RunnerStatus, StillFailing, WriteContext,
 };
 
 /// Why a runner was disabled, as its event and `cpctl runners list` say.
 pub const REASON_FAILURES: &str = "consecutive_failures";
 pub const REASON_ADMIN: &str = "admin";
-
-/// At most this many failed deliveries are resent by one `recover`.
-pub const RECOVER_LIMIT: u32 = 10_000;
 
 /// When a failing runner is disabled (`--runner-disable-after-failures`,
 /// `--runner-disable-failing-secs`): after `failures` failed attempts in a row **and** at least
@@ -64,19 +54,6 @@ impl DisableRule {
     }
 }
 
-/// What `resend` did.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Resent {
-    /// The delivery resent.
-    pub delivery_id: Uuid,
-    /// The delivery that carries the new attempt: the same one (it was `pending`) or the
-    /// delivery of the new command (it had `failed`).
-    pub sent_as: Uuid,
-    pub new_command_id: Option<Uuid>,
-    /// The same as the resent delivery's attempts carried.
-    pub webhook_id: Uuid,
-}
-
 fn wrong_state(message: String) -> ServiceError {
     ServiceError::Conflict {
         code: "invalid_state",
@@ -107,7 +84,7 @@ impl Services {
     pub async fn disable_runner(
         &self,
         runner_id: Uuid,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<bool, ServiceError> {
         let (_, _, workspace) = self.runner_with_owners(runner_id).await?;
         let state = self.runner_state(runner_id).await?;
@@ -118,11 +95,10 @@ impl Services {
             return Ok(false);
         }
         let data = json!({ "reason": REASON_ADMIN });
-        let event = runner_event(&workspace, "runner.disabled", runner_id, cid, data);
-        let write = WriteContext::admin(cid);
+        let event = runner_event(&workspace, "runner.disabled", runner_id, write, data);
         if !self
             .store
-            .disable_runner(&write, runner_id, REASON_ADMIN, None, &event)
+            .disable_runner(write, runner_id, REASON_ADMIN, None, &event)
             .await?
         {
             return self.unchanged_unless_removed(runner_id).await;
@@ -134,7 +110,7 @@ impl Services {
     pub async fn enable_runner(
         &self,
         runner_id: Uuid,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<bool, ServiceError> {
         let (_, _, workspace) = self.runner_with_owners(runner_id).await?;
         let state = self.runner_state(runner_id).await?;
@@ -144,11 +120,10 @@ impl Services {
         if !state.disabled {
             return Ok(false);
         }
-        let event = runner_event(&workspace, "runner.enabled", runner_id, cid, json!({}));
-        let write = WriteContext::admin(cid);
+        let event = runner_event(&workspace, "runner.enabled", runner_id, write, json!({}));
         if !self
             .store
-            .enable_runner(&write, runner_id, Self::now(), &event)
+            .enable_runner(write, runner_id, Self::now(), &event)
             .await?
         {
             return self.unchanged_unless_removed(runner_id).await;
@@ -170,13 +145,12 @@ impl Services {
     pub async fn remove_runner(
         &self,
         runner_id: Uuid,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<RemovedRunner, ServiceError> {
         let (_, _, workspace) = self.runner_with_owners(runner_id).await?;
-        let event = runner_event(&workspace, "runner.removed", runner_id, cid, json!({}));
-        let write = WriteContext::admin(cid);
+        let event = runner_event(&workspace, "runner.removed", runner_id, write, json!({}));
         self.store
-            .remove_runner(&write, runner_id, Self::now(), &event)
+            .remove_runner(write, runner_id, Self::now(), &event)
             .await?
             .ok_or_else(|| wrong_state("the runner is already removed".into()))
     }
@@ -245,178 +219,6 @@ impl Services {
             );
         }
         Ok(())
-    }
-
-    /// A pool's deliveries, last changed first.
-    pub async fn list_deliveries(
-        &self,
-        pool_id: Uuid,
-        status: Option<DeliveryStatus>,
-        since: Option<DateTime<Utc>>,
-        limit: u32,
-    ) -> Result<Vec<DeliverySummary>, ServiceError> {
-        self.store
-            .get_pool(pool_id)
-            .await?
-            .ok_or_else(|| ServiceError::not_found("no such runner pool"))?;
-        let filter = DeliveryFilter {
-            pool_id,
-            status,
-            since,
-            limit,
-        };
-        Ok(self.store.list_deliveries(&filter).await?)
-    }
-
-    /// Resends a delivery: a `pending` one of an open command gets an attempt now; a `failed`
-    /// one becomes a new `queued` command whose delivery carries its `webhook-id`, once.
-    pub async fn resend_delivery(
-        &self,
-        delivery_id: Uuid,
-        cid: &CorrelationId,
-    ) -> Result<Resent, ServiceError> {
-        let d = self
-            .store
-            .delivery_summary(delivery_id)
-            .await?
-            .ok_or_else(|| ServiceError::not_found("no such delivery"))?;
-        let event = |data: serde_json::Value| {
-            admin_event(
-                d.organisation_id,
-                Some(d.workspace_id),
-                "delivery.resent",
-                "webhook_delivery",
-                d.id,
-                cid,
-                data,
-            )
-        };
-        let write = WriteContext::admin(cid);
-        let now = Self::now();
-        match d.status {
-            DeliveryStatus::Pending if d.command_status.is_open() => {
-                let data = json!({
-                    "commandId": d.command_id,
-                    "webhookId": d.webhook_id,
-                    "resentAs": d.id,
-                    "newCommandId": null,
-                });
-                if !self
-                    .store
-                    .resend_pending(&write, d.id, now, &event(data))
-                    .await?
-                {
-                    return Err(wrong_state(
-                        "the delivery has an attempt in flight, or is no longer pending; try again when it ends"
-                            .into(),
-                    ));
-                }
-                Ok(Resent {
-                    delivery_id: d.id,
-                    sent_as: d.id,
-                    new_command_id: None,
-                    webhook_id: d.webhook_id,
-                })
-            }
-            DeliveryStatus::Pending => Err(wrong_state(format!(
-                "the delivery's command is {}; it is not sent again",
-                d.command_status
-            ))),
-            DeliveryStatus::Failed => {
-                if let Some(resent_as) = d.resent_as {
-                    return Err(wrong_state(format!(
-                        "the delivery was already resent as delivery {resent_as}"
-                    )));
-                }
-                if d.pool_deleted {
-                    return Err(ServiceError::Conflict {
-                        code: "pool_deleted",
-                        message: "the runner pool is deleted".into(),
-                        details: None,
-                    });
-                }
-                let new_command_id = Uuid::new_v4();
-                let new_delivery_id = Uuid::new_v4();
-                let deadline_at =
-                    now + chrono::Duration::seconds(i64::from(d.timeout_seconds.max(1)));
-                let data = json!({
-                    "commandId": d.command_id,
-                    "webhookId": d.webhook_id,
-                    "resentAs": new_delivery_id,
-                    "newCommandId": new_command_id,
-                });
-                let resend = ResendFailed {
-                    delivery_id: d.id,
-                    new_command_id,
-                    new_delivery_id,
-                    webhook_id: d.webhook_id,
-                    at: now,
-                    deadline_at,
-                    // The new command is submitted like any other, so a stream or export
-                    // consumer that follows `runner_command.submitted` sees it; its text is
-                    // the original's, whose digest that command's own event already carries.
-                    events: vec![
-                        event(data),
-                        admin_event(
-                            d.organisation_id,
-                            Some(d.workspace_id),
-                            "runner_command.submitted",
-                            "runner_command",
-                            new_command_id,
-                            cid,
-                            json!({
-                                "poolId": d.pool_id,
-                                "timeoutSeconds": d.timeout_seconds,
-                                "deliveryId": new_delivery_id,
-                                "resentFrom": d.command_id,
-                            }),
-                        ),
-                    ],
-                };
-                if !self.store.resend_failed(&write, &resend).await? {
-                    return Err(wrong_state(
-                        "the delivery was resent meanwhile or its pool deleted".into(),
-                    ));
-                }
-                Ok(Resent {
-                    delivery_id: d.id,
-                    sent_as: new_delivery_id,
-                    new_command_id: Some(new_command_id),
-                    webhook_id: d.webhook_id,
-                })
-            }
-            other => Err(wrong_state(format!(
-                "the delivery is {other}: only a pending or failed delivery can be resent"
-            ))),
-        }
-    }
-
-    /// Resends every delivery of the pool that failed at or after `since` and was not resent
-    /// yet, each once; returns what was resent.
-    pub async fn recover_deliveries(
-        &self,
-        pool_id: Uuid,
-        since: DateTime<Utc>,
-        cid: &CorrelationId,
-    ) -> Result<Vec<Resent>, ServiceError> {
-        let failed = self
-            .list_deliveries(
-                pool_id,
-                Some(DeliveryStatus::Failed),
-                Some(since),
-                RECOVER_LIMIT,
-            )
-            .await?;
-        let mut resent = Vec::new();
-        for d in failed.iter().filter(|d| d.resent_as.is_none()) {
-            match self.resend_delivery(d.id, cid).await {
-                Ok(r) => resent.push(r),
-                // Resent meanwhile (another recover), or its pool deleted: skipped.
-                Err(ServiceError::Conflict { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(resent)
     }
 }
 

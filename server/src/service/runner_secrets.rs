@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::runners::runner_event;
 use super::{ServiceError, Services};
-use crate::domain::{CorrelationId, FieldError, RunnerSecret, ValidationErrors};
+use crate::domain::{FieldError, RunnerSecret, ValidationErrors};
 use crate::storage::WriteContext;
 
 /// The longest overlap a rotation may ask for.
@@ -59,7 +59,7 @@ impl Services {
         &self,
         runner_id: Uuid,
         overlap: Duration,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<RotatedSecret, ServiceError> {
         if overlap > MAX_SECRET_OVERLAP {
             return Err(ValidationErrors::from(FieldError::new(
@@ -86,19 +86,13 @@ impl Services {
             &workspace,
             "runner.webhook_secret_rotated",
             runner_id,
-            cid,
+            write,
             data,
         );
         let (secret, sealed) = self.new_runner_secret(runner_id);
         if !self
             .store
-            .rotate_runner_secret(
-                &WriteContext::admin(cid),
-                runner_id,
-                &sealed,
-                retires_at,
-                &event,
-            )
+            .rotate_runner_secret(write, runner_id, &sealed, retires_at, &event)
             .await?
         {
             return Err(ServiceError::not_found("no such runner"));

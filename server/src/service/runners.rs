@@ -1,15 +1,16 @@
-//! Runner pools, runners and their keys: registered by the admin CLI, a pool deleted by a bearer
-//! token. Commands are in `commands.rs`, signed requests in `runner_auth.rs`.
+//! Runner pools, runners and their keys: registered by an administrator (over the admin API,
+//! `fleet.rs`), a pool deleted by a bearer token. Commands are in `commands.rs`, signed
+//! requests in `runner_auth.rs`.
 
 use chrono::{DateTime, Utc};
 use ed25519_dalek::VerifyingKey;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::admin::{admin_event, parse_name};
+use super::admin::{event_by, parse_name};
 use super::{Permission, ServiceError, Services};
 use crate::domain::{
-    CorrelationId, FieldError, NewAuditEvent, Principal, RunnerSecret, ValidationErrors, parse_uuid,
+    FieldError, NewAuditEvent, Principal, RunnerSecret, ValidationErrors, parse_uuid,
 };
 use crate::storage::{
     DeletePool, DeletePoolOutcome, Runner, RunnerKey, RunnerPool, Workspace, WriteContext,
@@ -28,7 +29,7 @@ impl DeletePoolInput {
     pub const MAX_REASON: usize = 500;
 }
 
-/// A runner registered by the admin CLI, with its first key.
+/// A registered runner, with its first key.
 #[derive(Debug, Clone)]
 pub struct RegisteredRunner {
     pub runner: Runner,
@@ -99,33 +100,34 @@ fn new_runner_key(
     Ok((key, private))
 }
 
-/// The event of an operator's change to a runner, in its pool's workspace.
+/// The event of an administrator's change to a runner, in its pool's workspace, naming the
+/// actor of `write`.
 pub(super) fn runner_event(
     workspace: &Workspace,
     event_type: &'static str,
     runner_id: Uuid,
-    cid: &CorrelationId,
+    write: &WriteContext,
     data: serde_json::Value,
 ) -> NewAuditEvent {
-    admin_event(
+    event_by(
+        write,
         workspace.organisation_id,
         Some(workspace.id),
         event_type,
         "runner",
         runner_id,
-        cid,
         data,
     )
 }
 
 impl Services {
-    // ---- admin (cpctl) ----
+    // ---- the fleet's rules, written with the acting administrator's context (`fleet.rs`) ----
 
     pub async fn create_pool(
         &self,
         workspace_id: Uuid,
         name: &str,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<RunnerPool, ServiceError> {
         let workspace = self.workspace(workspace_id).await?;
         let pool = RunnerPool {
@@ -135,22 +137,18 @@ impl Services {
             created_at: Self::now(),
             deleted_at: None,
         };
-        let event = admin_event(
+        let event = event_by(
+            write,
             workspace.organisation_id,
             Some(workspace_id),
             "runner_pool.created",
             "runner_pool",
             pool.id,
-            cid,
             json!({ "name": pool.name }),
         );
-        self.store
-            .create_pool(&WriteContext::admin(cid), &pool, &event)
-            .await
-            .map_err(super::admin::already_exists(format!(
-                "a pool named {:?} already exists",
-                pool.name
-            )))?;
+        self.store.create_pool(write, &pool, &event).await.map_err(
+            super::admin::already_exists(format!("a pool named {:?} already exists", pool.name)),
+        )?;
         Ok(pool)
     }
 
@@ -169,7 +167,7 @@ impl Services {
         name: &str,
         public: Option<&[u8]>,
         url: Option<&str>,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<RegisteredRunner, ServiceError> {
         let url = url.map(|u| self.delivery_url(u)).transpose()?;
         let pool = self.live_pool(pool_id).await?;
@@ -190,10 +188,10 @@ impl Services {
             "keyId": key.id,
             "deliveryOrigin": url.as_ref().map(|u| u.origin()),
         });
-        let event = runner_event(&workspace, "runner.registered", runner.id, cid, data);
+        let event = runner_event(&workspace, "runner.registered", runner.id, write, data);
         let (webhook_secret, sealed) = self.new_runner_secret(runner.id);
         self.store
-            .create_runner(&WriteContext::admin(cid), &runner, &key, &sealed, &event)
+            .create_runner(write, &runner, &key, &sealed, &event)
             .await?;
         Ok(RegisteredRunner {
             runner,
@@ -208,7 +206,7 @@ impl Services {
         &self,
         runner_id: Uuid,
         public: Option<&[u8]>,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<(Uuid, Option<[u8; 32]>), ServiceError> {
         let runner = self
             .store
@@ -232,10 +230,8 @@ impl Services {
         let workspace = self.workspace(pool.workspace_id).await?;
         let (key, private) = new_runner_key(runner_id, public, Self::now())?;
         let data = json!({ "keyId": key.id });
-        let event = runner_event(&workspace, "runner.key_added", runner_id, cid, data);
-        self.store
-            .add_runner_key(&WriteContext::admin(cid), &key, &event)
-            .await?;
+        let event = runner_event(&workspace, "runner.key_added", runner_id, write, data);
+        self.store.add_runner_key(write, &key, &event).await?;
         Ok((key.id, private))
     }
 
@@ -243,20 +239,14 @@ impl Services {
         &self,
         runner_id: Uuid,
         key_id: Uuid,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<(), ServiceError> {
         let (_, _, workspace) = self.runner_with_owners(runner_id).await?;
         let data = json!({ "keyId": key_id });
-        let event = runner_event(&workspace, "runner.key_revoked", runner_id, cid, data);
+        let event = runner_event(&workspace, "runner.key_revoked", runner_id, write, data);
         if self
             .store
-            .revoke_runner_key(
-                &WriteContext::admin(cid),
-                runner_id,
-                key_id,
-                Self::now(),
-                &event,
-            )
+            .revoke_runner_key(write, runner_id, key_id, Self::now(), &event)
             .await?
         {
             Ok(())

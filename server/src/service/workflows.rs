@@ -1,23 +1,23 @@
-//! Workflows and their revisions: created by the admin CLI; approval requested over the API;
-//! decided by an administrator through the admin CLI (the v1 contract has no route for it).
+//! Workflows and their revisions: created, listed and decided by an organisation's
+//! administrator over the admin API (`cpctl workflows`); approval requested over the v1 API.
+//! The decider is the authenticated caller, and the four-eyes rule (a requester does not
+//! approve its own request) is switched per organisation by an operator only: the admins it
+//! constrains cannot lift it.
 
 use serde_json::json;
 use uuid::Uuid;
 
-use super::admin::{UserRef, admin_event, parse_name};
-use super::{Permission, ServiceError, Services};
+use super::admin::{event_by, parse_name};
+use super::directory::{AdminPage, Paged};
+use super::{Operation, Permission, ServiceError, Services};
 use crate::domain::{
-    Actor, CorrelationId, FieldError, NewAuditEvent, Principal, RevisionState, ValidationErrors,
-    bounded_text, parse_uuid,
+    FieldError, NewAuditEvent, Principal, RevisionState, Role, ValidationErrors, bounded_text,
+    parse_uuid,
 };
-use crate::storage::{RevisionDecision, Workflow, WorkflowRevision, WriteContext};
+use crate::storage::{RevisionDecision, User, Workflow, WorkflowRevision, WriteContext};
 
-/// The longest `--reason` of an approval decision.
+/// The longest `reason` of an approval decision.
 pub const DECISION_REASON_MAX: usize = 1000;
-
-/// How a decision reaches the service: `cpctl`, which names its actor (`--actor`) without
-/// authenticating it. Every decision event says so.
-const DECIDED_VIA: &str = "cpctl";
 
 /// The setting under which an organisation allows a revision's requester to approve it.
 fn self_approval_key(organisation_id: Uuid) -> String {
@@ -29,7 +29,7 @@ impl Services {
         &self,
         workspace_id: Uuid,
         name: &str,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<Workflow, ServiceError> {
         let workspace = self.workspace(workspace_id).await?;
         let workflow = Workflow {
@@ -38,17 +38,17 @@ impl Services {
             name: parse_name("name", name)?,
             created_at: Self::now(),
         };
-        let event = admin_event(
+        let event = event_by(
+            write,
             workspace.organisation_id,
             Some(workspace_id),
             "workflow.created",
             "workflow",
             workflow.id,
-            cid,
             json!({ "name": workflow.name }),
         );
         self.store
-            .create_workflow(&WriteContext::admin(cid), &workflow, &event)
+            .create_workflow(write, &workflow, &event)
             .await
             .map_err(super::admin::already_exists(format!(
                 "a workflow named {:?} already exists in this workspace",
@@ -57,18 +57,11 @@ impl Services {
         Ok(workflow)
     }
 
-    pub async fn list_workflows(
-        &self,
-        workspace_id: Option<Uuid>,
-    ) -> Result<Vec<Workflow>, ServiceError> {
-        Ok(self.store.list_workflows(workspace_id).await?)
-    }
-
     /// A new `draft` revision, numbered one past the newest.
     pub async fn create_revision(
         &self,
         workflow_id: Uuid,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<WorkflowRevision, ServiceError> {
         let workflow = self
             .store
@@ -77,24 +70,18 @@ impl Services {
             .ok_or_else(|| ServiceError::not_found("no such workflow"))?;
         let workspace = self.workspace(workflow.workspace_id).await?;
         let id = Uuid::new_v4();
-        let event = admin_event(
+        let event = event_by(
+            write,
             workspace.organisation_id,
             Some(workflow.workspace_id),
             "workflow_revision.created",
             "workflow_revision",
             id,
-            cid,
             json!({ "workflowId": workflow.id }),
         );
         Ok(self
             .store
-            .create_revision(
-                &WriteContext::admin(cid),
-                &workflow,
-                id,
-                Self::now(),
-                &event,
-            )
+            .create_revision(write, &workflow, id, Self::now(), &event)
             .await?)
     }
 
@@ -180,52 +167,42 @@ impl Services {
         &self,
         organisation_id: Uuid,
         allowed: bool,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<(), ServiceError> {
-        if !self
-            .store
-            .list_organisations()
-            .await?
-            .iter()
-            .any(|o| o.id == organisation_id)
-        {
+        let found = self.store.lookup_targets(organisation_id, &[], &[]).await?;
+        if !found.organisation_exists {
             return Err(ServiceError::not_found("no such organisation"));
         }
-        let event = admin_event(
+        let event = event_by(
+            write,
             organisation_id,
             None,
             "organisation.self_approval_set",
             "organisation",
             organisation_id,
-            cid,
-            json!({ "allowed": allowed, "via": DECIDED_VIA }),
+            json!({ "allowed": allowed }),
         );
         let value = if allowed { "allowed" } else { "refused" };
         Ok(self
             .store
-            .setting_put(
-                &WriteContext::admin(cid),
-                &self_approval_key(organisation_id),
-                value,
-                &event,
-            )
+            .setting_put(write, &self_approval_key(organisation_id), value, &event)
             .await?)
     }
 
-    /// `pending_approval → approved | rejected` (`to`), decided by `actor`: a user of the
-    /// revision's organisation who is one of its administrators, and for an approval not the
-    /// user who requested it (unless the organisation allows it: [`Self::set_self_approval`]).
-    /// Audited as `workflow_revision.approved` or `.rejected`, with the named user as the actor
-    /// and `"via": "cpctl"` (the actor is named, not authenticated), in the decision's
+    /// `pending_approval → approved | rejected` (`to`), decided by `decider`: a user who
+    /// administers the revision's organisation (its admin, or an operator), and for an approval
+    /// not the user who requested it (unless the organisation allows it:
+    /// [`Self::set_self_approval`]). Audited as `workflow_revision.approved` or `.rejected`,
+    /// written with `write` (over HTTP, the decider's user and token), in the decision's
     /// transaction. A revision in any other state (a second decision included) is a conflict
     /// `invalid_transition`.
     pub async fn decide_revision(
         &self,
         revision_id: Uuid,
         to: RevisionState,
-        actor: &UserRef,
+        decider: &User,
         reason: &str,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<WorkflowRevision, ServiceError> {
         let event_type = match to {
             RevisionState::Approved => "workflow_revision.approved",
@@ -242,10 +219,12 @@ impl Services {
             .await?
             .ok_or_else(|| ServiceError::not_found("no such workflow revision"))?;
         let workspace = self.workspace(current.workspace_id).await?;
-        let user = self.find_user(workspace.organisation_id, actor).await?;
-        if !user.role.administers() {
+        let user = decider;
+        let administers = user.role == Role::Operator
+            || (user.organisation_id == workspace.organisation_id && user.role.administers());
+        if !administers || user.disabled.is_some() {
             return Err(ServiceError::forbidden(
-                "the actor is not an administrator of the revision's organisation",
+                "the decider is not an administrator of the revision's organisation",
             ));
         }
         let conflict = |state: RevisionState| ServiceError::Conflict {
@@ -265,15 +244,13 @@ impl Services {
                 .await?
         {
             return Err(ServiceError::Forbidden {
-                reason: "the actor requested this revision's approval; another administrator \
-                         must approve it (or allow it: cpctl orgs self-approval allow)"
+                reason: "the caller requested this revision's approval; another administrator \
+                         must approve it (or an operator allows it: cpctl orgs self-approval allow)"
                     .into(),
                 details: Some(json!({ "requestedBy": user.id })),
             });
         }
         let now = Self::now();
-        // Decided by the named user, through cpctl.
-        let write = WriteContext::immediate(cid.clone(), Actor::user_only(user.id));
         let event = NewAuditEvent {
             organisation_id: workspace.organisation_id,
             workspace_id: Some(current.workspace_id),
@@ -289,7 +266,6 @@ impl Services {
                 "from": current.state.as_str(),
                 "to": to.as_str(),
                 "reason": reason,
-                "via": DECIDED_VIA,
                 "requestedBy": current.requested_by,
                 "selfApproval": own && to == RevisionState::Approved,
             }),
@@ -303,7 +279,7 @@ impl Services {
             at: now,
             event,
         };
-        match self.store.decide_revision(&write, &decision).await? {
+        match self.store.decide_revision(write, &decision).await? {
             Some(decided) => Ok(decided),
             // Decided (or otherwise moved) since it was read: answer with the state it is in.
             None => {
@@ -316,5 +292,130 @@ impl Services {
                 Err(conflict(state))
             }
         }
+    }
+}
+
+/// The admin API's workflow operations: the authorizer decides, then the route's workspace,
+/// workflow or revision must belong to its organisation (else the same 404 as a missing one).
+impl Services {
+    /// The workflow the route names, which must belong to a workspace of its organisation.
+    async fn workflow_in(
+        &self,
+        organisation_id: Uuid,
+        workflow: &str,
+    ) -> Result<Workflow, ServiceError> {
+        let missing = || ServiceError::not_found("no such workflow in this organisation");
+        let id = parse_uuid(workflow).ok_or_else(missing)?;
+        let workflow = self.store.get_workflow(id).await?.ok_or_else(missing)?;
+        match self.store.get_workspace(workflow.workspace_id).await? {
+            Some(w) if w.organisation_id == organisation_id => Ok(workflow),
+            _ => Err(missing()),
+        }
+    }
+
+    pub async fn admin_create_workflow(
+        &self,
+        principal: &Principal,
+        organisation: &str,
+        workspace: &str,
+        name: &str,
+        write: &WriteContext,
+    ) -> Result<Workflow, ServiceError> {
+        let operation = Operation::CreateWorkflow;
+        let org = self
+            .admit_admin(principal, operation, organisation, Some(workspace))
+            .await?;
+        let workspace = self.workspace_of(org, workspace).await?;
+        self.create_workflow(workspace.id, name, write).await
+    }
+
+    pub async fn admin_list_workflows(
+        &self,
+        principal: &Principal,
+        organisation: &str,
+        workspace: &str,
+        page: AdminPage,
+    ) -> Result<Paged<Workflow>, ServiceError> {
+        let operation = Operation::ListWorkflows;
+        let org = self
+            .admit_admin(principal, operation, organisation, Some(workspace))
+            .await?;
+        let workspace = self.workspace_of(org, workspace).await?;
+        let rows = self
+            .store
+            .workflows_page(workspace.id, page.after(), page.fetch())
+            .await?;
+        Ok(page.of(rows, |w| w.id))
+    }
+
+    pub async fn admin_create_revision(
+        &self,
+        principal: &Principal,
+        organisation: &str,
+        workflow: &str,
+        write: &WriteContext,
+    ) -> Result<WorkflowRevision, ServiceError> {
+        let operation = Operation::CreateWorkflowRevision;
+        let org = self
+            .admit_admin(principal, operation, organisation, Some(workflow))
+            .await?;
+        let workflow = self.workflow_in(org, workflow).await?;
+        self.create_revision(workflow.id, write).await
+    }
+
+    /// Approves or rejects (`to`) a revision as the caller, whose user must administer the
+    /// revision's organisation; the self-approval rule applies to it.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn admin_decide_revision(
+        &self,
+        principal: &Principal,
+        organisation: &str,
+        workflow: &str,
+        revision: &str,
+        to: RevisionState,
+        reason: &str,
+        write: &WriteContext,
+    ) -> Result<WorkflowRevision, ServiceError> {
+        let operation = match to {
+            RevisionState::Approved => Operation::ApproveWorkflowRevision,
+            _ => Operation::RejectWorkflowRevision,
+        };
+        let org = self
+            .admit_admin(principal, operation, organisation, Some(workflow))
+            .await?;
+        let workflow = self.workflow_in(org, workflow).await?;
+        let missing = || ServiceError::not_found("no such revision of this workflow");
+        let revision_id = parse_uuid(revision).ok_or_else(missing)?;
+        self.store
+            .get_revision(revision_id)
+            .await?
+            .filter(|r| r.workflow_id == workflow.id)
+            .ok_or_else(missing)?;
+        let decider = self.get_user(principal.user_id).await?;
+        self.decide_revision(revision_id, to, &decider, reason, write)
+            .await
+    }
+
+    /// The four-eyes rule of an organisation, switched by an operator only; answers the
+    /// organisation's id.
+    pub async fn admin_set_self_approval(
+        &self,
+        principal: &Principal,
+        organisation: &str,
+        allowed: bool,
+        write: &WriteContext,
+    ) -> Result<Uuid, ServiceError> {
+        let operation = Operation::SetSelfApproval;
+        let org = self
+            .admit_admin(principal, operation, organisation, None)
+            .await?;
+        // The authorizer's role table already says so; this holds under any policy.
+        if principal.role != Role::Operator {
+            return Err(ServiceError::forbidden(
+                "only an operator switches the self-approval rule",
+            ));
+        }
+        self.set_self_approval(org, allowed, write).await?;
+        Ok(org)
     }
 }

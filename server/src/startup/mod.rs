@@ -88,6 +88,7 @@ impl Application {
         }
         let http = HttpSettings {
             body_limit: config.body_limit,
+            policy_upload_limit: config.policy_upload_max_mib.saturating_mul(1 << 20),
             rates: RateSettings {
                 default: config.rate_limit.0,
                 user: config.user_rate_limit.0,

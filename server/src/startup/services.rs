@@ -23,8 +23,10 @@ use crate::storage::{DisagreementRecord, ReplicaReads, SharedRecordStore};
 /// Opens the records store, applies migrations and builds the service layer without fast
 /// state (signed runner reports need it): what `cpctl` needs.
 pub async fn open_services(config: &ServerConfig) -> anyhow::Result<Arc<Services>> {
-    let kek = key_encryption_key(config)?;
+    // The store first: a store that does not answer leaves no key file behind (in DATA_DIR
+    // with Postgres, wherever the command was run from).
     let store = open_store(config).await?;
+    let kek = key_encryption_key(config)?;
     build_services(config, store, None, None, &kek).await
 }
 

@@ -4,6 +4,7 @@
 
 use control_plane::domain::{CorrelationId, ExpiresInDays, Role, Scope, Scopes, TokenName};
 use control_plane::service::{BootstrapInput, IssueTokenInput, Services};
+use control_plane::storage::WriteContext;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -178,7 +179,11 @@ impl TestApp {
 /// A runner pool made through the service layer, as `cpctl pools create` does.
 pub async fn create_pool(app: &TestApp, workspace: Uuid, name: &str) -> Uuid {
     app.services
-        .create_pool(workspace, name, &CorrelationId::generate())
+        .create_pool(
+            workspace,
+            name,
+            &control_plane::storage::WriteContext::admin(&CorrelationId::generate()),
+        )
         .await
         .expect("pool")
         .id
@@ -194,21 +199,45 @@ pub fn issuance_body(tenant: &Tenant) -> Value {
     })
 }
 
+/// An anonymous admin's write: how a test's direct policy change is recorded.
+pub fn admin_write() -> WriteContext {
+    WriteContext::admin(&CorrelationId::generate())
+}
+
+/// An organisation of its own whose audit log records a test's direct policy changes, for a
+/// test with no tenant at hand.
+pub async fn policy_log(services: &Services) -> Uuid {
+    let name = format!("policies-{}", Uuid::new_v4().simple());
+    services
+        .create_organisation(&name, &CorrelationId::generate())
+        .await
+        .expect("organisation")
+        .id
+}
+
 /// Installs the deny-all test policy and makes it the active authorizer, as `cpctl policies
 /// install` then `activate` would; every replica on these records picks it up.
 pub async fn activate_deny_all(services: &Services) {
+    let log = policy_log(services).await;
     let policy = services
         .install_policy(
             "deny-all",
             control_plane::policy::PolicyKind::Authorizer,
             control_plane::policy::fixtures::DENY_ALL,
+            &admin_write(),
+            log,
         )
         .await
         .unwrap();
     // Forced: its budgets are `policy_budgets.rs`'s subject, and a p99 measured while the
     // whole suite runs on two cores can pass 50 ms for a component that decides in 0.1 ms.
     services
-        .activate_policy_with(&format!("deny-all@{}", policy.version), true)
+        .activate_policy_with(
+            &format!("deny-all@{}", policy.version),
+            true,
+            &admin_write(),
+            log,
+        )
         .await
         .unwrap();
 }

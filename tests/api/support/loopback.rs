@@ -221,7 +221,13 @@ pub(crate) async fn dead_url() -> String {
 /// A runner registered in `pool` with `url` as its delivery URL.
 pub(crate) async fn runner_at(app: &TestApp, pool: Uuid, url: &str) -> Uuid {
     app.services
-        .register_runner(pool, "runner", None, Some(url), &CorrelationId::generate())
+        .register_runner(
+            pool,
+            "runner",
+            None,
+            Some(url),
+            &control_plane::storage::WriteContext::admin(&CorrelationId::generate()),
+        )
         .await
         .expect("register a runner")
         .runner
@@ -231,7 +237,11 @@ pub(crate) async fn runner_at(app: &TestApp, pool: Uuid, url: &str) -> Uuid {
 /// Points `runner`'s deliveries at `url`.
 pub(crate) async fn set_url(app: &TestApp, runner: Uuid, url: &str) {
     app.services
-        .set_runner_url(runner, Some(url), &CorrelationId::generate())
+        .set_runner_url(
+            runner,
+            Some(url),
+            &control_plane::storage::WriteContext::admin(&CorrelationId::generate()),
+        )
         .await
         .expect("set the runner's delivery URL");
 }

@@ -122,3 +122,121 @@ pub fn admin_revoke_token(organisation: impl Display, token: impl Display) -> St
 pub fn rotate_token(organisation: impl Display, token: impl Display) -> String {
     format!("/v1/organisations/{organisation}/tokens/{token}/rotate")
 }
+
+/// `GET` lists the pool's deliveries, newest first.
+pub fn deliveries(organisation: impl Display, pool: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/runner-pools/{pool}/deliveries")
+}
+
+/// `POST` resends the pool's deliveries that failed since a time.
+pub fn recover_deliveries(organisation: impl Display, pool: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/runner-pools/{pool}/deliveries/recover")
+}
+
+/// `GET` shows the delivery and its attempts.
+pub fn delivery(organisation: impl Display, delivery: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/deliveries/{delivery}")
+}
+
+/// `POST` resends the delivery.
+pub fn resend_delivery(organisation: impl Display, delivery: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/deliveries/{delivery}/resend")
+}
+
+/// `POST` creates a workflow in the workspace; `GET` lists them.
+pub fn workflows(organisation: impl Display, workspace: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/workspaces/{workspace}/workflows")
+}
+
+/// `POST` creates a revision of the workflow.
+pub fn workflow_revisions(organisation: impl Display, workflow: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/workflows/{workflow}/revisions")
+}
+
+/// `POST` approves (`verb` = `approve`) or rejects (`reject`) the revision.
+pub fn decide_revision(
+    organisation: impl Display,
+    workflow: impl Display,
+    revision: impl Display,
+    verb: &str,
+) -> String {
+    format!("/v1/organisations/{organisation}/workflows/{workflow}/revisions/{revision}/{verb}")
+}
+
+/// `PUT` allows or refuses self-approval in the organisation.
+pub fn self_approval(organisation: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/self-approval")
+}
+
+/// `POST` creates a plugin the organisation publishes; `GET` lists them.
+pub fn plugins(organisation: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/plugins")
+}
+
+/// `GET` lists the plugin's reviews, whatever their status.
+pub fn plugin_reviews(organisation: impl Display, plugin: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/plugins/{plugin}/reviews")
+}
+
+/// `POST` restores the hidden review.
+pub fn restore_review(
+    organisation: impl Display,
+    plugin: impl Display,
+    review: impl Display,
+) -> String {
+    format!("/v1/organisations/{organisation}/plugins/{plugin}/reviews/{review}/restore")
+}
+
+/// `POST` creates a runner pool in the workspace; `GET` lists them.
+pub fn runner_pools(organisation: impl Display, workspace: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/workspaces/{workspace}/runner-pools")
+}
+
+/// `POST` registers a runner in the pool; `GET` lists its runners.
+pub fn pool_runners(organisation: impl Display, pool: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/runner-pools/{pool}/runners")
+}
+
+/// `DELETE` removes the runner; with a suffix (`/disable`, `/enable`, `/delivery-url`,
+/// `/webhook-secret/rotate`, `/keys`), the runner's other operations.
+pub fn runner(organisation: impl Display, runner: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/runners/{runner}")
+}
+
+/// `DELETE` revokes the runner's key.
+pub fn runner_key(organisation: impl Display, runner: impl Display, key: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/runners/{runner}/keys/{key}")
+}
+
+/// `GET` exports the workspace's audit log (streamed).
+pub fn audit_export(organisation: impl Display, workspace: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/workspaces/{workspace}/audit/export")
+}
+
+/// `GET` verifies the workspace's audit log.
+pub fn audit_verification(organisation: impl Display, workspace: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/workspaces/{workspace}/audit/verification")
+}
+
+/// `PUT` sets the organisation's audit retention.
+pub fn audit_retention(organisation: impl Display) -> String {
+    format!("/v1/organisations/{organisation}/audit-retention")
+}
+
+/// `POST` runs a retention pass now.
+pub const AUDIT_PURGE: &str = "/v1/audit/purge";
+
+pub const POLICIES: &str = "/v1/policies";
+pub const POLICY_ROLLBACK: &str = "/v1/policies/rollback";
+pub const POLICY_SHADOW: &str = "/v1/policies/shadow";
+pub const SHADOW_DISAGREEMENTS: &str = "/v1/policies/shadow/disagreements";
+pub const POLICY_DECISIONS: &str = "/v1/policies/decisions";
+pub const WEBHOOK_SIGNING_KEYS: &str = "/v1/webhook-signing-keys";
+
+pub fn policy_version(name: &str, version: i32) -> String {
+    format!("/v1/policies/{name}/versions/{version}")
+}
+
+pub fn activate_policy(name: &str, version: i32) -> String {
+    format!("{}/activate", policy_version(name, version))
+}

@@ -63,7 +63,13 @@ pub(crate) async fn fixture_on(app: TestApp) -> Fixture {
 pub(crate) async fn register(app: &TestApp, pool: Uuid, name: &str) -> RunnerKey {
     let registered = app
         .services
-        .register_runner(pool, name, None, None, &CorrelationId::generate())
+        .register_runner(
+            pool,
+            name,
+            None,
+            None,
+            &control_plane::storage::WriteContext::admin(&CorrelationId::generate()),
+        )
         .await
         .expect("register a runner");
     RunnerKey {

@@ -66,7 +66,11 @@ impl Bench {
         let cid = CorrelationId::generate();
         let pool = self
             .services
-            .create_pool(self.workspace, name, &cid)
+            .create_pool(
+                self.workspace,
+                name,
+                &control_plane::storage::WriteContext::admin(&cid),
+            )
             .await?
             .id;
         let mut registered = Vec::new();
@@ -74,7 +78,13 @@ impl Bench {
             let runner_name = format!("{name}-runner-{i}");
             registered.push(
                 self.services
-                    .register_runner(pool, &runner_name, None, url, &cid)
+                    .register_runner(
+                        pool,
+                        &runner_name,
+                        None,
+                        url,
+                        &control_plane::storage::WriteContext::admin(&cid),
+                    )
                     .await?,
             );
         }

@@ -31,7 +31,11 @@ pub(super) async fn tenant(services: &Services, name: &str) -> Res<Tenant> {
         )
         .await?;
     let pool = services
-        .create_pool(boot.workspace.id, "drill", &cid)
+        .create_pool(
+            boot.workspace.id,
+            "drill",
+            &control_plane::storage::WriteContext::admin(&cid),
+        )
         .await?;
     Ok(Tenant {
         org: boot.organisation.id,

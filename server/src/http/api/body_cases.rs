@@ -5,9 +5,17 @@
 use serde_json::{Value, json};
 
 use super::admin_tokens::Rotation;
+use super::audit_admin::{Purge, Retention};
+use super::deliveries::{Recover, Resend};
+use super::fleet::{
+    DeliveryUrl, DisableAction, EnableAction, NewKey, NewPool, NewRunner, RemoveAction,
+    RevokeKeyAction, SecretRotation,
+};
+use super::marketplace_admin::Restore;
 use super::organisations::Named;
 use super::tokens::RevokeRequest;
 use super::users::{Disable, Enable, NewRole, NewUser};
+use super::workflow_admin::{Approval, NewRevision, Rejection, SelfApproval};
 use super::workflows::ApprovalComment;
 use crate::domain::Operation;
 use crate::http::payload::FromJson;
@@ -310,6 +318,10 @@ fn request_bodies_match_the_snapshot() {
     all.insert("reportPluginReview".into(), cases.into());
 
     admin_bodies(&mut all);
+    fleet_bodies(&mut all);
+    policy_bodies(&mut all);
+    approval_and_marketplace_bodies(&mut all);
+    audit_bodies(&mut all);
 
     let text = serde_json::to_string_pretty(&Value::Object(all)).expect("serialise");
     crate::http::snapshot::assert_snapshot("request_bodies.json", &text);
@@ -447,4 +459,227 @@ fn admin_bodies(all: &mut serde_json::Map<String, Value>) {
             with(&rotate, "graceSeconds", json!(null)),
         ],
     );
+}
+
+/// The fleet's bodies: pools, runners, their URLs, secrets and keys.
+fn fleet_bodies(all: &mut serde_json::Map<String, Value>) {
+    let name = json!({ "name": "builders" });
+    cases_of::<NewPool>(
+        all,
+        Operation::CreateRunnerPool,
+        name.clone(),
+        vec![
+            json!({}),
+            with(&name, "name", json!("")),
+            with(&name, "name", strings(121)),
+            with(&name, "name", json!(1)),
+        ],
+    );
+
+    let runner = json!({ "name": "alpha" });
+    let key = "Gb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=";
+    cases_of::<NewRunner>(
+        all,
+        Operation::RegisterRunner,
+        runner.clone(),
+        vec![
+            json!({}),
+            with(&runner, "publicKey", json!(key)),
+            with(&runner, "publicKey", json!("not base64!")),
+            with(&runner, "publicKey", json!(1)),
+            with(&runner, "url", json!("https://runner.example/hooks")),
+            with(&runner, "url", json!("")),
+            with(&runner, "url", json!(null)),
+        ],
+    );
+
+    let url = json!({ "url": "https://runner.example/hooks" });
+    cases_of::<DeliveryUrl>(
+        all,
+        Operation::SetRunnerDeliveryUrl,
+        url.clone(),
+        vec![
+            json!({}),
+            with(&url, "url", json!("")),
+            with(&url, "url", json!(null)),
+        ],
+    );
+
+    let rotation = json!({ "overlapHours": 24 });
+    cases_of::<SecretRotation>(
+        all,
+        Operation::RotateRunnerWebhookSecret,
+        rotation.clone(),
+        vec![
+            json!({}),
+            with(&rotation, "overlapHours", json!(0)),
+            with(&rotation, "overlapHours", json!(720)),
+            with(&rotation, "overlapHours", json!(721)),
+            with(&rotation, "overlapHours", json!(-1)),
+            with(&rotation, "overlapHours", json!("24")),
+        ],
+    );
+
+    cases_of::<NewKey>(
+        all,
+        Operation::AddRunnerKey,
+        json!({}),
+        vec![
+            json!({ "publicKey": "not base64!" }),
+            json!({ "publicKey": null }),
+        ],
+    );
+    cases_of::<DisableAction>(all, Operation::DisableRunner, json!({}), vec![]);
+    cases_of::<EnableAction>(all, Operation::EnableRunner, json!({}), vec![]);
+    cases_of::<RemoveAction>(all, Operation::RemoveRunner, json!({}), vec![]);
+    cases_of::<RevokeKeyAction>(all, Operation::RevokeRunnerKey, json!({}), vec![]);
+}
+
+/// The policy changes' bodies: activation, removal, rollback and the shadow (an install's
+/// body is the component itself, not JSON).
+fn policy_bodies(all: &mut serde_json::Map<String, Value>) {
+    use super::policies::{Activation, Removal, Rollback, Shadow};
+    cases_of::<Activation>(
+        all,
+        Operation::ActivatePolicy,
+        json!({}),
+        vec![
+            json!({ "force": true }),
+            json!({ "force": "yes" }),
+            json!({ "force": null }),
+        ],
+    );
+    cases_of::<Removal>(all, Operation::RemovePolicy, json!({}), vec![]);
+    let rollback = json!({ "kind": "authorizer" });
+    cases_of::<Rollback>(
+        all,
+        Operation::RollBackPolicy,
+        rollback.clone(),
+        vec![
+            json!({}),
+            with(&rollback, "kind", json!("moderator")),
+            with(&rollback, "kind", json!("judge")),
+            with(&rollback, "kind", json!(1)),
+        ],
+    );
+    let shadow = json!({ "name": "strict", "version": 2 });
+    cases_of::<Shadow>(
+        all,
+        Operation::SetShadowPolicy,
+        shadow.clone(),
+        vec![
+            json!({}),
+            without(&shadow, "version"),
+            without(&shadow, "name"),
+            with(&shadow, "version", json!("2")),
+            with(&shadow, "version", json!(1.5)),
+            with(&shadow, "name", json!("")),
+        ],
+    );
+}
+
+/// Deliveries', workflows' and the marketplace's bodies: a resend and a recovery, names,
+/// decisions and their reasons, the self-approval rule and a restore.
+fn approval_and_marketplace_bodies(all: &mut serde_json::Map<String, Value>) {
+    cases_of::<Resend>(all, Operation::ResendDelivery, json!({}), vec![]);
+    let since = json!({ "since": "2026-11-01T10:00:00+01:00" });
+    cases_of::<Recover>(
+        all,
+        Operation::RecoverDeliveries,
+        since.clone(),
+        vec![
+            json!({}),
+            with(&since, "since", json!("2026-11-01T09:00:00Z")),
+            with(&since, "since", json!("yesterday")),
+            with(&since, "since", json!("")),
+            with(&since, "since", json!(1)),
+            with(&since, "since", json!(null)),
+        ],
+    );
+
+    let name = json!({ "name": "deploy" });
+    let names = || {
+        vec![
+            json!({}),
+            with(&name, "name", json!("")),
+            with(&name, "name", strings(121)),
+            with(&name, "name", json!(1)),
+        ]
+    };
+    type NewWorkflow = Named<{ Operation::CreateWorkflow as usize }>;
+    type NewPlugin = Named<{ Operation::CreatePlugin as usize }>;
+    cases_of::<NewWorkflow>(all, Operation::CreateWorkflow, name.clone(), names());
+    cases_of::<NewPlugin>(all, Operation::CreatePlugin, name.clone(), names());
+    cases_of::<NewRevision>(all, Operation::CreateWorkflowRevision, json!({}), vec![]);
+
+    let reason = json!({ "reason": "checked the plan" });
+    let reasons = || {
+        vec![
+            json!({}),
+            with(&reason, "reason", json!("")),
+            with(&reason, "reason", strings(1000)),
+            with(&reason, "reason", strings(1001)),
+            with(&reason, "reason", json!("a\u{0}b")),
+            with(&reason, "reason", json!(null)),
+        ]
+    };
+    cases_of::<Approval>(
+        all,
+        Operation::ApproveWorkflowRevision,
+        reason.clone(),
+        reasons(),
+    );
+    cases_of::<Rejection>(
+        all,
+        Operation::RejectWorkflowRevision,
+        reason.clone(),
+        reasons(),
+    );
+
+    let allowed = json!({ "allowed": true });
+    cases_of::<SelfApproval>(
+        all,
+        Operation::SetSelfApproval,
+        allowed.clone(),
+        vec![
+            json!({}),
+            with(&allowed, "allowed", json!(false)),
+            with(&allowed, "allowed", json!("yes")),
+            with(&allowed, "allowed", json!(null)),
+        ],
+    );
+
+    let restore = json!({ "reason": "the reports were unfounded" });
+    cases_of::<Restore>(
+        all,
+        Operation::RestorePluginReview,
+        restore.clone(),
+        vec![
+            json!({}),
+            with(&restore, "reason", json!("")),
+            with(&restore, "reason", strings(500)),
+            with(&restore, "reason", strings(501)),
+            with(&restore, "reason", json!(null)),
+        ],
+    );
+}
+
+/// The audit log's retention (seconds, or null for forever) and the purge's empty body.
+fn audit_bodies(all: &mut serde_json::Map<String, Value>) {
+    let retention = json!({ "retentionSeconds": 7_776_000 });
+    cases_of::<Retention>(
+        all,
+        Operation::SetAuditRetention,
+        retention.clone(),
+        vec![
+            json!({}),
+            with(&retention, "retentionSeconds", json!(null)),
+            with(&retention, "retentionSeconds", json!(0)),
+            with(&retention, "retentionSeconds", json!(-1)),
+            with(&retention, "retentionSeconds", json!(1.5)),
+            with(&retention, "retentionSeconds", json!("90d")),
+            with(&retention, "retentionSeconds", json!(i64::MAX)),
+        ],
+    );
+    cases_of::<Purge>(all, Operation::PurgeAuditLog, json!({}), vec![]);
 }

@@ -3,14 +3,20 @@
 mod activity;
 mod admin_tokens;
 mod audit;
+mod audit_admin;
 #[cfg(test)]
 mod body_cases;
+mod deliveries;
+mod fleet;
+mod marketplace_admin;
 mod me;
 mod organisations;
+mod policies;
 mod reviews;
 mod runners;
 mod tokens;
 mod users;
+mod workflow_admin;
 mod workflows;
 
 use poem_openapi::{OpenApi, Tags};
@@ -18,12 +24,18 @@ use poem_openapi::{OpenApi, Tags};
 pub use activity::ActivityApi;
 pub use admin_tokens::AdminTokensApi;
 pub use audit::{AuditApi, Heartbeat};
+pub use audit_admin::AuditAdminApi;
+pub use deliveries::DeliveriesApi;
+pub use fleet::FleetApi;
+pub use marketplace_admin::MarketplaceAdminApi;
 pub use me::MeApi;
 pub use organisations::OrganisationsApi;
+pub use policies::PoliciesApi;
 pub use reviews::ReviewsApi;
 pub use runners::RunnersApi;
 pub use tokens::TokensApi;
 pub use users::UsersApi;
+pub use workflow_admin::WorkflowAdminApi;
 pub use workflows::WorkflowsApi;
 
 #[derive(Tags)]
@@ -55,5 +67,10 @@ pub fn all() -> impl OpenApi {
         OrganisationsApi,
         UsersApi,
         AdminTokensApi,
+        // Nested: poem's tuple of APIs has an arity limit.
+        (DeliveriesApi, WorkflowAdminApi, MarketplaceAdminApi),
+        FleetApi,
+        AuditAdminApi,
+        PoliciesApi,
     )
 }

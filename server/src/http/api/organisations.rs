@@ -44,6 +44,12 @@ impl<const O: usize> FromJson for Named<O> {
     }
 }
 
+impl<const O: usize> Named<O> {
+    pub(super) fn name(&self) -> &str {
+        &self.0
+    }
+}
+
 impl<const O: usize> Permitted for Named<O> {
     fn permission<'a>(&'a self, req: &'a poem::Request) -> Permission<'a> {
         admin_permission(Operation::ALL[O], req)

@@ -1,5 +1,6 @@
 //! The audit log's integrity: verifying a workspace's hash chain, exporting its
-//! events, and retention (an organisation keeps its events for a set time; older ones are
+//! events (`export.rs`, streamed), the admin plane's operations on them (`admin.rs`), and
+//! retention (an organisation keeps its events for a set time; older ones are
 //! removed in small batches behind a checkpoint the chain restarts from). The chain itself is
 //! `domain/audit_chain.rs`; it is written where sequences are given (the Postgres numbering
 //! pass, SQLite's insert).
@@ -12,13 +13,13 @@ use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::admin::admin_event;
+use super::admin::event_by;
 use super::{ServiceError, Services};
 use crate::domain::WebhookSigner;
 use crate::domain::audit_proof::{
     CheckpointClaim, ProofKeys, Seal, SignedHead, from_hex, sign_checkpoint, sign_head, to_hex,
 };
-use crate::domain::{AuditEvent, CorrelationId, GENESIS_HASH, Span, chain_hash};
+use crate::domain::{AuditEvent, GENESIS_HASH, Span, chain_hash};
 use crate::storage::{
     AuditCheckpoint, AuditHead, ChainedEvent, CheckpointSealer, RecordStore, StoreError,
     TimeWindow, WriteContext,
@@ -714,5 +715,9 @@ pub async fn verify_chain(
     }
 }
 
+mod admin;
+pub mod export;
 mod proofs;
+pub use admin::PurgeReport;
+pub use export::{ExportFormat, ExportRequest};
 pub use proofs::{ExportProofs, RetentionSealer};

@@ -346,12 +346,13 @@ impl Services {
             .await?)
     }
 
-    /// `cpctl audit retention ORG SPAN|none`: how long an organisation keeps its audit events.
+    /// How long an organisation keeps its audit events (`None`: forever), written with
+    /// `write` (its actor names who set it).
     pub async fn set_audit_retention(
         &self,
         organisation_id: Uuid,
         retention: Option<Span>,
-        cid: &CorrelationId,
+        write: &WriteContext,
     ) -> Result<(), ServiceError> {
         if retention.is_some_and(Span::is_zero) {
             return Err(ServiceError::Validation(
@@ -360,18 +361,18 @@ impl Services {
             ));
         }
         let seconds = retention.map(Span::seconds);
-        let event = admin_event(
+        let event = event_by(
+            write,
             organisation_id,
             None,
             "organisation.audit_retention_set",
             "organisation",
             organisation_id,
-            cid,
             json!({ "retentionSeconds": seconds }),
         );
         let found = self
             .store
-            .set_audit_retention(&WriteContext::admin(cid), organisation_id, seconds, &event)
+            .set_audit_retention(write, organisation_id, seconds, &event)
             .await?;
         if !found {
             return Err(ServiceError::not_found("no such organisation"));
@@ -383,39 +384,89 @@ impl Services {
     /// than its organisation's retention, in batches of [`RETENTION_BATCH`] per transaction.
     /// Returns how many events it removed.
     pub async fn purge_expired_audit(&self, now: DateTime<Utc>) -> Result<u64, ServiceError> {
-        let mut removed = 0;
-        let mut refused = None;
-        for (workspace_id, seconds) in self.store.retention_workspaces().await? {
+        let purged = self.purge_expired(now).await;
+        match purged.refused {
+            Some(refused) => Err(refused),
+            None => Ok(purged.removed),
+        }
+    }
+
+    /// [`Self::purge_expired_audit`], counting what it removed even when it stopped early.
+    pub(super) async fn purge_expired(&self, now: DateTime<Utc>) -> Purged {
+        let mut purged = Purged::default();
+        let workspaces = match self.store.retention_workspaces().await {
+            Ok(w) => w,
+            Err(e) => {
+                purged.refused = Some(e.into());
+                return purged;
+            }
+        };
+        let mut foreign = None;
+        for (workspace_id, seconds) in workspaces {
             // A checkpoint cannot be re-signed later: never seal one with a key the workspace's
             // heads are not signed with (the other workspaces go on).
-            if let Some(kid) = self.foreign_head_kid(workspace_id).await? {
-                refused.get_or_insert((workspace_id, kid));
-                continue;
+            match self.foreign_head_kid(workspace_id).await {
+                Ok(Some(kid)) => {
+                    foreign.get_or_insert((workspace_id, kid));
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    purged.refused = Some(e);
+                    return purged;
+                }
             }
             let cutoff = now - chrono::Duration::seconds(seconds);
+            let mut here = 0;
             for _ in 0..RETENTION_BATCHES_PER_PASS {
                 let sealer = RetentionSealer::new(&self.webhook_signer, now);
-                let n = self
+                let n = match self
                     .store
                     .remove_expired_events(workspace_id, cutoff, RETENTION_BATCH, now, &sealer)
-                    .await?;
-                removed += n;
+                    .await
+                {
+                    Ok(n) => n,
+                    Err(e) => {
+                        purged.add(here);
+                        purged.refused = Some(e.into());
+                        return purged;
+                    }
+                };
+                here += n;
                 if n < u64::from(RETENTION_BATCH) {
                     break;
                 }
             }
+            purged.add(here);
         }
-        if let Some((workspace_id, kid)) = refused {
-            return Err(ServiceError::Conflict {
+        if let Some((workspace_id, kid)) = foreign {
+            purged.refused = Some(ServiceError::Conflict {
                 code: "audit_key_not_held",
                 message: format!(
-                    "not purging workspace {workspace_id} ({removed} events removed elsewhere): \
+                    "not purging workspace {workspace_id} ({} events removed elsewhere): \
                      its latest signed head carries key {kid}, which this signer does not \
-                     hold (configure CP_WEBHOOK_SIGNING_KEYS as the server's)"
+                     hold (configure CP_WEBHOOK_SIGNING_KEYS as the server's)",
+                    purged.removed
                 ),
                 details: None,
             });
         }
-        Ok(removed)
+        purged
+    }
+}
+
+/// What a retention pass did: events removed, from how many workspaces, and why it stopped
+/// short (a store error, or a workspace whose heads carry a key not held).
+#[derive(Debug, Default)]
+pub(super) struct Purged {
+    pub removed: u64,
+    pub workspaces: u64,
+    pub refused: Option<ServiceError>,
+}
+
+impl Purged {
+    fn add(&mut self, removed: u64) {
+        self.removed += removed;
+        self.workspaces += u64::from(removed > 0);
     }
 }

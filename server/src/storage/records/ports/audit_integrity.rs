@@ -101,6 +101,13 @@ pub trait AuditIntegrityStore: Send + Sync {
         seconds: Option<i64>,
         event: &NewAuditEvent,
     ) -> Result<bool, StoreError>;
+    /// Writes `event` alone, in a transaction of its own (an action that changes nothing else,
+    /// such as a purge's summary).
+    async fn record_event(
+        &self,
+        write: &WriteContext,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError>;
     /// Every workspace whose organisation keeps events for a limited time, with that time in
     /// seconds.
     async fn retention_workspaces(&self) -> Result<Vec<(Uuid, i64)>, StoreError>;

@@ -110,6 +110,13 @@ pub struct StillFailing {
 pub trait RunnerAdminStore: Send + Sync {
     /// Every runner of the pool, removed ones included, oldest first.
     async fn list_runners(&self, pool_id: Uuid) -> Result<Vec<RunnerStatus>, StoreError>;
+    /// The pool's runners as [`Self::list_runners`], at most `limit`, after the runner `after`.
+    async fn runners_page(
+        &self,
+        pool_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<RunnerStatus>, StoreError>;
     async fn runner_health(&self, runner_id: Uuid) -> Result<Option<RunnerHealth>, StoreError>;
     /// Disables a runner neither disabled nor removed; `false` if it was either (or is absent).
     /// With `still_failing`, only while the failures that decided it still stand under the
@@ -149,6 +156,13 @@ pub trait DeliveryAdminStore: Send + Sync {
     async fn list_deliveries(
         &self,
         filter: &DeliveryFilter,
+    ) -> Result<Vec<DeliverySummary>, StoreError>;
+    /// Up to `filter.limit` of a pool's deliveries, newest first, after the one with id
+    /// `after` (the admin API's pages: keyed on creation, so a page never shifts).
+    async fn deliveries_page(
+        &self,
+        filter: &DeliveryFilter,
+        after: Option<Uuid>,
     ) -> Result<Vec<DeliverySummary>, StoreError>;
     async fn delivery_summary(
         &self,

@@ -93,6 +93,14 @@ pub trait MarketplaceStore: Send + Sync {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError>;
     async fn list_plugins(&self) -> Result<Vec<Plugin>, StoreError>;
+    /// Up to `limit` plugins the organisation publishes, in the order they were created, after
+    /// the one with id `after` (the admin API's pages).
+    async fn plugins_page(
+        &self,
+        organisation_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Plugin>, StoreError>;
     async fn get_plugin(&self, plugin_id: Uuid) -> Result<Option<Plugin>, StoreError>;
     async fn find_review(&self, review_id: Uuid) -> Result<Option<Review>, StoreError>;
     async fn find_review_by_author(
@@ -101,6 +109,14 @@ pub trait MarketplaceStore: Send + Sync {
         author_id: Uuid,
     ) -> Result<Option<Review>, StoreError>;
     async fn list_reviews(&self, plugin_id: Uuid) -> Result<Vec<Review>, StoreError>;
+    /// Up to `limit` reviews of the plugin in the order they were created, after the one with
+    /// id `after` (the admin API's pages).
+    async fn reviews_page(
+        &self,
+        plugin_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Review>, StoreError>;
     async fn list_reports(&self, review_id: Uuid) -> Result<Vec<Report>, StoreError>;
     /// Creates the author's review of the plugin, or replaces it (keeping its id and creation
     /// time); returns the stored review. A review hidden after reports keeps its status,

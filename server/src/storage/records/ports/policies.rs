@@ -4,8 +4,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::domain::NewAuditEvent;
 use crate::storage::StoreError;
 use crate::storage::WriteContext;
+
+/// A change's audit event, made from the version it touched once the transaction knows it (a
+/// new version's number, the version a rollback undid).
+pub type PolicyEvent<'a> = &'a (dyn Fn(&PolicyRecord) -> NewAuditEvent + Send + Sync);
 
 /// A stored policy version (without its bytes).
 #[derive(Debug, Clone, PartialEq)]
@@ -40,10 +45,14 @@ pub struct DisagreementRecord {
 }
 
 /// Policy versions, their activation history and shadows. Every change bumps a generation
-/// and notifies listening replicas.
+/// and notifies listening replicas, and writes its audit event in its transaction.
 #[async_trait]
 pub trait PolicyStore: Send + Sync {
     /// Stores a new version of `name` (one more than the newest).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the version, its measurement and its event"
+    )]
     async fn insert_policy(
         &self,
         write: &WriteContext,
@@ -52,8 +61,15 @@ pub trait PolicyStore: Send + Sync {
         digest: &str,
         bytes: &[u8],
         budget: &crate::storage::PolicyBudgetRecord,
+        event: PolicyEvent<'_>,
     ) -> Result<PolicyRecord, StoreError>;
     async fn list_policies(&self) -> Result<Vec<PolicyRecord>, StoreError>;
+    /// At most `limit` versions by name then version, after the version whose id is `after`.
+    async fn policies_page(
+        &self,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<PolicyRecord>, StoreError>;
     async fn find_policy(
         &self,
         name: &str,
@@ -66,18 +82,39 @@ pub trait PolicyStore: Send + Sync {
         write: &WriteContext,
         policy: &PolicyRecord,
         forced: bool,
+        event: &NewAuditEvent,
     ) -> Result<(), StoreError>;
-    /// Rolls the newest activation of `kind` back; false when there was none.
-    async fn rollback_policy(&self, write: &WriteContext, kind: &str) -> Result<bool, StoreError>;
-    /// Removes a version that is neither active, nor in the activation history, nor a shadow.
-    async fn remove_policy(&self, id: Uuid) -> Result<bool, StoreError>;
+    /// Rolls the newest activation of `kind` back (its version is the event's) and gives what
+    /// is active after it (`Some(None)`: the built-in default), read in its transaction: a
+    /// keyed request's write is not committed until its response is stored. `None` when there
+    /// was none, and nothing is written.
+    async fn rollback_policy(
+        &self,
+        write: &WriteContext,
+        kind: &str,
+        event: PolicyEvent<'_>,
+    ) -> Result<Option<Option<PolicyRecord>>, StoreError>;
+    /// Removes a version that is neither active, nor in the activation history, nor a shadow;
+    /// false (nothing written) otherwise.
+    async fn remove_policy(
+        &self,
+        write: &WriteContext,
+        id: Uuid,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError>;
     async fn set_shadow(
         &self,
         write: &WriteContext,
         kind: &str,
         policy: Option<&PolicyRecord>,
+        event: &NewAuditEvent,
     ) -> Result<(), StoreError>;
     async fn policy_state(&self) -> Result<PolicyState, StoreError>;
     async fn record_disagreement(&self, d: &DisagreementRecord) -> Result<(), StoreError>;
-    async fn list_disagreements(&self, limit: u32) -> Result<Vec<DisagreementRecord>, StoreError>;
+    /// At most `limit` disagreements with their ids, newest first, older than the id `before`.
+    async fn list_disagreements(
+        &self,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, DisagreementRecord)>, StoreError>;
 }

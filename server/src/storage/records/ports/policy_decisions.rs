@@ -38,6 +38,8 @@ pub struct DecisionFilter {
     pub since: Option<DateTime<Utc>>,
     pub operation: Option<String>,
     pub outcome: Option<String>,
+    /// Only decisions listed after this one (newest first): its time and id.
+    pub before: Option<(DateTime<Utc>, i64)>,
     pub limit: u32,
 }
 
@@ -57,11 +59,11 @@ pub trait PolicyDecisionStore: Send + Sync {
         write: &WriteContext,
         decisions: &[PolicyDecisionRecord],
     ) -> Result<u64, StoreError>;
-    /// Newest first.
+    /// Newest first, each with its id (what a page's cursor names).
     async fn list_decisions(
         &self,
         filter: &DecisionFilter,
-    ) -> Result<Vec<PolicyDecisionRecord>, StoreError>;
+    ) -> Result<Vec<(i64, PolicyDecisionRecord)>, StoreError>;
     /// Removes what lies beyond either bound; returns how many rows were removed.
     async fn prune_decisions(&self, bounds: DecisionBounds) -> Result<u64, StoreError>;
 }

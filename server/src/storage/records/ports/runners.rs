@@ -104,6 +104,14 @@ pub trait RunnerStore: Send + Sync {
         event: &NewAuditEvent,
     ) -> Result<(), StoreError>;
     async fn list_pools(&self, workspace_id: Option<Uuid>) -> Result<Vec<RunnerPool>, StoreError>;
+    /// A workspace's pools (deleted ones included) in the order they were created, at most
+    /// `limit`, after the pool `after`.
+    async fn pools_page(
+        &self,
+        workspace_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<RunnerPool>, StoreError>;
     async fn get_pool(&self, pool_id: Uuid) -> Result<Option<RunnerPool>, StoreError>;
     /// Inserts the runner with its first key and its sealed webhook secret.
     async fn create_runner(

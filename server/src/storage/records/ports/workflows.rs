@@ -58,6 +58,14 @@ pub trait WorkflowStore: Send + Sync {
     ) -> Result<(), StoreError>;
     async fn list_workflows(&self, workspace_id: Option<Uuid>)
     -> Result<Vec<Workflow>, StoreError>;
+    /// Up to `limit` workflows of the workspace in the order they were created, after the one
+    /// with id `after` (the admin API's pages).
+    async fn workflows_page(
+        &self,
+        workspace_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Workflow>, StoreError>;
     async fn get_workflow(&self, workflow_id: Uuid) -> Result<Option<Workflow>, StoreError>;
     /// A new `draft` revision numbered one past the workflow's newest.
     async fn create_revision(

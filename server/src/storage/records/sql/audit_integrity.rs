@@ -198,6 +198,16 @@ impl<S: Dialect> AuditIntegrityStore for S {
         Ok(true)
     }
 
+    async fn record_event(
+        &self,
+        write: &WriteContext,
+        event: &NewAuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin(write).await?;
+        S::insert_event(&mut tx, event).await?;
+        self.commit(tx, write).await
+    }
+
     async fn retention_workspaces(&self) -> Result<Vec<(Uuid, i64)>, StoreError> {
         S::query(
             "SELECT w.id, o.audit_retention_seconds FROM workspaces w

@@ -90,6 +90,29 @@ impl<S: Dialect> DeliveryAdminStore for S {
         rows.into_iter().map(TryInto::try_into).collect()
     }
 
+    async fn deliveries_page(
+        &self,
+        filter: &DeliveryFilter,
+        after: Option<Uuid>,
+    ) -> Result<Vec<DeliverySummary>, StoreError> {
+        let rows: Vec<SummaryRow> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {SUMMARY_COLUMNS} FROM {SUMMARY_FROM}
+             WHERE c.pool_id = $1 AND ($2 IS NULL OR d.status = $2)
+               AND ($3 IS NULL OR d.updated_at >= $3)
+               AND ($5 IS NULL OR (d.created_at, d.id) <
+                    (SELECT created_at, id FROM webhook_deliveries WHERE id = $5))
+             ORDER BY d.created_at DESC, d.id DESC LIMIT $4"
+        )))
+        .bind(filter.pool_id)
+        .bind(filter.status.map(DeliveryStatus::as_str))
+        .bind(filter.since)
+        .bind(i64::from(filter.limit))
+        .bind(after)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+
     async fn delivery_summary(
         &self,
         delivery_id: Uuid,

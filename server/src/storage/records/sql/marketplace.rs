@@ -83,6 +83,27 @@ impl<S: Dialect> MarketplaceStore for S {
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
+    async fn plugins_page(
+        &self,
+        organisation_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Plugin>, StoreError> {
+        // Keyset on (created_at, id), as the other admin pages.
+        let rows: Vec<PluginRow> = S::query(
+            "SELECT id, organisation_id, name, created_at FROM plugins
+             WHERE organisation_id = $1
+               AND ($2 IS NULL OR (created_at, id) > (SELECT created_at, id FROM plugins WHERE id = $2))
+             ORDER BY created_at, id LIMIT $3",
+        )
+        .bind(organisation_id)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
     async fn get_plugin(&self, plugin_id: Uuid) -> Result<Option<Plugin>, StoreError> {
         let row: Option<PluginRow> =
             S::query("SELECT id, organisation_id, name, created_at FROM plugins WHERE id = $1")
@@ -123,6 +144,26 @@ impl<S: Dialect> MarketplaceStore for S {
              ORDER BY updated_at DESC"
         )))
         .bind(plugin_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+
+    async fn reviews_page(
+        &self,
+        plugin_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Review>, StoreError> {
+        let rows: Vec<ReviewRow> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {REVIEW_COLUMNS} FROM plugin_reviews
+             WHERE plugin_id = $1
+               AND ($2 IS NULL OR (created_at, id) > (SELECT created_at, id FROM plugin_reviews WHERE id = $2))
+             ORDER BY created_at, id LIMIT $3"
+        )))
+        .bind(plugin_id)
+        .bind(after)
+        .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;
         rows.into_iter().map(TryInto::try_into).collect()

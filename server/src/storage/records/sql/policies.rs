@@ -6,10 +6,12 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::domain::NewAuditEvent;
 use crate::storage::records::dialect::Dialect;
 use crate::storage::records::rows::{POLICY_COLUMNS, PolicyRow};
 use crate::storage::{
-    DisagreementRecord, PolicyRecord, PolicyState, PolicyStore, StoreError, WriteContext,
+    DisagreementRecord, PolicyEvent, PolicyRecord, PolicyState, PolicyStore, StoreError,
+    WriteContext,
 };
 
 async fn policy_by_id<S: Dialect>(
@@ -36,6 +38,7 @@ impl<S: Dialect> PolicyStore for S {
         digest: &str,
         bytes: &[u8],
         budget: &crate::storage::PolicyBudgetRecord,
+        event: PolicyEvent<'_>,
     ) -> Result<PolicyRecord, StoreError> {
         let mut tx = self.begin(write).await?;
         S::serialise_versions(&mut tx, name).await?;
@@ -54,14 +57,38 @@ impl<S: Dialect> PolicyStore for S {
         .fetch_one(&mut *tx)
         .await?;
         super::policy_budgets::insert_budget::<S>(&mut tx, row.id, budget).await?;
+        let policy = PolicyRecord::from(row);
+        S::insert_event(&mut tx, &event(&policy)).await?;
         self.commit(tx, write).await?;
-        Ok(row.into())
+        Ok(policy)
     }
 
     async fn list_policies(&self) -> Result<Vec<PolicyRecord>, StoreError> {
         let rows: Vec<PolicyRow> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT {POLICY_COLUMNS} FROM policies ORDER BY name, version"
         )))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn policies_page(
+        &self,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<PolicyRecord>, StoreError> {
+        // A cursor whose version was removed meanwhile has no place: the listing ends there.
+        let rows: Vec<PolicyRow> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {POLICY_COLUMNS} FROM policies
+             WHERE $1 IS NULL
+                OR name > (SELECT name FROM policies WHERE id = $1)
+                OR (name = (SELECT name FROM policies WHERE id = $1)
+                    AND version > (SELECT version FROM policies WHERE id = $1))
+             ORDER BY name, version
+             LIMIT $2"
+        )))
+        .bind(after)
+        .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;
         Ok(rows.into_iter().map(Into::into).collect())
@@ -95,6 +122,7 @@ impl<S: Dialect> PolicyStore for S {
         write: &WriteContext,
         policy: &PolicyRecord,
         forced: bool,
+        event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
         S::query(
@@ -108,39 +136,71 @@ impl<S: Dialect> PolicyStore for S {
         .execute(&mut *tx)
         .await?;
         S::policy_changed(&mut tx).await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
-    async fn rollback_policy(&self, write: &WriteContext, kind: &str) -> Result<bool, StoreError> {
+    async fn rollback_policy(
+        &self,
+        write: &WriteContext,
+        kind: &str,
+        event: PolicyEvent<'_>,
+    ) -> Result<Option<Option<PolicyRecord>>, StoreError> {
         let mut tx = self.begin(write).await?;
-        let updated = S::query(
+        let undone: Option<(Uuid,)> = S::query(
             "UPDATE policy_activations SET rolled_back = true
              WHERE id = (SELECT id FROM policy_activations WHERE kind = $1 AND NOT rolled_back
-                         ORDER BY id DESC LIMIT 1)",
+                         ORDER BY id DESC LIMIT 1)
+             RETURNING policy_id",
         )
         .bind(kind)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if updated == 0 {
-            return Ok(false);
-        }
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((policy_id,)) = undone else {
+            return Ok(None);
+        };
+        let row: PolicyRow = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {POLICY_COLUMNS} FROM policies WHERE id = $1"
+        )))
+        .bind(policy_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let now: Option<PolicyRow> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {POLICY_COLUMNS} FROM policies WHERE id =
+                 (SELECT policy_id FROM policy_activations WHERE kind = $1 AND NOT rolled_back
+                  ORDER BY id DESC LIMIT 1)"
+        )))
+        .bind(kind)
+        .fetch_optional(&mut *tx)
+        .await?;
         S::policy_changed(&mut tx).await?;
+        S::insert_event(&mut tx, &event(&row.into())).await?;
         self.commit(tx, write).await?;
-        Ok(true)
+        Ok(Some(now.map(Into::into)))
     }
 
-    async fn remove_policy(&self, id: Uuid) -> Result<bool, StoreError> {
+    async fn remove_policy(
+        &self,
+        write: &WriteContext,
+        id: Uuid,
+        event: &NewAuditEvent,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin(write).await?;
         let removed = S::query(
             "DELETE FROM policies WHERE id = $1
                AND NOT EXISTS (SELECT 1 FROM policy_activations WHERE policy_id = $1)
                AND NOT EXISTS (SELECT 1 FROM policy_shadows WHERE policy_id = $1)",
         )
         .bind(id)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?
         .rows_affected();
-        Ok(removed == 1)
+        if removed != 1 {
+            return Ok(false);
+        }
+        S::insert_event(&mut tx, event).await?;
+        self.commit(tx, write).await?;
+        Ok(true)
     }
 
     async fn set_shadow(
@@ -148,6 +208,7 @@ impl<S: Dialect> PolicyStore for S {
         write: &WriteContext,
         kind: &str,
         policy: Option<&PolicyRecord>,
+        event: &NewAuditEvent,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin(write).await?;
         S::query("DELETE FROM policy_shadows WHERE kind = $1")
@@ -165,6 +226,7 @@ impl<S: Dialect> PolicyStore for S {
             .await?;
         }
         S::policy_changed(&mut tx).await?;
+        S::insert_event(&mut tx, event).await?;
         self.commit(tx, write).await
     }
 
@@ -209,12 +271,18 @@ impl<S: Dialect> PolicyStore for S {
         Ok(())
     }
 
-    async fn list_disagreements(&self, limit: u32) -> Result<Vec<DisagreementRecord>, StoreError> {
-        let rows: Vec<(String, String, String, String, String, DateTime<Utc>)> = S::query(
-            "SELECT shadow_digest, operation, principal_id, active_decision, shadow_decision,
+    async fn list_disagreements(
+        &self,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, DisagreementRecord)>, StoreError> {
+        #[allow(clippy::type_complexity, reason = "one row's columns")]
+        let rows: Vec<(i64, String, String, String, String, String, DateTime<Utc>)> = S::query(
+            "SELECT id, shadow_digest, operation, principal_id, active_decision, shadow_decision,
                     occurred_at
-             FROM shadow_disagreements ORDER BY id DESC LIMIT $1",
+             FROM shadow_disagreements WHERE $1 IS NULL OR id < $1 ORDER BY id DESC LIMIT $2",
         )
+        .bind(before)
         .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;
@@ -222,19 +290,25 @@ impl<S: Dialect> PolicyStore for S {
             .into_iter()
             .map(
                 |(
+                    id,
                     shadow_digest,
                     operation,
                     principal_id,
                     active_decision,
                     shadow_decision,
                     occurred_at,
-                )| DisagreementRecord {
-                    shadow_digest,
-                    operation,
-                    principal_id,
-                    active_decision,
-                    shadow_decision,
-                    occurred_at,
+                )| {
+                    (
+                        id,
+                        DisagreementRecord {
+                            shadow_digest,
+                            operation,
+                            principal_id,
+                            active_decision,
+                            shadow_decision,
+                            occurred_at,
+                        },
+                    )
                 },
             )
             .collect())

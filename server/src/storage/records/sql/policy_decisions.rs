@@ -15,6 +15,7 @@ use crate::storage::{
 /// position.
 #[derive(FromRow)]
 struct DecisionRow {
+    id: i64,
     occurred_at: DateTime<Utc>,
     kind: String,
     operation: String,
@@ -30,9 +31,9 @@ struct DecisionRow {
     workspace_id: Option<Uuid>,
 }
 
-impl From<DecisionRow> for PolicyDecisionRecord {
+impl From<DecisionRow> for (i64, PolicyDecisionRecord) {
     fn from(row: DecisionRow) -> Self {
-        Self {
+        let record = PolicyDecisionRecord {
             occurred_at: row.occurred_at,
             kind: row.kind,
             operation: row.operation,
@@ -46,7 +47,8 @@ impl From<DecisionRow> for PolicyDecisionRecord {
             correlation_id: row.correlation_id,
             organisation_id: row.organisation_id,
             workspace_id: row.workspace_id,
-        }
+        };
+        (row.id, record)
     }
 }
 
@@ -93,15 +95,17 @@ impl<S: Dialect> PolicyDecisionStore for S {
     async fn list_decisions(
         &self,
         filter: &DecisionFilter,
-    ) -> Result<Vec<PolicyDecisionRecord>, StoreError> {
+    ) -> Result<Vec<(i64, PolicyDecisionRecord)>, StoreError> {
+        let (before_at, before_id) = filter.before.unzip();
         let rows: Vec<DecisionRow> = S::query(
-            "SELECT occurred_at, kind, operation, outcome, failure, reason, policy_name,
+            "SELECT id, occurred_at, kind, operation, outcome, failure, reason, policy_name,
                     policy_version, policy_digest, latency_us, correlation_id, organisation_id,
                     workspace_id
              FROM policy_decisions
              WHERE ($1 IS NULL OR occurred_at >= $1)
                AND ($2 IS NULL OR operation = $2)
                AND ($3 IS NULL OR outcome = $3)
+               AND ($5 IS NULL OR occurred_at < $5 OR (occurred_at = $5 AND id < $6))
              ORDER BY occurred_at DESC, id DESC
              LIMIT $4",
         )
@@ -109,9 +113,11 @@ impl<S: Dialect> PolicyDecisionStore for S {
         .bind(filter.operation.as_deref())
         .bind(filter.outcome.as_deref())
         .bind(i64::from(filter.limit))
+        .bind(before_at)
+        .bind(before_id)
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.into_iter().map(PolicyDecisionRecord::from).collect())
+        Ok(rows.into_iter().map(Into::into).collect())
     }
 
     async fn prune_decisions(&self, bounds: DecisionBounds) -> Result<u64, StoreError> {

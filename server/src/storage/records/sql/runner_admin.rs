@@ -36,9 +36,19 @@ struct StatusRow {
 #[async_trait]
 impl<S: Dialect> RunnerAdminStore for S {
     async fn list_runners(&self, pool_id: Uuid) -> Result<Vec<RunnerStatus>, StoreError> {
+        self.runners_page(pool_id, None, u32::MAX).await
+    }
+
+    async fn runners_page(
+        &self,
+        pool_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<RunnerStatus>, StoreError> {
         // The last success and failure come from the attempts (an admin's read, not the
         // dispatcher's): a healthy runner's row is not rewritten on every success. Runners and
         // keys in one snapshot, so a runner is never shown beside keys of another moment.
+        // Keyset on (created_at, id), as the admin API's other pages.
         let mut tx = self.begin_snapshot().await?;
         let rows: Vec<StatusRow> = S::query(
             "SELECT r.id, r.pool_id, r.name, r.delivery_url, r.created_at,
@@ -50,19 +60,34 @@ impl<S: Dialect> RunnerAdminStore for S {
                     (SELECT max(a.finished_at) FROM webhook_attempts a
                      WHERE a.runner_id = r.id AND a.finished_at IS NOT NULL
                        AND a.error IS NOT NULL) AS last_failure_at
-             FROM runners r WHERE r.pool_id = $1 ORDER BY r.created_at, r.id",
+             FROM runners r WHERE r.pool_id = $1
+               AND ($2 IS NULL OR (r.created_at, r.id) > (SELECT created_at, id FROM runners WHERE id = $2))
+             ORDER BY r.created_at, r.id LIMIT $3",
         )
         .bind(pool_id)
+        .bind(after)
+        .bind(i64::from(limit))
         .fetch_all(&mut *tx)
         .await?;
-        let keys: Vec<(Uuid, Uuid, DateTime<Utc>, Option<DateTime<Utc>>)> = S::query(
-            "SELECT k.id, k.runner_id, k.created_at, k.revoked_at FROM runner_keys k
-             JOIN runners r ON r.id = k.runner_id
-             WHERE r.pool_id = $1 ORDER BY k.created_at, k.id",
-        )
-        .bind(pool_id)
-        .fetch_all(&mut *tx)
-        .await?;
+        // The keys of this page's runners only: those between the cursor and its last runner.
+        let keys: Vec<(Uuid, Uuid, DateTime<Utc>, Option<DateTime<Utc>>)> = match rows.last() {
+            None => Vec::new(),
+            Some(last) => {
+                S::query(
+                    "SELECT k.id, k.runner_id, k.created_at, k.revoked_at FROM runner_keys k
+                     JOIN runners r ON r.id = k.runner_id
+                     WHERE r.pool_id = $1
+                       AND ($2 IS NULL OR (r.created_at, r.id) > (SELECT created_at, id FROM runners WHERE id = $2))
+                       AND (r.created_at, r.id) <= (SELECT created_at, id FROM runners WHERE id = $3)
+                     ORDER BY k.created_at, k.id",
+                )
+                .bind(pool_id)
+                .bind(after)
+                .bind(last.id)
+                .fetch_all(&mut *tx)
+                .await?
+            }
+        };
         tx.commit().await.map_err(S::map_err)?;
         Ok(rows
             .into_iter()

@@ -51,6 +51,27 @@ impl<S: Dialect> RunnerStore for S {
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
+    async fn pools_page(
+        &self,
+        workspace_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<RunnerPool>, StoreError> {
+        // Keyset on (created_at, id), as the admin API's other pages.
+        let rows: Vec<PoolRow> = S::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {POOL_COLUMNS} FROM runner_pools
+             WHERE workspace_id = $1
+               AND ($2 IS NULL OR (created_at, id) > (SELECT created_at, id FROM runner_pools WHERE id = $2))
+             ORDER BY created_at, id LIMIT $3"
+        )))
+        .bind(workspace_id)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
     async fn get_pool(&self, pool_id: Uuid) -> Result<Option<RunnerPool>, StoreError> {
         let row: Option<PoolRow> = S::query(sqlx::AssertSqlSafe(format!(
             "SELECT {POOL_COLUMNS} FROM runner_pools WHERE id = $1"

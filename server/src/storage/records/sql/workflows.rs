@@ -55,6 +55,27 @@ impl<S: Dialect> WorkflowStore for S {
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
+    async fn workflows_page(
+        &self,
+        workspace_id: Uuid,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Workflow>, StoreError> {
+        // Keyset on (created_at, id), as the other admin pages.
+        let rows: Vec<WorkflowRow> = S::query(
+            "SELECT id, workspace_id, name, created_at FROM workflows
+             WHERE workspace_id = $1
+               AND ($2 IS NULL OR (created_at, id) > (SELECT created_at, id FROM workflows WHERE id = $2))
+             ORDER BY created_at, id LIMIT $3",
+        )
+        .bind(workspace_id)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
     async fn get_workflow(&self, workflow_id: Uuid) -> Result<Option<Workflow>, StoreError> {
         let row: Option<WorkflowRow> =
             S::query("SELECT id, workspace_id, name, created_at FROM workflows WHERE id = $1")
