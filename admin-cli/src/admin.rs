@@ -59,17 +59,38 @@ pub enum AdminVerb {
     Environments(EnvironmentsCommand),
     Users(UsersCommand),
     Tokens(TokensCommand),
+    Audit(crate::audit::AuditCommand),
+    Deliveries(crate::deliveries::DeliveriesCommand),
+    Pools(crate::pools::PoolsCommand),
+    Runners(crate::runners::RunnersCommand),
+    Workflows(crate::workflows::WorkflowsCommand),
+    Plugins(crate::marketplace::PluginsCommand),
+    Reviews(crate::marketplace::ReviewsCommand),
+    Policies(crate::cli::PoliciesCommand),
+    Webhooks(crate::cli::WebhooksCommand),
 }
 
 impl AdminVerb {
     /// The verb, when `command` is one; the command back otherwise (a store or local verb).
     pub fn of(command: Command) -> Result<Self, Box<Command>> {
         Ok(match command {
-            Command::Orgs(c @ (OrgsCommand::Create { .. } | OrgsCommand::List)) => Self::Orgs(c),
+            Command::Orgs(c) => Self::Orgs(c),
             Command::Workspaces(c) => Self::Workspaces(c),
             Command::Environments(c) => Self::Environments(c),
             Command::Users(c) => Self::Users(c),
             Command::Tokens(c) => Self::Tokens(c),
+            // `verify --export` stays local: an export file and public keys.
+            Command::Audit(c) if !c.is_offline() => Self::Audit(c),
+            Command::Deliveries(c) => Self::Deliveries(c),
+            Command::Pools(c) => Self::Pools(c),
+            // `sign` and `serve` stay local: the runner's key, no server call.
+            Command::Runners(c) if !c.is_local() => Self::Runners(c),
+            Command::Workflows(c) => Self::Workflows(c),
+            Command::Plugins(c) => Self::Plugins(c),
+            Command::Reviews(c) => Self::Reviews(c),
+            // `test`, `bench` and `new` stay local: files and an engine of cpctl's own.
+            Command::Policies(c) if !c.is_local() => Self::Policies(c),
+            Command::Webhooks(c) => Self::Webhooks(c),
             other => return Err(Box::new(other)),
         })
     }
@@ -81,6 +102,15 @@ impl AdminVerb {
             Self::Environments(c) => environments(client, out, c).await,
             Self::Users(c) => users(client, out, c).await,
             Self::Tokens(c) => tokens(client, out, c).await,
+            Self::Audit(c) => crate::audit::run(client, out, c).await,
+            Self::Deliveries(c) => crate::deliveries::run(client, out, c).await,
+            Self::Pools(c) => crate::pools::run(client, out, c).await,
+            Self::Runners(c) => crate::runners::run(client, out, c).await,
+            Self::Workflows(c) => crate::workflows::run(client, out, c).await,
+            Self::Plugins(c) => crate::marketplace::plugins(client, out, c).await,
+            Self::Reviews(c) => crate::marketplace::reviews(client, out, c).await,
+            Self::Policies(c) => crate::policies::run(client, out, c).await,
+            Self::Webhooks(c) => crate::policies::webhooks(client, out, c).await,
         }
     }
 }
@@ -101,7 +131,24 @@ async fn orgs(client: &Client, out: OutputFormat, command: OrgsCommand) -> anyho
             let all = client.get_all("/v1/organisations", &[]).await?;
             output::rows(out, ORGANISATION, &all);
         }
-        OrgsCommand::SelfApproval { .. } => unreachable!("a store verb, in commands.rs"),
+        OrgsCommand::SelfApproval { org, rule } => {
+            let allowed = rule == crate::cli::SelfApprovalRule::Allow;
+            let path = format!(
+                "{}/self-approval",
+                organisation_path(&client.organisation(org).await?)
+            );
+            let body = client
+                .change(reqwest::Method::PUT, &path, json!({ "allowed": allowed }))
+                .await?;
+            match out {
+                OutputFormat::Json => println!("{body}"),
+                OutputFormat::Table => println!(
+                    "self-approval {} in organisation {}",
+                    if allowed { "allowed" } else { "refused" },
+                    body["organisationId"].as_str().unwrap_or("-")
+                ),
+            }
+        }
     }
     Ok(())
 }

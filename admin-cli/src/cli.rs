@@ -55,11 +55,6 @@ pub struct Cli {
     #[arg(long, global = true, env = "CP_KEY_ENCRYPTION_KEY_FILE")]
     pub key_encryption_key_file: Option<std::path::PathBuf>,
 
-    /// Hosts runner delivery URLs may reach over plain http (as the server's
-    /// --delivery-http-hosts; unset: https only, or loopback with CP_DEV).
-    #[arg(long, global = true, env = "CP_DELIVERY_HTTP_HOSTS")]
-    pub delivery_http_hosts: Option<String>,
-
     /// The context (kept by `cpctl login`) of this command's HTTP verbs; default: the current
     /// one. `CPCTL_SERVER` and `CPCTL_TOKEN` override it.
     #[arg(long, global = true)]
@@ -192,10 +187,11 @@ pub enum OrgsCommand {
     },
     List,
     /// Whether the user who requested a workflow revision's approval may approve it too
-    /// (`refuse` by default; audited as `organisation.self_approval_set`).
+    /// (`refuse` by default; an operator's; audited as `organisation.self_approval_set`).
     SelfApproval {
+        /// The organisation; default: the calling token's.
         #[arg(long)]
-        org: Uuid,
+        org: Option<Uuid>,
         #[arg(value_enum)]
         rule: SelfApprovalRule,
     },
@@ -384,8 +380,9 @@ pub struct IssueArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum PoliciesCommand {
-    /// Check that a component implements its world, measure its decisions (as `bench`) and
-    /// store it, with the measurement, as the next version of NAME.
+    /// Send a component to the server, which checks that it implements its world, measures
+    /// its decisions (as `bench`, with the server's settings) and stores it, with the
+    /// measurement, as the next version of NAME; refused over its budgets unless `--force`.
     Install {
         file: PathBuf,
         /// authorizer or moderator
@@ -393,12 +390,15 @@ pub enum PoliciesCommand {
         kind: String,
         #[arg(long)]
         name: String,
-        /// This version's memory budget, 1 to 256 MiB (default: CP_POLICY_MEMORY_MIB).
+        /// This version's memory budget, 1 to 256 MiB (default: the server's).
         #[arg(long = "memory-mib", value_parser = crate::policy_budgets::parse_memory_mib)]
         memory: Option<control_plane::policy::MemoryBudget>,
-        /// Cases to measure with (default: the shipped cases of KIND).
+        /// Cases to measure with (default: the shipped cases of KIND); at most 64 KiB.
         #[arg(long)]
         cases: Option<PathBuf>,
+        /// Store it even over its budgets (recorded); its activation still needs `--force`.
+        #[arg(long)]
+        force: bool,
     },
     /// Measure a component without installing it: 200 decisions in fresh instances, p50, p99,
     /// max and peak memory against the deadline and the memory budget.
@@ -458,6 +458,7 @@ pub enum PoliciesCommand {
     /// Evaluate authorizer NAME@VERSION beside the active one on live traffic, recording every
     /// disagreement without affecting decisions. `--off` stops it.
     Shadow {
+        #[arg(required_unless_present = "off")]
         policy: Option<String>,
         #[arg(long, conflicts_with = "policy")]
         off: bool,

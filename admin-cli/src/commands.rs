@@ -1,6 +1,5 @@
 //! Each command parses its arguments into domain types and calls one service method.
 
-use anyhow::Context;
 use clap::CommandFactory;
 use serde_json::json;
 
@@ -11,10 +10,8 @@ use control_plane::startup::{base_url, first_steps, open_services};
 use control_plane::storage::RecordsLocation;
 
 use crate::admin::AdminVerb;
-use crate::cli::PoliciesCommand;
-use crate::cli::{Cli, Command, OrgsCommand, OutputFormat, WebhooksCommand};
+use crate::cli::{Cli, Command, OutputFormat, PoliciesCommand};
 use crate::output;
-use control_plane::policy::PolicyKind;
 
 fn config_of(cli: &Cli) -> ServerConfig {
     let mut config = ServerConfig::for_database(cli.database_url.clone().unwrap_or_default());
@@ -24,7 +21,6 @@ fn config_of(cli: &Cli) -> ServerConfig {
     config.webhook_signing_keys = cli.webhook_signing_keys.clone();
     config.key_encryption_key = cli.key_encryption_key.clone();
     config.key_encryption_key_file = cli.key_encryption_key_file.clone();
-    config.delivery_http_hosts = cli.delivery_http_hosts.clone();
     config.db_max_connections = 2;
     config
 }
@@ -145,11 +141,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         | Command::Context(_)
         | Command::Whoami => {}
         // Answered over HTTP (above).
-        Command::Orgs(OrgsCommand::Create { .. } | OrgsCommand::List)
+        Command::Orgs(_)
+        | Command::Pools(_)
+        | Command::Runners(_)
+        | Command::Deliveries(_)
+        | Command::Workflows(_)
+        | Command::Plugins(_)
+        | Command::Reviews(_)
         | Command::Workspaces(_)
         | Command::Environments(_)
         | Command::Users(_)
-        | Command::Tokens(_) => {}
+        | Command::Tokens(_)
+        | Command::Audit(_)
+        | Command::Webhooks(_) => {}
+        // `test`, `bench` and `new` were answered locally (above); the rest over HTTP.
+        Command::Policies(_) => {}
         Command::Migrate => {
             // Opening the services applied any pending migration.
             match out {
@@ -208,180 +214,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 );
             }
         }
-        Command::Orgs(OrgsCommand::SelfApproval { org, rule }) => {
-            let allowed = rule == crate::cli::SelfApprovalRule::Allow;
-            services.set_self_approval(org, allowed, &cid).await?;
-            match out {
-                OutputFormat::Json => {
-                    println!(
-                        "{}",
-                        json!({ "organisationId": org, "selfApproval": allowed })
-                    )
-                }
-                OutputFormat::Table => println!(
-                    "self-approval {} in organisation {org}",
-                    if allowed { "allowed" } else { "refused" }
-                ),
-            }
-        }
-        Command::Policies(command) => policies(&services, out, command).await?,
-        Command::Webhooks(WebhooksCommand::Keys) => webhook_keys(&services, out),
-        Command::Pools(command) => crate::pools::pools(&services, out, &cid, command).await?,
-        Command::Audit(command) => crate::audit::audit(&services, out, &cid, command).await?,
-        Command::Runners(command) => crate::runners::runners(&services, out, &cid, command).await?,
-        Command::Deliveries(command) => {
-            crate::deliveries::deliveries(&services, out, &cid, command).await?
-        }
-        Command::Workflows(command) => {
-            crate::workflows::workflows(&services, out, &cid, command).await?
-        }
-        Command::Plugins(command) => {
-            crate::marketplace::plugins(&services, out, &cid, command).await?
-        }
-        Command::Reviews(command) => {
-            crate::marketplace::reviews(&services, out, &cid, command).await?
-        }
-    }
-    Ok(())
-}
-
-/// `cpctl webhooks keys`: the public keys webhooks to runners are signed with, current first.
-fn webhook_keys(services: &Services, out: OutputFormat) {
-    let keys = services.webhook_signer().public_keys();
-    match out {
-        OutputFormat::Json => println!(
-            "{}",
-            serde_json::Value::Array(
-                keys.iter()
-                    .map(|k| json!({ "kid": k.kid, "current": k.current, "publicKey": k.whpk(), "x": k.x() }))
-                    .collect()
-            )
-        ),
-        OutputFormat::Table => {
-            println!("{:<12}  {:<8}  {:<49}  X (JWK)", "KID", "CURRENT", "PUBLIC KEY");
-            for k in &keys {
-                let current = if k.current { "yes" } else { "" };
-                println!("{:<12}  {current:<8}  {:<49}  {}", k.kid, k.whpk(), k.x());
-            }
-        }
-    }
-}
-
-fn kind(raw: &str) -> anyhow::Result<PolicyKind> {
-    PolicyKind::parse(raw).map_err(anyhow::Error::msg)
-}
-
-async fn policies(
-    services: &Services,
-    out: OutputFormat,
-    command: PoliciesCommand,
-) -> anyhow::Result<()> {
-    match command {
-        PoliciesCommand::Install {
-            file,
-            kind: k,
-            name,
-            memory,
-            cases,
-        } => {
-            crate::policy_budgets::install(
-                services,
-                out,
-                &file,
-                &k,
-                &name,
-                memory,
-                cases.as_deref(),
-            )
-            .await?
-        }
-        PoliciesCommand::List => {
-            let (all, state) = services.list_policies().await?;
-            match out {
-                OutputFormat::Json => println!(
-                    "{}",
-                    json!({
-                        "policies": all.iter().map(output::Render::json).collect::<Vec<_>>(),
-                        "active": {
-                            "authorizer": state.authorizer.map(|p| format!("{}@{}", p.name, p.version)).unwrap_or_else(|| "built-in".into()),
-                            "moderator": state.moderator.map(|p| format!("{}@{}", p.name, p.version)).unwrap_or_else(|| "built-in".into()),
-                        },
-                        "shadow": state.shadow.map(|p| format!("{}@{}", p.name, p.version)),
-                    })
-                ),
-                OutputFormat::Table => {
-                    output::list(out, &all);
-                    let active = |p: Option<control_plane::storage::PolicyRecord>| {
-                        p.map(|p| format!("{}@{}", p.name, p.version))
-                            .unwrap_or_else(|| "built-in default".into())
-                    };
-                    println!("\nactive authorizer: {}", active(state.authorizer));
-                    println!("active moderator:  {}", active(state.moderator));
-                    if let Some(shadow) = state.shadow {
-                        println!("shadow authorizer: {}@{}", shadow.name, shadow.version);
-                    }
-                }
-            }
-        }
-        PoliciesCommand::Show { policy } => {
-            let policy = services.find_policy(&policy).await?;
-            match out {
-                OutputFormat::Json => println!("{}", output::Render::json(&policy)),
-                OutputFormat::Table => output::list(out, &[policy]),
-            }
-        }
-        PoliciesCommand::Activate { policy, force } => {
-            crate::policy_budgets::activate(services, out, &policy, force).await?
-        }
-        PoliciesCommand::Rollback { kind: k } => {
-            let k = kind(&k)?;
-            let now = services.rollback_policy(k).await?;
-            let name = now
-                .map(|p| format!("{}@{}", p.name, p.version))
-                .unwrap_or_else(|| "built-in".into());
-            match out {
-                OutputFormat::Json => println!("{}", json!({ "kind": k.as_str(), "active": name })),
-                OutputFormat::Table => println!("the active {} is now {name}", k.as_str()),
-            }
-        }
-        PoliciesCommand::Remove { policy } => {
-            let policy = services.remove_policy(&policy).await?;
-            match out {
-                OutputFormat::Json => println!(
-                    "{}",
-                    json!({ "removed": format!("{}@{}", policy.name, policy.version) })
-                ),
-                OutputFormat::Table => println!("removed {}@{}", policy.name, policy.version),
-            }
-        }
-        PoliciesCommand::Shadow { policy, off } => {
-            let reference = if off {
-                None
-            } else {
-                Some(policy.context("give NAME@VERSION, or --off")?)
-            };
-            let shadow = services.shadow_policy(reference.as_deref()).await?;
-            match (out, shadow) {
-                (OutputFormat::Json, s) => println!(
-                    "{}",
-                    json!({ "shadow": s.map(|p| format!("{}@{}", p.name, p.version)) })
-                ),
-                (OutputFormat::Table, Some(p)) => println!(
-                    "{}@{} now runs in shadow beside the active authorizer",
-                    p.name, p.version
-                ),
-                (OutputFormat::Table, None) => println!("shadow evaluation stopped"),
-            }
-        }
-        PoliciesCommand::ShadowReport { limit } => {
-            output::list(out, &services.shadow_report(limit).await?)
-        }
-        PoliciesCommand::Decisions(args) => {
-            crate::policy_decisions::list(services, out, args).await?
-        }
-        PoliciesCommand::Test { .. }
-        | PoliciesCommand::Bench { .. }
-        | PoliciesCommand::New { .. } => {}
     }
     Ok(())
 }

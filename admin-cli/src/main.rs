@@ -9,6 +9,7 @@ mod deliveries;
 mod fleet;
 mod marketplace;
 mod output;
+mod policies;
 mod policy_budgets;
 mod policy_decisions;
 mod policy_new;

@@ -1,114 +1,126 @@
-//! `cpctl plugins|reviews`: marketplace plugins and the moderation of their reviews.
+//! `cpctl plugins|reviews`: the plugins an organisation publishes and the moderation of their
+//! reviews, over the admin API. `--org` defaults to the calling token's organisation; another
+//! organisation's plugin is a 404.
 
 use clap::Subcommand;
-use serde_json::{Value, json};
+use serde_json::json;
 use uuid::Uuid;
 
-use control_plane::domain::{CorrelationId, Timestamp};
-use control_plane::service::Services;
-use control_plane::storage::{Plugin, Review};
-
 use crate::cli::OutputFormat;
-use crate::output::{self, Render};
+use crate::output::{self, Cell, Column};
+use crate::remote::Client;
+
+const PLUGIN: &[Column] = &[
+    ("ID", "id", Cell::Text),
+    ("PUBLISHER", "organisationId", Cell::Text),
+    ("NAME", "name", Cell::Text),
+    ("CREATED", "createdAt", Cell::Text),
+];
+const REVIEW: &[Column] = &[
+    ("ID", "id", Cell::Text),
+    ("AUTHOR", "authorId", Cell::Text),
+    ("RATING", "rating", Cell::Text),
+    ("STATUS", "status", Cell::Text),
+    ("TITLE", "title", Cell::Text),
+];
 
 #[derive(Debug, Subcommand)]
 pub enum PluginsCommand {
     Create {
-        /// The publishing organisation.
+        /// The publishing organisation (default: the token's).
         #[arg(long)]
-        org: Uuid,
+        org: Option<Uuid>,
         name: String,
     },
-    List,
+    /// The plugins the organisation publishes.
+    List {
+        #[arg(long)]
+        org: Option<Uuid>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum ReviewsCommand {
+    /// Every review of a plugin the organisation publishes, held and hidden ones included.
     List {
         #[arg(long)]
         plugin: Uuid,
+        #[arg(long)]
+        org: Option<Uuid>,
     },
     /// Restores a review hidden after reports: its reports are dismissed and the moderator
     /// decides again on its content alone (audited as `review.restored`).
     Restore {
+        /// The reviewed plugin.
+        #[arg(long)]
+        plugin: Uuid,
         #[arg(long)]
         review: Uuid,
         /// Why (1 to 500 characters), kept in the audit event.
         #[arg(long)]
         reason: Option<String>,
+        #[arg(long)]
+        org: Option<Uuid>,
     },
 }
 
+fn plugins_path(org: &str) -> String {
+    format!("/v1/organisations/{org}/plugins")
+}
+
 pub async fn plugins(
-    services: &Services,
+    client: &Client,
     out: OutputFormat,
-    cid: &CorrelationId,
     command: PluginsCommand,
 ) -> anyhow::Result<()> {
     match command {
         PluginsCommand::Create { org, name } => {
-            let plugin = services.create_plugin(org, &name, cid).await?;
-            output::created(out, &plugin, plugin.id);
+            let path = plugins_path(&client.organisation(org).await?);
+            let body = client.post(&path, json!({ "name": name })).await?;
+            output::created_value(out, &body["plugin"]);
         }
-        PluginsCommand::List => output::list(out, &services.list_plugins().await?),
+        PluginsCommand::List { org } => {
+            let path = plugins_path(&client.organisation(org).await?);
+            output::rows(out, PLUGIN, &client.get_all(&path, &[]).await?);
+        }
     }
     Ok(())
 }
 
 pub async fn reviews(
-    services: &Services,
+    client: &Client,
     out: OutputFormat,
-    cid: &CorrelationId,
     command: ReviewsCommand,
 ) -> anyhow::Result<()> {
     match command {
-        ReviewsCommand::List { plugin } => output::list(out, &services.list_reviews(plugin).await?),
-        ReviewsCommand::Restore { review, reason } => {
-            let review = services
-                .restore_review(review, reason.as_deref(), cid)
-                .await?;
+        ReviewsCommand::List { plugin, org } => {
+            let path = format!(
+                "{}/{plugin}/reviews",
+                plugins_path(&client.organisation(org).await?)
+            );
+            output::rows(out, REVIEW, &client.get_all(&path, &[]).await?);
+        }
+        ReviewsCommand::Restore {
+            plugin,
+            review,
+            reason,
+            org,
+        } => {
+            let path = format!(
+                "{}/{plugin}/reviews/{review}/restore",
+                plugins_path(&client.organisation(org).await?)
+            );
+            let body = match reason {
+                Some(reason) => json!({ "reason": reason }),
+                None => json!({}),
+            };
+            let body = client.post(&path, body).await?;
+            let review = &body["review"];
             match out {
-                OutputFormat::Json => println!("{}", review.json()),
-                OutputFormat::Table => output::list(out, std::slice::from_ref(&review)),
+                OutputFormat::Json => println!("{review}"),
+                OutputFormat::Table => output::rows(out, REVIEW, std::slice::from_ref(review)),
             }
         }
     }
     Ok(())
-}
-
-impl Render for Plugin {
-    fn json(&self) -> Value {
-        json!({ "id": self.id, "organisationId": self.organisation_id, "name": self.name, "createdAt": Timestamp::new(self.created_at) })
-    }
-    fn headers() -> &'static [&'static str] {
-        &["ID", "PUBLISHER", "NAME", "CREATED"]
-    }
-    fn row(&self) -> Vec<String> {
-        vec![
-            self.id.to_string(),
-            self.organisation_id.to_string(),
-            self.name.clone(),
-            Timestamp::new(self.created_at).to_string(),
-        ]
-    }
-}
-
-impl Render for Review {
-    fn json(&self) -> Value {
-        json!({ "id": self.id, "pluginId": self.plugin_id, "authorId": self.author_id,
-                "rating": self.rating, "title": self.title, "status": self.status.as_str(),
-                "reasons": self.reasons, "labels": self.labels, "updatedAt": Timestamp::new(self.updated_at) })
-    }
-    fn headers() -> &'static [&'static str] {
-        &["ID", "AUTHOR", "RATING", "STATUS", "TITLE"]
-    }
-    fn row(&self) -> Vec<String> {
-        vec![
-            self.id.to_string(),
-            self.author_id.to_string(),
-            self.rating.to_string(),
-            self.status.as_str().to_owned(),
-            self.title.clone(),
-        ]
-    }
 }

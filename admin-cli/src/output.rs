@@ -27,14 +27,6 @@ pub fn list<T: Render>(format: OutputFormat, items: &[T]) {
     }
 }
 
-/// A created record: its id alone in table mode (easy to capture in a script), the record in JSON.
-pub fn created<T: Render>(format: OutputFormat, item: &T, id: impl std::fmt::Display) {
-    match format {
-        OutputFormat::Json => println!("{}", item.json()),
-        OutputFormat::Table => println!("{id}"),
-    }
-}
-
 fn table(headers: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {

@@ -1,5 +1,6 @@
-//! `cpctl policies test | bench | install | activate`: print what the server crate's case
-//! runner, coverage rule and budget measurement found; the rules live there.
+//! `cpctl policies test | bench`: print what the server crate's case runner, coverage rule and
+//! budget measurement found, locally (no server, no store); the rules live there. `install`
+//! is the server's (`policies.rs`): it measures with its own settings.
 
 use std::path::Path;
 
@@ -11,11 +12,9 @@ use control_plane::policy::{
     BudgetReport, Coverage, DEFAULT_RUNS, EngineSettings, MemoryBudget, PolicyEngine, PolicyKind,
     measure, run_cases,
 };
-use control_plane::service::Services;
 use std::time::Duration;
 
 use crate::cli::OutputFormat;
-use crate::output;
 
 /// `--memory-mib`: 1 to the engine's ceiling; anything else is bad input (exit 2).
 pub fn parse_memory_mib(raw: &str) -> Result<MemoryBudget, String> {
@@ -232,73 +231,6 @@ pub async fn bench(
             println!("{} decisions: {}", report.decisions, report.summary());
             if let Some(reason) = report.over_budget() {
                 println!("over budget: {reason}");
-            }
-        }
-    }
-    Ok(())
-}
-
-/// `policies install FILE --kind K --name N [--memory-mib N] [--cases F]`: the reference on
-/// stdout (scripts read it), the measurement on stderr; both in one document with `-o json`.
-#[allow(clippy::too_many_arguments)]
-pub async fn install(
-    services: &Services,
-    out: OutputFormat,
-    file: &Path,
-    kind_name: &str,
-    name: &str,
-    memory: Option<MemoryBudget>,
-    cases: Option<&Path>,
-) -> anyhow::Result<()> {
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let cases = read_cases(cases)?;
-    let installed = services
-        .install_measured_policy(name, kind(kind_name)?, &bytes, memory, cases.as_deref())
-        .await?;
-    let policy = &installed.policy;
-    match out {
-        OutputFormat::Json => {
-            let mut doc = output::Render::json(policy);
-            doc["budget"] = budget_json(&installed.budget);
-            println!("{doc}");
-        }
-        OutputFormat::Table => {
-            println!("{}@{}", policy.name, policy.version);
-            eprintln!("measured: {}", installed.budget.summary());
-            if let Some(reason) = installed.budget.over_budget() {
-                eprintln!("over budget: {reason}; activation will need --force");
-            }
-        }
-    }
-    Ok(())
-}
-
-/// `policies activate NAME@VERSION [--force]`.
-pub async fn activate(
-    services: &Services,
-    out: OutputFormat,
-    reference: &str,
-    force: bool,
-) -> anyhow::Result<()> {
-    let activated = services.activate_policy_with(reference, force).await?;
-    let policy = &activated.policy;
-    match out {
-        OutputFormat::Json => println!(
-            "{}",
-            json!({
-                "activated": format!("{}@{}", policy.name, policy.version),
-                "kind": policy.kind,
-                "forced": force,
-                "overBudget": activated.overridden,
-            })
-        ),
-        OutputFormat::Table => {
-            println!(
-                "{}@{} is the active {}",
-                policy.name, policy.version, policy.kind
-            );
-            if let Some(reason) = &activated.overridden {
-                println!("forced over budget: {reason}");
             }
         }
     }

@@ -1,15 +1,25 @@
-//! `cpctl policies decisions`: the policy decision log, newest first, filtered by the store.
+//! `cpctl policies decisions`: the policy decision log over HTTP, newest first, filtered by
+//! the server.
 
 use clap::Args;
-use control_plane::domain::Timestamp;
 use control_plane::policy::DecisionOutcome;
-use control_plane::service::{DECISION_LIST_MAX, DecisionListing, Services};
-use control_plane::storage::PolicyDecisionRecord;
-use serde_json::{Value, json};
+use control_plane::service::DECISION_LIST_MAX;
 
 use crate::cli::OutputFormat;
 use crate::fleet::Since;
-use crate::output::{self, Render};
+use crate::output::{self, Cell, Column};
+use crate::remote::Client;
+
+const DECISION: &[Column] = &[
+    ("WHEN", "occurredAt", Cell::Text),
+    ("KIND", "kind", Cell::Text),
+    ("OPERATION", "operation", Cell::Text),
+    ("OUTCOME", "outcome", Cell::Text),
+    ("POLICY", "policy", Cell::Text),
+    ("MICROS", "latencyMicros", Cell::Text),
+    ("CORRELATION", "correlationId", Cell::Text),
+    ("REASON", "reason", Cell::Text),
+];
 
 #[derive(Debug, Args)]
 pub struct DecisionsArgs {
@@ -27,64 +37,32 @@ pub struct DecisionsArgs {
     pub limit: u32,
 }
 
-pub async fn list(
-    services: &Services,
-    out: OutputFormat,
-    args: DecisionsArgs,
-) -> anyhow::Result<()> {
-    let listing = DecisionListing {
-        since: args.since.map(|s| s.at(chrono::Utc::now())),
-        operation: args.operation,
-        outcome: args.outcome,
-        limit: args.limit,
-    };
-    output::list(out, &services.list_policy_decisions(&listing).await?);
+pub async fn list(client: &Client, out: OutputFormat, args: DecisionsArgs) -> anyhow::Result<()> {
+    let mut filters = Vec::new();
+    if let Some(since) = args.since {
+        let at = since.at(chrono::Utc::now());
+        filters.push((
+            "since",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        ));
+    }
+    if let Some(operation) = args.operation {
+        filters.push(("operation", operation));
+    }
+    if let Some(outcome) = args.outcome {
+        filters.push(("outcome", outcome.as_str().to_owned()));
+    }
+    let path = "/v1/policies/decisions";
+    let mut items = crate::policies::newest(client, path, &filters, args.limit).await?;
+    if out == OutputFormat::Table {
+        // A failure shows its kind beside the outcome, as the log records it.
+        for item in &mut items {
+            if let Some(kind) = item["failure"].as_str().map(str::to_owned) {
+                let outcome = item["outcome"].as_str().unwrap_or("-").to_owned();
+                item["outcome"] = format!("{outcome} ({kind})").into();
+            }
+        }
+    }
+    output::rows(out, DECISION, &items);
     Ok(())
-}
-
-impl Render for PolicyDecisionRecord {
-    fn json(&self) -> Value {
-        json!({
-            "occurredAt": Timestamp::new(self.occurred_at),
-            "kind": self.kind,
-            "operation": self.operation,
-            "outcome": self.outcome,
-            "failure": self.failure,
-            "reason": self.reason,
-            "policy": format!("{}@{}", self.policy_name, self.policy_version),
-            "policyDigest": self.policy_digest,
-            "latencyMicros": self.latency_us,
-            "correlationId": self.correlation_id,
-            "organisationId": self.organisation_id,
-            "workspaceId": self.workspace_id,
-        })
-    }
-    fn headers() -> &'static [&'static str] {
-        &[
-            "WHEN",
-            "KIND",
-            "OPERATION",
-            "OUTCOME",
-            "POLICY",
-            "MICROS",
-            "CORRELATION",
-            "REASON",
-        ]
-    }
-    fn row(&self) -> Vec<String> {
-        let outcome = match &self.failure {
-            Some(kind) => format!("{} ({kind})", self.outcome),
-            None => self.outcome.clone(),
-        };
-        vec![
-            Timestamp::new(self.occurred_at).to_string(),
-            self.kind.clone(),
-            self.operation.clone(),
-            outcome,
-            format!("{}@{}", self.policy_name, self.policy_version),
-            self.latency_us.to_string(),
-            self.correlation_id.clone().unwrap_or_default(),
-            self.reason.clone().unwrap_or_default(),
-        ]
-    }
 }

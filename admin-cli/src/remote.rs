@@ -139,6 +139,36 @@ impl Client {
         self.send(self.http.get(self.url(path))).await
     }
 
+    /// `get` with a query.
+    pub async fn get_with(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Value> {
+        self.send(self.http.get(self.url(path)).query(query)).await
+    }
+
+    /// A `GET` whose body is read as it arrives (an export): the response once its status is
+    /// a 2xx, with no overall timeout (the body may take minutes), else the ApiError.
+    pub async fn download(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> anyhow::Result<reqwest::Response> {
+        let response = self
+            .http
+            .get(self.url(path))
+            .query(query)
+            .timeout(Duration::from_secs(24 * 3600))
+            .bearer_auth(&self.target.token)
+            .send()
+            .await
+            .map_err(|e| anyhow!("cannot reach {}: {}", self.target.server, e.without_url()))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        Err(answer(response)
+            .await
+            .err()
+            .unwrap_or_else(|| anyhow!("unexpected answer")))
+    }
+
     /// Every item of a cursor-paged list, page after page (200 a page, the most the API gives).
     pub async fn get_all(
         &self,
@@ -181,6 +211,30 @@ impl Client {
             .request(method, self.url(path))
             .header("Idempotency-Key", key)
             .json(&body);
+        self.send(request).await
+    }
+
+    /// A policy component up, as the request's body (`application/wasm`), with `query` and
+    /// `headers`, under a fresh `Idempotency-Key`. The server compiles and measures it before
+    /// it answers: a large component takes longer than the client's usual 30 seconds.
+    pub async fn upload(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        headers: &[(&str, String)],
+        bytes: Vec<u8>,
+    ) -> anyhow::Result<Value> {
+        let mut request = self
+            .http
+            .post(self.url(path))
+            .query(query)
+            .header("Idempotency-Key", uuid::Uuid::new_v4().to_string())
+            .header(reqwest::header::CONTENT_TYPE, "application/wasm")
+            .timeout(Duration::from_secs(600))
+            .body(bytes);
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
         self.send(request).await
     }
 

@@ -1,5 +1,6 @@
-//! `cpctl runners`: registering runners, their keys and webhook secrets, signing a report as a
-//! runner, and serving the example runner.
+//! `cpctl runners`: registering runners, their keys, delivery URLs and webhook secrets over the
+//! admin API (the rules, the egress rule for URLs included, are the server's); signing a report
+//! as a runner and serving the example runner stay local (the runner's key, no server call).
 
 use anyhow::Context;
 use base64::Engine;
@@ -8,19 +9,21 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use std::time::Duration;
-
-use control_plane::domain::{CorrelationId, RunnerSecret, parse_whpk, sign_request};
-use control_plane::service::{RegisteredRunner, Services};
+use control_plane::domain::{RunnerSecret, parse_whpk, sign_request};
 
 use crate::cli::OutputFormat;
+use crate::output::{self, Cell, Column};
+use crate::remote::Client;
 
 #[derive(Debug, Subcommand)]
 pub enum RunnersCommand {
     /// Register a runner in a pool. Prints its webhook secret (`whsec_…`) once: the runner
-    /// verifies its dispatches with it. Without --public-key, also generates an Ed25519 pair and
-    /// prints the private key once (it is not stored).
+    /// verifies its dispatches with it. Without --public-key, the server also generates an
+    /// Ed25519 pair and the private key is printed once (it is not stored).
     Register {
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
         #[arg(long)]
         pool: Uuid,
         #[arg(long, default_value = "runner")]
@@ -28,18 +31,21 @@ pub enum RunnersCommand {
         /// Base64 of a 32-byte Ed25519 public key.
         #[arg(long)]
         public_key: Option<String>,
-        /// Where the runner receives commands: https, or plain http to a host listed in
-        /// --delivery-http-hosts / CP_DELIVERY_HTTP_HOSTS (none by default; loopback with
-        /// CP_DEV). Without it the runner receives nothing.
+        /// Where the runner receives commands: https, or plain http to a host the server's
+        /// --delivery-http-hosts lists (loopback with its CP_DEV). Without it the runner
+        /// receives nothing.
         #[arg(long)]
         url: Option<String>,
     },
     /// Change where a runner receives commands (its failures so far are forgotten), or rotate
     /// its webhook secret.
     Update {
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
         #[arg(long)]
         runner: Uuid,
-        /// The new delivery URL.
+        /// The new delivery URL (the server's egress rule decides which are allowed).
         #[arg(long, required_unless_present_any = ["clear_url", "rotate_secret"])]
         url: Option<String>,
         /// Stop delivering to this runner.
@@ -56,16 +62,34 @@ pub enum RunnersCommand {
     /// A pool's runners: URL, state (enabled, held by its breaker, disabled, removed), failures
     /// in a row, last success and failure, keys.
     List {
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
         #[arg(long)]
         pool: Uuid,
     },
     /// Stop choosing a runner for deliveries (reason `admin`), until `runners enable`.
-    Disable { runner: Uuid },
+    Disable {
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
+        runner: Uuid,
+    },
     /// Choose a disabled runner again, its failures forgotten.
-    Enable { runner: Uuid },
+    Enable {
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
+        runner: Uuid,
+    },
     /// Remove a runner for good: its keys are revoked (its signed reports are refused), and its
     /// pending deliveries go to another runner of the pool (or wait for one).
-    Remove { runner: Uuid },
+    Remove {
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
+        runner: Uuid,
+    },
     /// A runner's keys: add one for rotation, revoke an old one.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -120,12 +144,18 @@ pub enum RunnersCommand {
 #[derive(Debug, Subcommand)]
 pub enum KeysCommand {
     Add {
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
         #[arg(long)]
         runner: Uuid,
         #[arg(long)]
         public_key: Option<String>,
     },
     Revoke {
+        /// The organisation; default: the calling token's.
+        #[arg(long)]
+        org: Option<Uuid>,
         #[arg(long)]
         runner: Uuid,
         #[arg(long)]
@@ -133,53 +163,74 @@ pub enum KeysCommand {
     },
 }
 
+impl RunnersCommand {
+    /// `sign` and `serve`: the runner's side, answered without a server or a store.
+    pub fn is_local(&self) -> bool {
+        matches!(self, Self::Sign { .. } | Self::Serve { .. })
+    }
+
+    /// The `--org` of a verb over HTTP.
+    fn org(&self) -> Option<Uuid> {
+        match self {
+            Self::Register { org, .. }
+            | Self::Update { org, .. }
+            | Self::List { org, .. }
+            | Self::Disable { org, .. }
+            | Self::Enable { org, .. }
+            | Self::Remove { org, .. }
+            | Self::Keys(KeysCommand::Add { org, .. } | KeysCommand::Revoke { org, .. }) => *org,
+            Self::Sign { .. } | Self::Serve { .. } => None,
+        }
+    }
+}
+
+const RUNNER: &[Column] = &[
+    ("ID", "id", Cell::Text),
+    ("NAME", "name", Cell::Text),
+    ("URL", "deliveryUrl", Cell::Text),
+    ("STATE", "shownState", Cell::Text),
+    ("FAILURES", "failuresInARow", Cell::Text),
+    ("LAST SUCCESS", "lastSuccessAt", Cell::Text),
+    ("LAST FAILURE", "lastFailureAt", Cell::Text),
+    ("KEYS", "shownKeys", Cell::Text),
+];
+
 fn decode_key(raw: &str, what: &str) -> anyhow::Result<Vec<u8>> {
     STANDARD
         .decode(raw.trim())
         .with_context(|| format!("{what} must be base64"))
 }
 
-fn print_key(out: OutputFormat, runner: Option<Uuid>, key_id: Uuid, private: Option<[u8; 32]>) {
-    let private = private.map(|k| STANDARD.encode(k));
-    match out {
-        OutputFormat::Json => {
-            let mut v = json!({ "keyId": key_id, "privateKey": private });
-            if let Some(runner) = runner {
-                v["runnerId"] = json!(runner);
-            }
-            println!("{v}");
-        }
-        OutputFormat::Table => {
-            if let Some(runner) = runner {
-                println!("runner:      {runner}");
-            }
-            println!("key:         {key_id}");
-            if let Some(private) = private {
-                println!("private key: {private}");
-                println!("(shown once; the server keeps only the public key)");
-            }
-        }
+/// `--public-key` checked here (base64) so a typo is named by its flag; the server checks the
+/// rest (a 32-byte Ed25519 key).
+fn public_key_field(raw: Option<String>) -> anyhow::Result<Value> {
+    let Some(raw) = raw else {
+        return Ok(json!({}));
+    };
+    decode_key(&raw, "--public-key")?;
+    Ok(json!({ "publicKey": raw.trim() }))
+}
+
+/// A key as the API answered it; a generated private key is shown this once.
+fn print_key(key: &Value, with_runner: bool) {
+    let text = |field: &str| key[field].as_str().unwrap_or("-").to_owned();
+    if with_runner {
+        println!("runner:      {}", text("runnerId"));
+    }
+    println!("key:         {}", text("keyId"));
+    if let Some(private) = key["privateKey"].as_str() {
+        println!("private key: {private}");
+        println!("(shown once; the server keeps only the public key)");
     }
 }
 
-/// The registered runner: its key (as `keys add` prints one) and its webhook secret, once.
-fn print_registered(out: OutputFormat, done: &RegisteredRunner) {
-    let secret = done.webhook_secret.whsec();
+/// The registration: the runner, its key and its webhook secret, once.
+fn print_registered(out: OutputFormat, registration: &Value) {
     match out {
-        OutputFormat::Json => {
-            let private = done.private_key.map(|k| STANDARD.encode(k));
-            println!(
-                "{}",
-                json!({
-                    "runnerId": done.runner.id,
-                    "keyId": done.key_id,
-                    "privateKey": private,
-                    "webhookSecret": secret,
-                })
-            );
-        }
+        OutputFormat::Json => println!("{registration}"),
         OutputFormat::Table => {
-            print_key(out, Some(done.runner.id), done.key_id, done.private_key);
+            print_key(registration, true);
+            let secret = registration["webhookSecret"].as_str().unwrap_or("-");
             println!("webhook secret: {secret}");
             println!("(shown once; the runner verifies its dispatches with it)");
         }
@@ -204,36 +255,69 @@ fn print_update(out: OutputFormat, shown: &Value) {
     }
 }
 
-pub async fn runners(
-    services: &Services,
+/// A runner of `runners list` with what its table shows: the state with the reason a
+/// disabled runner has, and its live keys among all.
+fn shown_runner(runner: &Value) -> Value {
+    let mut shown = runner.clone();
+    let state = runner["state"].as_str().unwrap_or("-");
+    shown["shownState"] = match runner["disabledReason"].as_str() {
+        Some(reason) if state != "removed" => json!(format!("disabled ({reason})")),
+        _ => json!(state),
+    };
+    let keys = runner["keys"].as_array().cloned().unwrap_or_default();
+    let live = keys.iter().filter(|k| k["revokedAt"].is_null()).count();
+    shown["shownKeys"] = json!(format!("{live} live / {}", keys.len()));
+    shown
+}
+
+/// `disable`, `enable` or `remove` as the API answered it: the object, or one line.
+fn print_change(out: OutputFormat, answer: &Value) {
+    let runner = answer["runnerId"].as_str().unwrap_or("-");
+    match out {
+        OutputFormat::Json => println!("{answer}"),
+        OutputFormat::Table if answer["state"] == "removed" => println!(
+            "runner {runner} removed: {} keys revoked, {} deliveries moved to the pool's other runners",
+            answer["keysRevoked"], answer["deliveriesMoved"]
+        ),
+        OutputFormat::Table => println!(
+            "runner {runner} {}{}",
+            if answer["changed"] == true {
+                ""
+            } else {
+                "was already "
+            },
+            answer["state"].as_str().unwrap_or_default()
+        ),
+    }
+}
+
+/// The verbs over HTTP (`sign` and `serve` are answered before, locally).
+pub async fn run(
+    client: &Client,
     out: OutputFormat,
-    cid: &CorrelationId,
     command: RunnersCommand,
 ) -> anyhow::Result<()> {
+    let base = format!(
+        "/v1/organisations/{}",
+        client.organisation(command.org()).await?
+    );
+    let runner_path = |runner: Uuid| format!("{base}/runners/{runner}");
     match command {
-        RunnersCommand::List { pool } => crate::fleet::list_runners(services, out, pool).await?,
-        RunnersCommand::Disable { runner } => {
-            crate::fleet::change_runner(services, out, cid, runner, "disable").await?
-        }
-        RunnersCommand::Enable { runner } => {
-            crate::fleet::change_runner(services, out, cid, runner, "enable").await?
-        }
-        RunnersCommand::Remove { runner } => {
-            crate::fleet::change_runner(services, out, cid, runner, "remove").await?
-        }
         RunnersCommand::Register {
             pool,
             name,
             public_key,
             url,
+            ..
         } => {
-            let public = public_key
-                .map(|k| decode_key(&k, "--public-key"))
-                .transpose()?;
-            let done = services
-                .register_runner(pool, &name, public.as_deref(), url.as_deref(), cid)
-                .await?;
-            print_registered(out, &done);
+            let mut body = public_key_field(public_key)?;
+            body["name"] = json!(name);
+            if let Some(url) = url {
+                body["url"] = json!(url);
+            }
+            let path = format!("{base}/runner-pools/{pool}/runners");
+            let answer = client.post(&path, body).await?;
+            print_registered(out, &answer["registration"]);
         }
         RunnersCommand::Update {
             runner,
@@ -241,38 +325,76 @@ pub async fn runners(
             clear_url,
             rotate_secret,
             overlap_hours,
+            ..
         } => {
             let mut shown = json!({ "runnerId": runner });
             if url.is_some() || clear_url {
-                let runner = services.set_runner_url(runner, url.as_deref(), cid).await?;
-                shown["deliveryUrl"] = json!(runner.delivery_url);
+                let body = match url {
+                    Some(url) => json!({ "url": url }),
+                    None => json!({}),
+                };
+                let path = format!("{}/delivery-url", runner_path(runner));
+                let answer = client.change(reqwest::Method::PUT, &path, body).await?;
+                shown["deliveryUrl"] = answer["deliveryUrl"].clone();
             }
             if rotate_secret {
-                let overlap = Duration::from_secs(overlap_hours.saturating_mul(3600));
-                let rotated = services.rotate_runner_secret(runner, overlap, cid).await?;
-                shown["webhookSecret"] = json!(rotated.secret.whsec());
-                shown["previousSecretRetiresAt"] = json!(rotated.previous_retires_at);
+                let path = format!("{}/webhook-secret/rotate", runner_path(runner));
+                let answer = client
+                    .post(&path, json!({ "overlapHours": overlap_hours }))
+                    .await?;
+                shown["webhookSecret"] = answer["webhookSecret"].clone();
+                shown["previousSecretRetiresAt"] = answer["previousSecretRetiresAt"].clone();
             }
             print_update(out, &shown);
         }
-        RunnersCommand::Keys(KeysCommand::Add { runner, public_key }) => {
-            let public = public_key
-                .map(|k| decode_key(&k, "--public-key"))
-                .transpose()?;
-            let (key_id, private) = services
-                .add_runner_key(runner, public.as_deref(), cid)
-                .await?;
-            print_key(out, None, key_id, private);
-        }
-        RunnersCommand::Keys(KeysCommand::Revoke { runner, key }) => {
-            services.revoke_runner_key(runner, key, cid).await?;
+        RunnersCommand::List { pool, .. } => {
+            let path = format!("{base}/runner-pools/{pool}/runners");
+            let all = client.get_all(&path, &[]).await?;
             match out {
-                OutputFormat::Json => println!("{}", json!({ "revoked": true, "keyId": key })),
+                OutputFormat::Json => output::rows(out, RUNNER, &all),
+                OutputFormat::Table => {
+                    let shown: Vec<Value> = all.iter().map(shown_runner).collect();
+                    output::rows(out, RUNNER, &shown);
+                }
+            }
+        }
+        RunnersCommand::Disable { runner, .. } => {
+            let path = format!("{}/disable", runner_path(runner));
+            print_change(out, &client.post(&path, json!({})).await?);
+        }
+        RunnersCommand::Enable { runner, .. } => {
+            let path = format!("{}/enable", runner_path(runner));
+            print_change(out, &client.post(&path, json!({})).await?);
+        }
+        RunnersCommand::Remove { runner, .. } => {
+            let answer = client
+                .change(reqwest::Method::DELETE, &runner_path(runner), json!({}))
+                .await?;
+            print_change(out, &answer);
+        }
+        RunnersCommand::Keys(KeysCommand::Add {
+            runner, public_key, ..
+        }) => {
+            let path = format!("{}/keys", runner_path(runner));
+            let key = client.post(&path, public_key_field(public_key)?).await?;
+            match out {
+                OutputFormat::Json => println!("{key}"),
+                OutputFormat::Table => print_key(&key, false),
+            }
+        }
+        RunnersCommand::Keys(KeysCommand::Revoke { runner, key, .. }) => {
+            let path = format!("{}/keys/{key}", runner_path(runner));
+            let answer = client
+                .change(reqwest::Method::DELETE, &path, json!({}))
+                .await?;
+            match out {
+                OutputFormat::Json => println!("{answer}"),
                 OutputFormat::Table => println!("revoked"),
             }
         }
-        RunnersCommand::Sign { .. } => sign(out, &command)?,
-        RunnersCommand::Serve { .. } => serve(command).await?,
+        RunnersCommand::Sign { .. } | RunnersCommand::Serve { .. } => {
+            unreachable!("answered locally, in commands.rs")
+        }
     }
     Ok(())
 }

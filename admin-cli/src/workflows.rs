@@ -1,16 +1,28 @@
-//! `cpctl workflows`: workflows, their revisions, and deciding an approval request as a named
-//! administrator.
+//! `cpctl workflows`: workflows, their revisions, and deciding an approval request, over the
+//! admin API. The decider is the calling token's user, who must administer the revision's
+//! organisation; `--org` defaults to the token's organisation.
 
 use clap::Subcommand;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use control_plane::domain::{CorrelationId, RevisionState, Timestamp};
-use control_plane::service::{Services, UserRef};
-use control_plane::storage::{Workflow, WorkflowRevision};
-
 use crate::cli::OutputFormat;
-use crate::output::{self, Render};
+use crate::output::{self, Cell, Column};
+use crate::remote::Client;
+
+const WORKFLOW: &[Column] = &[
+    ("ID", "id", Cell::Text),
+    ("WORKSPACE", "workspaceId", Cell::Text),
+    ("NAME", "name", Cell::Text),
+    ("CREATED", "createdAt", Cell::Text),
+];
+const REVISION: &[Column] = &[
+    ("ID", "id", Cell::Text),
+    ("WORKFLOW", "workflowId", Cell::Text),
+    ("NUMBER", "number", Cell::Text),
+    ("STATE", "state", Cell::Text),
+    ("DECIDED BY", "decidedBy", Cell::Text),
+];
 
 #[derive(Debug, Subcommand)]
 pub enum WorkflowsCommand {
@@ -18,10 +30,16 @@ pub enum WorkflowsCommand {
         #[arg(long)]
         workspace: Uuid,
         name: String,
+        /// The organisation (default: the token's).
+        #[arg(long)]
+        org: Option<Uuid>,
     },
+    /// A workspace's workflows; without `--workspace`, every workspace's of the organisation.
     List {
         #[arg(long)]
         workspace: Option<Uuid>,
+        #[arg(long)]
+        org: Option<Uuid>,
     },
     /// Revisions of a workflow.
     #[command(subcommand)]
@@ -34,109 +52,102 @@ pub enum RevisionsCommand {
     Create {
         #[arg(long)]
         workflow: Uuid,
+        #[arg(long)]
+        org: Option<Uuid>,
     },
-    /// Approve a revision that is `pending_approval`, as an administrator of its organisation
-    /// (audited as `workflow_revision.approved`).
+    /// Approve a revision that is `pending_approval`, as the token's user, an administrator of
+    /// its organisation (audited as `workflow_revision.approved`).
     Approve(DecideArgs),
-    /// Reject a revision that is `pending_approval`, as an administrator of its organisation
-    /// (audited as `workflow_revision.rejected`).
+    /// Reject a revision that is `pending_approval`, as the token's user, an administrator of
+    /// its organisation (audited as `workflow_revision.rejected`).
     Reject(DecideArgs),
 }
 
 #[derive(Debug, clap::Args)]
 pub struct DecideArgs {
+    /// The revision's workflow.
+    #[arg(long)]
+    pub workflow: Uuid,
     #[arg(long)]
     pub revision: Uuid,
     /// Why (1 to 1000 characters), kept in the audit event.
     #[arg(long)]
     pub reason: String,
-    /// Who decides: a user id, or the email of a user of the revision's organisation, who must
-    /// be one of its administrators, and to approve, not the user who requested the approval
-    /// (unless `cpctl orgs self-approval allow`). Named, not authenticated: the event records
-    /// `"via": "cpctl"`.
-    #[arg(long, env = "CP_ACTOR")]
-    pub actor: String,
+    #[arg(long)]
+    pub org: Option<Uuid>,
 }
 
-pub async fn workflows(
-    services: &Services,
+pub async fn run(
+    client: &Client,
     out: OutputFormat,
-    cid: &CorrelationId,
     command: WorkflowsCommand,
 ) -> anyhow::Result<()> {
+    let org = match &command {
+        WorkflowsCommand::Create { org, .. }
+        | WorkflowsCommand::List { org, .. }
+        | WorkflowsCommand::Revisions(RevisionsCommand::Create { org, .. })
+        | WorkflowsCommand::Revisions(
+            RevisionsCommand::Approve(DecideArgs { org, .. })
+            | RevisionsCommand::Reject(DecideArgs { org, .. }),
+        ) => *org,
+    };
+    let base = format!("/v1/organisations/{}", client.organisation(org).await?);
     match command {
-        WorkflowsCommand::Create { workspace, name } => {
-            let workflow = services.create_workflow(workspace, &name, cid).await?;
-            output::created(out, &workflow, workflow.id);
+        WorkflowsCommand::Create {
+            workspace, name, ..
+        } => {
+            let path = format!("{base}/workspaces/{workspace}/workflows");
+            let body = client.post(&path, json!({ "name": name })).await?;
+            output::created_value(out, &body["workflow"]);
         }
-        WorkflowsCommand::List { workspace } => {
-            output::list(out, &services.list_workflows(workspace).await?)
+        WorkflowsCommand::List { workspace, .. } => {
+            let workspaces = match workspace {
+                Some(w) => vec![w.to_string()],
+                None => client
+                    .get_all(&format!("{base}/workspaces"), &[])
+                    .await?
+                    .iter()
+                    .filter_map(|w| w["id"].as_str().map(str::to_owned))
+                    .collect(),
+            };
+            let mut all = Vec::new();
+            for w in workspaces {
+                let path = format!("{base}/workspaces/{w}/workflows");
+                all.extend(client.get_all(&path, &[]).await?);
+            }
+            output::rows(out, WORKFLOW, &all);
         }
-        WorkflowsCommand::Revisions(RevisionsCommand::Create { workflow }) => {
-            let revision = services.create_revision(workflow, cid).await?;
-            output::created(out, &revision, revision.id);
+        WorkflowsCommand::Revisions(RevisionsCommand::Create { workflow, .. }) => {
+            let path = format!("{base}/workflows/{workflow}/revisions");
+            let body = client.post(&path, json!({})).await?;
+            output::created_value(out, &body["revision"]);
         }
         WorkflowsCommand::Revisions(RevisionsCommand::Approve(args)) => {
-            decide(services, out, cid, RevisionState::Approved, args).await?
+            decide(client, out, &base, "approve", args).await?
         }
         WorkflowsCommand::Revisions(RevisionsCommand::Reject(args)) => {
-            decide(services, out, cid, RevisionState::Rejected, args).await?
+            decide(client, out, &base, "reject", args).await?
         }
     }
     Ok(())
 }
 
 async fn decide(
-    services: &Services,
+    client: &Client,
     out: OutputFormat,
-    cid: &CorrelationId,
-    to: RevisionState,
+    base: &str,
+    verb: &str,
     args: DecideArgs,
 ) -> anyhow::Result<()> {
-    let actor = UserRef::parse(&args.actor)?;
-    let revision = services
-        .decide_revision(args.revision, to, &actor, &args.reason, cid)
-        .await?;
+    let path = format!(
+        "{base}/workflows/{}/revisions/{}/{verb}",
+        args.workflow, args.revision
+    );
+    let body = client.post(&path, json!({ "reason": args.reason })).await?;
+    let revision: &Value = &body["revision"];
     match out {
-        OutputFormat::Json => println!("{}", revision.json()),
-        OutputFormat::Table => output::list(out, std::slice::from_ref(&revision)),
+        OutputFormat::Json => println!("{revision}"),
+        OutputFormat::Table => output::rows(out, REVISION, std::slice::from_ref(revision)),
     }
     Ok(())
-}
-
-impl Render for Workflow {
-    fn json(&self) -> Value {
-        json!({ "id": self.id, "workspaceId": self.workspace_id, "name": self.name, "createdAt": Timestamp::new(self.created_at) })
-    }
-    fn headers() -> &'static [&'static str] {
-        &["ID", "WORKSPACE", "NAME", "CREATED"]
-    }
-    fn row(&self) -> Vec<String> {
-        vec![
-            self.id.to_string(),
-            self.workspace_id.to_string(),
-            self.name.clone(),
-            Timestamp::new(self.created_at).to_string(),
-        ]
-    }
-}
-
-impl Render for WorkflowRevision {
-    fn json(&self) -> Value {
-        json!({ "id": self.id, "workflowId": self.workflow_id, "number": self.number,
-                "state": self.state.as_str(), "createdAt": Timestamp::new(self.created_at),
-                "decidedBy": self.decided_by, "decidedAt": self.decided_at.map(Timestamp::new),
-                "decisionReason": self.decision_reason })
-    }
-    fn headers() -> &'static [&'static str] {
-        &["ID", "WORKFLOW", "NUMBER", "STATE"]
-    }
-    fn row(&self) -> Vec<String> {
-        vec![
-            self.id.to_string(),
-            self.workflow_id.to_string(),
-            self.number.to_string(),
-            self.state.as_str().to_owned(),
-        ]
-    }
 }

@@ -21,7 +21,7 @@ use records::{Backend, Db, sql_all, sql_exec, sql_one};
 #[path = "cli/served.rs"]
 mod served;
 
-use served::{Served, client, config_home, serve, served};
+use served::{Served, client, config_home, serve, served, served_with};
 
 impl Db {
     /// `cpctl` on the store with `line` split at whitespace (no argument of these tests holds a
@@ -138,6 +138,8 @@ mod fleet;
 mod http_verbs;
 #[path = "cli/login.rs"]
 mod login;
+#[path = "cli/marketplace.rs"]
+mod marketplace;
 #[path = "cli/offboarding.rs"]
 mod offboarding;
 #[path = "cli/policies.rs"]
@@ -152,5 +154,7 @@ mod policy_new;
 mod resources;
 #[path = "cli/setup.rs"]
 mod setup;
+#[path = "cli/store_verbs.rs"]
+mod store_verbs;
 #[path = "cli/tokens.rs"]
 mod tokens;

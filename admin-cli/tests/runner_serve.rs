@@ -139,12 +139,22 @@ impl ControlPlane {
             .unwrap();
         let workspace = done.workspace.id;
         let pool = services
-            .create_pool(workspace, "builders", &cid)
+            .create_pool(
+                workspace,
+                "builders",
+                &control_plane::storage::WriteContext::admin(&cid),
+            )
             .await
             .unwrap()
             .id;
         let registered = services
-            .register_runner(pool, "echo-runner", None, None, &cid)
+            .register_runner(
+                pool,
+                "echo-runner",
+                None,
+                None,
+                &control_plane::storage::WriteContext::admin(&cid),
+            )
             .await
             .unwrap();
         Self {
@@ -228,7 +238,7 @@ async fn a_submitted_command_reaches_the_example_runner_and_succeeds() {
         .set_runner_url(
             cp.registered.runner.id,
             Some(&url),
-            &CorrelationId::generate(),
+            &control_plane::storage::WriteContext::admin(&CorrelationId::generate()),
         )
         .await
         .unwrap();

@@ -1,70 +1,117 @@
 //! `cpctl audit verify` against a patient attacker holding the database: a cut tail with the
 //! head pointer left stale, a rewound head pointer, a forged checkpoint at the head, an edited
 //! event, a forged signed head, an anchor the log no longer extends, and a tampered export
-//! verified offline. Each edit is direct SQL on the store (Postgres or SQLite, as the run
-//! chooses); each must make verify exit non-zero.
+//! verified offline. Verify, export, retention and purge go to a server on the test's store;
+//! each edit is direct SQL on that store (Postgres or SQLite, as the run chooses) between two
+//! calls, and each must make verify exit non-zero. The server signs heads (its background
+//! signer at start-up, and exports), with its own webhook signing keys: a key rotation is the
+//! server restarted on the same store with other keys.
 
 use super::*;
 
-/// A bootstrapped store with a few more workspace events; returns the workspace.
-fn log(db: &Db, pools: usize) -> String {
-    let boot = bootstrap(db);
-    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
-    for n in 0..pools {
-        assert_ok(&db.run(&format!("pools create --workspace {ws} pool-{n}")));
-    }
-    ws
+/// Two webhook signing keys (base64 Ed25519 seeds) for the rotation tests.
+const OLD: &str = "DAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAw=";
+const NEW: &str = "FRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRU=";
+
+/// A served store with `pools` more workspace events; returns the server and the workspace.
+async fn log(db: &Db, pools: usize) -> (Served, String) {
+    let s = served(db).await;
+    let ws = s.workspace.clone();
+    add_pools(&s, &ws, "pool", pools);
+    (s, ws)
 }
 
-fn verify_json(db: &Db, ws: &str) -> Value {
-    json_of(&db.run(&format!("audit verify --workspace {ws} -o json")))
+/// [`log`] on a server that signs with `keys` (`CP_WEBHOOK_SIGNING_KEYS`).
+async fn log_signed_with(db: &Db, keys: &str, pools: usize) -> (Served, String) {
+    let s = served_with(db, |c| c.webhook_signing_keys = Some(keys.to_owned())).await;
+    let ws = s.workspace.clone();
+    add_pools(&s, &ws, "pool", pools);
+    (s, ws)
+}
+
+/// `s` restarted on `db` signing with `keys`, once its start-up passes ran (see [`settle`]).
+async fn restart_signing_with(s: Served, db: &Db, keys: &str) -> Served {
+    let s = s
+        .restart(db, |c| c.webhook_signing_keys = Some(keys.to_owned()))
+        .await;
+    settle();
+    s
+}
+
+/// A server signs the heads that moved and runs a retention pass as it starts, then every
+/// half minute or minute: what a test does next (move the head, set a retention) waits for
+/// those first passes, or they would sign or purge in its stead.
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(300));
+}
+
+/// How many heads above `seq` are signed.
+async fn signed_above(db: &Db, seq: i64) -> i64 {
+    let (n,) = sql_one!(
+        &mut db.conn().await,
+        (i64,),
+        "SELECT count(*) FROM audit_signed_heads WHERE seq > $1",
+        seq,
+    );
+    n
+}
+
+fn add_pools(s: &Served, ws: &str, prefix: &str, n: usize) {
+    for n in 0..n {
+        assert_ok(&s.run(&format!("pools create --workspace {ws} {prefix}-{n}")));
+    }
+}
+
+fn verify_json(s: &Served, ws: &str) -> Value {
+    json_of(&s.run(&format!("audit verify --workspace {ws} -o json")))
 }
 
 /// Verify fails; returns its one-line error and its JSON report.
-fn verify_fails(db: &Db, line: &str) -> (String, Value) {
-    let out = db.run(line);
+fn verify_fails(s: &Served, line: &str) -> (String, Value) {
+    let out = s.run(line);
     let err = failure(&out);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     (err, report)
 }
 
 /// An export signs the head: afterwards a signed head stands at the head's sequence.
-fn export(db: &Db, ws: &str) -> String {
-    let out = db.run(&format!("audit export --workspace {ws}"));
+fn export(s: &Served, ws: &str) -> String {
+    let out = s.run(&format!("audit export --workspace {ws}"));
     assert_ok(&out);
     stdout(&out)
 }
 
-fn public_key(db: &Db) -> String {
-    let keys = json_of(&db.run("webhooks keys -o json"));
+/// The server's current signing key, public.
+fn public_key(s: &Served) -> String {
+    let keys = json_of(&s.run("webhooks keys -o json"));
     keys[0]["publicKey"].as_str().unwrap().to_owned()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_prints_the_head_hash_and_a_cut_tail_with_a_stale_head_fails() {
     let db = Db::new().await;
-    let ws = log(&db, 6);
-    let report = verify_json(&db, &ws);
+    let (s, ws) = log(&db, 6).await;
+    let report = verify_json(&s, &ws);
     assert_eq!(report["intact"], true, "{report}");
     let head = report["headSequence"].as_i64().unwrap();
     let hash = report["headHash"].as_str().unwrap();
     assert_eq!(hash.len(), 64, "{report}");
-    let table = stdout(&db.run(&format!("audit verify --workspace {ws}")));
+    let table = stdout(&s.run(&format!("audit verify --workspace {ws}")));
     assert!(table.contains(&format!("head {head}:{hash}")), "{table}");
 
     // The newest three events deleted, the head pointer left as it was.
     let cut = format!("DELETE FROM audit_events WHERE seq > {}", head - 3);
     db.exec(&cut).await;
-    let (err, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    let (err, report) = verify_fails(&s, &format!("audit verify --workspace {ws} -o json"));
     assert_eq!(report["intact"], false, "{report}");
     assert!(err.contains(&format!("at sequence {}", head - 2)), "{err}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewound_head_pointer_fails() {
     let db = Db::new().await;
-    let ws = log(&db, 6);
-    let head = verify_json(&db, &ws)["headSequence"].as_i64().unwrap();
+    let (s, ws) = log(&db, 6).await;
+    let head = verify_json(&s, &ws)["headSequence"].as_i64().unwrap();
     // The pointer moved back three events (with the hash of the event it now names); the
     // events after it are still there.
     db.exec(&format!(
@@ -73,7 +120,7 @@ async fn a_rewound_head_pointer_fails() {
         head - 3
     ))
     .await;
-    let (err, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    let (err, report) = verify_fails(&s, &format!("audit verify --workspace {ws} -o json"));
     assert_eq!(report["broken"]["problem"], "beyond_head", "{report}");
     assert!(
         err.contains(&format!("beyond_head at sequence {}", head - 2)),
@@ -81,12 +128,12 @@ async fn a_rewound_head_pointer_fails() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_tail_below_a_signed_head_fails_even_with_the_head_pointer_moved_back() {
     let db = Db::new().await;
-    let ws = log(&db, 6);
-    let head = verify_json(&db, &ws)["headSequence"].as_i64().unwrap();
-    export(&db, &ws); // signs the head
+    let (s, ws) = log(&db, 6).await;
+    let head = verify_json(&s, &ws)["headSequence"].as_i64().unwrap();
+    export(&s, &ws); // signs the head
     db.exec(&format!(
         "DELETE FROM audit_events WHERE seq > {}",
         head - 3
@@ -98,22 +145,22 @@ async fn a_cut_tail_below_a_signed_head_fails_even_with_the_head_pointer_moved_b
         head - 3
     ))
     .await;
-    let (err, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    let (err, report) = verify_fails(&s, &format!("audit verify --workspace {ws} -o json"));
     assert_eq!(report["broken"]["problem"], "cut_tail", "{report}");
     assert_eq!(report["signedHeadSequence"], head, "{report}");
     assert!(
         err.contains(&format!("cut_tail at sequence {head}")),
         "{err}"
     );
-    let table = db.run(&format!("audit verify --workspace {ws}"));
+    let table = s.run(&format!("audit verify --workspace {ws}"));
     assert!(!table.status.success());
     assert!(stdout(&table).contains("tail cut"), "{}", stdout(&table));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_event_behind_a_forged_checkpoint_at_the_head_fails() {
     let db = Db::new().await;
-    let ws = log(&db, 6);
+    let (s, ws) = log(&db, 6).await;
     db.exec(r#"UPDATE audit_events SET data = '{"name": "forged"}' WHERE seq = 5"#)
         .await;
     // A checkpoint at the head, with the head's hash: the walk would start after it.
@@ -122,47 +169,47 @@ async fn an_edited_event_behind_a_forged_checkpoint_at_the_head_fails() {
          SELECT id, audit_seq, audit_hash, 0, created_at FROM workspaces",
     )
     .await;
-    let (err, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    let (err, report) = verify_fails(&s, &format!("audit verify --workspace {ws} -o json"));
     assert_eq!(report["broken"]["problem"], "forged_checkpoint", "{report}");
     assert!(err.contains("forged_checkpoint"), "{err}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hashless_checkpoint_forged_at_the_head_fails() {
     let db = Db::new().await;
-    let ws = log(&db, 6);
+    let (s, ws) = log(&db, 6).await;
     // Shaped like the ones migration 0014/0015 wrote: no hash, nothing removed.
     db.exec(
         "INSERT INTO audit_checkpoints (workspace_id, last_seq, hash, removed, created_at)
          SELECT id, audit_seq, NULL, 0, created_at FROM workspaces",
     )
     .await;
-    let (_, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    let (_, report) = verify_fails(&s, &format!("audit verify --workspace {ws} -o json"));
     assert_eq!(report["intact"], false, "{report}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_event_fails() {
     let db = Db::new().await;
-    let ws = log(&db, 6);
-    export(&db, &ws);
+    let (s, ws) = log(&db, 6).await;
+    export(&s, &ws);
     db.exec(r#"UPDATE audit_events SET data = '{"name": "forged"}' WHERE seq = 5"#)
         .await;
-    let (err, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    let (err, report) = verify_fails(&s, &format!("audit verify --workspace {ws} -o json"));
     assert_eq!(report["broken"]["problem"], "changed", "{report}");
     assert!(err.contains("changed at sequence 5"), "{err}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_signed_head_fails() {
     let db = Db::new().await;
-    let ws = log(&db, 6);
-    export(&db, &ws);
-    assert_eq!(verify_json(&db, &ws)["intact"], true);
+    let (s, ws) = log(&db, 6).await;
+    export(&s, &ws);
+    assert_eq!(verify_json(&s, &ws)["intact"], true);
     // Its hash changed (the signature no longer covers it).
     db.exec("UPDATE audit_signed_heads SET hash = (SELECT hash FROM audit_events WHERE seq = 1)")
         .await;
-    let (err, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    let (err, report) = verify_fails(&s, &format!("audit verify --workspace {ws} -o json"));
     assert_eq!(
         report["broken"]["problem"], "forged_signed_head",
         "{report}"
@@ -170,32 +217,33 @@ async fn a_forged_signed_head_fails() {
     assert!(err.contains("forged_signed_head"), "{err}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_anchor_the_log_no_longer_extends_fails() {
     let db = Db::new().await;
-    let ws = log(&db, 3);
-    let earlier = verify_json(&db, &ws);
+    let (s, ws) = log(&db, 3).await;
+    let earlier = verify_json(&s, &ws);
     let (seq_a, hash_a) = (
         earlier["headSequence"].as_i64().unwrap(),
         earlier["headHash"].as_str().unwrap().to_owned(),
     );
     for n in 0..2 {
-        assert_ok(&db.run(&format!("pools create --workspace {ws} more-{n}")));
+        assert_ok(&s.run(&format!("pools create --workspace {ws} more-{n}")));
     }
-    let later = verify_json(&db, &ws);
+    let later = verify_json(&s, &ws);
     let (seq_b, hash_b) = (
         later["headSequence"].as_i64().unwrap(),
         later["headHash"].as_str().unwrap().to_owned(),
     );
     // Both heads are extended by the log as it is.
     for anchor in [format!("{seq_a}:{hash_a}"), format!("{seq_b}:{hash_b}")] {
-        let ok = json_of(&db.run(&format!(
+        let ok = json_of(&s.run(&format!(
             "audit verify --workspace {ws} --anchor {anchor} -o json"
         )));
         assert_eq!(ok["anchorExtended"], true, "{ok}");
     }
     // The tail cut back to the earlier head, pointer and all: self-consistent, and with no
-    // signed head (no server, no export) only the anchor sees it.
+    // signed head above it (no export; the server's signer ran at its start, its next pass
+    // is half a minute away) only the anchor sees it.
     db.exec(&format!("DELETE FROM audit_events WHERE seq > {seq_a}"))
         .await;
     db.exec(&format!(
@@ -203,9 +251,9 @@ async fn an_anchor_the_log_no_longer_extends_fails() {
              audit_hash = (SELECT hash FROM audit_events WHERE seq = {seq_a})"
     ))
     .await;
-    assert_eq!(verify_json(&db, &ws)["intact"], true);
+    assert_eq!(verify_json(&s, &ws)["intact"], true);
     let (err, report) = verify_fails(
-        &db,
+        &s,
         &format!("audit verify --workspace {ws} --anchor {seq_b}:{hash_b} -o json"),
     );
     assert_eq!(
@@ -216,7 +264,7 @@ async fn an_anchor_the_log_no_longer_extends_fails() {
     // An anchor whose hash the log does not have at that sequence.
     let wrong = "ab".repeat(32);
     let (_, report) = verify_fails(
-        &db,
+        &s,
         &format!("audit verify --workspace {ws} --anchor {seq_a}:{wrong} -o json"),
     );
     assert_eq!(
@@ -225,43 +273,46 @@ async fn an_anchor_the_log_no_longer_extends_fails() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_export_verifies_offline_and_a_tampered_one_does_not() {
     let db = Db::new().await;
-    let ws = log(&db, 6);
-    let text = export(&db, &ws);
-    let key = public_key(&db);
+    let (s, ws) = log(&db, 6).await;
+    let text = export(&s, &ws);
+    let key = public_key(&s);
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].starts_with(r#"{"auditExport":"#), "{}", lines[0]);
     assert!(
         lines.iter().any(|l| l.starts_with(r#"{"signedHead":"#)),
         "{text}"
     );
-    let offline = |body: &str| {
+    let check = |body: &str| {
         let file = write_temp("export.ndjson", body.as_bytes());
-        let out = db.cpctl(&[
-            "audit",
-            "verify",
-            "--export",
-            file.to_str().unwrap(),
-            "--public-key",
-            &key,
-            "-o",
-            "json",
-        ]);
+        let out = offline(
+            &s,
+            &[
+                "audit",
+                "verify",
+                "--export",
+                file.to_str().unwrap(),
+                "--public-key",
+                &key,
+                "-o",
+                "json",
+            ],
+        );
         let _ = std::fs::remove_file(file);
         out
     };
-    let good = json_of(&offline(&text));
+    let good = json_of(&check(&text));
     assert_eq!(good["intact"], true, "{good}");
-    let online = verify_json(&db, &ws);
+    let online = verify_json(&s, &ws);
     assert_eq!(good["headSequence"], online["headSequence"]);
     assert_eq!(good["headHash"], online["headHash"]);
 
     // An event's data changed.
     let edited = text.replacen(r#""pool-2""#, r#""pool-x""#, 1);
     assert_ne!(edited, text);
-    let out = offline(&edited);
+    let out = check(&edited);
     assert!(
         failure(&out).contains("signed_head_mismatch"),
         "{}",
@@ -278,7 +329,7 @@ async fn an_export_verifies_offline_and_a_tampered_one_does_not() {
         .filter(|(i, _)| *i != last_event)
         .map(|(_, l)| *l)
         .collect();
-    let out = offline(&cut.join("\n"));
+    let out = check(&cut.join("\n"));
     assert!(failure(&out).contains("cut_tail"), "{}", stderr(&out));
     // The signed heads dropped: the tail is unproven.
     let unsigned: Vec<&str> = lines
@@ -286,7 +337,7 @@ async fn an_export_verifies_offline_and_a_tampered_one_does_not() {
         .filter(|l| !l.starts_with(r#"{"signedHead":"#))
         .copied()
         .collect();
-    let out = offline(&unsigned.join("\n"));
+    let out = check(&unsigned.join("\n"));
     assert!(failure(&out).contains("unsigned_tail"), "{}", stderr(&out));
     // Another key: the signed heads' key is not trusted here.
     let other = "whpk_".to_owned()
@@ -297,33 +348,35 @@ async fn an_export_verifies_offline_and_a_tampered_one_does_not() {
                 .as_bytes(),
         );
     let file = write_temp("export.ndjson", text.as_bytes());
-    let out = db.cpctl(&[
-        "audit",
-        "verify",
-        "--export",
-        file.to_str().unwrap(),
-        "--public-key",
-        &other,
-    ]);
+    let out = offline(
+        &s,
+        &[
+            "audit",
+            "verify",
+            "--export",
+            file.to_str().unwrap(),
+            "--public-key",
+            &other,
+        ],
+    );
     let _ = std::fs::remove_file(file);
     assert!(failure(&out).contains("unknown_key"), "{}", stderr(&out));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retention_checkpoint_is_signed_and_a_forged_one_fails() {
     let db = Db::new().await;
-    let boot = bootstrap(&db);
-    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
-    let org = boot["organisationId"].as_str().unwrap().to_owned();
+    let s = served(&db).await;
+    let (ws, org) = (s.workspace.clone(), s.org.clone());
     for n in 0..3 {
-        assert_ok(&db.run(&format!("pools create --workspace {ws} pool-{n}")));
+        assert_ok(&s.run(&format!("pools create --workspace {ws} pool-{n}")));
     }
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    assert_ok(&db.run(&format!("audit retention {org} 1s")));
-    let purged = json_of(&db.run("audit purge -o json"));
+    assert_ok(&s.run(&format!("audit retention {org} 1s")));
+    let purged = json_of(&s.run("audit purge -o json"));
     assert!(purged["removed"].as_i64().unwrap() >= 4, "{purged}");
-    assert_ok(&db.run(&format!("pools create --workspace {ws} after")));
-    let report = verify_json(&db, &ws);
+    assert_ok(&s.run(&format!("pools create --workspace {ws} after")));
+    let report = verify_json(&s, &ws);
     assert_eq!(report["intact"], true, "{report}");
     assert!(
         report["signedHeadSequence"].as_i64().unwrap() >= 4,
@@ -335,7 +388,7 @@ async fn a_retention_checkpoint_is_signed_and_a_forged_one_fails() {
         "UPDATE audit_events SET seq = 1 WHERE seq = {after}"
     ))
     .await;
-    let (_, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    let (_, report) = verify_fails(&s, &format!("audit verify --workspace {ws} -o json"));
     assert_eq!(
         report["broken"]["problem"], "checkpoint_events_remain",
         "{report}"
@@ -344,17 +397,17 @@ async fn a_retention_checkpoint_is_signed_and_a_forged_one_fails() {
         "UPDATE audit_events SET seq = {after} WHERE seq = 1"
     ))
     .await;
-    assert_eq!(verify_json(&db, &ws)["intact"], true);
+    assert_eq!(verify_json(&s, &ws)["intact"], true);
     // The signed checkpoint's count changed: its signature no longer covers it.
     db.exec("UPDATE audit_checkpoints SET removed = removed + 1")
         .await;
-    let (_, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    let (_, report) = verify_fails(&s, &format!("audit verify --workspace {ws} -o json"));
     assert_eq!(report["broken"]["problem"], "forged_checkpoint", "{report}");
     db.exec("UPDATE audit_checkpoints SET removed = removed - 1")
         .await;
     // The checkpoint's signed head removed: its hash is vouched for by nothing.
     db.exec("DELETE FROM audit_signed_heads").await;
-    let (_, report) = verify_fails(&db, &format!("audit verify --workspace {ws} -o json"));
+    let (_, report) = verify_fails(&s, &format!("audit verify --workspace {ws} -o json"));
     assert_eq!(
         report["broken"]["problem"], "checkpoint_unsigned",
         "{report}"
@@ -366,12 +419,12 @@ async fn a_retention_checkpoint_is_signed_and_a_forged_one_fails() {
 /// migration's (unsigned, hashless) at A, an event at or below A edited, and the stored head
 /// re-hashed from zero bytes above the checkpoint (no events above A here: the head's hash is
 /// the zero bytes the chain restarts from). `--anchor A` must not pass.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewritten_log_behind_a_legacy_checkpoint_at_the_anchor_fails() {
     let db = Db::new().await;
-    let ws = log(&db, 6);
-    export(&db, &ws); // signs the head: A
-    let report = verify_json(&db, &ws);
+    let (s, ws) = log(&db, 6).await;
+    export(&s, &ws); // signs the head: A
+    let report = verify_json(&s, &ws);
     let a = report["headSequence"].as_i64().unwrap();
     let hash_a = report["headHash"].as_str().unwrap().to_owned();
     assert_eq!(report["signedHeadSequence"], a, "{report}");
@@ -387,7 +440,7 @@ async fn a_rewritten_log_behind_a_legacy_checkpoint_at_the_anchor_fails() {
     .await;
     db.exec("UPDATE workspaces SET audit_hash = NULL").await;
     let (err, report) = verify_fails(
-        &db,
+        &s,
         &format!("audit verify --workspace {ws} --anchor {a}:{hash_a} -o json"),
     );
     assert_eq!(report["intact"], false, "{report}");
@@ -395,8 +448,14 @@ async fn a_rewritten_log_behind_a_legacy_checkpoint_at_the_anchor_fails() {
     assert!(err.contains("forged_checkpoint"), "{err}");
 }
 
+/// `cpctl` offline: its config folder and nothing else, no server named (no argument of these
+/// tests holds a space).
+fn offline(s: &Served, args: &[&str]) -> std::process::Output {
+    client(&s.home, &args.join(" "), &[], "")
+}
+
 /// Offline verify of `body` with `key`.
-fn offline_verify(db: &Db, body: &str, key: &str, extra: &[&str]) -> std::process::Output {
+fn offline_verify(s: &Served, body: &str, key: &str, extra: &[&str]) -> std::process::Output {
     let file = write_temp("export.ndjson", body.as_bytes());
     let mut args = vec![
         "audit",
@@ -409,7 +468,7 @@ fn offline_verify(db: &Db, body: &str, key: &str, extra: &[&str]) -> std::proces
         "json",
     ];
     args.extend_from_slice(extra);
-    let out = db.cpctl(&args);
+    let out = offline(s, &args);
     let _ = std::fs::remove_file(file);
     out
 }
@@ -417,19 +476,19 @@ fn offline_verify(db: &Db, body: &str, key: &str, extra: &[&str]) -> std::proces
 /// Every event line of an export is walked (issue 56 review, H2): a line with a duplicate
 /// sequence, one after a gap, one at or below `chainFrom`, and `chainFrom` raised to a
 /// sequence no proof in the export vouches for each fail offline.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_export_line_the_walk_would_not_reach_fails_offline() {
     let db = Db::new().await;
-    let ws = log(&db, 3);
-    let earlier = verify_json(&db, &ws);
+    let (s, ws) = log(&db, 3).await;
+    let earlier = verify_json(&s, &ws);
     let a = earlier["headSequence"].as_i64().unwrap();
     let hash_a = earlier["headHash"].as_str().unwrap().to_owned();
     for n in 0..3 {
-        assert_ok(&db.run(&format!("pools create --workspace {ws} more-{n}")));
+        assert_ok(&s.run(&format!("pools create --workspace {ws} more-{n}")));
     }
-    let text = export(&db, &ws);
-    let key = public_key(&db);
-    let good = json_of(&offline_verify(&db, &text, &key, &[]));
+    let text = export(&s, &ws);
+    let key = public_key(&s);
+    let good = json_of(&offline_verify(&s, &text, &key, &[]));
     assert_eq!(good["intact"], true, "{good}");
     let lines: Vec<String> = text.lines().map(str::to_owned).collect();
     let is_event = |l: &str| l.starts_with(r#"{"id":"#);
@@ -449,10 +508,10 @@ async fn an_export_line_the_walk_would_not_reach_fails_offline() {
         v.to_string()
     };
     // A line after a gap.
-    let out = offline_verify(&db, &with_extra(edited(events[1], last_seq + 2)), &key, &[]);
+    let out = offline_verify(&s, &with_extra(edited(events[1], last_seq + 2)), &key, &[]);
     assert!(failure(&out).contains("deleted"), "{}", stderr(&out));
     // A line at or below chainFrom (0).
-    let out = offline_verify(&db, &with_extra(edited(events[1], 0)), &key, &[]);
+    let out = offline_verify(&s, &with_extra(edited(events[1], 0)), &key, &[]);
     assert!(failure(&out).contains("unwalked_event"), "{}", stderr(&out));
     // chainFrom raised to (A, the hash at A), the events at or below A edited.
     let raise = |keep_low: bool| {
@@ -478,12 +537,12 @@ async fn an_export_line_the_walk_would_not_reach_fails_offline() {
         v.join("\n")
     };
     let anchor = format!("{a}:{hash_a}");
-    let out = offline_verify(&db, &raise(true), &key, &["--anchor", &anchor]);
+    let out = offline_verify(&s, &raise(true), &key, &["--anchor", &anchor]);
     assert!(!out.status.success(), "{}", stdout(&out));
-    let out = offline_verify(&db, &raise(false), &key, &["--anchor", &anchor]);
+    let out = offline_verify(&s, &raise(false), &key, &["--anchor", &anchor]);
     assert!(failure(&out).contains("unproven_start"), "{}", stderr(&out));
     // A second line at sequence 2.
-    let out = offline_verify(&db, &with_extra(edited(events[1], 2)), &key, &[]);
+    let out = offline_verify(&s, &with_extra(edited(events[1], 2)), &key, &[]);
     assert!(
         failure(&out).contains("duplicate_sequence"),
         "{}",
@@ -494,78 +553,73 @@ async fn an_export_line_the_walk_would_not_reach_fails_offline() {
 /// An honest export after two retention passes (two checkpoints, the lower one below the
 /// export's start) verifies offline: it carries the signed head at each checkpoint (issue 56
 /// review, M2).
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_export_after_two_retention_checkpoints_verifies_offline() {
     let db = Db::new().await;
-    let boot = bootstrap(&db);
-    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
-    let org = boot["organisationId"].as_str().unwrap().to_owned();
-    assert_ok(&db.run(&format!("audit retention {org} 1s")));
+    let s = served(&db).await;
+    let (ws, org) = (s.workspace.clone(), s.org.clone());
+    assert_ok(&s.run(&format!("audit retention {org} 1s")));
     for round in 0..2 {
         for n in 0..2 {
-            assert_ok(&db.run(&format!("pools create --workspace {ws} pool-{round}-{n}")));
+            assert_ok(&s.run(&format!("pools create --workspace {ws} pool-{round}-{n}")));
         }
         std::thread::sleep(std::time::Duration::from_millis(1100));
-        let purged = json_of(&db.run("audit purge -o json"));
+        let purged = json_of(&s.run("audit purge -o json"));
         assert!(purged["removed"].as_i64().unwrap() >= 2, "{purged}");
     }
-    assert_ok(&db.run(&format!("pools create --workspace {ws} after")));
-    let report = verify_json(&db, &ws);
+    assert_ok(&s.run(&format!("pools create --workspace {ws} after")));
+    let report = verify_json(&s, &ws);
     assert_eq!(report["intact"], true, "{report}");
     assert_eq!(report["checkpoints"], 2, "{report}");
-    let text = export(&db, &ws);
-    let key = public_key(&db);
-    let out = offline_verify(&db, &text, &key, &[]);
+    let text = export(&s, &ws);
+    let key = public_key(&s);
+    let out = offline_verify(&s, &text, &key, &[]);
     assert_ok(&out);
     let good = json_of(&out);
     assert_eq!(good["intact"], true, "{good}");
     assert_eq!(good["headHash"], report["headHash"], "{good}");
 }
 
-/// `cpctl` with `CP_WEBHOOK_SIGNING_KEYS` set to `keys`.
-fn cpctl_keys(db: &Db, keys: &str, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_cpctl"))
-        .args(args)
-        .env("DATABASE_URL", &db.url)
-        .env_remove("CP_TOKEN_HASH_KEY")
-        .env_remove("CP_DEV")
-        .env("CP_WEBHOOK_SIGNING_KEYS", keys)
-        .output()
-        .unwrap()
-}
-
-/// A cpctl configured with other keys than the server's (here: a new key alone, the server
-/// still on the old one) does not poison the signed heads: its export signs nothing fresh
-/// when the latest signed head's key is none it holds, and says so (issue 56 review, M4).
-/// During a rotation (`NEW,OLD`, as on the server) it holds the latest head's key and signs
-/// (second review, 4).
-#[tokio::test]
-async fn an_export_by_a_cpctl_with_other_keys_signs_nothing() {
-    let (old, new) = (
-        "DAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAw=",
-        "FRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRU=",
-    );
+/// A server restarted with other keys than the one that signed the latest head (here: a new
+/// key alone, that head still the old key's) does not poison the signed heads: its export
+/// signs nothing fresh when the latest signed head's key is none it holds, and cpctl says the
+/// tail is unproven (issue 56 review, M4). During a rotation (`NEW,OLD`) it holds the latest
+/// head's key and signs (second review, 4). Each server starts while the head is signed, so
+/// its start-up signing pass has nothing to sign.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_by_a_server_with_other_keys_signs_nothing() {
     let db = Db::new().await;
-    let ws = log(&db, 3);
-    let export_with = |keys: &str| cpctl_keys(&db, keys, &["audit", "export", "--workspace", &ws]);
-    assert_ok(&export_with(old)); // the server's key signs the head
-    assert_ok(&db.run(&format!("pools create --workspace {ws} more")));
-    let out = export_with(new);
+    let (old, ws) = log_signed_with(&db, OLD, 3).await;
+    export(&old, &ws); // the old key signs the head
+    let signed = verify_json(&old, &ws)["signedHeadSequence"]
+        .as_i64()
+        .unwrap();
+    let new = restart_signing_with(old, &db, NEW).await;
+    assert_ok(&new.run(&format!("pools create --workspace {ws} more")));
+    let export_args = ["audit", "export", "--workspace", &ws];
+    let out = new.cpctl(&export_args);
     assert_ok(&out);
     let warning = stderr(&out);
-    assert!(warning.contains("not signing"), "{warning}");
+    assert!(warning.contains("no signed head at sequence"), "{warning}");
     assert!(!warning.contains("   "), "no runs of spaces: {warning}");
-    let verify = ["audit", "verify", "--workspace", &ws, "-o", "json"];
-    let report = cpctl_keys(&db, old, &verify);
-    assert_ok(&report);
-    assert_eq!(json_of(&report)["intact"], true);
-    // A rotation: the new key first, the old one kept; the latest head is the old key's.
-    let rotation = format!("{new},{old}");
-    let head = json_of(&report)["headSequence"].as_i64().unwrap();
-    let out = export_with(&rotation);
+    assert_eq!(signed_above(&db, signed).await, 0);
+    // Back on the old key, the log is intact (and its export signs the head).
+    let old = restart_signing_with(new, &db, OLD).await;
+    let report = verify_json(&old, &ws);
+    assert_eq!(report["intact"], true, "{report}");
+    let out = old.cpctl(&export_args);
     assert_ok(&out);
-    assert!(!stderr(&out).contains("not signing"), "{}", stderr(&out));
-    let report = json_of(&cpctl_keys(&db, &rotation, &verify));
+    assert!(stderr(&out).trim().is_empty(), "{}", stderr(&out));
+    // A rotation: the new key first, the old one kept; the latest head is the old key's.
+    let rotation = restart_signing_with(old, &db, &format!("{NEW},{OLD}")).await;
+    assert_ok(&rotation.run(&format!("pools create --workspace {ws} rotated")));
+    let head = verify_json(&rotation, &ws)["headSequence"]
+        .as_i64()
+        .unwrap();
+    let out = rotation.cpctl(&export_args);
+    assert_ok(&out);
+    assert!(stderr(&out).trim().is_empty(), "{}", stderr(&out));
+    let report = verify_json(&rotation, &ws);
     assert_eq!(report["intact"], true, "{report}");
     assert_eq!(report["signedHeadSequence"], head, "{report}");
 }
@@ -574,67 +628,55 @@ async fn an_export_by_a_cpctl_with_other_keys_signs_nothing() {
 /// reported `unknown_key`, naming its kid, until its public key is given for verification
 /// only (`--audit-keys`, or CP_AUDIT_VERIFY_KEYS), which then verifies them (issue 56 review,
 /// M1).
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heads_signed_with_a_dropped_key_verify_with_audit_keys() {
-    let (old, new) = (
-        "DAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAw=",
-        "FRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRU=",
-    );
     let db = Db::new().await;
-    let ws = log(&db, 3);
-    assert_ok(&cpctl_keys(
-        &db,
-        old,
-        &["audit", "export", "--workspace", &ws],
-    ));
-    let keys = json_of(&cpctl_keys(&db, old, &["webhooks", "keys", "-o", "json"]));
+    let (old, ws) = log_signed_with(&db, OLD, 3).await;
+    export(&old, &ws);
+    let keys = json_of(&old.run("webhooks keys -o json"));
     let (old_kid, old_public) = (
         keys[0]["kid"].as_str().unwrap().to_owned(),
         keys[0]["publicKey"].as_str().unwrap().to_owned(),
     );
+    let new = restart_signing_with(old, &db, NEW).await;
     let verify = ["audit", "verify", "--workspace", &ws, "-o", "json"];
-    let out = cpctl_keys(&db, new, &verify);
+    let out = new.cpctl(&verify);
     let err = failure(&out);
     assert!(err.contains("unknown_key"), "{err}");
     assert!(err.contains(&old_kid), "{err}");
     let mut with_old = verify.to_vec();
     with_old.extend(["--audit-keys", &old_public]);
-    let out = cpctl_keys(&db, new, &with_old);
+    let out = new.cpctl(&with_old);
     assert_ok(&out);
     assert_eq!(json_of(&out)["intact"], true);
     // The same from the environment.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cpctl"))
-        .args(verify)
-        .env("DATABASE_URL", &db.url)
-        .env_remove("CP_TOKEN_HASH_KEY")
-        .env_remove("CP_DEV")
-        .env("CP_WEBHOOK_SIGNING_KEYS", new)
-        .env("CP_AUDIT_VERIFY_KEYS", &old_public)
-        .output()
-        .unwrap();
+    let out = new.cpctl_with(
+        &new.token,
+        &verify,
+        &[("CP_AUDIT_VERIFY_KEYS", old_public.as_str())],
+    );
     assert_ok(&out);
+    assert_eq!(json_of(&out)["intact"], true);
 }
 
 /// After a rotation that dropped the old key, an export's check of the chain trusts the
-/// verification-only keys verify takes (`--audit-keys`, CP_AUDIT_VERIFY_KEYS), so it signs
-/// the tail again (second review, 5).
-#[tokio::test]
+/// verification-only keys the operator gives (`--audit-keys`, CP_AUDIT_VERIFY_KEYS), so the
+/// server signs the tail again (second review, 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_export_after_a_rotation_that_dropped_a_key_signs_with_audit_keys() {
-    let (old, new) = (
-        "DAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAw=",
-        "FRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRU=",
-    );
     let db = Db::new().await;
-    let ws = log(&db, 3);
+    let (old, ws) = log_signed_with(&db, OLD, 3).await;
+    let old_public = public_key(&old);
     let export_args = ["audit", "export", "--workspace", &ws];
-    assert_ok(&cpctl_keys(&db, old, &export_args));
-    assert_ok(&db.run(&format!("pools create --workspace {ws} rotated")));
+    assert_ok(&old.cpctl(&export_args));
     // During the rotation a head is signed with the new key.
-    assert_ok(&cpctl_keys(&db, &format!("{new},{old}"), &export_args));
-    assert_ok(&db.run(&format!("pools create --workspace {ws} dropped")));
-    let keys = json_of(&cpctl_keys(&db, old, &["webhooks", "keys", "-o", "json"]));
-    let old_public = keys[0]["publicKey"].as_str().unwrap().to_owned();
-    let out = cpctl_keys(&db, new, &export_args);
+    let rotation = restart_signing_with(old, &db, &format!("{NEW},{OLD}")).await;
+    assert_ok(&rotation.run(&format!("pools create --workspace {ws} rotated")));
+    assert_ok(&rotation.cpctl(&export_args));
+    // The old key dropped.
+    let new = restart_signing_with(rotation, &db, NEW).await;
+    assert_ok(&new.run(&format!("pools create --workspace {ws} dropped")));
+    let out = new.cpctl(&export_args);
     assert_ok(&out);
     assert!(
         stderr(&out).contains("no signed head at sequence"),
@@ -643,12 +685,12 @@ async fn an_export_after_a_rotation_that_dropped_a_key_signs_with_audit_keys() {
     );
     let mut with_old = export_args.to_vec();
     with_old.extend(["--audit-keys", &old_public]);
-    let out = cpctl_keys(&db, new, &with_old);
+    let out = new.cpctl(&with_old);
     assert_ok(&out);
     assert!(stderr(&out).trim().is_empty(), "{}", stderr(&out));
     let mut verify = vec!["audit", "verify", "--workspace", &ws, "-o", "json"];
     verify.extend(["--audit-keys", &old_public]);
-    let report = json_of(&cpctl_keys(&db, new, &verify));
+    let report = json_of(&new.cpctl(&verify));
     assert_eq!(report["intact"], true, "{report}");
     assert_eq!(
         report["signedHeadSequence"], report["headSequence"],
@@ -656,38 +698,32 @@ async fn an_export_after_a_rotation_that_dropped_a_key_signs_with_audit_keys() {
     );
 }
 
-/// `cpctl audit purge` seals a checkpoint that cannot be re-signed later: with a key that is
-/// not the latest signed head's it refuses, and removes nothing (second review, 6).
-#[tokio::test]
-async fn a_purge_by_a_cpctl_without_the_heads_key_refuses() {
-    let (old, new) = (
-        "DAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAw=",
-        "FRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRU=",
-    );
+/// A purge seals a checkpoint that cannot be re-signed later: a server whose key is not the
+/// latest signed head's refuses (409), and removes nothing (second review, 6); one that holds
+/// it (a rotation) purges. The retention is set once each server's start-up retention pass
+/// ran, so the purge asked for is the one that removes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_by_a_server_without_the_heads_key_refuses() {
     let db = Db::new().await;
-    let boot = bootstrap(&db);
-    let ws = boot["workspaceId"].as_str().unwrap().to_owned();
-    let org = boot["organisationId"].as_str().unwrap().to_owned();
-    for n in 0..3 {
-        assert_ok(&db.run(&format!("pools create --workspace {ws} pool-{n}")));
-    }
-    assert_ok(&cpctl_keys(
-        &db,
-        old,
-        &["audit", "export", "--workspace", &ws],
-    ));
+    let (old, ws) = log_signed_with(&db, OLD, 3).await;
+    let old_public = public_key(&old);
+    export(&old, &ws);
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    assert_ok(&db.run(&format!("audit retention {org} 1s")));
+    let new = restart_signing_with(old, &db, NEW).await;
+    let org = new.org.clone();
+    assert_ok(&new.run(&format!("audit retention {org} 1s")));
     let purge = ["audit", "purge", "-o", "json"];
-    let err = failure(&cpctl_keys(&db, new, &purge));
+    let err = failure(&new.cpctl(&purge));
     assert!(err.contains("not purging"), "{err}");
-    let report = json_of(&cpctl_keys(
-        &db,
-        old,
-        &["audit", "verify", "--workspace", &ws, "-o", "json"],
-    ));
+    let report = json_of(&new.run(&format!(
+        "audit verify --workspace {ws} --audit-keys {old_public} -o json"
+    )));
+    assert_eq!(report["intact"], true, "{report}");
     assert_eq!(report["checkpointSequence"], 0, "{report}");
-    let out = cpctl_keys(&db, &format!("{new},{old}"), &purge);
+    assert_ok(&new.run(&format!("audit retention {org} none")));
+    let rotation = restart_signing_with(new, &db, &format!("{NEW},{OLD}")).await;
+    assert_ok(&rotation.run(&format!("audit retention {org} 1s")));
+    let out = rotation.cpctl(&purge);
     assert_ok(&out);
     assert!(
         json_of(&out)["removed"].as_i64().unwrap() >= 4,
@@ -699,13 +735,13 @@ async fn a_purge_by_a_cpctl_without_the_heads_key_refuses() {
 /// A crafted export is an error, never a panic: a `chainFrom` at i64::MAX or below 0, an
 /// event line with a field the export does not write, a second header line (second review,
 /// 1 and 3).
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crafted_export_is_refused_with_an_error() {
     let db = Db::new().await;
-    let ws = log(&db, 3);
-    let text = export(&db, &ws);
-    let key = public_key(&db);
-    let good = json_of(&offline_verify(&db, &text, &key, &[]));
+    let (s, ws) = log(&db, 3).await;
+    let text = export(&s, &ws);
+    let key = public_key(&s);
+    let good = json_of(&offline_verify(&s, &text, &key, &[]));
     assert_eq!(good["intact"], true, "{good}");
     let lines: Vec<String> = text.lines().map(str::to_owned).collect();
     let with_first = |first: String| {
@@ -716,7 +752,7 @@ async fn a_crafted_export_is_refused_with_an_error() {
     for seq in [i64::MAX, i64::MAX - 1, -1] {
         let mut header: Value = serde_json::from_str(&lines[0]).unwrap();
         header["auditExport"]["chainFrom"]["sequence"] = serde_json::json!(seq);
-        let out = offline_verify(&db, &with_first(header.to_string()), &key, &[]);
+        let out = offline_verify(&s, &with_first(header.to_string()), &key, &[]);
         assert_ne!(out.status.code(), Some(101), "{}", stderr(&out));
         assert!(failure(&out).contains("out of range"), "{}", stderr(&out));
     }
@@ -724,32 +760,32 @@ async fn a_crafted_export_is_refused_with_an_error() {
     event["note"] = serde_json::json!("unsigned");
     let mut edited = lines.clone();
     edited[1] = event.to_string();
-    let err = failure(&offline_verify(&db, &edited.join("\n"), &key, &[]));
+    let err = failure(&offline_verify(&s, &edited.join("\n"), &key, &[]));
     assert!(err.contains("is not an event"), "{err}");
     let mut event: Value = serde_json::from_str(&lines[1]).unwrap();
     event["actor"]["note"] = serde_json::json!("unsigned");
     edited[1] = event.to_string();
-    let err = failure(&offline_verify(&db, &edited.join("\n"), &key, &[]));
+    let err = failure(&offline_verify(&s, &edited.join("\n"), &key, &[]));
     assert!(err.contains("is not an event"), "{err}");
     let mut doubled = lines.clone();
     doubled.insert(1, lines[0].clone());
-    let err = failure(&offline_verify(&db, &doubled.join("\n"), &key, &[]));
+    let err = failure(&offline_verify(&s, &doubled.join("\n"), &key, &[]));
     assert!(err.contains("second auditExport"), "{err}");
 }
 
 /// A `--since` export starts where export signed a head: an anchor at exactly that start
 /// verifies offline (second review, 8), one with another hash there does not.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_anchor_at_a_since_exports_signed_start_verifies_offline() {
     let db = Db::new().await;
-    let ws = log(&db, 3);
+    let (s, ws) = log(&db, 3).await;
     std::thread::sleep(std::time::Duration::from_millis(50));
     let since = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     std::thread::sleep(std::time::Duration::from_millis(50));
     for n in 0..2 {
-        assert_ok(&db.run(&format!("pools create --workspace {ws} later-{n}")));
+        assert_ok(&s.run(&format!("pools create --workspace {ws} later-{n}")));
     }
-    let out = db.run(&format!("audit export --workspace {ws} --since {since}"));
+    let out = s.run(&format!("audit export --workspace {ws} --since {since}"));
     assert_ok(&out);
     let text = stdout(&out);
     let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
@@ -759,12 +795,12 @@ async fn an_anchor_at_a_since_exports_signed_start_verifies_offline() {
         from["hash"].as_str().unwrap(),
     );
     assert!(seq > 0, "{header}");
-    let key = public_key(&db);
+    let key = public_key(&s);
     let anchor = format!("{seq}:{hash}");
-    let good = offline_verify(&db, &text, &key, &["--anchor", &anchor]);
+    let good = offline_verify(&s, &text, &key, &["--anchor", &anchor]);
     assert_ok(&good);
     assert_eq!(json_of(&good)["anchorExtended"], true, "{}", stdout(&good));
     let other = format!("{seq}:{}", "ab".repeat(32));
-    let out = offline_verify(&db, &text, &key, &["--anchor", &other]);
+    let out = offline_verify(&s, &text, &key, &["--anchor", &other]);
     assert!(!out.status.success(), "{}", stdout(&out));
 }

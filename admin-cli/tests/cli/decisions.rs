@@ -1,5 +1,5 @@
 //! Decisions an operator takes from the CLI: showing a token's issuer and revoking a token with
-//! every descendant, and approving or rejecting a workflow revision as an administrator.
+//! every descendant, and approving or rejecting a workflow revision as the token's user.
 
 use super::*;
 
@@ -88,183 +88,221 @@ async fn tokens_show_their_issuer_and_a_cascade_revokes_every_descendant() {
     assert_eq!(events, 3, "one event per revoked grant");
 }
 
-/// `workflows revisions approve|reject`: an administrator of the revision's organisation,
-/// named by email, by id or by `CP_ACTOR`, decides a pending revision once; a second decision
-/// is `invalid_transition`; a non-administrator, a user of another organisation and an unknown
-/// revision are refused and change nothing; each decision is audited with its actor.
+/// A token of a new user of `org` in `role`, with `scopes` on `workspace`, issued over HTTP by
+/// the bootstrap's operator: (user id, token).
+fn user_token(
+    server: &Served,
+    org: &str,
+    workspace: &str,
+    role: &str,
+    scopes: &[&str],
+) -> (String, String) {
+    let user = json_of(&server.run(&format!(
+        "users create --org {org} --role {role} {role}-{}@example.test -o json",
+        uuid::Uuid::new_v4().simple()
+    )));
+    let user = user["id"].as_str().unwrap().to_owned();
+    let scopes: String = scopes.iter().map(|s| format!(" --scope {s}")).collect();
+    let issued = json_of(&server.run(&format!(
+        "tokens issue --org {org} --user {user} --name t{scopes} --workspace {workspace} -o json"
+    )));
+    (user, issued["token"].as_str().unwrap().to_owned())
+}
+
+/// `workflows revisions approve|reject`: the calling token's user, an administrator of the
+/// revision's organisation, decides a pending revision once; a second decision is
+/// `invalid_transition`; a member, another organisation's admin and an unknown revision are
+/// refused and change nothing; each decision is audited with the user and token that made it;
+/// its own requester approves only once an operator allows it, which no admin can.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revisions_are_approved_or_rejected_once_by_an_administrator() {
     let db = Db::new().await;
     let server = served(&db).await;
     let (ws, org) = (server.workspace.clone(), server.org.clone());
-    let admin = server.user.clone();
+    let operator = server.user.clone();
 
-    // Bootstrap's user is the operator; a plain user is a member, unless created --role admin.
-    let member = json_of(&server.run(&format!(
-        "users create --org {org} member@acme.test -o json"
-    )));
-    assert_eq!(member["role"], "member");
-    let users = json_of(&server.run(&format!("users list --org {org} -o json")));
-    let admin_row = users
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|u| u["id"] == admin.as_str())
-        .unwrap();
-    assert_eq!(admin_row["role"], "operator");
+    let (member, member_token) = user_token(&server, &org, &ws, "member", &["activity:read"]);
+    let admin_scopes = ["admin:read", "admin:write"];
+    let (admin, admin_token) = user_token(&server, &org, &ws, "admin", &admin_scopes);
     let other_org = stdout(&server.run("orgs create initech")).trim().to_owned();
-    let outsider = json_of(&server.run(&format!(
-        "users create --org {other_org} --role admin boss@initech.test -o json"
-    )));
-    assert_eq!(outsider["role"], "admin");
-    assert_eq!(outsider["organisationId"], other_org.as_str());
-
-    let wf = json_of(&db.run(&format!("workflows create --workspace {ws} deploy -o json")))["id"]
-        .as_str()
-        .unwrap()
+    let other_ws = stdout(&server.run(&format!("workspaces create --org {other_org} ops")))
+        .trim()
         .to_owned();
-    let revision = |db: &Db| {
-        json_of(&db.run(&format!(
+    let (_, outsider) = user_token(&server, &other_org, &other_ws, "admin", &admin_scopes);
+
+    let wf =
+        json_of(&server.run(&format!("workflows create --workspace {ws} deploy -o json")))["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    let revision = || {
+        json_of(&server.run(&format!(
             "workflows revisions create --workflow {wf} -o json"
         )))["id"]
             .as_str()
             .unwrap()
             .to_owned()
     };
-    let (r1, r2) = (revision(&db), revision(&db));
-    let decide = |verb: &str, revision: &str, actor: &str| {
-        db.cpctl(&[
-            "workflows",
-            "revisions",
-            verb,
-            "--revision",
-            revision,
-            "--reason",
-            "checked the plan",
-            "--actor",
-            actor,
-            "-o",
-            "json",
-        ])
+    let (r1, r2) = (revision(), revision());
+    let decide_as = |token: &str, verb: &str, revision: &str| {
+        server.cpctl_as(
+            token,
+            &[
+                "workflows",
+                "revisions",
+                verb,
+                "--workflow",
+                &wf,
+                "--revision",
+                revision,
+                "--reason",
+                "checked the plan",
+                "-o",
+                "json",
+            ],
+        )
     };
+    let decide = |verb: &str, revision: &str| decide_as(&server.token, verb, revision);
 
     // A draft has not been sent for approval: nothing to decide.
-    let err = failure(&decide("approve", &r1, "ops@acme.test"));
+    let err = failure(&decide("approve", &r1));
     assert!(err.contains("invalid_transition"), "{err}");
-    // Requested by the member: the administrator decides someone else's request.
-    let member_id = member["id"].as_str().unwrap().to_owned();
-    pending(&db, &r1, &member_id).await;
-    pending(&db, &r2, &member_id).await;
+    // Requested by the member: an administrator decides someone else's request.
+    pending(&db, &r1, &member).await;
+    pending(&db, &r2, &member).await;
 
-    // Approved by an administrator named by email.
-    let approved = json_of(&decide("approve", &r1, "ops@acme.test"));
+    // Approved by the operator whose token cpctl holds.
+    let approved = json_of(&decide("approve", &r1));
     assert_eq!(approved["state"], "approved", "{approved}");
-    assert_eq!(approved["decidedBy"], admin.as_str());
+    assert_eq!(approved["decidedBy"], operator.as_str());
     assert_eq!(approved["decisionReason"], "checked the plan");
     assert!(is_api_time(approved["decidedAt"].as_str().unwrap()));
 
     // A second decision, either way and by anyone, is the state machine's conflict.
     for verb in ["reject", "approve"] {
-        let err = failure(&decide(verb, &r1, &admin));
+        let err = failure(&decide_as(&admin_token, verb, &r1));
         assert!(err.contains("invalid_transition"), "{err}");
         assert!(err.contains("approved"), "{err}");
     }
 
-    // Refused, changing nothing: a user who is not an administrator, an administrator of
-    // another organisation, an unknown user, an unknown revision, an empty reason.
-    let err = failure(&decide("approve", &r2, "member@acme.test"));
-    assert!(err.contains("not an administrator"), "{err}");
-    let err = failure(&decide("approve", &r2, outsider["id"].as_str().unwrap()));
-    assert!(err.contains("no such user"), "{err}");
-    let err = failure(&decide("approve", &r2, "nobody@acme.test"));
-    assert!(err.contains("no such user"), "{err}");
-    let err = failure(&decide(
-        "approve",
-        &uuid::Uuid::new_v4().to_string(),
-        &admin,
+    // Refused, changing nothing: a member, another organisation's admin (in its own
+    // organisation or this one), an unknown revision, an empty reason.
+    let err = failure(&decide_as(&member_token, "approve", &r2));
+    assert!(err.contains("forbidden"), "{err}");
+    let err = failure(&decide_as(&outsider, "approve", &r2));
+    assert!(err.contains("not_found"), "{err}");
+    let err = failure(&server.cpctl_as(
+        &outsider,
+        &[
+            "workflows",
+            "revisions",
+            "approve",
+            "--workflow",
+            &wf,
+            "--revision",
+            &r2,
+            "--reason",
+            "x",
+            "--org",
+            &org,
+        ],
     ));
-    assert!(err.contains("no such workflow revision"), "{err}");
-    let empty = db.cpctl(&[
+    assert!(err.contains("not_found"), "{err}");
+    let err = failure(&decide("approve", &uuid::Uuid::new_v4().to_string()));
+    assert!(err.contains("no such revision"), "{err}");
+    let empty = server.cpctl(&[
         "workflows",
         "revisions",
         "reject",
+        "--workflow",
+        &wf,
         "--revision",
         &r2,
         "--reason",
         "",
+    ]);
+    failure(&empty);
+    // The decider is the token's: there is no flag to name another.
+    let named = server.cpctl(&[
+        "workflows",
+        "revisions",
+        "reject",
+        "--workflow",
+        &wf,
+        "--revision",
+        &r2,
+        "--reason",
+        "x",
         "--actor",
         &admin,
     ]);
-    failure(&empty);
+    assert!(!named.status.success());
 
-    // Rejected by the administrator CP_ACTOR names.
-    let rejected = Command::new(env!("CARGO_BIN_EXE_cpctl"))
-        .args([
-            "workflows",
-            "revisions",
-            "reject",
-            "--revision",
-            &r2,
-            "--reason",
-            "not now",
-            "-o",
-            "json",
-        ])
-        .env("DATABASE_URL", &db.url)
-        .env("CP_ACTOR", &admin)
-        .env_remove("CP_TOKEN_HASH_KEY")
-        .output()
-        .unwrap();
-    let rejected = json_of(&rejected);
+    // Rejected by the organisation's admin.
+    let rejected = json_of(&decide_as(&admin_token, "reject", &r2));
     assert_eq!(rejected["state"], "rejected", "{rejected}");
-    assert_eq!(rejected["decisionReason"], "not now");
+    assert_eq!(rejected["decidedBy"], admin.as_str());
 
-    // One event per decision, in the workspace's log, with the deciding user as the actor.
+    // One event per decision, in the workspace's log, naming the deciding user and its token.
     let mut conn = db.conn().await;
     let events = sql_all!(
         &mut conn,
-        (String, uuid::Uuid, String, Option<uuid::Uuid>, String),
-        "SELECT event_type, target_id, actor_kind, actor_id, CAST(data AS TEXT) FROM audit_events
+        (
+            String,
+            uuid::Uuid,
+            String,
+            Option<uuid::Uuid>,
+            Option<uuid::Uuid>,
+            String
+        ),
+        "SELECT event_type, target_id, actor_kind, actor_id, actor_token_id, CAST(data AS TEXT)
+         FROM audit_events
          WHERE event_type IN ('workflow_revision.approved', 'workflow_revision.rejected')
          ORDER BY seq",
     );
-    let events: Vec<_> = events
-        .into_iter()
-        .map(|(t, target, kind, id, data)| (t, target, kind, id, json(&data)))
-        .collect();
-    let admin_id: uuid::Uuid = admin.parse().unwrap();
     assert_eq!(events.len(), 2, "{events:?}");
+    let uuid = |s: &str| s.parse::<uuid::Uuid>().unwrap();
     assert_eq!(events[0].0, "workflow_revision.approved");
-    assert_eq!(events[0].1.to_string(), r1);
+    assert_eq!(events[0].1, uuid(&r1));
+    assert_eq!(
+        (events[0].3, events[0].4),
+        (Some(uuid(&operator)), Some(uuid(&server.token_id)))
+    );
     assert_eq!(events[1].0, "workflow_revision.rejected");
-    assert_eq!(events[1].1.to_string(), r2);
-    for (_, _, kind, id, data) in &events {
+    assert_eq!(events[1].1, uuid(&r2));
+    assert_eq!(events[1].3, Some(uuid(&admin)));
+    for (_, _, kind, _, token, data) in &events {
         assert_eq!(kind, "user");
-        assert_eq!(*id, Some(admin_id));
+        assert!(token.is_some());
+        let data = json(data);
         assert_eq!(data["from"], "pending_approval");
-        // The actor was named to cpctl, not authenticated: the event says so.
-        assert_eq!(data["via"], "cpctl");
         assert_eq!(data["selfApproval"], false);
     }
-    assert_eq!(events[1].4["reason"], "not now");
 
-    // Its own requester may not approve a revision, until the organisation allows it.
-    let r3 = revision(&db);
+    // Its own requester may not approve a revision, until an operator allows it; an admin
+    // cannot lift the rule that constrains it.
+    let r3 = revision();
     pending(&db, &r3, &admin).await;
-    let err = failure(&decide("approve", &r3, &admin));
+    let err = failure(&decide_as(&admin_token, "approve", &r3));
     assert!(err.contains("requested this revision"), "{err}");
-    let allowed = json_of(&db.run(&format!("orgs self-approval --org {org} allow -o json")));
+    let err = failure(&server.cpctl_as(&admin_token, &["orgs", "self-approval", "allow"]));
+    assert!(err.contains("forbidden"), "{err}");
+    let allowed = json_of(&server.run(&format!("orgs self-approval --org {org} allow -o json")));
     assert_eq!(allowed["selfApproval"], true);
-    let approved = json_of(&decide("approve", &r3, &admin));
+    assert_eq!(allowed["organisationId"], org.as_str());
+    let approved = json_of(&decide_as(&admin_token, "approve", &r3));
     assert_eq!(approved["state"], "approved", "{approved}");
     let (data,) = sql_one!(
         &mut conn,
         (String,),
         "SELECT CAST(data AS TEXT) FROM audit_events
          WHERE event_type = 'workflow_revision.approved' AND target_id = $1",
-        r3.parse::<uuid::Uuid>().unwrap(),
+        uuid(&r3),
     );
-    let data = json(&data);
-    assert_eq!(data["selfApproval"], true, "{data}");
-    assert_eq!(data["via"], "cpctl");
+    assert_eq!(json(&data)["selfApproval"], true, "{data}");
+    let table = stdout(&server.run("orgs self-approval refuse"));
+    assert_eq!(
+        table.trim(),
+        format!("self-approval refused in organisation {org}")
+    );
 }

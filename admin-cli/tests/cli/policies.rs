@@ -1,5 +1,5 @@
-//! `cpctl policies`: testing a policy component against its cases, and installing,
-//! activating, rolling back and removing components in the store.
+//! `cpctl policies`: testing a policy component against its cases (local), and installing,
+//! activating, rolling back, shadowing and removing components over HTTP; `webhooks keys`.
 
 use super::*;
 
@@ -24,39 +24,80 @@ fn policies_test_passes_the_defaults_and_fails_a_disagreeing_component() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("FAIL"));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policies_install_activate_roll_back_and_refuse_the_wrong_world() {
     use control_plane::policy::{defaults, fixtures};
     let db = Db::new().await;
-    let out = install(&db, "garbage", b"not a component at all", "junk");
+    let server = served(&db).await;
+    let out = install(&server, "garbage", b"not a component at all", "junk");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not a WebAssembly component"));
-    let out = install(&db, "moderation", defaults::MODERATOR, "wrong");
+    assert!(
+        failure(&out).contains("malformed_component"),
+        "{}",
+        stderr(&out)
+    );
+    let out = install(&server, "moderation", defaults::MODERATOR, "wrong");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("does not implement"));
+    assert!(failure(&out).contains("wrong_world"), "{}", stderr(&out));
+    assert!(
+        failure(&out).contains("does not implement"),
+        "{}",
+        stderr(&out)
+    );
 
-    let out = install(&db, "deny", fixtures::DENY_ALL, "deny-all");
+    let out = install(&server, "deny", fixtures::DENY_ALL, "deny-all");
     assert_ok(&out);
     assert_eq!(stdout(&out).trim(), "deny-all@1");
-    assert!(db.run("policies activate deny-all@1").status.success());
-    let list: Value = serde_json::from_str(&stdout(&db.run("policies list -o json"))).unwrap();
-    assert_eq!(list["active"]["authorizer"], "deny-all@1");
-    let removed = db.run("policies remove deny-all@1");
+    let shown = json_of(&server.run("policies show deny-all@1 -o json"));
+    assert_eq!(shown["reference"], "deny-all@1");
+    // Activated, deny-all would refuse the operator too: the default authorizer is.
+    assert_ok(&install(&server, "authz", defaults::AUTHORIZER, "std"));
+    assert_ok(&server.run("policies activate std@1"));
+    let list = json_of(&server.run("policies list -o json"));
+    assert_eq!(list["active"]["authorizer"], "std@1");
+    assert_eq!(list["policies"][0]["reference"], "deny-all@1");
+    assert_eq!(list["policies"].as_array().unwrap().len(), 2, "{list}");
+    let removed = server.run("policies remove std@1");
     assert!(
         !removed.status.success(),
         "an activated version stays for rollback"
     );
-    let rolled = db.run("policies rollback authorizer");
+    let rolled = server.run("policies rollback authorizer");
     assert!(stdout(&rolled).contains("built-in"), "{}", stdout(&rolled));
-    let again = db.run("policies rollback authorizer");
+    let again = server.run("policies rollback authorizer");
     assert!(!again.status.success(), "nothing left to roll back");
 }
 
-/// `cpctl policies install` of `bytes` (written to a file named after `file`) as an authorizer.
-fn install(db: &Db, file: &str, bytes: &[u8], name: &str) -> Output {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_roll_back_shadow_and_remove_over_http_and_keys_are_listed() {
+    use control_plane::policy::defaults;
+    let db = Db::new().await;
+    let server = served(&db).await;
+    assert_ok(&install(&server, "authz", defaults::AUTHORIZER, "std"));
+    assert_ok(&install(&server, "authz", defaults::AUTHORIZER, "spare"));
+    assert_ok(&server.run("policies activate std@1"));
+    let shadow = json_of(&server.run("policies shadow spare@1 -o json"));
+    assert_eq!(shadow["shadow"], "spare@1");
+    let report = json_of(&server.run("policies shadow-report -o json"));
+    assert!(report.is_array(), "{report}");
+    let off = json_of(&server.run("policies shadow --off -o json"));
+    assert_eq!(off["shadow"], Value::Null);
+    let removed = json_of(&server.run("policies remove spare@1 -o json"));
+    assert_eq!(removed["removed"], "spare@1");
+
+    let keys = json_of(&server.run("webhooks keys -o json"));
+    assert_eq!(keys[0]["current"], true, "{keys}");
+    assert!(keys[0]["publicKey"].as_str().unwrap().starts_with("whpk_"));
+    let table = stdout(&server.run("webhooks keys"));
+    assert!(table.starts_with("KID"), "{table}");
+}
+
+/// `cpctl policies install` of `bytes` (written to a file named after `file`) as an authorizer,
+/// over HTTP as the bootstrap's operator.
+fn install(server: &Served, file: &str, bytes: &[u8], name: &str) -> Output {
     let path = write_temp(&format!("{file}.wasm"), bytes);
     let path = path.to_str().unwrap();
-    db.run(&format!(
+    server.run(&format!(
         "policies install {path} --kind authorizer --name {name}"
     ))
 }

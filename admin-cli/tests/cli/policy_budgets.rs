@@ -166,51 +166,62 @@ fn a_budget_of_its_own_stops_the_bomb_there_and_lets_a_small_policy_run() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn activating_an_over_budget_version_is_refused_unless_forced() {
     use control_plane::policy::{defaults, fixtures};
     let db = Db::new().await;
+    let server = served(&db).await;
     let spin = write_temp("spin.wasm", fixtures::SPIN);
-    let out = db.run(&format!(
+    // The server measures it, under its own deadline, and refuses it unless forced.
+    let refused = failure(&server.run(&format!(
         "policies install {} --kind authorizer --name spin",
+        spin.display()
+    )));
+    assert!(refused.contains("over_budget"), "{refused}");
+    assert!(
+        refused.contains("reaches the deadline of 50 ms"),
+        "{refused}"
+    );
+    let out = server.run(&format!(
+        "policies install {} --kind authorizer --name spin --force",
         spin.display()
     ));
     assert_ok(&out);
     assert_eq!(stdout(&out).trim(), "spin@1");
     assert!(stderr(&out).contains("over budget"), "{}", stderr(&out));
 
-    let err = failure(&db.run("policies activate spin@1"));
+    let err = failure(&server.run("policies activate spin@1"));
     assert!(err.contains("over_budget"), "{err}");
     assert!(err.contains("measured p99"), "{err}");
     assert!(err.contains("reaches the deadline of 50 ms"), "{err}");
-    let list: Value = serde_json::from_str(&stdout(&db.run("policies list -o json"))).unwrap();
+    let list = json_of(&server.run("policies list -o json"));
     assert_eq!(list["active"]["authorizer"], "built-in");
-
-    let forced = json_of(&db.run("policies activate spin@1 --force -o json"));
-    assert_eq!(forced["activated"], "spin@1");
-    assert_eq!(forced["forced"], true);
-    assert!(forced["overBudget"].as_str().unwrap().contains("p99"));
 
     // A version within its budgets activates without force; its figures are stored with it.
     let authz = write_temp("authz.wasm", defaults::AUTHORIZER);
-    let installed = json_of(&db.run(&format!(
+    let installed = json_of(&server.run(&format!(
         "policies install {} --kind authorizer --name std --memory-mib 32 -o json",
         authz.display()
     )));
     assert_eq!(installed["budget"]["memoryBudgetMib"], 32);
     assert_eq!(installed["budget"]["decisions"], 200);
-    assert_ok(&db.run("policies activate std@1"));
+    assert_ok(&server.run("policies activate std@1"));
 
-    // A version that asked for more than its budget: refused, naming the peak and the budget.
+    // A version that asked for more than its budget: refused at install, naming the peak and
+    // the budget.
     let bomb = write_temp("bomb.wasm", fixtures::BOMB);
-    let out = db.run(&format!(
+    let err = failure(&server.run(&format!(
         "policies install {} --kind authorizer --name bomb --memory-mib 2",
         bomb.display()
-    ));
-    assert_ok(&out);
-    let err = failure(&db.run("policies activate bomb@1"));
+    )));
     assert!(err.contains("peak memory "), "{err}");
     assert!(err.contains("exceeds the budget of 2 MiB"), "{err}");
+
+    // Forced, last: active, the spinner refuses every decision, the operator's too.
+    let forced = json_of(&server.run("policies activate spin@1 --force -o json"));
+    assert_eq!(forced["activated"], "spin@1");
+    assert_eq!(forced["forced"], true);
+    assert!(forced["overBudget"].as_str().unwrap().contains("p99"));
 
     let mut conn = db.conn().await;
     let rows: Vec<(String, bool)> = sql_all!(
@@ -219,7 +230,7 @@ async fn activating_an_over_budget_version_is_refused_unless_forced() {
         "SELECT p.name, a.forced FROM policy_activations a JOIN policies p ON p.id = a.policy_id
          ORDER BY a.id"
     );
-    assert_eq!(rows, [("spin".into(), true), ("std".into(), false)]);
+    assert_eq!(rows, [("std".into(), false), ("spin".into(), true)]);
     let (mib, p99): (i32, i64) = sql_one!(
         &mut conn,
         (i32, i64),

@@ -1,6 +1,6 @@
-//! `cpctl policies decisions`: the decision log newest first, its filters, `-o json`, and a
-//! one-line error (exit 2) for a bad `--since` or `--outcome`. No server runs here: decisions
-//! are written directly, as the server's background writer would.
+//! `cpctl policies decisions` over HTTP: the decision log newest first, its filters, `-o json`,
+//! and a one-line error (exit 2) for a bad `--since` or `--outcome`. Decisions are written
+//! directly, as the server's background writer would; the server keeps none of its own allows.
 
 use super::*;
 
@@ -30,10 +30,13 @@ fn cids(listed: &Value) -> Vec<&str> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decisions_are_listed_newest_first_and_filtered_from_the_cli() {
     let db = Db::new().await;
-    bootstrap(&db);
+    let server = served_with(&db, |c| {
+        c.policy_decision_sample = "0".parse().unwrap();
+    })
+    .await;
     decision(
         &db,
         "listActivity",
@@ -67,7 +70,7 @@ async fn decisions_are_listed_newest_first_and_filtered_from_the_cli() {
     )
     .await;
 
-    let all = json_of(&db.run("policies decisions -o json"));
+    let all = json_of(&server.run("policies decisions -o json"));
     assert_eq!(
         cids(&all),
         [
@@ -88,18 +91,18 @@ async fn decisions_are_listed_newest_first_and_filtered_from_the_cli() {
         "{first}"
     );
 
-    let recent = json_of(&db.run("policies decisions --since 1h -o json"));
+    let recent = json_of(&server.run("policies decisions --since 1h -o json"));
     assert_eq!(cids(&recent), ["cid-new-allow", "cid-new-deny"]);
-    let denies = json_of(&db.run("policies decisions --outcome deny -o json"));
+    let denies = json_of(&server.run("policies decisions --outcome deny -o json"));
     assert_eq!(cids(&denies), ["cid-new-deny", "cid-old-deny"]);
-    let one = json_of(&db.run(
+    let one = json_of(&server.run(
         "policies decisions --operation listActivity --outcome deny --since 2020-01-01T00:00:00Z -o json",
     ));
     assert_eq!(cids(&one), ["cid-old-deny"]);
-    let limited = json_of(&db.run("policies decisions --limit 1 -o json"));
+    let limited = json_of(&server.run("policies decisions --limit 1 -o json"));
     assert_eq!(cids(&limited), ["cid-new-allow"]);
 
-    let table = stdout(&db.run("policies decisions --outcome deny"));
+    let table = stdout(&server.run("policies decisions --outcome deny"));
     let lines: Vec<&str> = table.lines().collect();
     assert!(
         lines[0].starts_with("WHEN") && lines[0].contains("CORRELATION"),
@@ -111,14 +114,14 @@ async fn decisions_are_listed_newest_first_and_filtered_from_the_cli() {
         "{table}"
     );
 
-    let bad = db.run("policies decisions --since yesterday");
+    let bad = server.run("policies decisions --since yesterday");
     assert_eq!(bad.status.code(), Some(2));
     assert!(
         failure(&bad).contains("neither an RFC 3339 time nor a length of time"),
         "{}",
         stderr(&bad)
     );
-    let bad = db.run("policies decisions --outcome denied");
+    let bad = server.run("policies decisions --outcome denied");
     assert_eq!(bad.status.code(), Some(2));
     assert!(failure(&bad).contains("not an outcome"), "{}", stderr(&bad));
 }

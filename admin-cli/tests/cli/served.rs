@@ -41,9 +41,18 @@ pub async fn served(db: &Db) -> Served {
     serve(db, &crate::bootstrap(db)).await
 }
 
+/// [`served`], the server's settings changed by `configure` first.
+pub async fn served_with(db: &Db, configure: impl FnOnce(&mut ServerConfig)) -> Served {
+    serve_with(db, &crate::bootstrap(db), configure).await
+}
+
 /// Serves `db`, whose bootstrap printed `boot` (its JSON, or the same keys gathered from its
 /// table).
 pub async fn serve(db: &Db, boot: &Value) -> Served {
+    serve_with(db, boot, |_| {}).await
+}
+
+async fn serve_with(db: &Db, boot: &Value, configure: impl FnOnce(&mut ServerConfig)) -> Served {
     let mut config = ServerConfig::for_database(&db.url);
     // Generous, so no budget trips however many commands a test runs.
     let rate = RateOption(Some(
@@ -53,6 +62,7 @@ pub async fn serve(db: &Db, boot: &Value) -> Served {
     config.issue_rate_limit = rate;
     config.user_rate_limit = rate;
     config.org_rate_limit = rate;
+    configure(&mut config);
     let app = Application::build(&config)
         .await
         .expect("the server starts");
@@ -70,6 +80,21 @@ pub async fn serve(db: &Db, boot: &Value) -> Served {
 }
 
 impl Served {
+    /// This server stopped and another started on `db` in its place (the embedded store
+    /// serves one at a time), its settings changed by `configure`: a restart with, say, other
+    /// signing keys. The same bootstrap's token; a config folder of its own.
+    pub async fn restart(self, db: &Db, configure: impl FnOnce(&mut ServerConfig)) -> Served {
+        let boot = serde_json::json!({
+            "credential": { "token": self.token, "id": self.token_id },
+            "userId": self.user,
+            "organisationId": self.org,
+            "workspaceId": self.workspace,
+        });
+        // Its store lock goes with its task; the next server waits for it.
+        drop(self);
+        serve_with(db, &boot, configure).await
+    }
+
     /// `cpctl` over HTTP as the bootstrap's operator, `line` split at whitespace.
     pub fn run(&self, line: &str) -> Output {
         self.cpctl(&line.split_whitespace().collect::<Vec<_>>())

@@ -189,8 +189,9 @@ fn without_a_database_url_the_embedded_store_in_the_data_dir_is_used() {
             .output()
             .unwrap()
     };
-    // Only `migrate` and `bootstrap` create it: any other verb refuses, and creates nothing.
-    let refused = cpctl(&["policies", "list"]);
+    // Only `migrate` and `bootstrap` create it: `recover`, the other store verb that reads
+    // it, refuses, and creates nothing.
+    let refused = cpctl(&["recover", "--operator", "ops@embedded.test"]);
     assert!(!refused.status.success());
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(
@@ -212,11 +213,14 @@ fn without_a_database_url_the_embedded_store_in_the_data_dir_is_used() {
         "-o",
         "json",
     ]);
-    let ws = json_of(&boot)["workspaceId"].as_str().unwrap().to_owned();
-    assert_ok(&cpctl(&["pools", "create", "--workspace", &ws, "builders"]));
-    let listed = cpctl(&["pools", "list", "--workspace", &ws, "-o", "json"]);
-    let pools = json_of(&listed);
-    assert_eq!(pools[0]["name"], "builders");
+    assert_ok(&boot);
+    // A store verb that reads what bootstrap wrote: the same embedded store.
+    let recovered = cpctl(&["recover", "--operator", "ops@embedded.test", "-o", "json"]);
+    assert!(
+        json_of(&recovered)["token"].is_string(),
+        "{}",
+        stderr(&recovered)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -224,8 +228,7 @@ fn without_a_database_url_the_embedded_store_in_the_data_dir_is_used() {
 fn an_unusable_store_is_a_one_line_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_cpctl"))
         .args([
-            "policies",
-            "list",
+            "migrate",
             "--database-url",
             "sqlite:///proc/cp-cannot-live-here/x.db",
         ])
@@ -296,63 +299,50 @@ async fn a_hashing_key_other_than_the_stores_is_refused() {
         ],
         Some(k1),
     );
-    let ws = json_of(&boot)["workspaceId"].as_str().unwrap().to_owned();
-    let pools = ["pools", "list", "--workspace", &ws];
-    assert_ok(&db.cpctl_with_key(&pools, Some(k1)));
+    assert_ok(&boot);
+    // `recover` opens the store; a hashing key other than the store's would issue a token
+    // nobody can use.
+    let recover = ["recover", "--operator", "ops@keyed.test"];
+    assert_ok(&db.cpctl_with_key(&recover, Some(k1)));
     for key in [Some(k2), None] {
-        let out = db.cpctl_with_key(&pools, key);
+        let out = db.cpctl_with_key(&recover, key);
         assert!(!out.status.success(), "{key:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("CP_TOKEN_HASH_KEY"), "{err}");
     }
 }
 
-/// `cpctl webhooks keys` prints the key kept in the store (the same on every run, as the server
-/// would publish it), or the configured keys, the first marked current.
-#[test]
-fn webhooks_keys_prints_the_stored_or_configured_public_keys() {
-    let dir = std::env::temp_dir().join(format!("cp-cli-{}", uuid::Uuid::new_v4().simple()));
-    let cpctl = |configured: Option<&str>| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_cpctl"));
-        command
-            .args(["webhooks", "keys", "-o", "json", "--data-dir"])
-            .arg(&dir)
-            .env_remove("DATABASE_URL")
-            .env_remove("CP_TOKEN_HASH_KEY")
-            .env_remove("CP_WEBHOOK_SIGNING_KEYS");
-        if let Some(keys) = configured {
-            command.env("CP_WEBHOOK_SIGNING_KEYS", keys);
-        }
-        let out = command.output().unwrap();
-        assert_ok(&out);
-        serde_json::from_slice::<Value>(&out.stdout).unwrap()
-    };
-    let migrated = Command::new(env!("CARGO_BIN_EXE_cpctl"))
-        .args(["migrate", "--data-dir"])
-        .arg(&dir)
-        .env_remove("DATABASE_URL")
-        .env_remove("CP_TOKEN_HASH_KEY")
-        .env_remove("CP_WEBHOOK_SIGNING_KEYS")
-        .output()
-        .unwrap();
-    assert_ok(&migrated);
-    let first = cpctl(None);
+/// `cpctl webhooks keys` prints the server's public keys: the one kept in its store (the same
+/// on every request), or the configured keys, the first marked current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_keys_prints_the_stored_or_configured_public_keys() {
+    let keys = |server: &Served| json_of(&server.run("webhooks keys -o json"));
+    let db = Db::new().await;
+    let stored = served(&db).await;
+    let first = keys(&stored);
     assert_eq!(first.as_array().unwrap().len(), 1, "{first}");
     assert_eq!(first[0]["current"], true);
     assert!(first[0]["publicKey"].as_str().unwrap().starts_with("whpk_"));
     assert_eq!(first[0]["kid"].as_str().unwrap().len(), 11);
-    assert_eq!(cpctl(None), first, "the stored key is kept");
+    assert_eq!(keys(&stored), first, "the stored key is kept");
 
     let (new, old) = (
         "FRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRU=",
         "DAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAw=",
     );
-    let rotated = cpctl(Some(&format!("{new},{old}")));
-    let keys = rotated.as_array().unwrap();
-    assert_eq!(keys.len(), 2, "{rotated}");
-    assert_eq!(keys[0]["current"], true);
-    assert_eq!(keys[1]["current"], false);
-    assert_eq!(keys[1]["kid"], cpctl(Some(old))[0]["kid"]);
+    // Each configuration on records of its own: one store, one server at a time on SQLite.
+    let configured = |keys: String| async move {
+        let db = Db::new().await;
+        let server = served_with(&db, |c| c.webhook_signing_keys = Some(keys)).await;
+        (db, server)
+    };
+    let (_rotated_db, rotated_server) = configured(format!("{new},{old}")).await;
+    let rotated = keys(&rotated_server);
+    let listed = rotated.as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{rotated}");
+    assert_eq!(listed[0]["current"], true);
+    assert_eq!(listed[1]["current"], false);
+    let (_old_db, old_server) = configured(old.to_owned()).await;
+    assert_eq!(listed[1]["kid"], keys(&old_server)[0]["kid"]);
     assert!(!rotated.to_string().contains(new), "no private key printed");
-    let _ = std::fs::remove_dir_all(&dir);
 }
