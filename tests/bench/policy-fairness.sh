@@ -32,10 +32,12 @@ for org in flood quiet; do
   boot=$("${STORE[@]}" "$CPCTL" bootstrap --org "$org" --workspace main --admin "admin@$org.test" -o json)
   read -r WS[$org] TOKEN[$org] < <(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["workspaceId"], d["credential"]["token"])' <<<"$boot")
 done
-"${STORE[@]}" "$CPCTL" policies install "$POLICIES/python-authorizer.wasm" --kind authorizer --name python >/dev/null
-"${STORE[@]}" "$CPCTL" policies activate python@1 >/dev/null
 start_server "$PORT" DATABASE_URL="sqlite://$OUT/control-plane.db" CP_DATA_DIR="$OUT" \
   CP_POLICY_CONCURRENCY=4 CP_RATE_LIMIT=off CP_ISSUE_RATE_LIMIT=off CP_USER_RATE_LIMIT=off CP_ORG_RATE_LIMIT=off
+# Installed over HTTP by an operator (each bootstrap makes one): the server measures it.
+operator=(env CPCTL_SERVER="http://127.0.0.1:$PORT" CPCTL_TOKEN="${TOKEN[flood]}")
+"${operator[@]}" "$CPCTL" policies install "$POLICIES/python-authorizer.wasm" --kind authorizer --name python >/dev/null
+"${operator[@]}" "$CPCTL" policies activate python@1 >/dev/null
 
 get() { # ORG CONNECTIONS OUTPUT [SECONDS]: wrk on ORG's activity
   BENCH_WS=${WS[$1]} BENCH_TOKEN=${TOKEN[$1]} \

@@ -52,15 +52,17 @@ serve() {
     CP_POLICY_MEMORY_MIB="$MEMORY_MIB")
   boot=$("${store[@]}" "$CPCTL" bootstrap --org bench --workspace main --admin u0@bench.test -o json)
   read -r WS["$name"] TOKEN["$name"] < <(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["workspaceId"], d["credential"]["token"])' <<<"$boot")
-  if [ "$lang" != rust ]; then
-    "${store[@]}" "$CPCTL" policies install "$POLICIES/$lang-authorizer.wasm" --kind authorizer --name "$lang" >/dev/null
-    "${store[@]}" "$CPCTL" policies activate "$lang@1" >/dev/null
-  fi
   PORT[$name]=$port
   start_server "$port" DATABASE_URL="sqlite://$dir/control-plane.db" CP_DATA_DIR="$dir" \
     CP_POLICY_MEMORY_MIB="$MEMORY_MIB" CP_POLICY_INSTANCE_ALLOCATION="$allocation" \
     CP_POLICY_DEADLINE_MS="${DEADLINE_MS[$allocation]}" ${slots:+CP_POLICY_CONCURRENCY=$slots} \
     "${LIMITS_OFF[@]}"
+  if [ "$lang" != rust ]; then
+    # Over HTTP, as the bootstrap's operator: the server measures it with its own settings.
+    local operator=(env CPCTL_SERVER="http://127.0.0.1:$port" CPCTL_TOKEN="${TOKEN[$name]}")
+    "${operator[@]}" "$CPCTL" policies install "$POLICIES/$lang-authorizer.wasm" --kind authorizer --name "$lang" >/dev/null
+    "${operator[@]}" "$CPCTL" policies activate "$lang@1" >/dev/null
+  fi
   PID[$name]=${PIDS[-1]}
   NAMES+=("$name")
   port=$((port + 1))

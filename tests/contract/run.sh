@@ -86,9 +86,8 @@ st --version
 
 log "records: a fresh embedded SQLite store, seeded with cpctl"
 # The embedded default needs no service, so the check runs the same on a laptop and in CI;
-# the HTTP layer (routes, bodies, schema) it checks is the same on every backend. The verbs
-# that open the store (bootstrap, pools, runners, workflows, plugins) run here; users and
-# tokens go over HTTP once the server is up (below).
+# the HTTP layer (routes, bodies, schema) it checks is the same on every backend. Only the
+# bootstraps open the store; everything else goes over HTTP once the server is up (below).
 data=$work/data
 export CP_DATA_DIR=$data
 "$cpctl" bootstrap --org contract --workspace main --admin admin@contract.test -o json >"$work/bootstrap.json"
@@ -97,23 +96,6 @@ token=$(json "$work/bootstrap.json" 'd["credential"]["token"]')
 org=$(json "$work/bootstrap.json" 'd["organisationId"]')
 ws=$(json "$work/bootstrap.json" 'd["workspaceId"]')
 admin=$(json "$work/bootstrap.json" 'd["userId"]')
-# Real ids for the path parameters, so operations get past their 404s: a pool to delete, a
-# pool with a runner to send commands to, a workflow revision to approve, a plugin to review
-# (and another user's review of it to report, written once the server runs), and a second
-# token whose workspace access may be revoked (never the one schemathesis uses; issued once
-# the server runs).
-pool=$("$cpctl" pools create --workspace "$ws" doomed)
-ts_pool=$("$cpctl" pools create --workspace "$ws" doomed-by-typescript)
-busy_pool=$("$cpctl" pools create --workspace "$ws" builders)
-"$cpctl" runners register --pool "$busy_pool" -o json >"$work/runner.json"
-workflow=$("$cpctl" workflows create --workspace "$ws" deploy)
-revision=$("$cpctl" workflows revisions create --workflow "$workflow")
-ts_revision=$("$cpctl" workflows revisions create --workflow "$workflow")
-plugin=$("$cpctl" plugins create --org "$org" linter)
-# The TypeScript client's own: its changes must not move what schemathesis finds.
-ts_busy_pool=$("$cpctl" pools create --workspace "$ws" typescript-builders)
-"$cpctl" runners register --pool "$ts_busy_pool" -o json >/dev/null
-ts_plugin=$("$cpctl" plugins create --org "$org" formatter)
 # A second organisation's admin: the peer object_level_authorization replays reads as (made
 # an admin once the server runs, below).
 "$cpctl" bootstrap --org stranger --workspace theirs --admin admin@stranger.test -o json >"$work/stranger.json"
@@ -168,9 +150,26 @@ import sys, urllib.request
 open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1], timeout=10).read())
 EOF
 echo "listening on $base"
-# Users and tokens, over HTTP to this server as the bootstrap's operator (cpctl's users and
-# tokens verbs open no store). The token goes through the environment, not argv.
+# Everything else over HTTP to this server as the bootstrap's operator (no cpctl verb but the
+# store's opens it). The token goes through the environment, not argv.
 cpctl_http() { CPCTL_SERVER=$base CPCTL_TOKEN=$token "$cpctl" "$@"; }
+# Real ids for the path parameters, so operations get past their 404s: a pool to delete, a
+# pool with a runner to send commands to, a workflow revision to approve, a plugin to review
+# (and another user's review of it to report, written once the server runs), and a second
+# token whose workspace access may be revoked (never the one schemathesis uses; issued once
+# the server runs).
+pool=$(cpctl_http pools create --workspace "$ws" doomed)
+ts_pool=$(cpctl_http pools create --workspace "$ws" doomed-by-typescript)
+busy_pool=$(cpctl_http pools create --workspace "$ws" builders)
+cpctl_http runners register --pool "$busy_pool" -o json >"$work/runner.json"
+workflow=$(cpctl_http workflows create --workspace "$ws" deploy)
+revision=$(cpctl_http workflows revisions create --workflow "$workflow")
+ts_revision=$(cpctl_http workflows revisions create --workflow "$workflow")
+plugin=$(cpctl_http plugins create --org "$org" linter)
+# The TypeScript client's own: its changes must not move what schemathesis finds.
+ts_busy_pool=$(cpctl_http pools create --workspace "$ws" typescript-builders)
+cpctl_http runners register --pool "$ts_busy_pool" -o json >/dev/null
+ts_plugin=$(cpctl_http plugins create --org "$org" formatter)
 cpctl_http tokens issue --user "$admin" --name victim --scope activity:read --workspace "$ws" -o json >"$work/victim.json"
 victim=$(json "$work/victim.json" 'd["id"]')
 cpctl_http tokens issue --user "$admin" --name ts-victim --scope activity:read --workspace "$ws" -o json >"$work/ts-victim.json"
@@ -254,7 +253,7 @@ rm -rf "$ts/out"
 CP_TS_BASE=$base CP_TS_TOKEN=$token CP_TS_DOCUMENT=$work/openapi.json CP_TS_ORG=$org \
   CP_TS_WORKSPACE=$ws CP_TS_BUSY_POOL=$ts_busy_pool CP_TS_DOOMED_POOL=$ts_pool \
   CP_TS_WORKFLOW=$workflow CP_TS_REVISION=$ts_revision CP_TS_PLUGIN=$ts_plugin CP_TS_REVIEW=$ts_review \
-  CP_TS_VICTIM=$ts_victim node "$ts/out/check.js"
+  CP_TS_VICTIM=$ts_victim CP_TS_POLICY="$root/policies/dist/authz.wasm" node "$ts/out/check.js"
 
 log "(c) schemathesis: every check, against the live server"
 # A config file for the ids made above. Path ids are fixed to the seeded ones: the coverage

@@ -47,15 +47,14 @@ done
 read -r ORG WORKSPACE < <(sed -n 's/^--dev: organisation \([^ ]*\) workspace \([^ ]*\) .*/\1 \2/p' "$DIR/server.out")
 read -r ADMIN_TOKEN < <(sed -n 's/^token (shown once): //p' "$DIR/server.out")
 [ -n "$WORKSPACE" ] && [ -n "$ADMIN_TOKEN" ] || { echo "no --dev tenant in the server's output" >&2; exit 1; }
-# Users and tokens over HTTP to this server, as the --dev admin (its token goes through the
-# environment, not argv); pools still open the store.
+# Users, tokens and the pool over HTTP to this server, as the --dev admin (its token goes
+# through the environment, not argv).
 export CPCTL_SERVER=http://127.0.0.1:$PORT CPCTL_TOKEN=$ADMIN_TOKEN
 cpctl() { "$BIN/cpctl" -o json "$@"; }
-cpctl_store() { env -u DATABASE_URL "$BIN/cpctl" --data-dir "$DIR/data" -o json "$@"; }
 USER_ID=$(cpctl users create --org "$ORG" "reader-$$@example.com" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 READER_TOKEN=$(cpctl tokens issue --user "$USER_ID" --name slow-reader --scope audit:read \
   --workspace "$WORKSPACE" | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
-POOL=$(cpctl_store pools create --workspace "$WORKSPACE" drill | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+POOL=$(cpctl pools create --workspace "$WORKSPACE" drill | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 status=0
 # DISABLE runs with this environment (CPCTL_SERVER, CPCTL_TOKEN): over HTTP, as the admin.
 SERVER=127.0.0.1:$PORT ADMIN_TOKEN=$ADMIN_TOKEN READER_TOKEN=$READER_TOKEN WORKSPACE=$WORKSPACE \

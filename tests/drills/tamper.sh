@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The tampering drill: a server on the embedded store (loopback, --dev tenant) whose workspace
-# gets DRILL_EVENTS events (cpctl pools create against the same store, as an operator would),
-# then `cpctl audit export` (which signs the head) and the server's /.well-known/jwks.json.
-# With the server stopped, each tamper below is applied with Python's sqlite3 to a fresh copy
-# of the data directory, as a holder of the database file would, and `cpctl audit verify` must
-# exit non-zero on each and zero on the untouched copy; the export is verified offline with the
-# published key set, untouched (must pass) and tampered (must fail). Prints a figure table;
-# exits non-zero with a `FAILED criterion N` line for each broken one. Stops by itself.
+# The tampering drill: a server on the embedded store (loopback, --dev tenant, whose token cpctl
+# keeps as its `dev` context) whose workspace gets DRILL_EVENTS events (`cpctl pools create`
+# over HTTP, as an operator would), then `cpctl audit export` (the server signs the head) and
+# the server's /.well-known/jwks.json. With the server stopped, each tamper below is applied
+# with Python's sqlite3 to a fresh copy of the data directory, as a holder of the database file
+# would; a server started on the copy must answer `cpctl audit verify` with a broken report
+# (non-zero exit) for each tamper and an intact one for the untouched copy; the export is
+# verified offline with the published key set, untouched (must pass) and tampered (must fail).
+# Prints a figure table; exits non-zero with a `FAILED criterion N` line for each broken one.
+# Stops by itself.
 # Figures go to RELIABILITY.md ("Tampering drill").
 #
 #   [DRILL_EVENTS=20] tests/drills/tamper.sh
@@ -55,27 +57,35 @@ trap cleanup EXIT
 WATCHDOG=$!
 BROKEN=()
 broken() { BROKEN+=("FAILED criterion $1 (${CRITERIA[$1 - 1]%%:*}): $2"); }
-cpctl() { env -u DATABASE_URL -u CP_TOKEN_HASH_KEY "$BIN/cpctl" "$@"; }
+# A client of the server on loopback: the `dev` context its --dev start kept, no store setting.
+cpctl() { env -u DATABASE_URL -u CP_TOKEN_HASH_KEY -u CPCTL_SERVER -u CPCTL_TOKEN XDG_CONFIG_HOME="$DIR" "$BIN/cpctl" "$@"; }
 
-env -u DATABASE_URL -u REDIS_URL XDG_CONFIG_HOME="$DIR" "$BIN/control-plane" --dev --data-dir "$DIR/data" \
-  --listen "127.0.0.1:$PORT" --log-format json > "$DIR/server.out" 2>&1 &
-SERVER_PID=$!
-for _ in $(seq 1 150); do
-  grep -q '"listening"' "$DIR/server.out" 2>/dev/null && break
-  kill -0 "$SERVER_PID" 2>/dev/null || { cat "$DIR/server.out" >&2; exit 1; }
-  sleep 0.2
-done
+# serve DATA: a server on that data directory, until `unserve`.
+serve() {
+  env -u DATABASE_URL -u REDIS_URL XDG_CONFIG_HOME="$DIR" "$BIN/control-plane" --dev --data-dir "$1" \
+    --listen "127.0.0.1:$PORT" --log-format json > "$DIR/server.out" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 1 150); do
+    grep -q '"listening"' "$DIR/server.out" 2>/dev/null && return 0
+    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$DIR/server.out" >&2; exit 1; }
+    sleep 0.2
+  done
+  echo "the server on $1 did not start" >&2; exit 1
+}
+unserve() { kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=; }
+
+serve "$DIR/data"
 read -r WS < <(sed -n 's/^--dev: organisation [^ ]* workspace \([^ ]*\) .*/\1/p' "$DIR/server.out")
 [ -n "$WS" ] || { echo "no --dev tenant in the server's output" >&2; exit 1; }
 started=$(date +%s%3N)
 for n in $(seq 1 "$EVENTS"); do
-  cpctl --data-dir "$DIR/data" pools create --workspace "$WS" "drill-$n" > /dev/null
+  cpctl pools create --workspace "$WS" "drill-$n" > /dev/null
 done
 write_ms=$(( $(date +%s%3N) - started ))
 curl -sf "http://127.0.0.1:$PORT/.well-known/jwks.json" > "$DIR/jwks.json"
-cpctl --data-dir "$DIR/data" audit export --workspace "$WS" > "$DIR/export.ndjson"
-kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=
-HEAD=$(cpctl --data-dir "$DIR/data" audit verify --workspace "$WS" -o json)
+cpctl audit export --workspace "$WS" > "$DIR/export.ndjson"
+HEAD=$(cpctl audit verify --workspace "$WS" -o json)
+unserve
 HEAD_SEQ=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["headSequence"])' "$HEAD")
 HEAD_HASH=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("headHash", ""))' "$HEAD")
 
@@ -96,9 +106,11 @@ printf '%-24s %-9s %-5s %-24s %s\n' tamper expected exit problem ms | tee "$DIR/
 check() {
   local n=$1 name=$2 expect=$3 data=$4; shift 4
   local t0 out status=0 problem
+  serve "$data"
   t0=$(date +%s%3N)
-  out=$(cpctl --data-dir "$data" audit verify --workspace "$WS" -o json "$@" 2>/dev/null) || status=$?
+  out=$(cpctl audit verify --workspace "$WS" -o json "$@" 2>/dev/null) || status=$?
   local ms=$(( $(date +%s%3N) - t0 ))
+  unserve
   problem=$(python3 -c 'import json,sys
 try: r=json.loads(sys.argv[1]); print((r.get("broken") or {}).get("problem","-"))
 except Exception: print("(no report)")' "$out")
@@ -172,7 +184,7 @@ print("\n".join(lines))
 EOF
 offline export-extra-line fail "$DIR/export-extra.ndjson"
 echo
-echo "events: $EVENTS written in ${write_ms} ms (one cpctl each); head at sequence $HEAD_SEQ"
+echo "events: $EVENTS written in ${write_ms} ms (one cpctl over HTTP each); head at sequence $HEAD_SEQ"
 if [ ${#BROKEN[@]} -gt 0 ]; then
   printf '%s\n' "${BROKEN[@]}" >&2
   exit 1

@@ -436,6 +436,233 @@ const workspace = { workspaceId: ids.workspace };
   expectError("rotateToken", again, 409, ["conflict"]);
 }
 
+// The admin plane, part 2. `expectStatus` takes the answers a call may give here (a resend of a
+// pending delivery, a restore of a shown review): each is still read as its typed body or an
+// ApiError.
+function expectStatus(
+  operation: string,
+  result: { error?: ApiError; response: Response },
+  statuses: number[],
+): void {
+  const { error, response } = result;
+  const ok = statuses.includes(response.status) &&
+    (response.status < 400 || isApiError(error, response));
+  check(operation, ok, `expected ${statuses.join("|")}, got ${response.status} ${JSON.stringify(error)}`);
+}
+const org = { organisationId: ids.org };
+
+{
+  // Pools, runners and their keys.
+  const pool = await client.POST("/v1/organisations/{organisationId}/workspaces/{workspaceId}/runner-pools", {
+    params: { path: { organisationId: ids.org, workspaceId: ids.workspace } },
+    body: { name: "ts-fleet" },
+  });
+  expectStatus("createRunnerPool", pool, [200]);
+  const poolId = pool.data?.pool.id ?? randomUUID();
+  const pools = await client.GET("/v1/organisations/{organisationId}/workspaces/{workspaceId}/runner-pools", {
+    params: { path: { organisationId: ids.org, workspaceId: ids.workspace }, query: { limit: 200 } },
+  });
+  check("listRunnerPools", pools.response.status === 200 && (pools.data?.items.some((p) => p.id === poolId) ?? false),
+    `list: ${pools.response.status} ${JSON.stringify(pools.error)}`);
+  const registered = await client.POST("/v1/organisations/{organisationId}/runner-pools/{poolId}/runners", {
+    params: { path: { organisationId: ids.org, poolId } },
+    body: { name: "ts-runner" },
+  });
+  const registration = registered.data?.registration;
+  check("registerRunner", registered.response.status === 200 && registration !== undefined &&
+    registration.webhookSecret.startsWith("whsec_") && typeof registration.privateKey === "string",
+    `register: ${registered.response.status} ${JSON.stringify(registered.error)}`);
+  const runner = { organisationId: ids.org, runnerId: registration?.runnerId ?? randomUUID() };
+  const runners = await client.GET("/v1/organisations/{organisationId}/runner-pools/{poolId}/runners", {
+    params: { path: { organisationId: ids.org, poolId } },
+  });
+  check("listRunners", runners.response.status === 200 && runners.data?.items.length === 1,
+    `list: ${runners.response.status} ${JSON.stringify(runners.error)}`);
+  expectStatus("setRunnerDeliveryUrl", await client.PUT("/v1/organisations/{organisationId}/runners/{runnerId}/delivery-url", {
+    params: { path: runner },
+    body: {},
+  }), [200]);
+  expectStatus("rotateRunnerWebhookSecret", await client.POST("/v1/organisations/{organisationId}/runners/{runnerId}/webhook-secret/rotate", {
+    params: { path: runner },
+    body: { overlapHours: 1 },
+  }), [200]);
+  expectStatus("disableRunner", await client.POST("/v1/organisations/{organisationId}/runners/{runnerId}/disable", {
+    params: { path: runner },
+    body: {},
+  }), [200]);
+  expectStatus("enableRunner", await client.POST("/v1/organisations/{organisationId}/runners/{runnerId}/enable", {
+    params: { path: runner },
+    body: {},
+  }), [200]);
+  const key = await client.POST("/v1/organisations/{organisationId}/runners/{runnerId}/keys", {
+    params: { path: runner },
+    body: {},
+  });
+  expectStatus("addRunnerKey", key, [200]);
+  expectStatus("revokeRunnerKey", await client.DELETE("/v1/organisations/{organisationId}/runners/{runnerId}/keys/{keyId}", {
+    params: { path: { ...runner, keyId: key.data?.keyId ?? randomUUID() } },
+    body: {},
+  }), [200]);
+  expectStatus("removeRunner", await client.DELETE("/v1/organisations/{organisationId}/runners/{runnerId}", {
+    params: { path: runner },
+    body: {},
+  }), [200]);
+  const unknown = await client.POST("/v1/organisations/{organisationId}/runners/{runnerId}/disable", {
+    params: { path: { organisationId: ids.org, runnerId: randomUUID() } },
+    body: {},
+  });
+  expectError("disableRunner", unknown, 404, ["not_found"]);
+}
+
+{
+  // Deliveries of the busy pool (the commands submitted above made some).
+  const pool = { organisationId: ids.org, poolId: ids.busyPool };
+  const listed = await client.GET("/v1/organisations/{organisationId}/runner-pools/{poolId}/deliveries", {
+    params: { path: pool },
+  });
+  expectStatus("listDeliveries", listed, [200]);
+  const deliveryId = listed.data?.items[0]?.id ?? randomUUID();
+  const shown = await client.GET("/v1/organisations/{organisationId}/deliveries/{deliveryId}", {
+    params: { path: { organisationId: ids.org, deliveryId } },
+  });
+  expectStatus("getDelivery", shown, listed.data?.items.length ? [200] : [404]);
+  expectStatus("resendDelivery", await client.POST("/v1/organisations/{organisationId}/deliveries/{deliveryId}/resend", {
+    params: { path: { organisationId: ids.org, deliveryId } },
+    body: {},
+  }), [200, 404, 409]);
+  expectStatus("recoverDeliveries", await client.POST("/v1/organisations/{organisationId}/runner-pools/{poolId}/deliveries/recover", {
+    params: { path: pool },
+    body: { since: new Date(Date.now() - 3600_000).toISOString() },
+  }), [200]);
+}
+
+{
+  // Workflows and approvals: self-approval allowed for the check, then refused again.
+  expectStatus("setSelfApproval", await client.PUT("/v1/organisations/{organisationId}/self-approval", {
+    params: { path: org },
+    body: { allowed: true },
+  }), [200]);
+  const workflow = await client.POST("/v1/organisations/{organisationId}/workspaces/{workspaceId}/workflows", {
+    params: { path: { organisationId: ids.org, workspaceId: ids.workspace } },
+    body: { name: "ts-workflow" },
+  });
+  expectStatus("createWorkflow", workflow, [200]);
+  const workflowId = workflow.data?.workflow.id ?? randomUUID();
+  expectStatus("listWorkflows", await client.GET("/v1/organisations/{organisationId}/workspaces/{workspaceId}/workflows", {
+    params: { path: { organisationId: ids.org, workspaceId: ids.workspace } },
+  }), [200]);
+  for (const [operation, decision] of [["approveWorkflowRevision", "approve"], ["rejectWorkflowRevision", "reject"]] as const) {
+    const revision = await client.POST("/v1/organisations/{organisationId}/workflows/{workflowId}/revisions", {
+      params: { path: { organisationId: ids.org, workflowId } },
+      body: {},
+    });
+    expectStatus("createWorkflowRevision", revision, [200]);
+    const revisionId = revision.data?.revision.id ?? randomUUID();
+    await client.POST("/v1/workspaces/{workspaceId}/workflows/{workflowId}/revisions/{revisionId}/request-approval", {
+      params: { path: { workspaceId: ids.workspace, workflowId, revisionId } },
+      body: { comment: "ts" },
+    });
+    const path = { organisationId: ids.org, workflowId, revisionId };
+    const decided = decision === "approve"
+      ? await client.POST("/v1/organisations/{organisationId}/workflows/{workflowId}/revisions/{revisionId}/approve", {
+        params: { path }, body: { reason: "contract check" } })
+      : await client.POST("/v1/organisations/{organisationId}/workflows/{workflowId}/revisions/{revisionId}/reject", {
+        params: { path }, body: { reason: "contract check" } });
+    expectStatus(operation, decided, [200]);
+  }
+  expectStatus("setSelfApproval", await client.PUT("/v1/organisations/{organisationId}/self-approval", {
+    params: { path: org },
+    body: { allowed: false },
+  }), [200]);
+}
+
+{
+  // Plugins and their reviews.
+  const plugin = await client.POST("/v1/organisations/{organisationId}/plugins", {
+    params: { path: org },
+    body: { name: `ts-plugin-${randomUUID()}` },
+  });
+  expectStatus("createPlugin", plugin, [200]);
+  expectStatus("listPlugins", await client.GET("/v1/organisations/{organisationId}/plugins", {
+    params: { path: org },
+  }), [200]);
+  const reviews = await client.GET("/v1/organisations/{organisationId}/plugins/{pluginId}/reviews", {
+    params: { path: { organisationId: ids.org, pluginId: ids.plugin } },
+  });
+  expectStatus("listPluginReviews", reviews, [200]);
+  expectStatus("restorePluginReview", await client.POST("/v1/organisations/{organisationId}/plugins/{pluginId}/reviews/{reviewId}/restore", {
+    params: { path: { organisationId: ids.org, pluginId: ids.plugin, reviewId: ids.review } },
+    body: { reason: "contract check" },
+  }), [200, 409]);
+}
+
+{
+  // The audit log: a streamed export, a verification, the retention and a purge.
+  const workspacePath = { organisationId: ids.org, workspaceId: ids.workspace };
+  const exported = await client.GET("/v1/organisations/{organisationId}/workspaces/{workspaceId}/audit/export", {
+    params: { path: workspacePath, query: { format: "ndjson" } },
+    parseAs: "text",
+  });
+  const first = typeof exported.data === "string" ? exported.data.split("\n")[0] : "";
+  check("exportAuditLog", exported.response.status === 200 && first.startsWith("{"),
+    `export: ${exported.response.status} ${first.slice(0, 80)}`);
+  const verified = await client.GET("/v1/organisations/{organisationId}/workspaces/{workspaceId}/audit/verification", {
+    params: { path: workspacePath },
+  });
+  expectStatus("verifyAuditLog", verified, [200]);
+  expectStatus("setAuditRetention", await client.PUT("/v1/organisations/{organisationId}/audit-retention", {
+    params: { path: org },
+    body: { retentionSeconds: null },
+  }), [200]);
+  expectStatus("purgeAuditLog", await client.POST("/v1/audit/purge", { body: {} }), [200]);
+}
+
+{
+  // Policies (an operator's): the default authorizer uploaded, measured, activated, rolled back.
+  const component = readFileSync(env("CP_TS_POLICY"));
+  const upload = (name: string) => client.POST("/v1/policies", {
+    params: { query: { kind: "authorizer", name } },
+    body: component as unknown as string,
+    bodySerializer: (body: unknown) => body as BodyInit,
+    headers: { "Content-Type": "application/wasm" },
+  });
+  const name = `ts${Date.now()}`;
+  const installed = await upload(name);
+  expectStatus("installPolicy", installed, [200]);
+  const version = { policyName: name, version: installed.data?.policy.version ?? 1 };
+  expectStatus("getPolicy", await client.GET("/v1/policies/{policyName}/versions/{version}", {
+    params: { path: version },
+  }), [200]);
+  expectStatus("listPolicies", await client.GET("/v1/policies"), [200]);
+  expectStatus("activatePolicy", await client.POST("/v1/policies/{policyName}/versions/{version}/activate", {
+    params: { path: version },
+    body: {},
+  }), [200]);
+  expectStatus("rollBackPolicy", await client.POST("/v1/policies/rollback", {
+    body: { kind: "authorizer" },
+  }), [200]);
+  const second = await upload(name);
+  const spare = { policyName: name, version: second.data?.policy.version ?? 2 };
+  expectStatus("setShadowPolicy", await client.PUT("/v1/policies/shadow", {
+    body: { name: spare.policyName, version: spare.version },
+  }), [200]);
+  expectStatus("listShadowDisagreements", await client.GET("/v1/policies/shadow/disagreements"), [200]);
+  expectStatus("setShadowPolicy", await client.PUT("/v1/policies/shadow", { body: {} }), [200]);
+  expectStatus("removePolicy", await client.DELETE("/v1/policies/{policyName}/versions/{version}", {
+    params: { path: spare },
+    body: {},
+  }), [200]);
+  expectStatus("listPolicyDecisions", await client.GET("/v1/policies/decisions"), [200]);
+  const malformed = await client.POST("/v1/policies", {
+    params: { query: { kind: "authorizer", name } },
+    body: "not a component",
+    bodySerializer: (body: unknown) => body as BodyInit,
+    headers: { "Content-Type": "application/wasm" },
+  });
+  expectError("installPolicy", malformed, 422, ["malformed_component"]);
+  expectStatus("listWebhookSigningKeys", await client.GET("/v1/webhook-signing-keys"), [200]);
+}
+
 // Every operation of the document was called: a new one fails this check until it is added.
 const document = JSON.parse(readFileSync(env("CP_TS_DOCUMENT"), "utf8")) as {
   paths: Record<string, Record<string, { operationId?: string }>>;
