@@ -603,7 +603,7 @@ const org = { organisationId: ids.org };
     params: { path: workspacePath, query: { format: "ndjson" } },
     parseAs: "text",
   });
-  const first = typeof exported.data === "string" ? exported.data.split("\n")[0] : "";
+  const first = (typeof exported.data === "string" ? exported.data.split("\n")[0] : undefined) ?? "";
   check("exportAuditLog", exported.response.status === 200 && first.startsWith("{"),
     `export: ${exported.response.status} ${first.slice(0, 80)}`);
   const verified = await client.GET("/v1/organisations/{organisationId}/workspaces/{workspaceId}/audit/verification", {
@@ -629,7 +629,7 @@ const org = { organisationId: ids.org };
   const name = `ts${Date.now()}`;
   const installed = await upload(name);
   expectStatus("installPolicy", installed, [200]);
-  const version = { policyName: name, version: installed.data?.policy.version ?? 1 };
+  const version = { policyName: name, version: String(installed.data?.policy.version ?? 1) };
   expectStatus("getPolicy", await client.GET("/v1/policies/{policyName}/versions/{version}", {
     params: { path: version },
   }), [200]);
@@ -642,9 +642,9 @@ const org = { organisationId: ids.org };
     body: { kind: "authorizer" },
   }), [200]);
   const second = await upload(name);
-  const spare = { policyName: name, version: second.data?.policy.version ?? 2 };
+  const spare = { policyName: name, version: String(second.data?.policy.version ?? 2) };
   expectStatus("setShadowPolicy", await client.PUT("/v1/policies/shadow", {
-    body: { name: spare.policyName, version: spare.version },
+    body: { name: spare.policyName, version: Number(spare.version) },
   }), [200]);
   expectStatus("listShadowDisagreements", await client.GET("/v1/policies/shadow/disagreements"), [200]);
   expectStatus("setShadowPolicy", await client.PUT("/v1/policies/shadow", { body: {} }), [200]);
