@@ -44,8 +44,7 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
     let dir = TempDir::new();
     let src = dir.url("control-plane.db");
 
-    // Admin records through cpctl: the store's verbs on the file, the rest over HTTP to a
-    // server on it.
+    // Admin records through cpctl: bootstrap on the file, the rest over HTTP to a server on it.
     let boot = json_of(
         &src,
         &[
@@ -102,34 +101,28 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
             &env2,
         ],
     );
-    ok(cpctl(
-        &src,
-        &["pools", "create", "--workspace", &ws2, "staging-pool"],
-    ));
-    let pool = id(&json_of(
-        &src,
-        &["pools", "create", "--workspace", &ws, "builders"],
-    ));
-    let runner = json_of(&src, &["runners", "register", "--pool", &pool]);
+    http(&["pools", "create", "--workspace", &ws2, "staging-pool"]);
+    let pool = id(&http(&["pools", "create", "--workspace", &ws, "builders"]));
+    let runner = http(&["runners", "register", "--pool", &pool]);
     let runner_id = runner["runnerId"].as_str().unwrap().to_owned();
     let key_id = runner["keyId"].as_str().unwrap().to_owned();
     let private = runner["privateKey"].as_str().unwrap().to_owned();
-    ok(cpctl(
-        &src,
-        &["runners", "keys", "add", "--runner", &runner_id],
-    ));
-    let workflow = id(&json_of(
-        &src,
-        &["workflows", "create", "--workspace", &ws, "deploy"],
-    ));
-    let revision = id(&json_of(
-        &src,
-        &["workflows", "revisions", "create", "--workflow", &workflow],
-    ));
-    let plugin = id(&json_of(
-        &src,
-        &["plugins", "create", "--org", &org, "linter"],
-    ));
+    http(&["runners", "keys", "add", "--runner", &runner_id]);
+    let workflow = id(&http(&[
+        "workflows",
+        "create",
+        "--workspace",
+        &ws,
+        "deploy",
+    ]));
+    let revision = id(&http(&[
+        "workflows",
+        "revisions",
+        "create",
+        "--workflow",
+        &workflow,
+    ]));
+    let plugin = id(&http(&["plugins", "create", "--org", &org, "linter"]));
     let std_policy = write_temp(
         &dir,
         "std.wasm",
@@ -160,7 +153,7 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
         ],
         vec!["policies", "shadow", "deny@1"],
     ] {
-        ok(cpctl(&src, &args));
+        http(&args);
     }
 
     // The rest through the API.
@@ -257,7 +250,7 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
         source
             .get(&format!("/v1/workspaces/{ws}/activity"), &child)
             .await;
-        disagreements = json_of(&src, &["policies", "shadow-report"])
+        disagreements = http(&["policies", "shadow-report"])
             .as_array()
             .map_or(0, Vec::len);
         if disagreements > 0 {
@@ -273,11 +266,8 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
         .get(&format!("/v1/workspaces/{ws}/activity"), &doomed)
         .await;
     assert_ne!(doomed_status, 200, "{doomed_body}");
-    // Listed over HTTP before the server stops (a request may record a shadow disagreement),
-    // from the store once it has.
-    let listed_http = http_listings(&source, &token, &token_id);
+    let listed = http_listings(&source, &token, &token_id, &ws, &plugin);
     source.stop().await;
-    let listed = store_listings(&src, &ws, &plugin);
 
     let db = PgDb::new(true).await;
     let copied = store_copy(&src, &db.url);
@@ -298,10 +288,12 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
     }
     assert_eq!(copied["workspacesVerified"], 2);
 
-    // cpctl reads the same records from the copy, and so does a server on it.
-    assert_eq!(store_listings(&db.url, &ws, &plugin), listed);
+    // A server on the copy lists the same records.
     let target = Server::start(&db.url).await;
-    assert_eq!(http_listings(&target, &token, &token_id), listed_http);
+    assert_eq!(
+        http_listings(&target, &token, &token_id, &ws, &plugin),
+        listed
+    );
     // Identical answers: the original token's hash came across, and so did every event.
     assert_eq!(reads(&target, &token, &ws).await, before);
     assert_eq!(reads(&target, &staging, &ws2).await, before_staging);
@@ -341,32 +333,32 @@ async fn a_populated_sqlite_store_reads_back_the_same_from_its_postgres_copy() {
         )
         .await;
     assert_eq!(resumed[0].0, last + 1);
-    target.stop().await;
 
     // The hash chain came across and goes on: SQLite's JSON text became jsonb, and the chain
     // hashes the event as read, so it verifies to the event written after the move.
-    let verified = json_of(&db.url, &["audit", "verify", "--workspace", &ws]);
+    let http = |args: &[&str]| remote_json(&target, &token, args);
+    let verified = http(&["audit", "verify", "--workspace", &ws]);
     assert_eq!(verified["intact"], true, "{verified}");
     assert_eq!(verified["verified"], last + 1, "{verified}");
 
     // Serial ids continue after the copied ones: a new activation is a new row.
-    ok(cpctl(&db.url, &["policies", "rollback", "authorizer"]));
-    ok(cpctl(&db.url, &["policies", "activate", "std@1"]));
+    http(&["policies", "rollback", "authorizer"]);
+    http(&["policies", "activate", "std@1"]);
+    http(&["policies", "rollback", "authorizer"]);
+    let listed_pg = http_listings(&target, &token, &token_id, &ws, &plugin);
+    target.stop().await;
 
     // And back: the copy copies into a new SQLite file, which lists the same.
     let back = dir.url("back.db");
-    ok(cpctl(&db.url, &["policies", "rollback", "authorizer"]));
-    let served = Server::start(&db.url).await;
-    let http_pg = http_listings(&served, &token, &token_id);
-    served.stop().await;
-    let listed_pg = store_listings(&db.url, &ws, &plugin);
     ok(store_copy(&db.url, &back));
-    assert_eq!(store_listings(&back, &ws, &plugin), listed_pg);
     let served = Server::start(&back).await;
-    assert_eq!(http_listings(&served, &token, &token_id), http_pg);
-    served.stop().await;
-    let verified = json_of(&back, &["audit", "verify", "--workspace", &ws]);
+    assert_eq!(
+        http_listings(&served, &token, &token_id, &ws, &plugin),
+        listed_pg
+    );
+    let verified = remote_json(&served, &token, &["audit", "verify", "--workspace", &ws]);
     assert_eq!(verified["intact"], true, "{verified}");
+    served.stop().await;
     db.drop_db().await;
 }
 
@@ -439,10 +431,14 @@ async fn an_interrupted_copy_leaves_the_target_empty_and_a_rerun_completes_it() 
         ],
     );
     let ws = boot["workspaceId"].as_str().unwrap().to_owned();
-    ok(cpctl(
-        &src,
+    let token = boot["credential"]["token"].as_str().unwrap().to_owned();
+    let source = Server::start(&src).await;
+    remote_json(
+        &source,
+        &token,
         &["pools", "create", "--workspace", &ws, "builders"],
-    ));
+    );
+    source.stop().await;
     // Not created: the copy creates the database, as the server does.
     let db = PgDb::new(false).await;
 
@@ -466,7 +462,9 @@ async fn an_interrupted_copy_leaves_the_target_empty_and_a_rerun_completes_it() 
     let summary = String::from_utf8_lossy(&out.stdout);
     assert!(summary.contains("audit_events"), "{summary}");
     assert!(summary.contains("verified"), "{summary}");
-    let pools = json_of(&db.url, &["pools", "list", "--workspace", &ws]);
+    let target = Server::start(&db.url).await;
+    let pools = remote_json(&target, &token, &["pools", "list", "--workspace", &ws]);
+    target.stop().await;
     assert_eq!(pools[0]["name"], "builders");
     db.drop_db().await;
 }
@@ -517,18 +515,14 @@ async fn an_embedded_store_copies_into_another_file() {
     );
     let ws = boot["workspaceId"].as_str().unwrap().to_owned();
     let org = boot["organisationId"].as_str().unwrap().to_owned();
-    ok(cpctl(
-        &src,
-        &["pools", "create", "--workspace", &ws, "builders"],
-    ));
-    ok(cpctl(
-        &src,
-        &["workflows", "create", "--workspace", &ws, "deploy"],
-    ));
-    let plugin = id(&json_of(
-        &src,
-        &["plugins", "create", "--org", &org, "linter"],
-    ));
+    let (token, token_id) = (&boot["credential"]["token"], &boot["credential"]["id"]);
+    let (token, token_id) = (token.as_str().unwrap(), token_id.as_str().unwrap());
+    let source = Server::start(&src).await;
+    let http = |args: &[&str]| remote_json(&source, token, args);
+    http(&["pools", "create", "--workspace", &ws, "builders"]);
+    http(&["workflows", "create", "--workspace", &ws, "deploy"]);
+    let plugin = id(&http(&["plugins", "create", "--org", &org, "linter"]));
+    source.stop().await;
     let copy = dir.url("moved/copy.db");
 
     let out = ok(store_copy(&src, &copy));
@@ -537,16 +531,10 @@ async fn an_embedded_store_copies_into_another_file() {
     // It says which key-encryption key the target's server needs.
     let needs = copied["targetNeeds"].as_str().unwrap();
     assert!(needs.contains(&key_file().display().to_string()), "{needs}");
-    assert_eq!(
-        store_listings(&copy, &ws, &plugin),
-        store_listings(&src, &ws, &plugin)
-    );
-    let (token, token_id) = (&boot["credential"]["token"], &boot["credential"]["id"]);
-    let (token, token_id) = (token.as_str().unwrap(), token_id.as_str().unwrap());
     let mut listed = Vec::new();
     for store in [&src, &copy] {
         let server = Server::start(store).await;
-        listed.push(http_listings(&server, token, token_id));
+        listed.push(http_listings(&server, token, token_id, &ws, &plugin));
         server.stop().await;
     }
     assert_eq!(listed[0], listed[1]);

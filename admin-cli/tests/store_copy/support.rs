@@ -360,27 +360,28 @@ pub(crate) async fn reads(server: &Server, token: &str, workspace: &str) -> Vec<
     ]
 }
 
-/// What `cpctl` lists from a store, per command, of the verbs that open it.
-pub(crate) fn store_listings(database_url: &str, workspace: &str, plugin: &str) -> Vec<Value> {
-    [
-        vec!["policies", "list"],
-        vec!["policies", "shadow-report"],
-        vec!["pools", "list", "--workspace", workspace],
-        vec!["workflows", "list", "--workspace", workspace],
-        vec!["reviews", "list", "--plugin", plugin],
-    ]
-    .iter()
-    .map(|args| json_of(database_url, args))
-    .collect()
-}
-
 /// What `cpctl` lists over HTTP from `server` as `token` (the credential `token_id`), per
 /// command: the organisations, and the caller's organisation's workspaces, each one's
-/// environments, users and tokens. The lister's own last use is left out: listing records it.
-pub(crate) fn http_listings(server: &Server, token: &str, token_id: &str) -> Vec<Value> {
+/// environments, users and tokens; the policies, and `workspace`'s pools and workflows and
+/// `plugin`'s reviews. The lister's own last use is left out: listing records it. So is the
+/// shadow report: with a shadow active, every request adds to it (the copy's row counts hold it).
+pub(crate) fn http_listings(
+    server: &Server,
+    token: &str,
+    token_id: &str,
+    workspace: &str,
+    plugin: &str,
+) -> Vec<Value> {
     let list = |args: &[&str]| remote_json(server, token, args);
     let workspaces = list(&["workspaces", "list"]);
-    let mut listed = vec![list(&["orgs", "list"]), workspaces.clone()];
+    let mut listed = vec![
+        list(&["orgs", "list"]),
+        workspaces.clone(),
+        list(&["policies", "list"]),
+        list(&["pools", "list", "--workspace", workspace]),
+        list(&["workflows", "list", "--workspace", workspace]),
+        list(&["reviews", "list", "--plugin", plugin]),
+    ];
     for workspace in workspaces.as_array().unwrap() {
         let id = workspace["id"].as_str().unwrap();
         listed.push(list(&["environments", "list", "--workspace", id]));
