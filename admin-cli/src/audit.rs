@@ -89,8 +89,9 @@ pub enum AuditCommand {
         #[arg(long, default_value_t = 10_000, hide = true, value_parser = clap::value_parser!(u64).range(1..))]
         progress_every: u64,
         /// Public keys trusted only to verify the chain before the server signs, `whpk_…,…`
-        /// (as verify takes them): old webhook keys a rotation dropped. An operator's only.
-        #[arg(long, env = "CP_AUDIT_VERIFY_KEYS", value_delimiter = ',')]
+        /// (as verify takes them): old webhook keys a rotation dropped. An operator's only, so
+        /// never read from CP_AUDIT_VERIFY_KEYS: an admin's environment must not make exports fail.
+        #[arg(long, value_delimiter = ',')]
         audit_keys: Vec<String>,
     },
     /// How long an organisation keeps its audit events: a length such as 90d, or `none`

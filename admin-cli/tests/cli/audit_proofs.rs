@@ -683,6 +683,18 @@ async fn an_export_after_a_rotation_that_dropped_a_key_signs_with_audit_keys() {
         "{}",
         stderr(&out)
     );
+    // The environment's keys are verify's: export takes them by flag only.
+    let out = new.cpctl_with(
+        &new.token,
+        &export_args,
+        &[("CP_AUDIT_VERIFY_KEYS", old_public.as_str())],
+    );
+    assert_ok(&out);
+    assert!(
+        stderr(&out).contains("no signed head at sequence"),
+        "{}",
+        stderr(&out)
+    );
     let mut with_old = export_args.to_vec();
     with_old.extend(["--audit-keys", &old_public]);
     let out = new.cpctl(&with_old);
