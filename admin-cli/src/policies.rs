@@ -159,11 +159,7 @@ pub async fn run(
                 json!({})
             } else {
                 let policy = policy.context("give NAME@VERSION, or --off")?;
-                let (name, version) = policy
-                    .rsplit_once('@')
-                    .and_then(|(n, v)| Some((n, v.parse::<i32>().ok()?)))
-                    .with_context(|| format!("{policy}: expected NAME@VERSION"))?;
-                json!({ "name": name, "version": version })
+                json!({ "policy": policy })
             };
             let answer = client
                 .change(reqwest::Method::PUT, "/v1/policies/shadow", body)

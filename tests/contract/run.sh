@@ -270,6 +270,8 @@ cat >"$work/auth.json" <<EOF
   {"name": "stranger", "fixedHeaders": [{"name": "Authorization", "value": "Bearer $stranger"}]}
 ]}
 EOF
+# schemathesis's default statuses of positive_data_acceptance (config/_checks.py).
+accepted='"2xx", "3xx", "401", "403", "404", "409", "429", "5xx"'
 cat >"$work/schemathesis.toml" <<EOF
 [auth.wfc]
 path = "$work/auth.json"
@@ -302,6 +304,24 @@ pool = { values = ["$busy_pool"] }
 "body.organisationId" = { dictionary = "organisation", probability = 0.8 }
 "body.workspaceIds[*]" = { dictionary = "workspace", probability = 0.8 }
 "body.poolId" = { dictionary = "pool", probability = 0.8 }
+
+# The only schema-valid requests the server may refuse, each with its documented status: what
+# no schema can state. An install's body is any bytes, most not a component (422), and its
+# cases header must decode to a cases file (400); a runner's public key must be an Ed25519
+# point, and its delivery URL pass the server's egress rule (its flags decide; 400); audit keys
+# must be Ed25519 points (400). A list of statuses replaces schemathesis's default for the
+# check, so the default is repeated.
+[[operations]]
+include-operation-id = "installPolicy"
+[operations.checks]
+positive_data_acceptance.expected-statuses = [$accepted, "400", "422"]
+
+[[operations]]
+include-operation-id = [
+  "registerRunner", "addRunnerKey", "setRunnerDeliveryUrl", "exportAuditLog", "verifyAuditLog",
+]
+[operations.checks]
+positive_data_acceptance.expected-statuses = [$accepted, "400"]
 EOF
 seed_args=()
 seed=${CP_CONTRACT_SEED-20261124}

@@ -57,8 +57,8 @@ pub use token::{
 };
 pub use validation::{FieldError, ValidationErrors};
 pub use webhook::{
-    ReceivedWebhook, WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER,
-    WEBHOOK_TOLERANCE_SECS, WebhookKeys, WebhookPublicKey, WebhookSigner, WebhookVerifyError,
-    parse_jwks, parse_whpk, verify_signature,
+    KEY_ID_CURSOR_PATTERN, ReceivedWebhook, WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER,
+    WEBHOOK_TIMESTAMP_HEADER, WEBHOOK_TOLERANCE_SECS, WebhookKeys, WebhookPublicKey, WebhookSigner,
+    WebhookVerifyError, parse_jwks, parse_whpk, verify_signature,
 };
 pub use webhook_secret::RunnerSecret;

@@ -20,6 +20,10 @@ pub const WEBHOOK_ID_HEADER: &str = "webhook-id";
 pub const WEBHOOK_TIMESTAMP_HEADER: &str = "webhook-timestamp";
 pub const WEBHOOK_SIGNATURE_HEADER: &str = "webhook-signature";
 
+/// A cursor naming a webhook signing key ([`WebhookSigner::is_key_id`]), or empty (the same
+/// as absent). The document states it as written.
+pub const KEY_ID_CURSOR_PATTERN: &str = "^([A-Za-z0-9_-]{11})?$";
+
 /// How far a webhook's timestamp may be from the receiver's clock (the standard's five minutes).
 pub const WEBHOOK_TOLERANCE_SECS: i64 = 300;
 
@@ -136,6 +140,15 @@ impl WebhookSigner {
     /// A stable key id: the first 8 bytes of the SHA-256 of the public key, base64url.
     pub fn key_id(public: &VerifyingKey) -> String {
         URL_SAFE_NO_PAD.encode(&Sha256::digest(public.as_bytes())[..8])
+    }
+
+    /// Whether `raw` has the form [`Self::key_id`] writes: 8 bytes, base64url unpadded, so
+    /// 11 of `[A-Za-z0-9_-]` ([`KEY_ID_CURSOR_PATTERN`]).
+    pub fn is_key_id(raw: &str) -> bool {
+        raw.len() == 11
+            && raw
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     }
 
     /// Every public key, current first.

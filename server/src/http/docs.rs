@@ -228,35 +228,87 @@ fn add_contract_headers(operation: &mut Value, idempotent: bool, signed: bool) {
     }
 }
 
-/// The query parameters handlers take as strings, with the pattern their parser applies
-/// (written once, beside the parser), so every value the document allows is accepted and
-/// every other refused.
+/// What a query parameter a handler reads itself accepts, stated in the document from the
+/// parser's own definitions (its pattern, its values, its bounds), so every value the
+/// document allows is accepted and every other refused.
+enum QueryRule {
+    Pattern(&'static str),
+    Values(Vec<&'static str>),
+    /// A named schema of the document.
+    Schema(&'static str),
+    DateTime,
+    Range(i64, i64),
+}
+
+fn query_rule(operation: &str, parameter: &str) -> Option<QueryRule> {
+    use crate::domain::{
+        DeliveryStatus, KEY_ID_CURSOR_PATTERN, SEQUENCE_PATTERN, UUID_CURSOR_PATTERN,
+    };
+    use crate::policy::{DecisionOutcome, MEMORY_CEILING_MIB};
+    use crate::service::audit_integrity::ANCHOR_PATTERN;
+    use crate::service::{DECISION_CURSOR_PATTERN, EVENT_TYPES_PATTERN, POLICY_NAME_PATTERN};
+
+    Some(match (operation, parameter) {
+        // The workspace logs and the disagreements page by sequence.
+        ("listActivity" | "listShadowDisagreements", "cursor") | ("streamAuditEvents", "after") => {
+            QueryRule::Pattern(SEQUENCE_PATTERN)
+        }
+        ("listPolicyDecisions", "cursor") => QueryRule::Pattern(DECISION_CURSOR_PATTERN),
+        ("listWebhookSigningKeys", "cursor") => QueryRule::Pattern(KEY_ID_CURSOR_PATTERN),
+        // Every other list pages by the last item's id (`AdminPage`).
+        (_, "cursor") => QueryRule::Pattern(UUID_CURSOR_PATTERN),
+        (_, "types") => QueryRule::Pattern(EVENT_TYPES_PATTERN),
+        (_, "since" | "until") => QueryRule::DateTime,
+        ("listDeliveries", "status") => {
+            QueryRule::Values(DeliveryStatus::ALL.iter().map(|s| s.as_str()).collect())
+        }
+        ("listPolicyDecisions", "outcome") => {
+            QueryRule::Values(DecisionOutcome::ALL.iter().map(|o| o.as_str()).collect())
+        }
+        ("verifyAuditLog", "anchor") => QueryRule::Pattern(ANCHOR_PATTERN),
+        ("installPolicy", "kind") => QueryRule::Schema("PolicyKind"),
+        ("installPolicy", "name") => QueryRule::Pattern(POLICY_NAME_PATTERN),
+        ("installPolicy", "memoryMib") => QueryRule::Range(1, i64::from(MEMORY_CEILING_MIB)),
+        _ => return None,
+    })
+}
+
 fn add_query_patterns(operation: &mut Value) {
-    // The admin lists page by the last item's id (`AdminPage`); the workspace logs by sequence.
-    let by_id = matches!(
-        operation["operationId"].as_str(),
-        Some(
-            "listOrganisations"
-                | "listWorkspaces"
-                | "listEnvironments"
-                | "listUsers"
-                | "listTokens"
-        )
-    );
+    let id = operation["operationId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let parameters = operation
         .get_mut("parameters")
         .and_then(Value::as_array_mut)
         .into_iter()
-        .flatten();
+        .flatten()
+        .filter(|p| p["in"] == "query");
     for parameter in parameters {
-        let pattern = match (parameter["in"].as_str(), parameter["name"].as_str()) {
-            (Some("query"), Some("cursor")) if by_id => crate::domain::UUID_CURSOR_PATTERN,
-            (Some("query"), Some("cursor" | "after")) => crate::domain::SEQUENCE_PATTERN,
-            (Some("query"), Some("types")) => crate::service::EVENT_TYPES_PATTERN,
-            _ => continue,
+        let Some(rule) = parameter["name"].as_str().and_then(|n| query_rule(&id, n)) else {
+            continue;
         };
-        if let Some(schema) = parameter["schema"].as_object_mut() {
-            schema.insert("pattern".into(), json!(pattern));
+        let Some(schema) = parameter["schema"].as_object_mut() else {
+            continue;
+        };
+        match rule {
+            QueryRule::Pattern(pattern) => {
+                schema.insert("pattern".into(), json!(pattern));
+            }
+            QueryRule::Values(values) => {
+                schema.insert("enum".into(), json!(values));
+            }
+            QueryRule::Schema(name) => {
+                schema.clear();
+                schema.insert("$ref".into(), json!(format!("#/components/schemas/{name}")));
+            }
+            QueryRule::DateTime => {
+                schema.insert("format".into(), json!("date-time"));
+            }
+            QueryRule::Range(min, max) => {
+                schema.insert("minimum".into(), json!(min));
+                schema.insert("maximum".into(), json!(max));
+            }
         }
     }
 }

@@ -24,6 +24,8 @@ pub enum PolicyKind {
 }
 
 impl PolicyKind {
+    pub const ALL: [PolicyKind; 2] = [PolicyKind::Authorizer, PolicyKind::Moderator];
+
     pub fn as_str(self) -> &'static str {
         match self {
             PolicyKind::Authorizer => "authorizer",

@@ -70,9 +70,13 @@ pub use keys::{
 pub use offboarding::{USER_DISABLED, USER_ENABLED, USER_ROLE_CHANGED, UserChange, UserOverview};
 pub use permissions::{Permission, ReplayCheck};
 pub use policies::{CompiledCache, PolicyListing, parse_reference};
-pub use policy_budgets::{ActivatedPolicy, InstalledPolicy, PolicyUpload, budget_json};
+pub use policy_budgets::{
+    ActivatedPolicy, InstalledPolicy, POLICY_NAME_PATTERN, PolicyUpload, PolicyUploadAdmission,
+    budget_json, is_policy_name,
+};
 pub use policy_decisions::{
-    DECISION_LIST_MAX, DecisionListing, DecisionLogSettings, DecisionRecorder,
+    DECISION_CURSOR_PATTERN, DECISION_LIST_MAX, DecisionListing, DecisionLogSettings,
+    DecisionRecorder,
 };
 pub use reviews::{
     ModeratedReview, RESTORE_REASON_MAX, ReportReviewInput, ReviewInput, decision_of,

@@ -16,7 +16,9 @@ use super::admin::event_by;
 use super::directory::{AdminPage, Paged};
 use super::permissions::admin_question;
 use super::{Operation, ServiceError, Services};
-use crate::domain::{FieldError, NewAuditEvent, Principal, WebhookPublicKey};
+use crate::domain::{
+    FieldError, NewAuditEvent, Principal, WebhookPublicKey, WebhookSigner, parse_sequence,
+};
 use crate::policy::{CompiledPolicy, PolicyKind, PolicyRuntime, defaults};
 use crate::storage::{DisagreementRecord, PolicyRecord, PolicyState, WriteContext};
 
@@ -378,16 +380,9 @@ impl Services {
     ) -> Result<Option<PolicyRecord>, ServiceError> {
         self.admit_operator(principal, Operation::SetShadowPolicy, None, None)
             .await?;
+        // An unknown version is a 404, as everywhere else an id names nothing.
         let policy = match version {
-            Some((name, version)) => Some(self.policy_at(name, version).await.map_err(|e| {
-                match e {
-                    // The version is the body's, not the route's: a 400 names the field.
-                    ServiceError::NotFound { message, .. } => {
-                        ServiceError::Validation(FieldError::new("version", message).into())
-                    }
-                    other => other,
-                }
-            })?),
+            Some((name, version)) => Some(self.policy_at(name, version).await?),
             None => None,
         };
         self.set_shadow(policy, write, principal.organisation_id)
@@ -405,7 +400,7 @@ impl Services {
             .await?;
         let before = match cursor.filter(|c| !c.is_empty()) {
             None => None,
-            Some(c) => Some(c.parse::<i64>().map_err(|_| bad_cursor())?),
+            Some(c) => Some(parse_sequence(c).ok_or_else(bad_cursor)?),
         };
         let rows = self.store.list_disagreements(before, page.fetch()).await?;
         let page = paged(page, rows, |(id, _)| id.to_string());
@@ -416,7 +411,8 @@ impl Services {
     }
 
     /// The keys webhooks to runners are signed with, current first: a handful by design, so
-    /// paged in memory; the cursor is the last key's id.
+    /// paged in memory; the cursor is the last key's id. A cursor naming a key this server
+    /// no longer holds (a rotation dropped it) ends the list; only a malformed one is refused.
     pub async fn admin_list_webhook_signing_keys(
         &self,
         principal: &Principal,
@@ -427,11 +423,13 @@ impl Services {
             .await?;
         let mut keys = self.webhook_signer().public_keys();
         if let Some(after) = cursor.filter(|c| !c.is_empty()) {
-            let at = keys
-                .iter()
-                .position(|k| k.kid == after)
-                .ok_or_else(bad_cursor)?;
-            keys.drain(..=at);
+            if !WebhookSigner::is_key_id(after) {
+                return Err(bad_cursor());
+            }
+            match keys.iter().position(|k| k.kid == after) {
+                Some(at) => drop(keys.drain(..=at)),
+                None => keys.clear(),
+            }
         }
         keys.truncate(page.fetch() as usize);
         Ok(paged(page, keys, |k| k.kid.clone()))

@@ -172,8 +172,18 @@ fn decision_cursor(at: &DateTime<Utc>, id: i64) -> String {
     format!("{}.{id}", at.timestamp_micros())
 }
 
+/// A decision page's cursor, as [`decision_cursor`] writes it: the last decision's time in
+/// Unix microseconds (16 digits reach past the year 2200), a dot, and its id; or empty (the
+/// same as absent). The document states it as written.
+pub const DECISION_CURSOR_PATTERN: &str = "^([0-9]{1,16}[.][0-9]{1,18})?$";
+
 fn parse_decision_cursor(raw: &str) -> Option<(DateTime<Utc>, i64)> {
     let (micros, id) = raw.split_once('.')?;
+    let digits =
+        |s: &str, max: usize| (1..=max).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(micros, 16) || !digits(id, 18) {
+        return None;
+    }
     let at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
     Some((at, id.parse().ok()?))
 }
@@ -227,5 +237,32 @@ impl Services {
             items: page.items.into_iter().map(|(_, d)| d).collect(),
             next_cursor: page.next_cursor,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The parser takes what the cursor writer writes, and only digits around one dot.
+    #[test]
+    fn a_decision_cursor_is_what_the_pattern_says() {
+        let at = DateTime::from_timestamp_micros(1_767_225_600_123_456).expect("time");
+        let cursor = decision_cursor(&at, 42);
+        assert_eq!(parse_decision_cursor(&cursor), Some((at, 42)));
+        for refused in [
+            "+1.2",
+            "-1.2",
+            "1.+2",
+            "1.",
+            ".1",
+            "1",
+            "1.2.3",
+            " 1.2",
+            "12345678901234567.1",
+        ] {
+            assert!(parse_decision_cursor(refused).is_none(), "{refused}");
+        }
+        assert!(parse_decision_cursor("9999999999999999.999999999999999999").is_some());
     }
 }

@@ -644,7 +644,7 @@ const org = { organisationId: ids.org };
   const second = await upload(name);
   const spare = { policyName: name, version: String(second.data?.policy.version ?? 2) };
   expectStatus("setShadowPolicy", await client.PUT("/v1/policies/shadow", {
-    body: { name: spare.policyName, version: Number(spare.version) },
+    body: { policy: `${spare.policyName}@${spare.version}` },
   }), [200]);
   expectStatus("listShadowDisagreements", await client.GET("/v1/policies/shadow/disagreements"), [200]);
   expectStatus("setShadowPolicy", await client.PUT("/v1/policies/shadow", { body: {} }), [200]);

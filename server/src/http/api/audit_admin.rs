@@ -360,7 +360,8 @@ fn time_param(
     name: &str,
     raw: Option<&str>,
 ) -> Result<Option<chrono::DateTime<chrono::Utc>>, ValidationErrors> {
-    match raw.filter(|r| !str::is_empty(r)) {
+    // Empty is refused too: the document's `format: date-time` has no empty value.
+    match raw {
         None => Ok(None),
         Some(raw) => Timestamp::parse(raw)
             .map(|t| Some(t.get()))

@@ -299,21 +299,17 @@ fn recover_deliveries(ep: impl Endpoint) -> impl Endpoint {
     admitted(Operation::RecoverDeliveries, ep)
 }
 
+// A filter present is parsed, empty or not: the document's enum and format list no empty value.
 fn parse_status(raw: Option<&str>) -> Result<Option<DeliveryStatus>, ValidationErrors> {
-    raw.filter(|s| !s.is_empty())
-        .map(|s| {
-            DeliveryStatus::parse(s).map_err(|reason| FieldError::new("status", reason).into())
-        })
+    raw.map(|s| DeliveryStatus::parse(s).map_err(|reason| FieldError::new("status", reason).into()))
         .transpose()
 }
 
 fn parse_since(raw: Option<&str>) -> Result<Option<Timestamp>, ValidationErrors> {
-    raw.filter(|s| !s.is_empty())
-        .map(|s| {
-            Timestamp::parse(s)
-                .map_err(|_| FieldError::new("since", "must be an RFC 3339 time").into())
-        })
-        .transpose()
+    raw.map(|s| {
+        Timestamp::parse(s).map_err(|_| FieldError::new("since", "must be an RFC 3339 time").into())
+    })
+    .transpose()
 }
 
 pub struct DeliveriesApi;

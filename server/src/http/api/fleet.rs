@@ -25,12 +25,11 @@ use crate::domain::{FieldError, Operation, Timestamp, ValidationErrors};
 use crate::http::admission::admitted;
 use crate::http::auth::BearerAuth;
 use crate::http::error::{ApiFailure, error_responses};
-use crate::http::fields::{Text, request_body};
+use crate::http::fields::{OverlapHours, Text, request_body};
 use crate::http::idempotency::{Idempotent, Permitted, admin_permission};
 use crate::http::payload::{FromJson, JsonBody};
 use crate::service::{
-    AdminPage, MAX_SECRET_OVERLAP, Permission, RegisteredRunner, RotatedSecret, RunnerChange,
-    RunnerKeyAdded, Services,
+    AdminPage, Permission, RegisteredRunner, RotatedSecret, RunnerChange, RunnerKeyAdded, Services,
 };
 use crate::storage::{Runner, RunnerStatus};
 
@@ -40,8 +39,6 @@ const MAX_NAME: usize = 120;
 const MAX_PUBLIC_KEY: usize = 64;
 /// The longest delivery URL.
 const MAX_URL: usize = 2048;
-/// How long a replaced webhook secret keeps signing when the body does not say.
-const DEFAULT_OVERLAP_HOURS: i32 = 24;
 
 fn public_key(raw: Option<Text<MAX_PUBLIC_KEY>>) -> Result<Option<Vec<u8>>, ValidationErrors> {
     raw.map(|k| {
@@ -149,9 +146,9 @@ impl Permitted for DeliveryUrl {
 request_body! {
     /// Request body of rotating a runner's webhook secret.
     pub struct RotateRunnerWebhookSecretInput {
-        /// How long the replaced secret keeps signing beside the new one, 0 to 720 hours
-        /// (default 24), so the runner can switch in between.
-        "overlapHours" => overlap_hours: optional i32,
+        /// How long the replaced secret keeps signing beside the new one, in hours, so the
+        /// runner can switch in between.
+        "overlapHours" => overlap_hours: default OverlapHours,
     }
 }
 
@@ -162,17 +159,7 @@ impl FromJson for SecretRotation {
     type Body = RotateRunnerWebhookSecretInput;
 
     fn from_body(body: RotateRunnerWebhookSecretInput) -> Result<Self, ValidationErrors> {
-        let max = (MAX_SECRET_OVERLAP.as_secs() / 3600) as i32;
-        let hours = body.overlap_hours.unwrap_or(DEFAULT_OVERLAP_HOURS);
-        if !(0..=max).contains(&hours) {
-            return Err(FieldError::new(
-                "overlapHours",
-                format!("must be an integer from 0 to {max}"),
-            )
-            .with_value(hours)
-            .into());
-        }
-        Ok(Self(Duration::from_secs(hours as u64 * 3600)))
+        Ok(Self(body.overlap_hours.duration()))
     }
 }
 

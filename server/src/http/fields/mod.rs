@@ -10,10 +10,14 @@
 //! are the domain's (`domain/bounds.rs`).
 
 mod body;
+mod overlap;
+mod policy_reference;
 mod responses;
 
 pub(crate) use body::request_body;
 pub use body::{description, property};
+pub use overlap::OverlapHours;
+pub use policy_reference::PolicyReference;
 
 use std::borrow::Cow;
 
@@ -27,6 +31,7 @@ use crate::domain::{
     RevocationReason, Role, Scope, Span, TokenName, ValidationErrors, bounded_arg, bounded_text,
     item_count, parse_uuid,
 };
+use crate::policy::PolicyKind;
 use crate::service::{
     DeliveryStatusInput, MAX_ROTATION_GRACE_DAYS, ReviewInput, SubmitCommandInput,
 };
@@ -422,6 +427,14 @@ enum_value!(
     None,
     ReportReason::ALL.iter().map(|r| r.as_str()),
     ReportReason::parse
+);
+
+enum_value!(
+    PolicyKind,
+    "PolicyKind",
+    Some("A policy's kind: `authorizer` or `moderator`."),
+    PolicyKind::ALL.iter().map(|k| k.as_str()),
+    PolicyKind::parse
 );
 
 /// A status a runner may report (`DeliveryStatusInput::REPORTABLE`).

@@ -172,6 +172,10 @@ pub struct Anchor {
     pub hash: Vec<u8>,
 }
 
+/// An anchor as a query parameter takes it ([`Anchor`]'s `FromStr`), or empty (the same as
+/// absent). The document states it as written.
+pub const ANCHOR_PATTERN: &str = "^([0-9]{1,18}:[0-9a-fA-F]{64})?$";
+
 impl std::str::FromStr for Anchor {
     type Err = String;
 
@@ -179,13 +183,12 @@ impl std::str::FromStr for Anchor {
         let (seq, hash) = raw
             .split_once(':')
             .ok_or("an anchor is SEQUENCE:HASH (the hash in hex)")?;
-        let seq: i64 = seq
-            .parse()
-            .ok()
-            .filter(|s| *s >= 0)
-            .ok_or("an anchor's sequence is a whole number")?;
-        let hash = from_hex(hash)
-            .filter(|h| h.len() == 32)
+        let seq = crate::domain::parse_sequence(seq)
+            .ok_or("an anchor's sequence is a whole number of 1 to 18 digits")?;
+        // Digits only: `from_hex` alone would take a sign before a pair.
+        let hash = Some(hash)
+            .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(from_hex)
             .ok_or("an anchor's hash is 64 hex digits")?;
         Ok(Self { seq, hash })
     }
