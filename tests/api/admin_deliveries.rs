@@ -1,17 +1,18 @@
 //! An organisation's deliveries over the admin API: who may list, show, resend and recover them
 //! (the role table), that another organisation's pool or delivery is a 404 that changes
 //! nothing, and that a resend or a recovery is audited as `webhook_delivery.resent` in the
-//! delivery's workspace naming the user and token that acted, once per keyed request.
+//! delivery's workspace naming the user and token that acted, once per keyed request, with
+//! only the event types its operation declares.
 
 use control_plane::config::ServerConfig;
-use control_plane::domain::{RetrySchedule, Role, Scope};
+use control_plane::domain::{Operation, RetrySchedule, Role, Scope};
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::support::loopback::{Answer, Loopback, set_url, until};
 use crate::support::runner::{fixture_with, submit};
-use crate::support::{Call, Tenant, TestApp, event_actor, events_about, routes, sql_one};
+use crate::support::{Call, Tenant, TestApp, event_actor, events_about, routes, sql_all, sql_one};
 
 const ADMIN: &[Scope] = &[Scope::AdminRead, Scope::AdminWrite];
 
@@ -51,6 +52,31 @@ async fn event_workspace(app: &TestApp, event_type: &str, target: Uuid) -> Optio
     workspace
 }
 
+/// The event types one request wrote (by its correlation id), each of which its operation must
+/// declare (`x-audit-events`); returned sorted, for the caller to check what was written.
+async fn written_and_declared(
+    app: &TestApp,
+    correlation: &str,
+    operation: Operation,
+) -> Vec<String> {
+    let rows = sql_all!(
+        &mut app.db().await,
+        (String,),
+        "SELECT DISTINCT event_type FROM audit_events WHERE correlation_id = $1 ORDER BY event_type",
+        correlation
+    )
+    .unwrap();
+    let written: Vec<String> = rows.into_iter().map(|(t,)| t).collect();
+    for event_type in &written {
+        assert!(
+            operation.spec().audit.contains(&event_type.as_str()),
+            "{} writes {event_type}, which it does not declare",
+            operation.id()
+        );
+    }
+    written
+}
+
 #[tokio::test]
 async fn an_admin_resends_a_failed_delivery_once_and_the_event_names_it() {
     let (app, tenant, pool, runner) = fixture_with(one_attempt).await.parts();
@@ -81,6 +107,7 @@ async fn an_admin_resends_a_failed_delivery_once_and_the_event_names_it() {
 
     // A keyed resend runs once; its replay answers the same and writes nothing more.
     let key = format!("k-{}", Uuid::new_v4().simple());
+    let correlation = format!("resend-{}", Uuid::new_v4().simple());
     let send = || {
         app.post_json(
             &routes::resend_delivery(org, delivery),
@@ -88,6 +115,7 @@ async fn an_admin_resends_a_failed_delivery_once_and_the_event_names_it() {
             &json!({}),
         )
         .header("idempotency-key", key.clone())
+        .header("x-correlation-id", correlation.clone())
     };
     let first: Value = send().ok().await;
     let replay: Value = send().ok().await;
@@ -107,6 +135,12 @@ async fn an_admin_resends_a_failed_delivery_once_and_the_event_names_it() {
     assert_eq!(
         event_workspace(&app, "webhook_delivery.resent", delivery).await,
         Some(tenant.workspace_id)
+    );
+    // The failed delivery went again as a new command: its submission is written too, and
+    // both are declared on the operation.
+    assert_eq!(
+        written_and_declared(&app, &correlation, Operation::ResendDelivery).await,
+        ["runner_command.submitted", "webhook_delivery.resent"]
     );
 
     // Resent once: another resend is the state's conflict.
@@ -170,20 +204,28 @@ async fn another_organisation_s_deliveries_are_not_found_and_nothing_is_resent()
 
     // The organisation's own admin recovers it: one event per delivery resent, naming it.
     let admin = app.user_in_role(&tenant, Role::Admin, ADMIN).await;
+    let correlation = format!("recover-{}", Uuid::new_v4().simple());
     let recovered: Value = app
-        .post_ok(
+        .post_json(
             &routes::recover_deliveries(org, pool),
             &admin.token,
             &json!({ "since": since.to_rfc3339() }),
         )
+        .header("x-correlation-id", correlation.clone())
+        .ok()
         .await;
     assert_eq!(recovered["resent"], 1, "{recovered}");
+    assert_eq!(
+        written_and_declared(&app, &correlation, Operation::RecoverDeliveries).await,
+        ["runner_command.submitted", "webhook_delivery.resent"]
+    );
     assert_eq!(recovered["deliveries"][0]["deliveryId"], json!(delivery));
     assert_eq!(
         event_actor(&app, "webhook_delivery.resent", delivery).await,
         ("user".into(), Some(admin.user_id), Some(admin.token_id))
     );
-    // Each once: a second recovery finds nothing left to resend.
+    // Each once: a second recovery does not resend it again. (The command it became goes to
+    // the same failing runner, so its own delivery may have failed by now and be resent.)
     let again: Value = app
         .post_ok(
             &routes::recover_deliveries(org, pool),
@@ -191,7 +233,14 @@ async fn another_organisation_s_deliveries_are_not_found_and_nothing_is_resent()
             &json!({ "since": since.to_rfc3339() }),
         )
         .await;
-    assert_eq!(again["resent"], 0, "{again}");
+    let resent_again = again["deliveries"].as_array().unwrap();
+    assert!(
+        resent_again
+            .iter()
+            .all(|d| d["deliveryId"] != json!(delivery)),
+        "{again}"
+    );
+    assert_eq!(again["resent"], json!(resent_again.len()), "{again}");
     app.post_json(
         &routes::recover_deliveries(org, pool),
         &admin.token,

@@ -5,12 +5,15 @@
 //! token), and the role table (an organisation's admin, a member, a token without the scope).
 
 use control_plane::domain::{Role, Scope};
-use control_plane::policy::{defaults, fixtures};
+use control_plane::policy::{PolicyKind, defaults, fixtures};
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::support::{Call, TestApp, event_actor, routes, spawn_app_with, sql_one, tenant_app};
+use crate::support::loopback::until;
+use crate::support::{
+    Call, TestApp, admin_write, event_actor, routes, spawn_app_with, sql_one, tenant_app,
+};
 
 fn upload(app: &TestApp, token: &str, query: &str, bytes: &[u8]) -> reqwest::RequestBuilder {
     app.request(Method::POST, &format!("{}?{query}", routes::POLICIES))
@@ -186,7 +189,7 @@ async fn an_operator_installs_activates_and_rolls_back_and_each_change_names_who
     let shadow: Value = app
         .request(Method::PUT, routes::POLICY_SHADOW)
         .bearer_auth(token)
-        .json(&json!({ "name": "std", "version": 1 }))
+        .json(&json!({ "policy": "std@1" }))
         .ok()
         .await;
     assert_eq!(shadow["shadow"]["reference"], "std@1");
@@ -198,6 +201,18 @@ async fn an_operator_installs_activates_and_rolls_back_and_each_change_names_who
         .ok()
         .await;
     assert_eq!(stopped["shadow"], Value::Null);
+    // A version that does not exist is a 404, as an unknown id is everywhere; a reference that
+    // is not NAME@VERSION is the body's 400.
+    app.request(Method::PUT, routes::POLICY_SHADOW)
+        .bearer_auth(token)
+        .json(&json!({ "policy": "std@99" }))
+        .expect(404, "not_found")
+        .await;
+    app.request(Method::PUT, routes::POLICY_SHADOW)
+        .bearer_auth(token)
+        .json(&json!({ "policy": "std" }))
+        .expect(400, "validation_failed")
+        .await;
 
     let rolled: Value = app
         .post_ok(
@@ -216,7 +231,8 @@ async fn an_operator_installs_activates_and_rolls_back_and_each_change_names_who
     .expect(409, "conflict")
     .await;
 
-    // Over its budget: stored only when forced, and activated only when forced again.
+    // Over its budget: stored only when forced, and activated only when forced again (at the
+    // end: once in force it decides every request, and fails each).
     let spin: Value = upload(
         &app,
         token,
@@ -229,21 +245,6 @@ async fn an_operator_installs_activates_and_rolls_back_and_each_change_names_who
     app.post_json(&routes::activate_policy("spin", 1), token, &json!({}))
         .expect(409, "over_budget")
         .await;
-    let forced: Value = app
-        .post_ok(
-            &routes::activate_policy("spin", 1),
-            token,
-            &json!({ "force": true }),
-        )
-        .await;
-    assert_eq!(forced["forced"], true);
-    assert!(forced["overBudget"].as_str().unwrap().contains("p99"));
-    app.post_ok::<Value>(
-        routes::POLICY_ROLLBACK,
-        token,
-        &json!({ "kind": "authorizer" }),
-    )
-    .await;
 
     // A version never activated goes.
     let spare: Value = upload(
@@ -284,6 +285,50 @@ async fn an_operator_installs_activates_and_rolls_back_and_each_change_names_who
             .unwrap()
             .starts_with("whpk_")
     );
+    // A cursor naming a key this server does not hold ends the list; a malformed one is a 400.
+    let past: Value = app
+        .get_ok(
+            &format!("{}?cursor=AAAAAAAAAAA", routes::WEBHOOK_SIGNING_KEYS),
+            token,
+        )
+        .await;
+    assert_eq!(past["items"], json!([]), "{past}");
+    assert_eq!(past["nextCursor"], Value::Null);
+    app.get(
+        &format!("{}?cursor=nope", routes::WEBHOOK_SIGNING_KEYS),
+        token,
+    )
+    .expect(400, "validation_failed")
+    .await;
+
+    // Forced, the spinner is activated over its budget, and from the moment this process loads
+    // it (the policy watcher, within moments) every decision fails closed, the operator's own
+    // included: no request may follow it here, not even the rollback (which raced the reload,
+    // and lost it under load with a 403 `policy_error`). The way back is cpctl's, on the store.
+    let forced: Value = app
+        .post_ok(
+            &routes::activate_policy("spin", 1),
+            token,
+            &json!({ "force": true }),
+        )
+        .await;
+    assert_eq!(forced["forced"], true);
+    assert!(forced["overBudget"].as_str().unwrap().contains("p99"));
+    assert_event(&app, "policy.activated", id_of(&spin["policy"]), org, who).await;
+    until(
+        "the forced spinner fails the operator's requests",
+        async || app.get(routes::POLICIES, token).status_code().await == 403,
+    )
+    .await;
+    let restored = app
+        .services
+        .rollback_policy(PolicyKind::Authorizer, &admin_write(), org)
+        .await
+        .unwrap();
+    assert_eq!(restored.map(|p| p.name), None, "the built-in default again");
+    app.services.reload_policies().await.unwrap();
+    let listed: Value = app.get_ok(routes::POLICIES, token).await;
+    assert_eq!(listed["active"]["authorizer"], Value::Null, "{listed}");
 }
 
 #[tokio::test]
@@ -312,6 +357,59 @@ async fn an_upload_has_a_body_limit_of_its_own() {
     )
     .expect(413, "payload_too_large")
     .await;
+}
+
+/// An upload is admitted before its body is read: the caller's 403 arrives while the client
+/// has sent only the head and the first KiB of a body it announced at 8 MiB (within the
+/// route's limit). A server that read first would wait for the rest, and the read time out.
+#[tokio::test]
+async fn a_non_operators_upload_is_refused_before_its_body_is_read() {
+    let (app, tenant) = tenant_app().await;
+    let admin = app
+        .user_in_role(&tenant, Role::Admin, &[Scope::AdminRead, Scope::AdminWrite])
+        .await;
+    upload(
+        &app,
+        &admin.token,
+        "kind=authorizer&name=x",
+        &vec![0u8; 1 << 20],
+    )
+    .expect(403, "forbidden")
+    .await;
+
+    let address = app.address.trim_start_matches("http://").to_owned();
+    let token = admin.token.clone();
+    let head = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&address).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        write!(
+            stream,
+            "POST {}?kind=authorizer&name=x HTTP/1.1\r\nhost: {address}\r\n\
+             authorization: Bearer {token}\r\ncontent-type: application/wasm\r\n\
+             content-length: {}\r\n\r\n",
+            routes::POLICIES,
+            8 << 20
+        )
+        .unwrap();
+        stream.write_all(&[0u8; 1024]).unwrap();
+        let (mut answer, mut buffer) = (Vec::new(), [0u8; 4096]);
+        while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            let read = stream
+                .read(&mut buffer)
+                .expect("the answer, before the rest of the body");
+            assert!(read > 0, "closed without an answer");
+            answer.extend_from_slice(&buffer[..read]);
+        }
+        String::from_utf8_lossy(&answer).into_owned()
+    })
+    .await
+    .unwrap();
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    let listed: Value = app.get_ok(routes::POLICIES, &tenant.token).await;
+    assert_eq!(listed["items"], json!([]), "nothing was stored");
 }
 
 /// Each policy operation, with a body that would be accepted.

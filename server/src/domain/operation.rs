@@ -469,7 +469,8 @@ operations! {
         auth: Auth::Bearer(Scope::AdminWrite),
         rate: Write,
         idempotent: true,
-        audit: ["webhook_delivery.resent"],
+        // A failed delivery is resent as a new command, submitted like any other.
+        audit: ["webhook_delivery.resent", "runner_command.submitted"],
     }
     RecoverDeliveries {
         id: "recoverDeliveries",
@@ -477,7 +478,8 @@ operations! {
         auth: Auth::Bearer(Scope::AdminWrite),
         rate: Write,
         idempotent: true,
-        audit: ["webhook_delivery.resent"],
+        // A failed delivery is resent as a new command, submitted like any other.
+        audit: ["webhook_delivery.resent", "runner_command.submitted"],
     }
     // Part 2: workflows and their approvals, plugins and their reviews.
     CreateWorkflow {
@@ -723,6 +725,32 @@ impl Operation {
                 .any(|prefix| self.spec().route.starts_with(prefix))
     }
 
+    /// An operator's alone, whatever the active authorizer says: the default policy's
+    /// `Operate` rows (the organisations, the instance's policies, keys and purge, and the two
+    /// settings that constrain an organisation's own admins). `Services::authorize` refuses
+    /// them to anyone else before the policy is asked, so a custom policy may narrow the role
+    /// table but never widen it (docs/decisions.md, "The admin plane, part 2").
+    pub const fn operators_only(self) -> bool {
+        matches!(
+            self,
+            Operation::CreateOrganisation
+                | Operation::ListOrganisations
+                | Operation::SetSelfApproval
+                | Operation::SetAuditRetention
+                | Operation::PurgeAuditLog
+                | Operation::InstallPolicy
+                | Operation::ListPolicies
+                | Operation::GetPolicy
+                | Operation::ActivatePolicy
+                | Operation::RemovePolicy
+                | Operation::RollBackPolicy
+                | Operation::SetShadowPolicy
+                | Operation::ListShadowDisagreements
+                | Operation::ListPolicyDecisions
+                | Operation::ListWebhookSigningKeys
+        )
+    }
+
     /// The operations the authorizer is asked about: those a bearer token performs.
     pub fn bearer() -> impl Iterator<Item = Operation> {
         Operation::ALL
@@ -844,6 +872,20 @@ mod tests {
             assert!(route.starts_with("/v1/organisations"), "{}", op.id());
             if route != "/v1/organisations" {
                 assert_eq!(op.variables().next(), Some("organisationId"), "{}", op.id());
+            }
+        }
+    }
+
+    /// Every operation of the instance is an operator's alone (the default policy's role table
+    /// is held to the whole list in `policy/tests.rs`), and only admin operations are.
+    #[test]
+    fn operator_only_operations_include_the_instance_and_only_admin_operations() {
+        for op in Operation::ALL {
+            if op.instance_wide() {
+                assert!(op.operators_only(), "{}", op.id());
+            }
+            if op.operators_only() {
+                assert!(op.administers(), "{}", op.id());
             }
         }
     }

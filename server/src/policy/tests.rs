@@ -173,11 +173,20 @@ fn the_default_authorizer_holds_the_role_table_of_the_admin_plane() {
         let scope = op.required_scope().expect("an admin scope").as_str();
         let allow = Ok(a::AuthzDecision::Allow);
         let ask = |role, scopes: &[&str], org: &str| decide(&admin_request(op, role, scopes, org));
-        // Two settings of an organisation constrain its own admins (the four-eyes rule, the
-        // audit retention): the operator's, as the instance's operations are.
-        let operators = [Operation::SetSelfApproval, Operation::SetAuditRetention];
-        if !op.variables().any(|v| v == "organisationId") || operators.contains(&op) {
-            // Of the instance, not of an organisation: the operator's alone.
+        // The table's operator rows are exactly `Operation::operators_only`, which the service
+        // enforces under any policy: the instance's operations, the organisations, and two
+        // settings that constrain an organisation's own admins (the four-eyes rule, the audit
+        // retention). Each other admin operation is allowed to its organisation's admin.
+        let refused_to_admins = matches!(
+            ask(a::Role::Admin, &[scope], ORG),
+            Ok(a::AuthzDecision::Deny(d)) if d.status == a::DenyStatus::Forbidden
+        );
+        assert_eq!(
+            refused_to_admins,
+            op.operators_only(),
+            "{op:?}: the role table and Operation::operators_only disagree"
+        );
+        if op.operators_only() {
             assert_eq!(ask(a::Role::Operator, &[scope], ORG), allow, "{op:?}");
             for role in [a::Role::Admin, a::Role::Member] {
                 let refused = ask(role, &[scope], ORG);

@@ -2,7 +2,9 @@
 //! operator): a pool's deliveries, one with every attempt, and resending them (`cpctl
 //! deliveries …`). The authorizer decides first; a pool or delivery of another organisation is
 //! the same 404 as one that does not exist. Every resend is audited as
-//! `webhook_delivery.resent` in the delivery's workspace, naming the user and token that acted.
+//! `webhook_delivery.resent` in the delivery's workspace, naming the user and token that acted;
+//! a failed delivery's resend also writes its new command's `runner_command.submitted` (both
+//! declared on `resendDelivery` and `recoverDeliveries` in `domain/operation.rs`).
 //!
 //! A resend never moves a finished command back: `failed` is final in the v1 contract. A
 //! `pending` delivery of an open command gets a new attempt now; a `failed` one is resent as a

@@ -10,6 +10,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::directory::{AdminPage, Paged};
+use super::runners::redacted_key;
 use super::{Operation, RegisteredRunner, RotatedSecret, ServiceError, Services};
 use crate::domain::{Principal, parse_uuid};
 use crate::storage::{RemovedRunner, Runner, RunnerPool, RunnerStatus, Workspace, WriteContext};
@@ -22,11 +23,22 @@ pub struct RunnerChange {
 }
 
 /// A key added to a runner; the private key only when the server generated the pair.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RunnerKeyAdded {
     pub runner_id: Uuid,
     pub key_id: Uuid,
     pub private_key: Option<[u8; 32]>,
+}
+
+/// Written by hand, as [`RegisteredRunner`]'s: the private key never reaches a log.
+impl std::fmt::Debug for RunnerKeyAdded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunnerKeyAdded")
+            .field("runner_id", &self.runner_id)
+            .field("key_id", &self.key_id)
+            .field("private_key", &redacted_key(&self.private_key))
+            .finish()
+    }
 }
 
 impl Services {
@@ -308,5 +320,34 @@ impl Services {
         let key = parse_uuid(key)
             .ok_or_else(|| ServiceError::not_found("the runner has no live key of that id"))?;
         self.revoke_runner_key(runner.id, key, write).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_added_key_debugs_without_its_private_key() {
+        let private_key = [0xa7_u8; 32];
+        let added = RunnerKeyAdded {
+            runner_id: Uuid::new_v4(),
+            key_id: Uuid::new_v4(),
+            private_key: Some(private_key),
+        };
+        for shown in [format!("{added:?}"), format!("{added:#?}")] {
+            assert!(shown.contains(&added.key_id.to_string()), "{shown}");
+            assert!(shown.contains("redacted"), "{shown}");
+            // The bytes as a derived `Debug` prints them, on one line or one per line.
+            assert!(
+                !shown.contains("167, 167") && !shown.contains("167,\n"),
+                "the key's bytes: {shown}"
+            );
+        }
+        let without = RunnerKeyAdded {
+            private_key: None,
+            ..added
+        };
+        assert!(format!("{without:?}").contains("private_key: None"));
     }
 }

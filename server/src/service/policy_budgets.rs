@@ -116,18 +116,49 @@ fn bad_cases(reason: String) -> ServiceError {
     ServiceError::Validation(crate::domain::FieldError::new("cases", reason).into())
 }
 
+/// A policy's name: 1 to 100 of `[A-Za-z0-9._-]` ([`is_policy_name`]). The document states it
+/// as written.
+pub const POLICY_NAME_PATTERN: &str = "^[A-Za-z0-9._-]{1,100}$";
+
+pub fn is_policy_name(name: &str) -> bool {
+    (1..=100).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// A caller the authorizer allowed to upload a policy, before its body is read: an upload
+/// reads up to `--policy-upload-max-mib` (64 MiB) into memory, which nobody but an operator
+/// may make the server do. Only [`Services::admit_policy_upload`] makes one, and
+/// [`Services::admin_install_policy`] takes one, so no install skips the question.
+#[derive(Debug, Clone)]
+pub struct PolicyUploadAdmission {
+    principal: Principal,
+}
+
 impl Services {
-    /// An operator's install: the authorizer, then [`Self::install_measured_policy`] with the
-    /// event in the operator's organisation's log.
-    pub async fn admin_install_policy(
+    /// Asks whether `principal` may install a policy, before the upload is read: the first step
+    /// of an install (`installPolicy` is operator-only, so anyone else is refused here).
+    pub async fn admit_policy_upload(
         &self,
         principal: &Principal,
+    ) -> Result<PolicyUploadAdmission, ServiceError> {
+        self.authorize(principal, Operation::InstallPolicy, None, vec![])
+            .await?;
+        Ok(PolicyUploadAdmission {
+            principal: principal.clone(),
+        })
+    }
+
+    /// An operator's install, once admitted: [`Self::install_measured_policy`] with the event
+    /// in the operator's organisation's log.
+    pub async fn admin_install_policy(
+        &self,
+        admitted: &PolicyUploadAdmission,
         upload: PolicyUpload,
         write: &WriteContext,
     ) -> Result<InstalledPolicy, ServiceError> {
-        self.authorize(principal, Operation::InstallPolicy, None, vec![])
-            .await?;
-        self.install_measured_policy(upload, write, principal.organisation_id)
+        self.install_measured_policy(upload, write, admitted.principal.organisation_id)
             .await
     }
 
@@ -173,12 +204,7 @@ impl Services {
             cases,
             force,
         } = upload;
-        if name.is_empty()
-            || name.len() > 100
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
+        if !is_policy_name(&name) {
             return Err(ServiceError::Validation(
                 crate::domain::FieldError::new("name", "must be 1 to 100 of [A-Za-z0-9._-]").into(),
             ));
@@ -338,5 +364,22 @@ impl Services {
             .policy_budget(record.id)
             .await?
             .and_then(|b| MemoryBudget::from_mib(b.memory_budget_mib.max(0) as u64).ok()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_name_is_1_to_100_of_the_pattern_s_characters() {
+        let longest = "a".repeat(100);
+        for name in ["authz", "a.b_c-D9", longest.as_str()] {
+            assert!(is_policy_name(name), "{name}");
+        }
+        let too_long = "a".repeat(101);
+        for name in ["", "a b", "é", "a/b", too_long.as_str()] {
+            assert!(!is_policy_name(name), "{name}");
+        }
     }
 }

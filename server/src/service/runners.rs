@@ -30,7 +30,7 @@ impl DeletePoolInput {
 }
 
 /// A registered runner, with its first key.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RegisteredRunner {
     pub runner: Runner,
     pub key_id: Uuid,
@@ -38,6 +38,24 @@ pub struct RegisteredRunner {
     pub private_key: Option<[u8; 32]>,
     /// The runner's own webhook secret (`whsec_…`): shown once, stored sealed.
     pub webhook_secret: RunnerSecret,
+}
+
+/// Written by hand: a derived one would print the private key's bytes into any log or panic
+/// message that shows the value.
+impl std::fmt::Debug for RegisteredRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredRunner")
+            .field("runner", &self.runner)
+            .field("key_id", &self.key_id)
+            .field("private_key", &redacted_key(&self.private_key))
+            .field("webhook_secret", &"redacted")
+            .finish()
+    }
+}
+
+/// What a `Debug` shows of a private key the server generated: whether there is one.
+pub(super) fn redacted_key(key: &Option<[u8; 32]>) -> Option<&'static str> {
+    key.map(|_| "redacted")
 }
 
 /// An event of a bearer caller's write in one of its workspaces.
@@ -351,5 +369,39 @@ impl Services {
                 details: Some(json!({ "openCommands": open })),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_registration_debugs_without_its_private_key_or_webhook_secret() {
+        let private_key = [0xa7_u8; 32];
+        let secret = RunnerSecret::generate();
+        let registered = RegisteredRunner {
+            runner: Runner {
+                id: Uuid::new_v4(),
+                pool_id: Uuid::new_v4(),
+                name: "build-1".into(),
+                created_at: Utc::now(),
+                delivery_url: None,
+            },
+            key_id: Uuid::new_v4(),
+            private_key: Some(private_key),
+            webhook_secret: secret.clone(),
+        };
+        let shown = format!("{registered:?}");
+        assert!(shown.contains("build-1"), "{shown}");
+        assert!(shown.contains("redacted"), "{shown}");
+        assert!(!shown.contains("167, 167"), "the key's bytes: {shown}");
+        assert!(!shown.contains(&format!("{private_key:?}")), "{shown}");
+        assert!(!shown.contains(&secret.whsec()), "{shown}");
+        let pretty = format!("{registered:#?}");
+        assert!(
+            !pretty.contains("167,\n") && !pretty.contains("whsec_"),
+            "{pretty}"
+        );
     }
 }

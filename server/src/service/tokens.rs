@@ -6,8 +6,8 @@ use uuid::Uuid;
 
 use super::{AuthzRequest, Decision, DenyStatus, Operation, Permission, ServiceError, Services};
 use crate::domain::{
-    CorrelationId, ExpiresInDays, FieldError, NewAuditEvent, Principal, RevocationReason, Scopes,
-    Timestamp, TokenName, TokenSecret, ValidationErrors, parse_uuid,
+    CorrelationId, ExpiresInDays, FieldError, NewAuditEvent, Principal, RevocationReason, Role,
+    Scopes, Timestamp, TokenName, TokenSecret, ValidationErrors, parse_uuid,
 };
 use crate::storage::{
     InsertTokenError, NewToken, RevokeGrant, RevokeOutcome, StoredCredential, TargetLookup,
@@ -17,6 +17,10 @@ use crate::storage::{
 /// The audit event a per-workspace revocation writes in that workspace; its target is the
 /// token. An open audit stream of the token ends at it (`service/audit.rs`).
 pub(super) const GRANT_REVOKED: &str = "token.workspace_access_revoked";
+
+/// The refusal of an operator-only operation to anyone else: the default policy's words, so
+/// the answer is the same whichever refuses first.
+const OPERATORS_ONLY: &str = "only an operator may do this";
 
 /// A parsed issuance request: every field already satisfies the contract's constraints.
 #[derive(Debug, Clone)]
@@ -194,6 +198,10 @@ impl Services {
 
     /// Asks the active authorizer; a denial becomes a 403 or 404 with its reason, a policy that
     /// could not decide a 403 `policy_error`, a policy engine with no slot free a 503.
+    ///
+    /// An operator-only operation ([`Operation::operators_only`]) is refused to anyone but an
+    /// operator first, with the default policy's own 403: a custom policy that allows it to an
+    /// organisation's admin must not hand that admin the instance.
     pub async fn authorize(
         &self,
         principal: &Principal,
@@ -201,6 +209,9 @@ impl Services {
         workspace: Option<&str>,
         resources: Vec<(&'static str, String)>,
     ) -> Result<(), ServiceError> {
+        if operation.operators_only() && principal.role != Role::Operator {
+            return Err(ServiceError::forbidden(OPERATORS_ONLY));
+        }
         let request = AuthzRequest {
             principal,
             operation,

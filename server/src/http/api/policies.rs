@@ -27,12 +27,13 @@ use crate::http::admission::admitted;
 use crate::http::auth::{AuthOutcome, BearerAuth, token_subject};
 use crate::http::context::BodyLimit;
 use crate::http::error::{ApiFailure, error_responses};
-use crate::http::fields::{Text, request_body};
+use crate::http::fields::{PolicyReference, request_body};
 use crate::http::idempotency::{Idempotent, IdempotentInput, Permitted, admin_permission};
 use crate::http::payload::{FromJson, JsonBody};
 use crate::policy::{BudgetReport, DecisionOutcome, MemoryBudget, PolicyKind};
 use crate::service::{
-    ActivatedPolicy, AdminPage, DecisionListing, Permission, PolicyUpload, Services,
+    ActivatedPolicy, AdminPage, DecisionListing, Permission, PolicyUpload, PolicyUploadAdmission,
+    Services,
 };
 use crate::storage::{DisagreementRecord, PolicyDecisionRecord, PolicyRecord};
 
@@ -229,8 +230,8 @@ impl Permitted for Removal {
 request_body! {
     /// Request body of a rollback.
     pub struct RollBackPolicyInput {
-        /// `authorizer` or `moderator`.
-        "kind" => kind: required Text<20>,
+        /// The kind to roll back.
+        "kind" => kind: required PolicyKind,
     }
 }
 
@@ -241,7 +242,7 @@ impl FromJson for Rollback {
     type Body = RollBackPolicyInput;
 
     fn from_body(body: RollBackPolicyInput) -> Result<Self, ValidationErrors> {
-        Ok(Self(kind_of("kind", &body.kind.0)?))
+        Ok(Self(body.kind))
     }
 }
 
@@ -252,28 +253,22 @@ impl Permitted for Rollback {
 }
 
 request_body! {
-    /// Request body of setting the shadow authorizer: a version, or neither property to stop.
+    /// Request body of setting the shadow authorizer: the version to shadow, or no `policy` to
+    /// stop.
     pub struct SetShadowPolicyInput {
-        /// The authorizer's name; with `version`.
-        "name" => name: optional Text<100>,
-        /// Its version; with `name`.
-        "version" => version: optional i32,
+        /// The authorizer version, `NAME@VERSION`.
+        "policy" => policy: optional PolicyReference,
     }
 }
 
 #[derive(Debug)]
-pub struct Shadow(Option<(String, String)>);
+pub struct Shadow(Option<PolicyReference>);
 
 impl FromJson for Shadow {
     type Body = SetShadowPolicyInput;
 
     fn from_body(body: SetShadowPolicyInput) -> Result<Self, ValidationErrors> {
-        match (body.name, body.version) {
-            (Some(name), Some(version)) => Ok(Self(Some((name.0, version.to_string())))),
-            (None, None) => Ok(Self(None)),
-            (Some(_), None) => Err(FieldError::new("version", "is required with name").into()),
-            (None, Some(_)) => Err(FieldError::new("name", "is required with version").into()),
-        }
+        Ok(Self(body.policy))
     }
 }
 
@@ -606,8 +601,38 @@ error_responses!(InstallPolicyErrors: 400, 401, 403, 409, 413, 422, 429, 500, 50
 error_responses!(ReadPoliciesErrors: 400, 401, 403, 404, 429, 500, 503);
 error_responses!(ChangePolicyErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503);
 
+/// Admission, then the upload's own: whether the caller may install at all is asked before
+/// its body (up to `--policy-upload-max-mib`) is read.
 fn install_policy(ep: impl Endpoint) -> impl Endpoint {
-    admitted(Operation::InstallPolicy, ep)
+    admitted(Operation::InstallPolicy, AdmitUpload(ep))
+}
+
+/// Asks the service whether the caller admission authenticated may install
+/// ([`Services::admit_policy_upload`]) and hands its admission to the handler. A caller with no
+/// valid token goes on to `BearerAuth`'s 401, which the handler's extractors also give before
+/// the body is read.
+struct AdmitUpload<E>(E);
+
+impl<E: Endpoint> Endpoint for AdmitUpload<E> {
+    type Output = poem::Response;
+
+    async fn call(&self, mut req: Request) -> poem::Result<poem::Response> {
+        if let Some(principal) = authenticated(&req).cloned() {
+            let services = req
+                .data::<Arc<Services>>()
+                .cloned()
+                .ok_or_else(ApiFailure::internal)?;
+            let admission = services
+                .admit_policy_upload(&principal)
+                .await
+                .map_err(ApiFailure::from)?;
+            req.set_data(admission);
+        }
+        self.0
+            .call(req)
+            .await
+            .map(poem::IntoResponse::into_response)
+    }
 }
 
 fn list_policies(ep: impl Endpoint) -> impl Endpoint {
@@ -685,7 +710,7 @@ impl PoliciesApi {
     #[allow(clippy::too_many_arguments, reason = "the install's parameters")]
     async fn install(
         &self,
-        auth: BearerAuth,
+        _auth: BearerAuth,
         services: Data<&Arc<Services>>,
         /// `authorizer` or `moderator`.
         kind: Query<String>,
@@ -699,6 +724,7 @@ impl PoliciesApi {
         /// The cases to measure with: a cases file, base64url.
         #[oai(name = "Policy-Cases")]
         cases: Header<Option<String>>,
+        admitted: Data<&PolicyUploadAdmission>,
         body: Idempotent<Component>,
     ) -> Result<InstallPolicyResponse, InstallPolicyErrors> {
         let kind = kind_of("kind", &kind.0).map_err(|e| ApiFailure::validation(&e.into()))?;
@@ -718,7 +744,7 @@ impl PoliciesApi {
             force: force.0.unwrap_or(false),
         };
         let installed = services
-            .admin_install_policy(&auth.0, upload, &body.write)
+            .admin_install_policy(&admitted, upload, &body.write)
             .await?;
         Ok(InstallPolicyResponse::Ok(Json(InstalledPolicyEnvelope {
             policy: installed.policy.into(),
@@ -869,7 +895,8 @@ impl PoliciesApi {
     ///
     /// Requires `admin:write` and an operator. The authorizer version named is evaluated
     /// beside the active one on live traffic, every disagreement recorded, no decision
-    /// changed; a body naming no version stops it. Audited as `policy.shadow_set`.
+    /// changed; a body without `policy` stops it. A version that does not exist is a 404.
+    /// Audited as `policy.shadow_set`.
     #[oai(
         path = "/policies/shadow",
         method = "put",
@@ -882,8 +909,8 @@ impl PoliciesApi {
         services: Data<&Arc<Services>>,
         body: Idempotent<JsonBody<Shadow>>,
     ) -> Result<SetShadowPolicyResponse, ChangePolicyErrors> {
-        let Shadow(version) = &body.input.value;
-        let version = version.as_ref().map(|(n, v)| (n.as_str(), v.as_str()));
+        let Shadow(reference) = &body.input.value;
+        let version = reference.as_ref().map(|r| (r.name(), r.version()));
         let shadow = services
             .admin_set_shadow_policy(&auth.0, version, &body.write)
             .await?;
