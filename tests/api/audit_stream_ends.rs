@@ -8,7 +8,9 @@ use control_plane::domain::{CorrelationId, Scope, Span};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::support::sse::{PacedEnding, Sse, WAIT, fill_log, head, reader, stream_path, submit};
+use crate::support::sse::{
+    PacedEnding, Sse, WAIT, fill_log, head, paced_relay, reader, stream_path, submit,
+};
 use crate::support::{
     Call, ServerProcess, Tenant, TestApp, assert_api_error, create_pool, needs, routes,
     spawn_app_with, sql_exec, tenant_app,
@@ -361,10 +363,9 @@ async fn a_process_past_its_stream_cap_answers_503_until_one_of_its_streams_clos
     .await;
 }
 
-/// Events in the log ahead of a slow reader: with their padding about 12 MB, several times
-/// what the server's send buffer and the client's receive buffer hold on loopback (Linux sizes
-/// a loopback sender's buffer at about 2.6 MB), so the server is still replaying when the
-/// reader's access ends.
+/// Events in the log ahead of a slow reader: with their padding about 12 MB, about three times
+/// what the server's send buffer and the reader's relay ([`paced_relay`]) hold on loopback, so
+/// the server is still replaying when the reader's access ends.
 const FILLER: usize = 6000;
 /// How fast the slow reader drains its socket: the whole log would take it 6 s.
 const SLOW: usize = 2 * 1024 * 1024;
@@ -379,7 +380,8 @@ async fn slow_reader() -> (TestApp, Tenant, Tenant, Uuid, (String, Uuid), Sse) {
     let pool = create_pool(&app, ws, "slow").await;
     fill_log(&app, &tenant, ws, FILLER).await;
     let (token, token_id) = reader(&app, &member, &[ws]).await;
-    let mut stream = Sse::open(&app, &token, ws, "?after=0", None).await;
+    let relay = paced_relay(&app.address, SLOW).await;
+    let mut stream = Sse::open_at(&app.client, &relay, &token, ws, "?after=0", None).await;
     stream.expect_preamble().await;
     assert_eq!(stream.next_event().await.id, 1, "the replay has begun");
     (app, tenant, member, pool, (token, token_id), stream)

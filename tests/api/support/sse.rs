@@ -367,3 +367,56 @@ impl Sse {
         }
     }
 }
+
+/// A relay to the server at `base` (`http://host:port`) that passes the server's bytes on at
+/// no more than `bytes_per_sec`, reading them through a socket with a fixed 64 KiB receive
+/// buffer; answers the relay's base. A slow reader behind it keeps the server mid-replay: read
+/// directly, Linux would auto-tune the reader's loopback receive buffer up to
+/// `net.ipv4.tcp_rmem`'s maximum (32 MiB on CI's machines), which holds a whole 12 MB replay
+/// before the server's first recheck. A fixed `SO_RCVBUF` turns that tuning off, so at most the
+/// server's send buffer (`tcp_wmem`'s maximum, 4 MiB) and 64 KiB are in flight.
+pub(crate) async fn paced_relay(base: &str, bytes_per_sec: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream: std::net::SocketAddr = base
+        .trim_start_matches("http://")
+        .parse()
+        .expect("a loopback address");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((down, _)) = listener.accept().await {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.set_recv_buffer_size(64 * 1024).unwrap();
+            let Ok(up) = socket.connect(upstream).await else {
+                continue;
+            };
+            let (mut down_read, mut down_write) = down.into_split();
+            let (mut up_read, mut up_write) = up.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut down_read, &mut up_write).await;
+            });
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let (mut sent, mut chunk) = (0usize, vec![0u8; 16 * 1024]);
+                loop {
+                    // Pacing the relay, not waiting for an absence.
+                    let due = Duration::from_secs_f64(sent as f64 / bytes_per_sec as f64);
+                    if let Some(ahead) = due.checked_sub(started.elapsed()) {
+                        tokio::time::sleep(ahead).await;
+                    }
+                    match up_read.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if down_write.write_all(&chunk[..n]).await.is_err() {
+                                break;
+                            }
+                            sent += n;
+                        }
+                    }
+                }
+                let _ = down_write.shutdown().await;
+            });
+        }
+    });
+    relay
+}
