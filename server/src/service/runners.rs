@@ -41,14 +41,14 @@ pub struct RegisteredRunner {
 }
 
 /// Written by hand: a derived one would print the private key's bytes into any log or panic
-/// message that shows the value.
+/// message that shows the value (the webhook secret's own `Debug` is redacted).
 impl std::fmt::Debug for RegisteredRunner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RegisteredRunner")
             .field("runner", &self.runner)
             .field("key_id", &self.key_id)
             .field("private_key", &redacted_key(&self.private_key))
-            .field("webhook_secret", &"redacted")
+            .field("webhook_secret", &self.webhook_secret)
             .finish()
     }
 }
