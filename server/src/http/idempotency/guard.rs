@@ -131,6 +131,19 @@ impl IdempotencyGuard {
         }
     }
 
+    /// The same guard with another lease (the policy install's).
+    pub fn with_lease(&self, lease: Duration) -> Self {
+        Self {
+            store: self.store.clone(),
+            outcomes: self.outcomes.clone(),
+            cipher: self.cipher.clone(),
+            prefix: self.prefix.clone(),
+            lease,
+            ttl: self.ttl,
+            quota: self.quota,
+        }
+    }
+
     /// Refuses a claimed key whose owner's quota is spent, freeing the key again.
     pub(super) async fn check_quota(&self, held: &Held) -> Result<(), poem::Error> {
         let (Some(quota), Some(quota_key)) = (self.quota, &held.quota_key) else {

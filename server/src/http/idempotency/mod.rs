@@ -32,7 +32,8 @@
 //! A mutating request without a key is stopped at the same deadline, with `retry-after: 1`:
 //! its transaction rolls back unless it was committing, so without a key a retry is safe only
 //! for a change the caller can look up. Either way the caller gets an answer, not a hang on a
-//! connection that stopped answering mid-statement.
+//! connection that stopped answering mid-statement. A policy install, which compiles and
+//! measures a component before its one write, has a lease ten times as long.
 //!
 //! The parts: `guard` claims, stores and replays records (with the quota and the committed
 //! outcome); `input` is the extractor; `record` is what a record holds and where it lives.
@@ -70,11 +71,34 @@ pub struct IdempotencyHeader(pub Option<IdempotencyKey>);
 pub struct Idempotency<E> {
     inner: E,
     guard: Arc<IdempotencyGuard>,
+    /// The policy install's: compiling and measuring a large component is minutes of work
+    /// before its one write, so its lease (and deadline) is [`INSTALL_LEASE_FACTOR`] longer.
+    install: Arc<IdempotencyGuard>,
 }
+
+/// A Python authorizer (a 40 MB component) took over 20 s to compile and measure on CI's
+/// machine, past the 30 s lease's 20 s deadline; ten times the lease leaves room for a slower
+/// one, and the install's key still answers 409 until its lease ends, never a second run.
+pub const INSTALL_LEASE_FACTOR: u32 = 10;
 
 impl<E> Idempotency<E> {
     pub fn new(inner: E, guard: Arc<IdempotencyGuard>) -> Self {
-        Self { inner, guard }
+        let install = Arc::new(guard.with_lease(guard.lease() * INSTALL_LEASE_FACTOR));
+        Self {
+            inner,
+            guard,
+            install,
+        }
+    }
+
+    /// The guard of a request: the install's, or every other route's.
+    fn guard_of(&self, req: &Request) -> &Arc<IdempotencyGuard> {
+        let install = crate::domain::Operation::InstallPolicy.spec();
+        if req.method().as_str() == install.method && req.uri().path() == install.route {
+            &self.install
+        } else {
+            &self.guard
+        }
     }
 }
 
@@ -88,7 +112,7 @@ impl<E: Endpoint> Idempotency<E> {
     /// keep, so the caller is told to retry in a second; a commit in flight at that instant may
     /// still land, which only a key makes safe to retry (docs/decisions.md).
     async fn unkeyed(&self, req: Request) -> poem::Result<Response> {
-        let deadline = self.guard.handler_deadline();
+        let deadline = self.guard_of(&req).handler_deadline();
         match tokio::time::timeout(deadline, self.inner.call(req)).await {
             Ok(outcome) => outcome.map(IntoResponse::into_response),
             Err(_) => {
@@ -116,14 +140,15 @@ impl<E: Endpoint> Endpoint for Idempotency<E> {
             }
             return self.unkeyed(req).await;
         };
+        let guard = self.guard_of(&req).clone();
         let ticket = Arc::new(Ticket {
-            guard: self.guard.clone(),
+            guard: guard.clone(),
             key,
             stage: Mutex::new(Stage::Open),
             slot: Arc::default(),
         });
         req.set_data(ticket.clone());
-        let deadline = self.guard.handler_deadline();
+        let deadline = guard.handler_deadline();
         let handled = tokio::time::timeout(deadline, self.inner.call(req)).await;
         let Ok(outcome) = handled else {
             // A change it held is rolled back (dropped).
@@ -137,7 +162,7 @@ impl<E: Endpoint> Endpoint for Idempotency<E> {
                 "a keyed request ran past its deadline and was stopped"
             );
             let wait = if held {
-                self.guard.lease().saturating_sub(deadline)
+                guard.lease().saturating_sub(deadline)
             } else {
                 Duration::from_secs(1)
             };
@@ -150,7 +175,7 @@ impl<E: Endpoint> Endpoint for Idempotency<E> {
         match stage {
             Stage::Claimed(held, gate) => {
                 let gate = gate.as_deref();
-                self.guard.finish(held, gate, outcome, &ticket.slot).await
+                guard.finish(held, gate, outcome, &ticket.slot).await
             }
             // The extractor answered with the saved response (see `input`), which poem carries
             // as the route's error; the route still names the operation.
