@@ -28,7 +28,7 @@ use std::sync::Arc;
 pub use fast_state::{
     Bucket, Claim, FastStateError, HeldKey, IdempotencyStore, MemoryFastState, NonceStore, Rate,
     RateDecision, RateLimiter, RedisConnection, RedisFastState, RedisLocation, RedisLocationError,
-    SqliteFastState, UseClaims, Verdict, keys,
+    SignOuts, SqliteFastState, UseClaims, Verdict, keys,
 };
 pub use open::{OpenError, OpenSettings, Opened, ReadReplica, RecordsLocation, open};
 pub use records::*;
@@ -42,6 +42,8 @@ pub struct FastState {
     pub nonces: Arc<dyn NonceStore>,
     /// Who writes each token's last use in the current window.
     pub use_claims: Arc<dyn UseClaims>,
+    /// Console sessions ended before their time.
+    pub sign_outs: Arc<dyn SignOuts>,
 }
 
 impl FastState {
@@ -50,6 +52,7 @@ impl FastState {
             idempotency: state.clone(),
             limiter: state.clone(),
             nonces: state.clone(),
+            sign_outs: state.clone(),
             use_claims: state,
         }
     }
@@ -59,6 +62,7 @@ impl FastState {
             idempotency: state.clone(),
             limiter: state.clone(),
             nonces: state.clone(),
+            sign_outs: state.clone(),
             use_claims: state,
         }
     }
@@ -71,6 +75,7 @@ impl FastState {
             idempotency: durable.clone(),
             limiter,
             nonces: durable.clone(),
+            sign_outs: durable.clone(),
             use_claims: durable,
         }
     }

@@ -220,6 +220,20 @@ impl super::NonceStore for MemoryFastState {
 }
 
 #[async_trait]
+impl super::SignOuts for MemoryFastState {
+    async fn end(&self, key: &str, ttl: Duration) -> Result<(), FastStateError> {
+        super::NonceStore::remember(self, key, ttl).await.map(drop)
+    }
+
+    async fn has_ended(&self, key: &str) -> Result<bool, FastStateError> {
+        let nonces = self.nonces.lock().map_err(|_| poisoned())?;
+        Ok(nonces
+            .get(key)
+            .is_some_and(|expires| *expires > Instant::now()))
+    }
+}
+
+#[async_trait]
 impl RateLimiter for MemoryFastState {
     async fn check(&self, buckets: &[Bucket]) -> Result<Verdict, FastStateError> {
         self.maybe_sweep();

@@ -155,6 +155,16 @@ pub trait NonceStore: Send + Sync {
     async fn remember(&self, key: &str, ttl: Duration) -> Result<bool, FastStateError>;
 }
 
+/// Console sessions that were signed out before they expired, remembered until they would
+/// have: a session lives in its sealed cookie, so ending one early means remembering its id.
+#[async_trait]
+pub trait SignOuts: Send + Sync {
+    /// Remembers `key` as ended for `ttl`.
+    async fn end(&self, key: &str, ttl: Duration) -> Result<(), FastStateError>;
+    /// Whether `key` was ended and is still remembered. Seen by every process sharing the store.
+    async fn has_ended(&self, key: &str) -> Result<bool, FastStateError>;
+}
+
 /// Claims that coalesce many callers into one per window: the last-use record of a token is
 /// written by whoever wins its claim, at most once a window across every process sharing the
 /// store. The same atomic "set if absent, with a TTL" as a nonce, under a port of its own so
@@ -333,6 +343,7 @@ pub mod contract {
                 quota_counts_add_up_within_their_window_and_start_again_after_it,
                 a_nonce_is_spent_once_until_it_expires,
                 a_use_claim_is_won_once_per_window,
+                a_sign_out_is_seen_until_it_expires,
             );
         };
         ($open:expr; $($promise:ident),+ $(,)?) => {
@@ -515,6 +526,22 @@ pub mod contract {
         tokio::time::sleep(ttl + Duration::from_millis(50)).await;
         assert!(
             state.remember(&key("n"), ttl).await.unwrap(),
+            "forgotten after its TTL"
+        );
+    }
+
+    pub async fn a_sign_out_is_seen_until_it_expires(state: &impl SignOuts, ns: &str) {
+        let key = |name: &str| format!("{ns}{name}");
+        let ttl = Duration::from_millis(500);
+        assert!(!state.has_ended(&key("s")).await.unwrap(), "not yet ended");
+        state.end(&key("s"), ttl).await.unwrap();
+        assert!(state.has_ended(&key("s")).await.unwrap());
+        assert!(!state.has_ended(&key("other")).await.unwrap());
+        // Ending it again is no error (a sign-out sent twice).
+        state.end(&key("s"), ttl).await.unwrap();
+        tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+        assert!(
+            !state.has_ended(&key("s")).await.unwrap(),
             "forgotten after its TTL"
         );
     }

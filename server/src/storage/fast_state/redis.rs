@@ -192,6 +192,25 @@ impl super::NonceStore for RedisFastState {
     }
 }
 
+#[async_trait]
+impl super::SignOuts for RedisFastState {
+    async fn end(&self, key: &str, ttl: Duration) -> Result<(), FastStateError> {
+        super::NonceStore::remember(self, key, ttl).await.map(drop)
+    }
+
+    async fn has_ended(&self, key: &str) -> Result<bool, FastStateError> {
+        let mut conn = self.connection().await?;
+        let found: i64 = tokio::time::timeout(
+            self.timeout * 2,
+            redis::cmd("EXISTS").arg(key).query_async(&mut conn),
+        )
+        .await
+        .map_err(|_| FastStateError::Unavailable("Redis did not answer in time".into()))?
+        .map_err(unavailable)?;
+        Ok(found > 0)
+    }
+}
+
 fn unavailable(e: redis::RedisError) -> FastStateError {
     FastStateError::Unavailable(e.to_string())
 }

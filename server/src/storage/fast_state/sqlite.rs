@@ -264,6 +264,25 @@ impl NonceStore for SqliteFastState {
 }
 
 #[async_trait]
+impl super::SignOuts for SqliteFastState {
+    /// Kept with the nonces, under the sign-out's own key.
+    async fn end(&self, key: &str, ttl: Duration) -> Result<(), FastStateError> {
+        NonceStore::remember(self, key, ttl).await.map(drop)
+    }
+
+    async fn has_ended(&self, key: &str) -> Result<bool, FastStateError> {
+        let row: Option<(i64,)> =
+            sqlx::query_as("SELECT 1 FROM embedded_nonces WHERE key = $1 AND expires_at > $2")
+                .bind(key)
+                .bind(now_ms())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(unavailable)?;
+        Ok(row.is_some())
+    }
+}
+
+#[async_trait]
 impl super::UseClaims for SqliteFastState {
     /// The nonce's atomic set-if-absent, under the claim's own key.
     async fn claim_window(&self, key: &str, ttl: Duration) -> Result<bool, FastStateError> {
