@@ -342,6 +342,10 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_OPS_RATE_LIMIT", default_value = "600/m", value_parser = parse_rate)]
     pub ops_rate_limit: RateOption,
 
+    /// Serve the web console at /console on the API's listener; `false` turns it off (404).
+    #[arg(long, env = "CP_CONSOLE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub console: bool,
+
     /// Serve /healthz, /readyz and /metrics on this address instead of the API's (for example a
     /// port only the monitoring network reaches).
     #[arg(long, env = "CP_OPS_LISTEN")]

@@ -19,6 +19,7 @@ mod audit_stream;
 mod audit_stream_ends;
 mod caller;
 mod connections;
+mod console;
 mod correlation;
 mod deliveries;
 mod delivery_reports;

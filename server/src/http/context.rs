@@ -232,7 +232,8 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
         let (mut response, operation) = match outcome {
             Ok(response)
                 if (response.status().is_client_error() || response.status().is_server_error())
-                    && !is_json(&response) =>
+                    && !is_json(&response)
+                    && !is_page(&response) =>
             {
                 // A framework response that bypassed the error path: give it an ApiError body.
                 let operation = response.data::<OperationId>().map(|o| o.0);
@@ -301,6 +302,15 @@ impl<E: Endpoint> Endpoint for RequestContext<E> {
         });
         Ok(response)
     }
+}
+
+/// A console page, which shows its own error (with the ApiError's message and correlation id).
+fn is_page(response: &Response) -> bool {
+    response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/html"))
 }
 
 fn is_json(response: &Response) -> bool {

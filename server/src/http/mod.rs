@@ -4,6 +4,7 @@ mod admission;
 mod api;
 mod auth;
 pub mod connections;
+pub mod console;
 mod context;
 mod docs;
 pub mod error;
@@ -58,6 +59,8 @@ pub struct HttpSettings {
     pub separate_ops: bool,
     /// Proxies whose `X-Forwarded-For` names the client.
     pub trusted_proxies: TrustedProxies,
+    /// The web console at `/console`; `None`: not served.
+    pub console: Option<console::ConsoleSettings>,
 }
 
 pub const API_VERSION: &str = "0.5.0";
@@ -111,7 +114,7 @@ pub fn build_app(
     let guard = Arc::new(IdempotencyGuard::new(
         fast.idempotency,
         services.store().clone(),
-        cipher,
+        cipher.clone(),
         settings.key_prefix.clone(),
         settings.idempotency_quota,
         settings.idempotency_lease,
@@ -186,12 +189,45 @@ pub fn build_app(
         .data(api::Heartbeat(settings.heartbeat))
         // A panic becomes a bare 500 here, which the request context renders as an ApiError.
         .with(poem::middleware::CatchPanic::new());
-    let api = RequestContext::new(routes, metrics, rates, settings.body_limit, trusted_proxies)
-        .with_allowed(allowed)
-        .with_upload_limit(settings.policy_upload_limit)
+    let api = RequestContext::new(
+        routes,
+        metrics.clone(),
+        rates.clone(),
+        settings.body_limit,
+        trusted_proxies.clone(),
+    )
+    .with_allowed(allowed)
+    .with_upload_limit(settings.policy_upload_limit)
+    .boxed();
+    let Some(console_settings) = &settings.console else {
+        return Ok(AppEndpoints {
+            api,
+            ops: ops_endpoint,
+        });
+    };
+    // The console is a client of the API endpoint above, in this process; its own requests
+    // have a request context of their own (correlation id, access log, metrics).
+    let api = Arc::new(api);
+    let console = console::Console::new(
+        api.clone(),
+        console_settings,
+        cipher,
+        fast.sign_outs,
+        settings.key_prefix.clone(),
+    );
+    let console = RequestContext::new(
+        console,
+        metrics,
+        rates,
+        settings.body_limit,
+        trusted_proxies,
+    );
+    let app = Route::new()
+        .nest_no_strip("/console", console)
+        .nest("/", api)
         .boxed();
     Ok(AppEndpoints {
-        api,
+        api: app,
         ops: ops_endpoint,
     })
 }

@@ -105,6 +105,13 @@ impl Application {
             heartbeat: Duration::from_millis(config.sse_heartbeat_ms.max(10)),
             ops_rate: config.ops_rate_limit.0,
             separate_ops: config.ops_listen.is_some(),
+            console: config
+                .console
+                .then(|| crate::http::console::ConsoleSettings {
+                    // Browsers drop a Secure cookie sent over plain http except to loopback; `--dev`
+                    // on loopback is the one place the console runs without TLS in front of it.
+                    secure_cookie: !(config.dev && listens_on_loopback(&config.listen)),
+                }),
             trusted_proxies: config.trusted_proxies.clone(),
         };
         watch_policies(services.clone());
@@ -207,4 +214,14 @@ impl Application {
         let (api, ops) = tokio::join!(api, ops);
         api.and(ops)
     }
+}
+
+/// Whether `listen` is a loopback address (`127.0.0.1:8080`, `[::1]:8080`, `localhost:8080`).
+fn listens_on_loopback(listen: &str) -> bool {
+    let host = listen.rsplit_once(':').map_or(listen, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
