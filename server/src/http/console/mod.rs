@@ -37,7 +37,7 @@ pub struct ConsoleSettings {
 }
 
 /// Every console response's: no inline script or style, nothing from another origin, no
-/// framing, no referrer, nothing cached but the hashed assets.
+/// framing, no referrer to another site, nothing cached but the hashed assets.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
                    connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
@@ -74,7 +74,9 @@ impl Endpoint for Console {
         let fixed = [
             ("content-security-policy", CSP),
             ("x-content-type-options", "nosniff"),
-            ("referrer-policy", "no-referrer"),
+            // Not `no-referrer`: under it a browser sends `Origin: null` on a form POST (the
+            // Fetch standard), which the origin check below must refuse.
+            ("referrer-policy", "same-origin"),
             ("x-frame-options", "DENY"),
             ("cross-origin-opener-policy", "same-origin"),
             ("cross-origin-resource-policy", "same-origin"),
