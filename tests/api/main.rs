@@ -37,6 +37,7 @@ mod offboarding;
 mod operation_auth;
 mod ops_endpoints;
 mod outcomes;
+mod own_tokens;
 #[path = "../support/pg_replica.rs"]
 mod pg_replica;
 mod policies;

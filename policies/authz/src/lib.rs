@@ -32,8 +32,8 @@ fn rule(operation: &str) -> Option<Rule> {
         "requestWorkflowRevisionApproval" => Rule::Scope("workflows:request-approval"),
         "putOwnPluginReview" => Rule::Scope("reviews:write"),
         "reportPluginReview" => Rule::Scope("reviews:report"),
-        // A token reading who it is.
-        "getAuthenticatedCaller" => Rule::AnyToken,
+        // A token reading who it is, and its own user's tokens (list, revoke one).
+        "getAuthenticatedCaller" | "listOwnTokens" | "revokeOwnToken" => Rule::AnyToken,
         "listOrganisations" => Rule::Operate("admin:read"),
         "createOrganisation" => Rule::Operate("admin:write"),
         "listWorkspaces" | "listEnvironments" | "listUsers" | "getUser" | "listTokens"

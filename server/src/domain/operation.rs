@@ -222,6 +222,24 @@ operations! {
         idempotent: false,
         audit: [],
     }
+    /// The tokens of the caller's own user.
+    ListOwnTokens {
+        id: "listOwnTokens",
+        route: "GET" "/v1/me/tokens",
+        auth: Auth::AnyToken,
+        rate: Read,
+        idempotent: false,
+        audit: [],
+    }
+    /// A revocation of one of the caller's own user's tokens (itself included).
+    RevokeOwnToken {
+        id: "revokeOwnToken",
+        route: "POST" "/v1/me/tokens/{tokenId}/revoke",
+        auth: Auth::AnyToken,
+        rate: Write,
+        idempotent: true,
+        audit: ["token.workspace_access_revoked"],
+    }
     CreateOrganisation {
         id: "createOrganisation",
         route: "POST" "/v1/organisations",

@@ -82,20 +82,30 @@ fn assert_stopped_within(
     assert!(started.elapsed() < limit, "{why}: {:?}", started.elapsed());
 }
 
-/// `GET /v1/me` tells a token about itself: any live token may ask, whatever its scopes.
+/// `/v1/me` tells a token about itself and its user's tokens: any live token (a member's here)
+/// may ask, whatever its scopes.
 #[test]
 fn the_default_authorizer_lets_any_token_read_itself() {
     let engine = engine();
     let policy = authorizer(&engine, defaults::AUTHORIZER);
-    for scopes in [vec![], vec!["activity:read"]] {
-        assert!(
-            allowed(
-                &engine,
-                &policy,
-                &request(Operation::GetCaller, &scopes, None)
-            ),
-            "{scopes:?}"
-        );
+    let any_token: Vec<Operation> = Operation::bearer()
+        .filter(|op| op.spec().auth == crate::domain::Auth::AnyToken)
+        .collect();
+    assert_eq!(
+        any_token,
+        [
+            Operation::GetCaller,
+            Operation::ListOwnTokens,
+            Operation::RevokeOwnToken
+        ]
+    );
+    for op in any_token {
+        for scopes in [vec![], vec!["activity:read"]] {
+            assert!(
+                allowed(&engine, &policy, &request(op, &scopes, None)),
+                "{op:?} {scopes:?}"
+            );
+        }
     }
 }
 

@@ -54,6 +54,10 @@ pub enum Permission<'a> {
         plugin: &'a str,
         review: &'a str,
     },
+    /// A revocation of one of the caller's own user's tokens, by the id of its path.
+    RevokeOwnToken {
+        token: &'a str,
+    },
     /// A change of the admin plane: the ids of its route, the organisation first.
     Admin {
         operation: Operation,
@@ -141,6 +145,11 @@ impl Permission<'_> {
                 Operation::ReportReview,
                 None,
                 vec![("pluginId", own(plugin)), ("reviewId", own(review))],
+            ),
+            Permission::RevokeOwnToken { token } => (
+                Operation::RevokeOwnToken,
+                None,
+                vec![("tokenId", own(token))],
             ),
             Permission::Admin {
                 operation,

@@ -11,6 +11,14 @@ pub const ISSUE_TOKEN: &str = "/v1/personal-access-tokens";
 /// `GET` tells a token who it is.
 pub const ME: &str = "/v1/me";
 
+/// `GET` lists the tokens of the caller's own user.
+pub const OWN_TOKENS: &str = "/v1/me/tokens";
+
+/// `POST` revokes `token`, one of the caller's own user's.
+pub fn revoke_own_token(token: impl Display) -> String {
+    format!("/v1/me/tokens/{token}/revoke")
+}
+
 /// `DELETE` revokes `token`'s access to `workspace`.
 pub fn revoke_token(workspace: impl Display, token: impl Display) -> String {
     format!("/v1/workspaces/{workspace}/access-tokens/{token}")

@@ -258,6 +258,39 @@ const workspace = { workspaceId: ids.workspace };
 }
 
 {
+  // The caller's own tokens: one issued here is listed, then revoked by the caller.
+  const issued = await client.POST("/v1/personal-access-tokens", {
+    body: {
+      name: `ts-own-${randomUUID()}`,
+      organisationId: ids.org,
+      scopes: ["activity:read" as const],
+      workspaceIds: [ids.workspace],
+    },
+  });
+  const own = issued.data?.credential.id ?? "";
+  const listed = await client.GET("/v1/me/tokens", { params: { query: { limit: 200 } } });
+  check(
+    "listOwnTokens",
+    listed.response.status === 200 && listed.data?.items.some((t) => t.id === own) === true,
+    `list own tokens: ${listed.response.status} ${JSON.stringify(listed.error)}`,
+  );
+  const revoked = await client.POST("/v1/me/tokens/{tokenId}/revoke", {
+    params: { path: { tokenId: own }, header: { "Idempotency-Key": randomUUID() } },
+    body: { reason: "contract check" },
+  });
+  check(
+    "revokeOwnToken",
+    revoked.response.status === 200 && revoked.data?.tokenRevoked === true,
+    `revoke own token: ${revoked.response.status} ${JSON.stringify(revoked.error)}`,
+  );
+  const unknown = await client.POST("/v1/me/tokens/{tokenId}/revoke", {
+    params: { path: { tokenId: randomUUID() } },
+    body: { reason: "contract check" },
+  });
+  expectError("revokeOwnToken", unknown, 404, ["not_found"]);
+}
+
+{
   // The admin plane's directory: an organisation (the token is an operator's), a workspace of
   // this organisation and an environment of it, each listed back.
   const org = await client.POST("/v1/organisations", {

@@ -14,6 +14,8 @@ const REQUIRED_SCOPE = new Map([
   ["putOwnPluginReview", "reviews:write"],
   ["reportPluginReview", "reviews:report"],
   ["getAuthenticatedCaller", null],
+  ["listOwnTokens", null],
+  ["revokeOwnToken", null],
 ]);
 
 // The admin plane: an admin scope, and a user who administers the organisation of the path.

@@ -27,6 +27,8 @@ REQUIRED_SCOPE = {
     "putOwnPluginReview": "reviews:write",
     "reportPluginReview": "reviews:report",
     "getAuthenticatedCaller": None,
+    "listOwnTokens": None,
+    "revokeOwnToken": None,
 }
 
 # The admin plane: an admin scope, and a user who administers the organisation of the path.

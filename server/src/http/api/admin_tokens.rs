@@ -25,9 +25,10 @@ use crate::http::fields::{GraceSeconds, List, request_body};
 use crate::http::idempotency::{Idempotent, Permitted, admin_permission};
 use crate::http::payload::{FromJson, JsonBody};
 use crate::service::{
-    AdminPage, AdminRevocation, Permission, RotatedToken, Services, TokenListing, UserTokenRequest,
+    AdminPage, AdminRevocation, Paged, Permission, RotatedToken, Services, TokenListing,
+    UserTokenRequest,
 };
-use crate::storage::RevokeOutcome;
+use crate::storage::{RevokeOutcome, TokenRecord};
 
 request_body! {
     /// Request body of issuing a token for a user. No other properties are allowed.
@@ -129,6 +130,15 @@ pub struct TokenPageBody {
     next_cursor: Option<String>,
 }
 
+impl From<Paged<TokenRecord>> for TokenPageBody {
+    fn from(page: Paged<TokenRecord>) -> Self {
+        Self {
+            items: page.items.into_iter().map(Into::into).collect(),
+            next_cursor: page.next_cursor,
+        }
+    }
+}
+
 #[derive(Object)]
 #[oai(rename_all = "camelCase")]
 pub struct TokenEnvelope {
@@ -227,7 +237,7 @@ fn rotate_token(ep: impl Endpoint) -> impl Endpoint {
 }
 
 /// A time filter of the listing, in seconds.
-fn span(field: &str, seconds: Option<i64>) -> Result<Option<Span>, FieldError> {
+pub(super) fn span(field: &str, seconds: Option<i64>) -> Result<Option<Span>, FieldError> {
     seconds
         .map(|s| {
             Span::from_seconds(s).map_err(|reason| FieldError::new(field, reason).with_value(s))
@@ -328,10 +338,7 @@ impl AdminTokensApi {
         let page = services
             .admin_list_tokens(&auth.0, &organisation_id, &listing, page)
             .await?;
-        Ok(ListTokensResponse::Ok(Json(TokenPageBody {
-            items: page.items.into_iter().map(Into::into).collect(),
-            next_cursor: page.next_cursor,
-        })))
+        Ok(ListTokensResponse::Ok(Json(page.into())))
     }
 
     /// Show a token
