@@ -126,8 +126,20 @@ async fn a_token_signs_in_once_into_an_http_only_secure_strict_session_that_neve
         "the token is sealed, not in the cookie"
     );
 
+    // As a browser sends it from the sign-in page: its own origin (and `same-origin`).
+    let from_page = app
+        .request(reqwest::Method::POST, "/console/sign-in")
+        .header("origin", &app.address)
+        .header("sec-fetch-site", "same-origin")
+        .form(&[("token", admin.token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(from_page.status(), StatusCode::SEE_OTHER);
+
     let page = browser.get("/console/tokens").await;
     assert_eq!(page.status(), StatusCode::OK);
+    assert_eq!(page.headers()["referrer-policy"], "same-origin");
     let csp = page.headers()["content-security-policy"].to_str().unwrap();
     assert!(
         csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
@@ -413,10 +425,11 @@ async fn revoking_the_token_ends_its_session_at_the_next_page() {
 }
 
 #[tokio::test]
-async fn a_member_is_refused_the_users_page_with_the_api_error_and_sees_only_their_token() {
+async fn a_member_is_refused_the_users_page_and_sees_and_revokes_only_their_own_tokens() {
     let (app, tenant) = tenant_app().await;
+    let admin = app.user_in_role(&tenant, Role::Admin, ADMIN).await;
     let member = app
-        .user_in_role(&tenant, Role::Member, &[Scope::ActivityRead])
+        .user_in_role(&tenant, Role::Member, &[Scope::AuditRead])
         .await;
     let mut browser = Browser::new(&app);
     browser.sign_in(&member.token).await;
@@ -435,9 +448,64 @@ async fn a_member_is_refused_the_users_page_with_the_api_error_and_sees_only_the
         "{html}"
     );
 
+    // A second token of the member's, issued by their admin.
+    let org = tenant.organisation_id;
+    let issued: serde_json::Value = app
+        .post_ok(
+            &format!("/v1/organisations/{org}/users/{}/tokens", member.user_id),
+            &admin.token,
+            &serde_json::json!({
+                "name": "second", "scopes": ["audit:read"], "workspaceIds": [tenant.workspace_id]
+            }),
+        )
+        .await;
+    let second = issued["credential"]["id"].as_str().unwrap().to_owned();
+    let second_secret = issued["credential"]["token"].as_str().unwrap().to_owned();
+
     let own = browser.page("/console/tokens").await;
-    assert!(own.contains(&member.token_id.to_string()));
-    assert!(!own.contains("Issue token"), "no admin form for a member");
+    assert!(own.contains(&member.token_id.to_string()) || own.contains("this session"));
+    assert!(own.contains("second"), "the member's other token is listed");
+    assert!(
+        !own.contains(&admin.token_id.to_string()),
+        "nobody else's token is"
+    );
+
+    let revoked = browser
+        .submit(
+            "/console/tokens",
+            "/console/tokens/revoke-own",
+            &[("token", &second), ("reason", "not needed")],
+        )
+        .await;
+    assert_eq!(
+        revoked.status(),
+        StatusCode::SEE_OTHER,
+        "{:?}",
+        revoked.text().await
+    );
+    let me = app
+        .request(reqwest::Method::GET, "/v1/me")
+        .bearer_auth(&second_secret)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        me.status(),
+        StatusCode::UNAUTHORIZED,
+        "revoked by its own user"
+    );
+    // The admin's token is not the member's to revoke.
+    let foreign = browser
+        .submit(
+            "/console/tokens",
+            "/console/tokens/revoke-own",
+            &[
+                ("token", &admin.token_id.to_string()),
+                ("reason", "not mine"),
+            ],
+        )
+        .await;
+    assert_eq!(foreign.status(), StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]

@@ -206,6 +206,28 @@ async fn embedded_dev_prints_first_steps_that_work_as_printed() {
     assert!(docs.ends_with("/docs") && !docs.contains(":0/"), "{docs}");
     assert_eq!(client.get(&docs).response().await.status(), 200);
 
+    // The console, as printed, shows its sign-in page; `--dev` on loopback gives a cookie
+    // without Secure (plain http), under a name that is not `__Host-`.
+    let console = after("Web console (sign in with this token): ");
+    let sign_in = client.get(&console).response().await;
+    assert_eq!(sign_in.status(), 200, "{console}");
+    assert!(sign_in.text().await.unwrap().contains("Access token"));
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let signed_in = no_redirects
+        .post(format!("{console}/sign-in"))
+        .form(&[("token", token.as_str())])
+        .response()
+        .await;
+    assert_eq!(signed_in.status(), 303);
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap();
+    assert!(
+        cookie.starts_with("cp_console=") && !cookie.contains("Secure"),
+        "{cookie}"
+    );
+
     let cpctl = printed
         .lines()
         .find(|l| l.contains("tokens issue"))

@@ -81,6 +81,7 @@ pub fn first_steps(base_url: &str, done: &Bootstrap, kept_context: Option<&str>)
         "Read the workspace's activity with this token:\n  \
          curl -s {base_url}/v1/workspaces/{workspace}/activity -H 'Authorization: Bearer {token}'\n\
          API documentation: {base_url}/docs\n\
+         Web console (sign in with this token): {base_url}/console\n\
          {cpctl}\
          A token that may only read activity, for a script or a dashboard:\n  \
          cpctl tokens issue --user {user} --name activity-reader --scope activity:read \

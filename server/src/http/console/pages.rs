@@ -244,6 +244,11 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// A row's cells: these fields of `value`, as text.
+fn row_cells(value: &Value, keys: &[&str]) -> Vec<Cell> {
+    keys.iter().map(|k| Cell::from(text(&value[*k]))).collect()
+}
+
 fn items(page: &Value) -> &[Value] {
     page["items"].as_array().map_or(&[], Vec::as_slice)
 }
@@ -283,21 +288,7 @@ fn back(ctx: &Ctx<'_>, form: FormView) -> FormView {
 
 async fn tokens(ctx: &Ctx<'_>) -> Result<Content, Failure> {
     if ctx.is_member() {
-        // A member reads only the token they signed in with (the API lists an
-        // organisation's tokens to its administrators).
-        let mut own = Section::new("Your token");
-        for (term, key) in [
-            ("Token", "tokenId"),
-            ("Role", "role"),
-            ("Scopes", "scopes"),
-            ("Expires", "expiresAt"),
-        ] {
-            own.facts.push((term.into(), text(&ctx.caller[key])));
-        }
-        return Ok(Content {
-            sections: vec![own],
-            ..Content::default()
-        });
+        return own_tokens(ctx).await;
     }
     let view = ctx.query.get("view").unwrap_or("all");
     let mut filter = Vec::new();
@@ -429,10 +420,92 @@ async fn tokens(ctx: &Ctx<'_>) -> Result<Content, Failure> {
     }
     table.next = next_link(ctx, &page, "/console/tokens", &[("view", view)]);
     list.table = Some(table);
-    Ok(Content {
-        sections: vec![issue, list],
-        ..Content::default()
-    })
+    Ok(Content::of(vec![issue, list]))
+}
+
+/// A member's own tokens (self-service): `listOwnTokens`, a personal token issued with
+/// `issuePersonalAccessToken`, and `revokeOwnToken`.
+async fn own_tokens(ctx: &Ctx<'_>) -> Result<Content, Failure> {
+    let page = ctx
+        .get(format!("/v1/me/tokens?{}", paged(ctx, 50, vec![])))
+        .await?;
+    let mut issue = Section::new("Issue a personal token");
+    let granted = |key: &str| -> Vec<String> {
+        ctx.caller[key]
+            .as_array()
+            .map(|a| a.iter().map(text).collect())
+            .unwrap_or_default()
+    };
+    let scopes = granted("scopes")
+        .into_iter()
+        .map(|s| Choice::new(s.clone(), s, false))
+        .collect();
+    let workspaces = granted("workspaceIds")
+        .into_iter()
+        .map(|w| Choice::new(w.clone(), w, false))
+        .collect();
+    issue.forms.push(
+        FormView::post("/console/tokens/issue-own", "Issue token")
+            .field(Field::new("own-name", "Name", "name").required())
+            .field(Field::new("own-scopes", "Scopes", "scopes").kind(FieldKind::Checkboxes(scopes)))
+            .field(
+                Field::new("own-workspaces", "Workspaces", "workspaces")
+                    .kind(FieldKind::Checkboxes(workspaces)),
+            )
+            .field(
+                Field::new("own-days", "Expires in days", "days")
+                    .kind(FieldKind::Number)
+                    .value("30"),
+            ),
+    );
+    let mut list = Section::new("Your tokens");
+    let mut table = Table::new(
+        vec![
+            "Name",
+            "Prefix",
+            "Scopes",
+            "Created",
+            "Last used",
+            "Expires",
+            "Revoked",
+        ],
+        true,
+    );
+    let signed_in = text(&ctx.caller["tokenId"]);
+    for token in items(&page) {
+        let id = text(&token["id"]);
+        let mut name = text(&token["name"]);
+        if id == signed_in {
+            name.push_str(" (this session's)");
+        }
+        let mut actions = Vec::new();
+        if token["revokedAt"].is_null() {
+            actions.push(
+                FormView::post("/console/tokens/revoke-own", "Revoke")
+                    .inline()
+                    .danger()
+                    .label(format!("Revoke {name}"))
+                    .hidden("token", id.clone())
+                    .field(Field::new(format!("reason-{id}"), "Reason", "reason").required()),
+            );
+        }
+        let mut cells: Vec<Cell> = vec![name.into()];
+        cells.extend(row_cells(
+            &token,
+            &[
+                "prefix",
+                "scopes",
+                "createdAt",
+                "lastUsedAt",
+                "expiresAt",
+                "revokedAt",
+            ],
+        ));
+        table.rows.push(Row { cells, actions });
+    }
+    table.next = next_link(ctx, &page, "/console/tokens", &[]);
+    list.table = Some(table);
+    Ok(Content::of(vec![issue, list]))
 }
 
 async fn users(ctx: &Ctx<'_>) -> Result<Content, Failure> {
@@ -490,10 +563,7 @@ async fn users(ctx: &Ctx<'_>) -> Result<Content, Failure> {
     }
     table.next = next_link(ctx, &page, "/console/users", &[]);
     section.table = Some(table);
-    Ok(Content {
-        sections: vec![section],
-        ..Content::default()
-    })
+    Ok(Content::of(vec![section]))
 }
 
 /// The workspace and runner pool a fleet page shows: the query's, or the first.
@@ -591,18 +661,18 @@ async fn runners(ctx: &Ctx<'_>) -> Result<Content, Failure> {
                 toggle = toggle.danger();
             }
             table.rows.push(Row {
-                cells: [
-                    "name",
-                    "state",
-                    "lastSuccessAt",
-                    "lastFailureAt",
-                    "failuresInARow",
-                    "failingSince",
-                    "deliveryUrl",
-                ]
-                .iter()
-                .map(|k| Cell::from(text(&runner[*k])))
-                .collect(),
+                cells: row_cells(
+                    &runner,
+                    &[
+                        "name",
+                        "state",
+                        "lastSuccessAt",
+                        "lastFailureAt",
+                        "failuresInARow",
+                        "failingSince",
+                        "deliveryUrl",
+                    ],
+                ),
                 actions: vec![toggle],
             });
         }
@@ -675,18 +745,17 @@ async fn deliveries(ctx: &Ctx<'_>) -> Result<Content, Failure> {
                 href: Some(ctx.link("/console/delivery", &[("id", &id)])),
                 text: id,
             }];
-            cells.extend(
-                [
+            cells.extend(row_cells(
+                &delivery,
+                &[
                     "status",
                     "attempts",
                     "createdAt",
                     "updatedAt",
                     "detail",
                     "resentAs",
-                ]
-                .iter()
-                .map(|k| Cell::from(text(&delivery[*k]))),
-            );
+                ],
+            ));
             table.rows.push(Row { cells, actions });
         }
         table.next = next_link(
@@ -751,27 +820,24 @@ async fn delivery(ctx: &Ctx<'_>) -> Result<Content, Failure> {
         .map_or(&[][..], Vec::as_slice)
     {
         table.rows.push(Row {
-            cells: [
-                "number",
-                "runnerId",
-                "url",
-                "startedAt",
-                "finishedAt",
-                "statusCode",
-                "latencyMs",
-                "error",
-            ]
-            .iter()
-            .map(|k| Cell::from(text(&attempt[*k])))
-            .collect(),
+            cells: row_cells(
+                &attempt,
+                &[
+                    "number",
+                    "runnerId",
+                    "url",
+                    "startedAt",
+                    "finishedAt",
+                    "statusCode",
+                    "latencyMs",
+                    "error",
+                ],
+            ),
             actions: vec![],
         });
     }
     attempts.table = Some(table);
-    Ok(Content {
-        sections: vec![summary, attempts],
-        ..Content::default()
-    })
+    Ok(Content::of(vec![summary, attempts]))
 }
 
 async fn policies(ctx: &Ctx<'_>) -> Result<Content, Failure> {
@@ -803,10 +869,10 @@ async fn policies(ctx: &Ctx<'_>) -> Result<Content, Failure> {
     for policy in items(&page) {
         let reference = text(&policy["reference"]);
         table.rows.push(Row {
-            cells: ["reference", "kind", "sizeBytes", "createdAt", "digest"]
-                .iter()
-                .map(|k| Cell::from(text(&policy[*k])))
-                .collect(),
+            cells: row_cells(
+                &policy,
+                &["reference", "kind", "sizeBytes", "createdAt", "digest"],
+            ),
             actions: vec![
                 FormView::post("/console/policies/activate", "Activate")
                     .inline()
@@ -838,26 +904,23 @@ async fn policies(ctx: &Ctx<'_>) -> Result<Content, Failure> {
     );
     for decision in items(&decisions) {
         table.rows.push(Row {
-            cells: [
-                "occurredAt",
-                "operation",
-                "outcome",
-                "policy",
-                "latencyMicros",
-                "reason",
-                "correlationId",
-            ]
-            .iter()
-            .map(|k| Cell::from(text(&decision[*k])))
-            .collect(),
+            cells: row_cells(
+                &decision,
+                &[
+                    "occurredAt",
+                    "operation",
+                    "outcome",
+                    "policy",
+                    "latencyMicros",
+                    "reason",
+                    "correlationId",
+                ],
+            ),
             actions: vec![],
         });
     }
     recent.table = Some(table);
-    Ok(Content {
-        sections: vec![active, versions, recent],
-        ..Content::default()
-    })
+    Ok(Content::of(vec![active, versions, recent]))
 }
 
 async fn audit(ctx: &Ctx<'_>) -> Result<Content, Failure> {
@@ -951,6 +1014,8 @@ async fn audit(ctx: &Ctx<'_>) -> Result<Content, Failure> {
 #[derive(Debug, Clone, Copy)]
 pub enum Action {
     IssueToken,
+    IssueOwnToken,
+    RevokeOwnToken,
     RevokeToken,
     RotateToken,
     DisableUser,
@@ -967,6 +1032,8 @@ impl Action {
     pub fn at(path: &str) -> Option<Self> {
         Some(match path {
             "/console/tokens/issue" => Self::IssueToken,
+            "/console/tokens/issue-own" => Self::IssueOwnToken,
+            "/console/tokens/revoke-own" => Self::RevokeOwnToken,
             "/console/tokens/revoke" => Self::RevokeToken,
             "/console/tokens/rotate" => Self::RotateToken,
             "/console/users/disable" => Self::DisableUser,
@@ -983,7 +1050,11 @@ impl Action {
 
     pub fn page(self) -> PageKind {
         match self {
-            Self::IssueToken | Self::RevokeToken | Self::RotateToken => PageKind::Tokens,
+            Self::IssueToken
+            | Self::IssueOwnToken
+            | Self::RevokeOwnToken
+            | Self::RevokeToken
+            | Self::RotateToken => PageKind::Tokens,
             Self::DisableUser | Self::EnableUser | Self::SetRole => PageKind::Users,
             Self::DisableRunner | Self::EnableRunner => PageKind::Runners,
             Self::Resend => PageKind::Deliveries,
@@ -993,7 +1064,7 @@ impl Action {
 
     pub fn title(self) -> &'static str {
         match self {
-            Self::IssueToken => "Token issued",
+            Self::IssueToken | Self::IssueOwnToken => "Token issued",
             Self::RotateToken => "Token rotated",
             _ => self.page().title(),
         }
@@ -1047,6 +1118,30 @@ pub async fn act(ctx: &Ctx<'_>, action: Action, form: &Form) -> Result<Done, Fai
             });
             let issued_now = post(ctx.org_path(&format!("/users/{user}/tokens")), body).await?;
             issued("New token", &issued_now["credential"])
+        }
+        Action::IssueOwnToken => {
+            let days: i64 = form
+                .get("days")
+                .parse()
+                .map_err(|_| invalid("days", "must be a number of days"))?;
+            let body = json!({
+                "name": form.get("name"),
+                "scopes": form.all("scopes"),
+                "organisationId": ctx.organisation(),
+                "workspaceIds": form.all("workspaces"),
+                "expiresInDays": days,
+            });
+            let issued_now = post("/v1/personal-access-tokens".into(), body).await?;
+            issued("New token", &issued_now["credential"])
+        }
+        Action::RevokeOwnToken => {
+            let token = form.uuid("token")?;
+            post(
+                format!("/v1/me/tokens/{token}/revoke"),
+                json!({ "reason": form.get("reason") }),
+            )
+            .await?;
+            back_to("/console/tokens")
         }
         Action::RevokeToken => {
             let token = form.uuid("token")?;

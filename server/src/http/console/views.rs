@@ -216,6 +216,15 @@ pub struct Content {
     pub live: Option<String>,
 }
 
+impl Content {
+    pub fn of(sections: Vec<Section>) -> Self {
+        Self {
+            sections,
+            ..Self::default()
+        }
+    }
+}
+
 #[derive(Template)]
 #[template(path = "console/page.html")]
 pub struct Page {
