@@ -491,7 +491,7 @@ async fn own_tokens(ctx: &Ctx<'_>) -> Result<Content, Failure> {
         }
         let mut cells: Vec<Cell> = vec![name.into()];
         cells.extend(row_cells(
-            &token,
+            token,
             &[
                 "prefix",
                 "scopes",
@@ -662,7 +662,7 @@ async fn runners(ctx: &Ctx<'_>) -> Result<Content, Failure> {
             }
             table.rows.push(Row {
                 cells: row_cells(
-                    &runner,
+                    runner,
                     &[
                         "name",
                         "state",
@@ -746,7 +746,7 @@ async fn deliveries(ctx: &Ctx<'_>) -> Result<Content, Failure> {
                 text: id,
             }];
             cells.extend(row_cells(
-                &delivery,
+                delivery,
                 &[
                     "status",
                     "attempts",
@@ -821,7 +821,7 @@ async fn delivery(ctx: &Ctx<'_>) -> Result<Content, Failure> {
     {
         table.rows.push(Row {
             cells: row_cells(
-                &attempt,
+                attempt,
                 &[
                     "number",
                     "runnerId",
@@ -870,7 +870,7 @@ async fn policies(ctx: &Ctx<'_>) -> Result<Content, Failure> {
         let reference = text(&policy["reference"]);
         table.rows.push(Row {
             cells: row_cells(
-                &policy,
+                policy,
                 &["reference", "kind", "sizeBytes", "createdAt", "digest"],
             ),
             actions: vec![
@@ -905,7 +905,7 @@ async fn policies(ctx: &Ctx<'_>) -> Result<Content, Failure> {
     for decision in items(&decisions) {
         table.rows.push(Row {
             cells: row_cells(
-                &decision,
+                decision,
                 &[
                     "occurredAt",
                     "operation",
