@@ -322,6 +322,14 @@ include-operation-id = [
 ]
 [operations.checks]
 positive_data_acceptance.expected-statuses = [$accepted, "400"]
+
+# A well-formed cursor into events that retention has purged is 410 cursor_expired (documented
+# on both): the log's state decides, not the request's shape (a stateful scenario purged, then
+# listed from sequence 2).
+[[operations]]
+include-operation-id = ["listActivity", "streamAuditEvents"]
+[operations.checks]
+positive_data_acceptance.expected-statuses = [$accepted, "410"]
 EOF
 seed_args=()
 seed=${CP_CONTRACT_SEED-20261124}
