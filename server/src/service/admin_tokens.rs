@@ -16,7 +16,7 @@ use super::{
 use crate::domain::{
     ExpiresInDays, Principal, RevocationReason, Role, Scopes, Span, TokenName, parse_uuid,
 };
-use crate::storage::{RevokeOutcome, TokenRecord, WriteContext};
+use crate::storage::{RevokeOutcome, TokenFilter, TokenRecord, WriteContext};
 
 /// A token to issue for a user: the issuance body without its organisation, which the route
 /// names.
@@ -110,6 +110,15 @@ impl Services {
             .await?;
         let mut filter = listing.filter(Self::now());
         filter.organisation_id = Some(org);
+        self.token_page(filter, page).await
+    }
+
+    /// One page of the tokens `filter` selects, in the order they were issued.
+    pub(super) async fn token_page(
+        &self,
+        mut filter: TokenFilter,
+        page: AdminPage,
+    ) -> Result<Paged<TokenRecord>, ServiceError> {
         filter.after = page.after();
         filter.limit = Some(page.fetch());
         let rows = self.store.list_tokens(&filter).await?;

@@ -31,10 +31,7 @@ impl Services {
         filter.user_id = Some(principal.user_id);
         filter.workspace_id = None;
         filter.organisation_id = Some(principal.organisation_id);
-        filter.after = page.after();
-        filter.limit = Some(page.fetch());
-        let rows = self.store.list_tokens(&filter).await?;
-        Ok(page.of(rows, |t| t.id))
+        self.token_page(filter, page).await
     }
 
     /// Revokes a token of the caller's own user as an administrator's revocation does (one

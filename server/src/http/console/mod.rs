@@ -6,6 +6,7 @@
 //! change needs the session's CSRF value and a same-origin request. docs/decisions.md, "The
 //! console", says why it is built this way.
 
+mod actions;
 mod assets;
 mod client;
 mod pages;
@@ -370,7 +371,7 @@ impl Console {
 
     /// A change: same origin, the session's CSRF value, then the operation.
     async fn act(&self, req: &mut Request, action: &str) -> Response {
-        let Some(action) = pages::Action::at(action) else {
+        let Some(action) = actions::Action::at(action) else {
             return Response::builder().status(StatusCode::NOT_FOUND).finish();
         };
         let form = read_form(req).await;
@@ -397,9 +398,9 @@ impl Console {
             );
             return self.render(&ctx, "Not done", Err(failure));
         }
-        match pages::act(&ctx, action, &form).await {
-            Ok(pages::Done::Back(to)) => redirect(&to),
-            Ok(pages::Done::Show(content)) => self.render(&ctx, action.title(), Ok(content)),
+        match actions::act(&ctx, action, &form).await {
+            Ok(actions::Done::Back(to)) => redirect(&to),
+            Ok(actions::Done::Show(content)) => self.render(&ctx, action.title(), Ok(content)),
             Err(failure) => self.render(&ctx, "Not done", Err(failure)),
         }
     }

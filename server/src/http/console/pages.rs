@@ -5,17 +5,16 @@ use std::collections::HashMap;
 
 use poem::Request;
 use poem::http::{Method, StatusCode};
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::client::{ApiClient, Call, Failure};
 use super::session::Session;
 use super::text;
 use super::views::{
-    Cell, Choice, Content, Field, FieldKind, Form as FormView, Row, Secret, Section, Table,
+    Cell, Choice, Content, Field, FieldKind, Form as FormView, Row, Section, Table,
 };
 use crate::domain::Scope;
-use crate::service::is_policy_name;
 
 /// A page's or a form's query parameters.
 pub struct Query(Vec<(String, String)>);
@@ -53,7 +52,7 @@ impl Form {
             .map_or("", |(_, v)| v.as_str())
     }
 
-    fn all(&self, name: &str) -> Vec<String> {
+    pub(super) fn all(&self, name: &str) -> Vec<String> {
         self.0
             .iter()
             .filter(|(n, _)| n == name)
@@ -61,12 +60,12 @@ impl Form {
             .collect()
     }
 
-    fn uuid(&self, name: &str) -> Result<Uuid, Failure> {
+    pub(super) fn field_uuid(&self, name: &str) -> Result<Uuid, Failure> {
         Uuid::parse_str(self.get(name)).map_err(|_| invalid(name, "must be an id"))
     }
 }
 
-fn invalid(field: &str, reason: &str) -> Failure {
+pub(super) fn invalid(field: &str, reason: &str) -> Failure {
     Failure {
         status: StatusCode::BAD_REQUEST,
         code: "validation_failed".into(),
@@ -212,7 +211,7 @@ impl<'a> Ctx<'a> {
             .into_result()
     }
 
-    async fn send(
+    pub(super) async fn send(
         &self,
         method: Method,
         path: String,
@@ -229,12 +228,12 @@ impl<'a> Ctx<'a> {
             .into_result()
     }
 
-    fn org_path(&self, rest: &str) -> String {
+    pub(super) fn org_path(&self, rest: &str) -> String {
         format!("/v1/organisations/{}{rest}", self.organisation)
     }
 
     /// `?org=…` and the given parameters, for links and redirects within the console.
-    fn link(&self, page: &str, params: &[(&str, &str)]) -> String {
+    pub(super) fn link(&self, page: &str, params: &[(&str, &str)]) -> String {
         let mut pairs = vec![("org", self.organisation.as_str())];
         pairs.extend(params.iter().filter(|(_, v)| !v.is_empty()));
         format!(
@@ -1007,238 +1006,5 @@ async fn audit(ctx: &Ctx<'_>) -> Result<Content, Failure> {
         )),
         notice: Some("New events appear below as they are written.".into()),
         ..Content::default()
-    })
-}
-
-/// A change the console makes.
-#[derive(Debug, Clone, Copy)]
-pub enum Action {
-    IssueToken,
-    IssueOwnToken,
-    RevokeOwnToken,
-    RevokeToken,
-    RotateToken,
-    DisableUser,
-    EnableUser,
-    SetRole,
-    DisableRunner,
-    EnableRunner,
-    Resend,
-    Activate,
-    RollBack,
-}
-
-impl Action {
-    pub fn at(path: &str) -> Option<Self> {
-        Some(match path {
-            "/console/tokens/issue" => Self::IssueToken,
-            "/console/tokens/issue-own" => Self::IssueOwnToken,
-            "/console/tokens/revoke-own" => Self::RevokeOwnToken,
-            "/console/tokens/revoke" => Self::RevokeToken,
-            "/console/tokens/rotate" => Self::RotateToken,
-            "/console/users/disable" => Self::DisableUser,
-            "/console/users/enable" => Self::EnableUser,
-            "/console/users/role" => Self::SetRole,
-            "/console/runners/disable" => Self::DisableRunner,
-            "/console/runners/enable" => Self::EnableRunner,
-            "/console/deliveries/resend" => Self::Resend,
-            "/console/policies/activate" => Self::Activate,
-            "/console/policies/rollback" => Self::RollBack,
-            _ => return None,
-        })
-    }
-
-    pub fn page(self) -> PageKind {
-        match self {
-            Self::IssueToken
-            | Self::IssueOwnToken
-            | Self::RevokeOwnToken
-            | Self::RevokeToken
-            | Self::RotateToken => PageKind::Tokens,
-            Self::DisableUser | Self::EnableUser | Self::SetRole => PageKind::Users,
-            Self::DisableRunner | Self::EnableRunner => PageKind::Runners,
-            Self::Resend => PageKind::Deliveries,
-            Self::Activate | Self::RollBack => PageKind::Policies,
-        }
-    }
-
-    pub fn title(self) -> &'static str {
-        match self {
-            Self::IssueToken | Self::IssueOwnToken => "Token issued",
-            Self::RotateToken => "Token rotated",
-            _ => self.page().title(),
-        }
-    }
-}
-
-pub enum Done {
-    /// Go back to this console page.
-    Back(String),
-    /// Show this (a secret, shown once).
-    Show(Content),
-}
-
-/// A console path to return to from a form: only the console's own pages.
-fn safe_back(raw: &str) -> Option<String> {
-    let page = raw.split('?').next()?;
-    (PageKind::at(page).is_some() && !raw.contains(['\\', '\r', '\n'])).then(|| raw.to_owned())
-}
-
-fn issued(label: &str, credential: &Value) -> Done {
-    Done::Show(Content {
-        secret: Some(Secret {
-            label: format!(
-                "{label} {} ({})",
-                text(&credential["name"]),
-                text(&credential["id"])
-            ),
-            value: text(&credential["token"]),
-        }),
-        notice: Some(format!("Expires {}.", text(&credential["expiresAt"]))),
-        ..Content::default()
-    })
-}
-
-pub async fn act(ctx: &Ctx<'_>, action: Action, form: &Form) -> Result<Done, Failure> {
-    let key = form.get("key");
-    let post = |path: String, body: Value| ctx.send(Method::POST, path, body, key);
-    let back_to = |page: &str| Done::Back(ctx.link(page, &[]));
-    Ok(match action {
-        Action::IssueToken => {
-            let user = form.uuid("user")?;
-            let days: i64 = form
-                .get("days")
-                .parse()
-                .map_err(|_| invalid("days", "must be a number of days"))?;
-            let body = json!({
-                "name": form.get("name"),
-                "scopes": form.all("scopes"),
-                "workspaceIds": form.all("workspaces"),
-                "expiresInDays": days,
-            });
-            let issued_now = post(ctx.org_path(&format!("/users/{user}/tokens")), body).await?;
-            issued("New token", &issued_now["credential"])
-        }
-        Action::IssueOwnToken => {
-            let days: i64 = form
-                .get("days")
-                .parse()
-                .map_err(|_| invalid("days", "must be a number of days"))?;
-            let body = json!({
-                "name": form.get("name"),
-                "scopes": form.all("scopes"),
-                "organisationId": ctx.organisation(),
-                "workspaceIds": form.all("workspaces"),
-                "expiresInDays": days,
-            });
-            let issued_now = post("/v1/personal-access-tokens".into(), body).await?;
-            issued("New token", &issued_now["credential"])
-        }
-        Action::RevokeOwnToken => {
-            let token = form.uuid("token")?;
-            post(
-                format!("/v1/me/tokens/{token}/revoke"),
-                json!({ "reason": form.get("reason") }),
-            )
-            .await?;
-            back_to("/console/tokens")
-        }
-        Action::RevokeToken => {
-            let token = form.uuid("token")?;
-            post(
-                ctx.org_path(&format!("/tokens/{token}/revoke")),
-                json!({ "reason": form.get("reason") }),
-            )
-            .await?;
-            back_to("/console/tokens")
-        }
-        Action::RotateToken => {
-            let token = form.uuid("token")?;
-            let grace: i64 = form
-                .get("grace")
-                .parse()
-                .map_err(|_| invalid("grace", "must be a number of seconds"))?;
-            let rotated = post(
-                ctx.org_path(&format!("/tokens/{token}/rotate")),
-                json!({ "graceSeconds": grace }),
-            )
-            .await?;
-            issued("Rotated token", &rotated["credential"])
-        }
-        Action::DisableUser => {
-            let user = form.uuid("user")?;
-            let reason = form.get("reason");
-            let body = if reason.is_empty() {
-                json!({})
-            } else {
-                json!({ "reason": reason })
-            };
-            post(ctx.org_path(&format!("/users/{user}/disable")), body).await?;
-            back_to("/console/users")
-        }
-        Action::EnableUser => {
-            let user = form.uuid("user")?;
-            post(ctx.org_path(&format!("/users/{user}/enable")), json!({})).await?;
-            back_to("/console/users")
-        }
-        Action::SetRole => {
-            let user = form.uuid("user")?;
-            ctx.send(
-                Method::PUT,
-                ctx.org_path(&format!("/users/{user}/role")),
-                json!({ "role": form.get("role") }),
-                key,
-            )
-            .await?;
-            back_to("/console/users")
-        }
-        Action::DisableRunner | Action::EnableRunner => {
-            let runner = form.uuid("runner")?;
-            let verb = if matches!(action, Action::DisableRunner) {
-                "disable"
-            } else {
-                "enable"
-            };
-            post(
-                ctx.org_path(&format!("/runners/{runner}/{verb}")),
-                json!({}),
-            )
-            .await?;
-            match safe_back(form.get("back")) {
-                Some(to) => Done::Back(to),
-                None => back_to("/console/runners"),
-            }
-        }
-        Action::Resend => {
-            let delivery = form.uuid("delivery")?;
-            post(
-                ctx.org_path(&format!("/deliveries/{delivery}/resend")),
-                json!({}),
-            )
-            .await?;
-            Done::Back(ctx.link("/console/delivery", &[("id", &delivery.to_string())]))
-        }
-        Action::Activate => {
-            let name = form.get("name");
-            if !is_policy_name(name) {
-                return Err(invalid("name", "must be a policy name"));
-            }
-            let version: u32 = form
-                .get("version")
-                .parse()
-                .map_err(|_| invalid("version", "must be a version number"))?;
-            let force = form.get("force") == "true";
-            post(
-                format!("/v1/policies/{name}/versions/{version}/activate"),
-                json!({ "force": force }),
-            )
-            .await?;
-            back_to("/console/policies")
-        }
-        Action::RollBack => {
-            let kind = form.get("kind");
-            post("/v1/policies/rollback".into(), json!({ "kind": kind })).await?;
-            back_to("/console/policies")
-        }
     })
 }
