@@ -45,6 +45,7 @@ components=(
   "hostile_trap.wasm hostile-trap.wasm"
   "hostile_sleep.wasm hostile-sleep.wasm"
   "hostile_deny_all.wasm hostile-deny-all.wasm"
+  "hostile_remember_orgs.wasm hostile-remember-orgs.wasm"
   "compat_authz_1_0_0.wasm authz-1.0.0.wasm"
 )
 

@@ -15,6 +15,10 @@ const COMPONENTS: &[(&str, &str)] = &[
     ("POLICY_HOSTILE_TRAP_WASM", "hostile-trap.wasm"),
     ("POLICY_HOSTILE_SLEEP_WASM", "hostile-sleep.wasm"),
     ("POLICY_DENY_ALL_WASM", "hostile-deny-all.wasm"),
+    (
+        "POLICY_HOSTILE_REMEMBER_ORGS_WASM",
+        "hostile-remember-orgs.wasm",
+    ),
     ("POLICY_AUTHZ_1_0_0_WASM", "authz-1.0.0.wasm"),
 ];
 

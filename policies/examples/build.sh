@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the example policies (the default authorizer and moderator ported to Python and
-# JavaScript) into OUTDIR/{python,js}-{authorizer,moderator}.wasm, and the hostile Python
-# authorizers (python/hostile/: spin, sleep, bomb) into OUTDIR/python-hostile-*.wasm, with the
-# pinned tools of
-# python/build.sh and js/build.sh (installed on first use under
+# JavaScript) into OUTDIR/{python,js}-{authorizer,moderator}.wasm, the hostile Python
+# authorizers (python/hostile/: spin, sleep, bomb) into OUTDIR/python-hostile-*.wasm, and the
+# authorizer that remembers organisations ({python,js}/remember-orgs/: isolation tests of
+# per-organisation instances) into OUTDIR/{python,js}-remember-orgs.wasm, with the pinned
+# tools of python/build.sh and js/build.sh (installed on first use under
 # ${CP_POLICY_TOOLS:-~/.cache/cp-policy-tools}).
 #
 #   policies/examples/build.sh OUTDIR            both languages
@@ -34,4 +35,7 @@ for lang in "${langs[@]}"; do
     done
     echo "python-hostile-{spin,sleep,bomb}.wasm"
   fi
+  "$examples/$lang/build.sh" -w authorizer -s "$examples/$lang/remember-orgs" -d "$wit" \
+    -o "$outdir/$lang-remember-orgs.wasm" >/dev/null
+  echo "$lang-remember-orgs.wasm"
 done
