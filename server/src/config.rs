@@ -423,6 +423,28 @@ pub struct ServerConfig {
     #[arg(long, env = "CP_POLICY_INSTANCE_ALLOCATION", default_value = "pooling",
           value_parser = crate::policy::InstanceAllocation::parse)]
     pub policy_instance_allocation: crate::policy::InstanceAllocation,
+
+    /// Decisions a warm instance of a `per-organisation` policy serves before it is replaced.
+    #[arg(long, env = "CP_POLICY_WARM_DECISIONS", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub policy_warm_decisions: u32,
+
+    /// Seconds a warm instance of a `per-organisation` policy serves before it is replaced.
+    #[arg(long, env = "CP_POLICY_WARM_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub policy_warm_seconds: u64,
+
+    /// Warm instances one organisation may hold, idle or deciding; as many as the decision
+    /// slots when absent.
+    #[arg(long, env = "CP_POLICY_WARM_PER_ORGANISATION",
+          value_parser = clap::value_parser!(u32).range(1..=4_096))]
+    pub policy_warm_per_organisation: Option<u32>,
+
+    /// Warm instances of all organisations together; four times the decision slots (at most
+    /// 64, at least the slots) when absent. Each keeps a pool slot and its memory resident.
+    #[arg(long, env = "CP_POLICY_WARM_TOTAL",
+          value_parser = clap::value_parser!(u32).range(1..=4_096))]
+    pub policy_warm_total: Option<u32>,
     /// Fraction (0 to 1) of allowed and published policy decisions kept in the decision log;
     /// every deny, hold, reject, hide and failure is kept whatever it is.
     #[arg(long, env = "CP_POLICY_DECISION_SAMPLE", default_value = "0.01")]

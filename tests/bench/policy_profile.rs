@@ -6,12 +6,17 @@
 //!
 //!     cargo run --release -p control-plane --example policy_profile -- \
 //!         [--decisions N] [--memory-mib M] [--json] [--cache DIR]
-//!         [--allocation pooling|on-demand]... builtin|FILE.wasm ...
+//!         [--allocation pooling|on-demand]... [--instances fresh|per-organisation]
+//!         builtin|FILE.wasm ...
+//!
+//! With `--instances per-organisation` every decision is of one organisation, in its warm
+//! instances: "instantiate" is then the time to take one (or make one, when it was replaced).
 
 use std::time::{Duration, Instant};
 
 use control_plane::policy::{
-    EngineSettings, InstanceAllocation, PolicyEngine, PolicyKind, bench_support, defaults,
+    EngineSettings, InstanceAllocation, Instances, PolicyEngine, PolicyKind, bench_support,
+    defaults,
 };
 
 struct Args {
@@ -21,6 +26,7 @@ struct Args {
     /// Kept between runs when given: compilation is then measured only the first time.
     cache: Option<std::path::PathBuf>,
     allocations: Vec<InstanceAllocation>,
+    instances: Instances,
     components: Vec<String>,
 }
 
@@ -31,6 +37,7 @@ fn args() -> Args {
         json: false,
         cache: None,
         allocations: vec![],
+        instances: Instances::Fresh,
         components: vec![],
     };
     let mut it = std::env::args().skip(1);
@@ -43,6 +50,10 @@ fn args() -> Args {
             "--allocation" => args.allocations.push(
                 InstanceAllocation::parse(&it.next().unwrap_or_default()).expect("allocation"),
             ),
+            "--instances" => {
+                args.instances =
+                    Instances::parse(&it.next().unwrap_or_default()).expect("instances")
+            }
             "--bench" => {}
             other => args.components.push(other.to_owned()),
         }
@@ -110,28 +121,31 @@ fn main() {
             let compile = started.elapsed();
             let warm = engine(allocation, args.memory_mib, Some(&cache));
             let started = Instant::now();
-            let policy = warm.compile(PolicyKind::Authorizer, &bytes).expect("loads");
+            let policy = warm
+                .compile(PolicyKind::Authorizer, &bytes)
+                .expect("loads")
+                .with_instances(args.instances);
             let load = started.elapsed();
             assert_eq!(warm.native_code_counts().from_disk, 1, "loaded from disk");
             if args.cache.is_none() {
                 let _ = std::fs::remove_dir_all(&cache);
             }
 
-            let first = runtime
-                .block_on(warm.authorize_profiled(&policy, &request))
-                .expect("decides")
-                .1;
+            let organisation = uuid::Uuid::new_v4();
+            let decide =
+                || runtime.block_on(warm.authorize_profiled_for(&policy, &request, organisation));
+            let first = decide().expect("decides").1;
             let mut instantiate = vec![];
             let mut call = vec![];
             let mut release = vec![];
             let mut total = vec![];
             let mut largest = 0;
             let mut all = 0;
+            let mut reused = 0;
             for _ in 0..args.decisions {
                 let started = Instant::now();
-                let (_, p) = runtime
-                    .block_on(warm.authorize_profiled(&policy, &request))
-                    .expect("decides");
+                let (_, p) = decide().expect("decides");
+                reused += usize::from(p.reused);
                 total.push(started.elapsed());
                 instantiate.push(p.instantiate);
                 call.push(p.call);
@@ -150,6 +164,8 @@ fn main() {
                 "component": label,
                 "bytes": bytes.len(),
                 "allocation": mode,
+                "instances": args.instances.as_str(),
+                "reused": reused,
                 "compile_ms": compile.as_secs_f64() * 1e3,
                 "load_from_disk_ms": load.as_secs_f64() * 1e3,
                 "first_decision_us": (first.instantiate + first.call + first.release).as_secs_f64() * 1e6,
@@ -162,7 +178,8 @@ fn main() {
             });
             if !args.json {
                 println!(
-                    "{label:<14} {mode:<9} compile {:>8.1} ms  load {:>6.1} ms  | p50/p99 us: instantiate {:>7.1}/{:>7.1}  call {:>7.1}/{:>7.1}  release {:>6.1}/{:>6.1}  decision {:>7.1}/{:>7.1} | memory {:.1} MiB largest, {:.1} MiB total",
+                    "{label:<14} {mode:<9} {:<16} reused {reused:>5} compile {:>8.1} ms  load {:>6.1} ms  | p50/p99 us: instantiate {:>7.1}/{:>7.1}  call {:>7.1}/{:>7.1}  release {:>6.1}/{:>6.1}  decision {:>7.1}/{:>7.1} | memory {:.1} MiB largest, {:.1} MiB total",
+                    args.instances.as_str(),
                     compile.as_secs_f64() * 1e3,
                     load.as_secs_f64() * 1e3,
                     percentile(&instantiate, 0.5),

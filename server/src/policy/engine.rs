@@ -7,12 +7,14 @@ use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::Instances;
 use super::budget::{Limiter, PeakMemory};
 use super::memo::{AllowMemo, MAX_SHARES, SHARE_BYTES};
 use super::moderation::{ModerationInput, ModerationOutcome, outcome};
 use super::settings::{EngineSettings, InstanceAllocation, pool};
 use super::slots::{DecisionSlots, NoSlot, Slot};
-use super::ticker::{EPOCH_TICK, Ticker, Ticking};
+use super::ticker::{EPOCH_TICK, Ticker};
+use super::warm::{Warm, WarmPool};
 use super::wit::{
     self, AuthzInput, authorizer, authorizer_v1_0, authz_types, moderation_types, moderator,
 };
@@ -68,8 +70,6 @@ pub struct Sandbox {
     wasi: WasiCtx,
     table: ResourceTable,
     limits: Limiter,
-    /// Keeps the epoch ticking while this decision's store lives.
-    _ticking: Ticking,
 }
 
 /// Where one decision's time went and the linear memory it took, for profiling guests.
@@ -85,6 +85,8 @@ pub struct DecisionProfile {
     pub largest_memory: usize,
     /// All its linear memories together, in bytes.
     pub total_memory: usize,
+    /// It ran in a warm instance that had decided before.
+    pub reused: bool,
 }
 
 /// How policies got their native code in this engine, counted since it was created.
@@ -112,15 +114,56 @@ enum Pre {
     Moderator(moderator::ModeratorPre<Sandbox>),
 }
 
+/// An instance's exports, bound in its store.
+pub(super) enum Bound {
+    Authorizer(authorizer::Authorizer),
+    AuthorizerV1_0(authorizer_v1_0::Authorizer),
+    Moderator(moderator::Moderator),
+}
+
+/// A warm instance checked out for one decision: dropped with the decision's future unless
+/// its call returned and it was taken back out.
+struct Checkout<'a> {
+    warm: Option<Warm>,
+    pool: &'a WarmPool,
+}
+
+impl Drop for Checkout<'_> {
+    fn drop(&mut self) {
+        if self.warm.take().is_some() {
+            self.pool.note_failure();
+        }
+    }
+}
+
+/// Identifies a compiled policy among others with the same bytes (warm instances' key).
+static NEXT_POLICY_UID: AtomicU64 = AtomicU64::new(1);
+
 /// A policy compiled once and ready to instantiate.
 pub struct CompiledPolicy {
     pub kind: PolicyKind,
     pub digest: String,
     /// The memory budget of this version's decisions (`budget.rs`).
     pub(super) memory_bytes: usize,
+    /// Fresh instances, or warm ones per organisation; chosen at install.
+    pub(super) instances: super::Instances,
+    /// This compilation's own identity: warm instances of it serve it alone.
+    pub(super) uid: u64,
     pre: Pre,
     /// The allows of the built-in authorizer, remembered; `None` for every other policy.
     pub(super) memo: Option<AllowMemo>,
+}
+
+impl CompiledPolicy {
+    /// This version's decisions in warm instances per organisation, or fresh ones.
+    pub fn with_instances(mut self, instances: super::Instances) -> Self {
+        self.instances = instances;
+        self
+    }
+
+    pub fn instances(&self) -> super::Instances {
+        self.instances
+    }
 }
 
 impl std::fmt::Debug for CompiledPolicy {
@@ -136,6 +179,7 @@ pub struct PolicyEngine {
     ticker: Arc<Ticker>,
     settings: EngineSettings,
     slots: DecisionSlots,
+    warm: WarmPool,
     disk: Option<super::native_cache::NativeCache>,
     compiled: AtomicU64,
     from_disk: AtomicU64,
@@ -155,7 +199,8 @@ impl PolicyEngine {
     pub fn new(settings: EngineSettings) -> Result<Arc<Self>, String> {
         // Active slots, shadow workers, and headroom for the built-in authorizer, which runs in
         // place on the async workers.
-        let slots = (settings.max_concurrent + SHADOW_WORKERS) as u32 + 8;
+        // and every warm instance, idle or not, which keeps its slot.
+        let slots = (settings.max_concurrent + SHADOW_WORKERS + settings.warm.total) as u32 + 8;
         let config = |pagemap_scan: bool| {
             let mut config = Config::new();
             match settings.allocation {
@@ -193,6 +238,8 @@ impl PolicyEngine {
 
         let ticker = Ticker::start(&engine)?;
         let slots = DecisionSlots::new(settings.max_concurrent);
+        let warm = WarmPool::new(settings.warm)
+            .map_err(|e| format!("could not count warm policy instances: {e}"))?;
         let disk = settings.cache_dir.as_deref().and_then(|dir| {
             super::native_cache::NativeCache::open(dir)
                 .inspect_err(|e| {
@@ -209,6 +256,7 @@ impl PolicyEngine {
             ticker,
             settings,
             slots,
+            warm,
             disk,
             compiled: AtomicU64::new(0),
             from_disk: AtomicU64::new(0),
@@ -273,6 +321,8 @@ impl PolicyEngine {
             kind,
             digest,
             memory_bytes: self.settings.memory_bytes,
+            instances: super::Instances::Fresh,
+            uid: NEXT_POLICY_UID.fetch_add(1, Ordering::Relaxed),
             pre,
             memo,
         })
@@ -335,14 +385,34 @@ impl PolicyEngine {
             wasi: WasiCtx::builder().build(),
             table: ResourceTable::new(),
             limits,
-            _ticking: self.ticker.ticking(),
         };
         let mut store = Store::new(&self.engine, sandbox);
         store.limiter(|s| &mut s.limits);
+        store
+    }
+
+    /// Gives guest code in `store` the deadline, counted in ticks from now; re-armed before
+    /// every call of a warm instance.
+    fn arm(&self, store: &mut Store<Sandbox>) {
         let ticks =
             (self.settings.deadline.as_millis() as u64 / EPOCH_TICK.as_millis() as u64).max(1) + 1;
         store.set_epoch_deadline(ticks);
-        store
+    }
+
+    async fn instantiate(
+        &self,
+        policy: &CompiledPolicy,
+        store: &mut Store<Sandbox>,
+    ) -> Result<Bound, PolicyFailure> {
+        match &policy.pre {
+            Pre::Authorizer(pre) => pre.instantiate_async(store).await.map(Bound::Authorizer),
+            Pre::AuthorizerV1_0(pre) => pre
+                .instantiate_async(store)
+                .await
+                .map(Bound::AuthorizerV1_0),
+            Pre::Moderator(pre) => pre.instantiate_async(store).await.map(Bound::Moderator),
+        }
+        .map_err(classify_instantiate)
     }
 
     /// Runs `decision` within the wall-clock deadline. The epoch deadline (set on the store)
@@ -357,47 +427,150 @@ impl PolicyEngine {
             .unwrap_or(Err(PolicyFailure::Timeout))
     }
 
-    /// One decision in a fresh instance of a component, on the calling task and within the
-    /// deadline: `instantiate` makes the instance in a new store, `call` asks it. A failure to
-    /// instantiate is told apart from one of the call.
-    async fn decide<I, T>(
+    /// One decision within the deadline, on the calling task: `call` asks an instance of
+    /// `policy`, a fresh one unless the policy keeps warm instances and the decision is of an
+    /// `organisation` (`warm.rs`). A failure to instantiate is told apart from one of the call.
+    async fn run<T>(
         &self,
-        limits: Limiter,
-        instantiate: impl AsyncFnOnce(&mut Store<Sandbox>) -> wasmtime::Result<I>,
-        call: impl AsyncFnOnce(I, &mut Store<Sandbox>) -> wasmtime::Result<T>,
-    ) -> Result<T, PolicyFailure> {
-        self.decide_profiled(limits, instantiate, call)
-            .await
-            .map(|(result, _)| result)
-    }
-
-    /// [`Self::decide`], timing each step and noting the memory the instance took.
-    async fn decide_profiled<I, T>(
-        &self,
-        limits: Limiter,
-        instantiate: impl AsyncFnOnce(&mut Store<Sandbox>) -> wasmtime::Result<I>,
-        call: impl AsyncFnOnce(I, &mut Store<Sandbox>) -> wasmtime::Result<T>,
+        policy: &CompiledPolicy,
+        organisation: Option<Uuid>,
+        peak: Option<&PeakMemory>,
+        call: impl AsyncFnOnce(&Bound, &mut Store<Sandbox>) -> wasmtime::Result<T>,
     ) -> Result<(T, DecisionProfile), PolicyFailure> {
         self.within_deadline(async {
-            let started = Instant::now();
-            let mut store = self.store(limits);
-            let instance = instantiate(&mut store)
-                .await
-                .map_err(classify_instantiate)?;
-            let instantiated = Instant::now();
-            let result = call(instance, &mut store).await.map_err(classify)?;
-            let called = Instant::now();
-            let (largest_memory, total_memory) = store.data().limits.sizes();
-            drop(store);
-            let profile = DecisionProfile {
-                instantiate: instantiated - started,
-                call: called - instantiated,
-                release: called.elapsed(),
-                largest_memory,
-                total_memory,
-            };
-            Ok((result, profile))
+            // The epoch runs while a decision does; idle warm stores do not keep it awake.
+            let _ticking = self.ticker.ticking();
+            match organisation.filter(|_| policy.instances == Instances::PerOrganisation) {
+                None => self.run_fresh(policy, peak, call).await,
+                Some(organisation) => self.run_warm(policy, organisation, call).await,
+            }
         })
+        .await
+    }
+
+    async fn run_fresh<T>(
+        &self,
+        policy: &CompiledPolicy,
+        peak: Option<&PeakMemory>,
+        call: impl AsyncFnOnce(&Bound, &mut Store<Sandbox>) -> wasmtime::Result<T>,
+    ) -> Result<(T, DecisionProfile), PolicyFailure> {
+        let started = Instant::now();
+        let mut store = self.store(Limiter::new(policy.memory_bytes, peak));
+        self.arm(&mut store);
+        let bound = self.instantiate(policy, &mut store).await?;
+        let instantiated = Instant::now();
+        let result = call(&bound, &mut store).await.map_err(classify)?;
+        let called = Instant::now();
+        let (largest_memory, total_memory) = store.data().limits.sizes();
+        drop(store);
+        let profile = DecisionProfile {
+            instantiate: instantiated - started,
+            call: called - instantiated,
+            release: called.elapsed(),
+            largest_memory,
+            total_memory,
+            reused: false,
+        };
+        Ok((result, profile))
+    }
+
+    async fn run_warm<T>(
+        &self,
+        policy: &CompiledPolicy,
+        organisation: Uuid,
+        call: impl AsyncFnOnce(&Bound, &mut Store<Sandbox>) -> wasmtime::Result<T>,
+    ) -> Result<(T, DecisionProfile), PolicyFailure> {
+        let started = Instant::now();
+        let taken = self.warm.take(policy.uid, organisation);
+        let reused = taken.is_some();
+        let warm = match taken {
+            Some(warm) => warm,
+            None => {
+                let counted = self.warm.admit(organisation);
+                let mut store = self.store(Limiter::new(policy.memory_bytes, None));
+                self.arm(&mut store);
+                let bound = self.instantiate(policy, &mut store).await?;
+                Warm::new(store, bound, counted)
+            }
+        };
+        // Dropped, never given back, unless the call returns: a trap, a deadline (this future
+        // dropped) or any other failure ends the instance.
+        let mut checkout = Checkout {
+            warm: Some(warm),
+            pool: &self.warm,
+        };
+        let instantiated = Instant::now();
+        let warm = checkout.warm.as_mut().expect("checked out");
+        self.arm(&mut warm.store);
+        let before = warm.store.data().limits.sizes();
+        let result = call(&warm.bound, &mut warm.store).await.map_err(classify)?;
+        let called = Instant::now();
+        let (largest_memory, total_memory) = warm.store.data().limits.sizes();
+        let grew = (largest_memory, total_memory) != before;
+        let warm = checkout.warm.take().expect("checked out");
+        self.warm.give_back(policy.uid, organisation, warm, grew);
+        let profile = DecisionProfile {
+            instantiate: instantiated - started,
+            call: called - instantiated,
+            release: called.elapsed(),
+            largest_memory,
+            total_memory,
+            reused,
+        };
+        Ok((result, profile))
+    }
+
+    /// The policy versions in force: warm instances of any other are retired.
+    pub(super) fn keep_warm_only(&self, in_force: &[&CompiledPolicy]) {
+        let ids: Vec<u64> = in_force.iter().map(|p| p.uid).collect();
+        self.warm.keep_only(&ids);
+    }
+
+    /// Gauges and counters of the warm instances, for the metrics endpoint.
+    pub(super) fn warm_collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        self.warm.collectors()
+    }
+
+    /// Instances alive (idle or deciding), in all and of `organisation`.
+    #[cfg(test)]
+    pub(super) fn warm_counts(&self, organisation: Uuid) -> (usize, usize) {
+        self.warm.counts(organisation)
+    }
+
+    #[cfg(test)]
+    pub(super) fn warm(&self) -> &WarmPool {
+        &self.warm
+    }
+
+    /// One authorization decision of `organisation` (warm instances when the policy keeps
+    /// them; a fresh one without an organisation), with where its time went.
+    async fn authorize_in(
+        &self,
+        policy: &CompiledPolicy,
+        request: &authz_types::AuthzRequest,
+        organisation: Option<Uuid>,
+        peak: Option<&PeakMemory>,
+    ) -> Result<(authz_types::AuthzDecision, DecisionProfile), PolicyFailure> {
+        if matches!(policy.pre, Pre::Moderator(_)) {
+            return Err(PolicyFailure::Instantiate("not an authorizer".into()));
+        }
+        // Converted once, before the instance is taken: the 1.0.0 world has no role.
+        let request_v1_0 =
+            matches!(policy.pre, Pre::AuthorizerV1_0(_)).then(|| wit::request_v1_0(request));
+        self.run(
+            policy,
+            organisation,
+            peak,
+            async |bound, store| match bound {
+                Bound::Authorizer(instance) => instance.call_authorize(store, request).await,
+                Bound::AuthorizerV1_0(instance) => {
+                    let request = request_v1_0.as_ref().expect("converted for 1.0.0");
+                    let decision = instance.call_authorize(store, request).await?;
+                    Ok(wit::decision_from_v1_0(decision))
+                }
+                Bound::Moderator(_) => Err(wasmtime::Error::msg("not an authorizer")),
+            },
+        )
         .await
     }
 
@@ -409,30 +582,20 @@ impl PolicyEngine {
         policy: &CompiledPolicy,
         request: &authz_types::AuthzRequest,
     ) -> Result<(authz_types::AuthzDecision, DecisionProfile), PolicyFailure> {
-        let limits = Limiter::new(policy.memory_bytes, None);
-        match &policy.pre {
-            Pre::Authorizer(pre) => {
-                self.decide_profiled(
-                    limits,
-                    async |store| pre.instantiate_async(store).await,
-                    async |instance, store| instance.call_authorize(store, request).await,
-                )
-                .await
-            }
-            Pre::AuthorizerV1_0(pre) => {
-                let request = wit::request_v1_0(request);
-                self.decide_profiled(
-                    limits,
-                    async |store| pre.instantiate_async(store).await,
-                    async |instance, store| {
-                        let decision = instance.call_authorize(store, &request).await?;
-                        Ok(wit::decision_from_v1_0(decision))
-                    },
-                )
-                .await
-            }
-            Pre::Moderator(_) => Err(PolicyFailure::Instantiate("not an authorizer".into())),
-        }
+        self.authorize_in(policy, request, None, None).await
+    }
+
+    /// [`Self::authorize_profiled`] for `organisation`, in its warm instances when the policy
+    /// keeps them, for benchmarks and profiling.
+    #[doc(hidden)]
+    pub async fn authorize_profiled_for(
+        &self,
+        policy: &CompiledPolicy,
+        request: &authz_types::AuthzRequest,
+        organisation: Uuid,
+    ) -> Result<(authz_types::AuthzDecision, DecisionProfile), PolicyFailure> {
+        self.authorize_in(policy, request, Some(organisation), None)
+            .await
     }
 
     /// One authorization decision in a fresh instance, on the calling task and within the
@@ -452,30 +615,9 @@ impl PolicyEngine {
         request: &authz_types::AuthzRequest,
         peak: Option<&PeakMemory>,
     ) -> Result<authz_types::AuthzDecision, PolicyFailure> {
-        let limits = Limiter::new(policy.memory_bytes, peak);
-        match &policy.pre {
-            Pre::Authorizer(pre) => {
-                self.decide(
-                    limits,
-                    async |store| pre.instantiate_async(store).await,
-                    async |instance, store| instance.call_authorize(store, request).await,
-                )
-                .await
-            }
-            Pre::AuthorizerV1_0(pre) => {
-                let request = wit::request_v1_0(request);
-                self.decide(
-                    limits,
-                    async |store| pre.instantiate_async(store).await,
-                    async |instance, store| {
-                        let decision = instance.call_authorize(store, &request).await?;
-                        Ok(wit::decision_from_v1_0(decision))
-                    },
-                )
-                .await
-            }
-            Pre::Moderator(_) => Err(PolicyFailure::Instantiate("not an authorizer".into())),
-        }
+        self.authorize_in(policy, request, None, peak)
+            .await
+            .map(|(decision, _)| decision)
     }
 
     /// One moderation decision in a fresh instance, on the calling task and within the
@@ -495,15 +637,30 @@ impl PolicyEngine {
         request: &moderation_types::ModerationRequest,
         peak: Option<&PeakMemory>,
     ) -> Result<moderation_types::ModerationDecision, PolicyFailure> {
-        let Pre::Moderator(pre) = &policy.pre else {
+        self.moderate_in(policy, request, None, peak).await
+    }
+
+    async fn moderate_in(
+        &self,
+        policy: &CompiledPolicy,
+        request: &moderation_types::ModerationRequest,
+        organisation: Option<Uuid>,
+        peak: Option<&PeakMemory>,
+    ) -> Result<moderation_types::ModerationDecision, PolicyFailure> {
+        if !matches!(policy.pre, Pre::Moderator(_)) {
             return Err(PolicyFailure::Instantiate("not a moderator".into()));
-        };
-        self.decide(
-            Limiter::new(policy.memory_bytes, peak),
-            async |store| pre.instantiate_async(store).await,
-            async |instance, store| instance.call_moderate(store, request).await,
+        }
+        self.run(
+            policy,
+            organisation,
+            peak,
+            async |bound, store| match bound {
+                Bound::Moderator(instance) => instance.call_moderate(store, request).await,
+                _ => Err(wasmtime::Error::msg("not a moderator")),
+            },
         )
         .await
+        .map(|(decision, _)| decision)
     }
 
     /// Waits for a decision slot for `organisation`, at most `queue_timeout`: a decision that
@@ -555,10 +712,14 @@ impl PolicyEngine {
             // installed policy may spin to its deadline, so it never runs on an async worker.
             return self.authorize_in_place(&policy, &request).await;
         }
-        let slot = self.slot(input.principal.organisation_id).await?;
+        let organisation = input.principal.organisation_id;
+        let slot = self.slot(organisation).await?;
         let engine = self.clone();
         Self::on_blocking_thread(Some(slot), async move {
-            engine.authorize_now(&policy, &request).await
+            engine
+                .authorize_in(&policy, &request, Some(organisation), None)
+                .await
+                .map(|(decision, _)| decision)
         })
         .await
     }
@@ -594,9 +755,13 @@ impl PolicyEngine {
         if is_builtin(&policy.digest) {
             return self.authorize_in_place(&policy, &request).await;
         }
+        let organisation = input.principal.organisation_id;
         let engine = self.clone();
         Self::on_blocking_thread(None, async move {
-            engine.authorize_now(&policy, &request).await
+            engine
+                .authorize_in(&policy, &request, Some(organisation), None)
+                .await
+                .map(|(decision, _)| decision)
         })
         .await
     }
@@ -613,7 +778,9 @@ impl PolicyEngine {
         let slot = self.slot(organisation).await?;
         let engine = self.clone();
         Self::on_blocking_thread(Some(slot), async move {
-            engine.moderate_now(&policy, &request).await
+            engine
+                .moderate_in(&policy, &request, Some(organisation), None)
+                .await
         })
         .await
         .map(outcome)

@@ -2,9 +2,11 @@
 //! that implement the WIT worlds in `policies/wit/`.
 //!
 //! One wasmtime [`Engine`](wasmtime::Engine) per process; each policy is compiled once; every
-//! decision runs in a fresh instance (no state survives between decisions) with a wall-clock
-//! time budget (the deadline), a memory cap and a bound on concurrent evaluations. Anything
-//! going wrong fails closed: authorization denied, review held.
+//! decision runs in a fresh instance (no state survives between decisions), or for a version
+//! installed `per-organisation` in a warm instance that serves one organisation only
+//! (`warm.rs`), with a wall-clock time budget (the deadline), a memory cap and a bound on
+//! concurrent evaluations. Anything going wrong fails closed: authorization denied, review
+//! held, and a warm instance dropped.
 //!
 //! # The deadline covers host calls too
 //!
@@ -41,6 +43,7 @@ mod cases;
 mod coverage;
 mod decisions;
 mod engine;
+mod instances;
 mod memo;
 mod moderation;
 mod native_cache;
@@ -50,6 +53,9 @@ mod slots;
 #[cfg(test)]
 mod tests;
 mod ticker;
+mod warm;
+#[cfg(test)]
+mod warm_tests;
 mod wit;
 
 pub use budget::{
@@ -65,9 +71,11 @@ pub use decisions::{
 pub use engine::{
     CompiledPolicy, DecisionProfile, NativeCodeCounts, PolicyEngine, PolicyFailure, PolicyKind,
 };
+pub use instances::Instances;
 pub use moderation::{ModerationInput, ModerationOutcome, ReportInput, Verdict};
 pub use runtime::{Disagreement, DisagreementSink, PolicyRuntime};
 pub use settings::{EngineSettings, InstanceAllocation};
+pub use warm::WarmSettings;
 pub use wit::AuthzInput;
 
 /// The default policies, built from `policies/` into `policies/dist/` and embedded.
@@ -86,6 +94,9 @@ pub mod fixtures {
     pub const SLEEP: &[u8] = include_bytes!(env!("POLICY_HOSTILE_SLEEP_WASM"));
     /// The default authorizer as built against `control-plane:policy@1.0.0` (no role).
     pub const AUTHZ_1_0_0: &[u8] = include_bytes!(env!("POLICY_AUTHZ_1_0_0_WASM"));
+    /// Remembers the organisations it was asked about in a global and denies once it has seen
+    /// two ("seen organisations: …"): a warm instance shared between organisations shows.
+    pub const REMEMBER_ORGS: &[u8] = include_bytes!(env!("POLICY_HOSTILE_REMEMBER_ORGS_WASM"));
 }
 
 /// Hex SHA-256 of a component: the identity of a policy version.

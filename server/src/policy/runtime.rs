@@ -188,6 +188,7 @@ impl PolicyRuntime {
             Box::new(self.shadow_dropped.clone()),
         ];
         collectors.extend(self.decisions.collectors());
+        collectors.extend(self.engine.warm_collectors());
         if let Some(log) = self.decision_log.get() {
             collectors.extend(log.collectors());
         }
@@ -198,10 +199,23 @@ impl PolicyRuntime {
     /// embedded default).
     pub fn set_authorizer(&self, policy: Arc<CompiledPolicy>, name: PolicyName) {
         write(&self.authorizer, Active { policy, name });
+        self.keep_warm_in_force();
     }
 
     pub fn set_moderator(&self, policy: Arc<CompiledPolicy>, name: PolicyName) {
         write(&self.moderator, Active { policy, name });
+        self.keep_warm_in_force();
+    }
+
+    /// Warm instances of versions no longer in force are retired: a replaced version's state
+    /// does not outlive its activation, and its instances give back their pool slots.
+    fn keep_warm_in_force(&self) {
+        let authorizer = read(&self.authorizer).policy;
+        let moderator = read(&self.moderator).policy;
+        let shadow = read(&self.shadow);
+        let mut in_force = vec![authorizer.as_ref(), moderator.as_ref()];
+        in_force.extend(shadow.as_deref());
+        self.engine.keep_warm_only(&in_force);
     }
 
     /// Where decisions are logged; set once, before serving (a second call is ignored).
@@ -244,6 +258,7 @@ impl PolicyRuntime {
 
     pub fn set_shadow(&self, policy: Option<Arc<CompiledPolicy>>) {
         write(&self.shadow, policy);
+        self.keep_warm_in_force();
     }
 
     pub fn set_disagreement_sink(&self, sink: DisagreementSink) {

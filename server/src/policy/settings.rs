@@ -24,6 +24,8 @@ pub struct EngineSettings {
     pub allocation: InstanceAllocation,
     /// Where compiled native code is kept across processes; `None` keeps it in memory only.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Bounds of the warm instances of policies installed `per-organisation`.
+    pub warm: super::warm::WarmSettings,
 }
 
 /// How each decision's instance gets its memory, tables and stack.
@@ -76,6 +78,7 @@ impl Default for EngineSettings {
             shadow_queue: 64,
             allocation: InstanceAllocation::Pooling,
             cache_dir: None,
+            warm: super::warm::WarmSettings::default_for(Self::default_concurrency()),
         }
     }
 }

@@ -11,7 +11,7 @@ use super::stores::{key_encryption_key, open_store};
 use crate::config::ServerConfig;
 use crate::domain::KeyEncryptionKey;
 use crate::policy::{
-    Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, defaults,
+    Disagreement, EngineSettings, PolicyEngine, PolicyKind, PolicyRuntime, WarmSettings, defaults,
 };
 use crate::service::{
     Authorizer, BreakerSettings, DecisionLogSettings, DecisionRecorder, DeliverySettings,
@@ -86,13 +86,15 @@ pub(super) async fn build_services(
         },
     };
     let deadline = Duration::from_millis(config.policy_deadline_ms);
+    let max_concurrent = config
+        .policy_concurrency
+        .unwrap_or_else(EngineSettings::default_concurrency)
+        .max(1);
+    let warm_defaults = WarmSettings::default_for(max_concurrent);
     let engine = PolicyEngine::new(EngineSettings {
         deadline,
         memory_bytes: config.policy_memory_mib << 20,
-        max_concurrent: config
-            .policy_concurrency
-            .unwrap_or_else(EngineSettings::default_concurrency)
-            .max(1),
+        max_concurrent,
         queue_timeout: config
             .policy_queue_timeout_ms
             .map(Duration::from_millis)
@@ -100,6 +102,16 @@ pub(super) async fn build_services(
         shadow_queue: config.policy_shadow_queue as usize,
         allocation: config.policy_instance_allocation,
         cache_dir: Some(config.policy_cache_dir()),
+        warm: WarmSettings {
+            max_decisions: config.policy_warm_decisions,
+            max_age: Duration::from_secs(config.policy_warm_seconds),
+            per_organisation: config
+                .policy_warm_per_organisation
+                .map_or(warm_defaults.per_organisation, |n| n as usize),
+            total: config
+                .policy_warm_total
+                .map_or(warm_defaults.total, |n| n as usize),
+        },
     })
     .map_err(anyhow::Error::msg)?;
     let authorizer_default = engine
