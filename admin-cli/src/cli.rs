@@ -399,6 +399,10 @@ pub enum PoliciesCommand {
         /// Store it even over its budgets (recorded); its activation still needs `--force`.
         #[arg(long)]
         force: bool,
+        /// `fresh` (a new instance for every decision) or `per-organisation` (warm instances,
+        /// each serving the decisions of one organisation only).
+        #[arg(long, default_value = "fresh", value_parser = control_plane::policy::Instances::parse)]
+        instances: control_plane::policy::Instances,
     },
     /// Measure a component without installing it: 200 decisions in fresh instances, p50, p99,
     /// max and peak memory against the deadline and the memory budget.

@@ -158,10 +158,11 @@ impl Render for PolicyRecord {
             "digest": self.digest,
             "sizeBytes": self.size,
             "createdAt": Timestamp::new(self.created_at),
+            "instances": self.instances.as_str(),
         })
     }
     fn headers() -> &'static [&'static str] {
-        &["POLICY", "KIND", "DIGEST", "SIZE", "CREATED"]
+        &["POLICY", "KIND", "DIGEST", "SIZE", "INSTANCES", "CREATED"]
     }
     fn row(&self) -> Vec<String> {
         vec![
@@ -169,6 +170,7 @@ impl Render for PolicyRecord {
             self.kind.clone(),
             self.digest[..16.min(self.digest.len())].to_owned(),
             self.size.to_string(),
+            self.instances.to_string(),
             Timestamp::new(self.created_at).to_string(),
         ]
     }

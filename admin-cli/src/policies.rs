@@ -18,6 +18,7 @@ const POLICY: &[Column] = &[
     ("KIND", "kind", Cell::Text),
     ("DIGEST", "digest", Cell::Text),
     ("SIZE", "sizeBytes", Cell::Text),
+    ("INSTANCES", "instances", Cell::Text),
     ("CREATED", "createdAt", Cell::Text),
 ];
 const DISAGREEMENT: &[Column] = &[
@@ -73,6 +74,7 @@ pub async fn run(
             memory,
             cases,
             force,
+            instances,
         } => {
             let memory = memory.map(|m| m.mib());
             install(
@@ -84,6 +86,7 @@ pub async fn run(
                 memory,
                 cases.as_deref(),
                 force,
+                instances,
             )
             .await?
         }
@@ -192,9 +195,9 @@ pub async fn run(
     Ok(())
 }
 
-/// `policies install FILE --kind K --name N [--memory-mib N] [--cases F] [--force]`: the
-/// reference on stdout (scripts read it), the server's measurement on stderr; both in one
-/// document with `-o json`.
+/// `policies install FILE --kind K --name N [--memory-mib N] [--cases F] [--force]
+/// [--instances fresh|per-organisation]`: the reference on stdout (scripts read it), the
+/// server's measurement on stderr; both in one document with `-o json`.
 #[allow(clippy::too_many_arguments, reason = "the verb's flags")]
 async fn install(
     client: &Client,
@@ -205,9 +208,14 @@ async fn install(
     memory_mib: Option<u32>,
     cases: Option<&Path>,
     force: bool,
+    instances: control_plane::policy::Instances,
 ) -> anyhow::Result<()> {
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let mut query = vec![("kind", kind.to_owned()), ("name", name.to_owned())];
+    let mut query = vec![
+        ("kind", kind.to_owned()),
+        ("name", name.to_owned()),
+        ("instances", instances.as_str().to_owned()),
+    ];
     if let Some(mib) = memory_mib {
         query.push(("memoryMib", mib.to_string()));
     }

@@ -1,8 +1,9 @@
 //! The instance's policies and webhook signing keys over the admin API, an operator's: an
 //! upload the server measures and refuses (over a budget, not a component, the wrong world),
-//! one that installs and activates, idempotent replay of an upload, the route's own body limit,
-//! each change's audit event (the operator's organisation, no workspace, naming the user and
-//! token), and the role table (an organisation's admin, a member, a token without the scope).
+//! one that installs and activates, the instances mode a version keeps, idempotent replay of an
+//! upload, the route's own body limit, each change's audit event (the operator's organisation,
+//! no workspace, naming the user and token), and the role table (an organisation's admin, a
+//! member, a token without the scope).
 
 use control_plane::domain::{Role, Scope};
 use control_plane::policy::{PolicyKind, defaults, fixtures};
@@ -119,6 +120,77 @@ async fn an_upload_is_measured_by_the_server_and_refused_for_what_it_is() {
     }
     let listed: Value = app.get_ok(routes::POLICIES, token).await;
     assert_eq!(listed["items"], json!([]), "nothing refused was stored");
+}
+
+/// A version keeps the instances mode it was installed with (`fresh` unless asked), and every
+/// answer that shows the version shows it.
+#[tokio::test]
+async fn a_version_keeps_the_instances_mode_it_was_installed_with() {
+    let (app, tenant) = tenant_app().await;
+    let token = &tenant.token;
+
+    let warm: Value = upload(
+        &app,
+        token,
+        "kind=authorizer&name=warm&instances=per-organisation",
+        defaults::AUTHORIZER,
+    )
+    .ok()
+    .await;
+    assert_eq!(warm["policy"]["instances"], "per-organisation", "{warm}");
+    let plain: Value = upload(
+        &app,
+        token,
+        "kind=authorizer&name=plain",
+        defaults::AUTHORIZER,
+    )
+    .ok()
+    .await;
+    assert_eq!(
+        plain["policy"]["instances"], "fresh",
+        "the default: {plain}"
+    );
+    let refused = upload(
+        &app,
+        token,
+        "kind=authorizer&name=shared&instances=shared",
+        defaults::AUTHORIZER,
+    )
+    .expect(400, "validation_failed")
+    .await;
+    assert_eq!(
+        refused["error"]["details"]["field"], "instances",
+        "{refused}"
+    );
+
+    let listed: Value = app.get_ok(routes::POLICIES, token).await;
+    let modes: Vec<(&str, &str)> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["reference"].as_str().unwrap(),
+                p["instances"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        modes,
+        [("plain@1", "fresh"), ("warm@1", "per-organisation")],
+        "nothing refused was stored"
+    );
+    let shown: Value = app.get_ok(&routes::policy_version("warm", 1), token).await;
+    assert_eq!(shown["policy"]["instances"], "per-organisation");
+    let activated: Value = app
+        .post_ok(&routes::activate_policy("warm", 1), token, &json!({}))
+        .await;
+    assert_eq!(activated["policy"]["instances"], "per-organisation");
+    let listed: Value = app.get_ok(routes::POLICIES, token).await;
+    assert_eq!(
+        listed["active"]["authorizer"]["instances"],
+        "per-organisation"
+    );
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 //! bomb under a 2 MiB budget is stopped there (its measurement) and fails closed at decision
 //! time on the memory budget; the default authorizer under the smallest budget decides.
 
-use control_plane::policy::{MemoryBudget, PolicyKind, defaults, fixtures};
+use control_plane::policy::{Instances, MemoryBudget, PolicyKind, defaults, fixtures};
 use control_plane::service::PolicyUpload;
 
 use crate::support::{Call, admin_write, routes, spawn_app};
@@ -24,6 +24,7 @@ async fn a_version_decides_under_its_own_memory_budget() {
             cases: None,
             // The bomb is over its budget by design: stored all the same.
             force: true,
+            instances: Instances::Fresh,
         };
         app.services
             .install_measured_policy(upload, &admin_write(), org)

@@ -1,5 +1,6 @@
 //! `cpctl policies`: testing a policy component against its cases (local), and installing,
-//! activating, rolling back, shadowing and removing components over HTTP; `webhooks keys`.
+//! activating, rolling back, shadowing and removing components over HTTP, with the instances
+//! mode a version is installed with; `webhooks keys`.
 
 use super::*;
 
@@ -66,6 +67,54 @@ async fn policies_install_activate_roll_back_and_refuse_the_wrong_world() {
     assert!(stdout(&rolled).contains("built-in"), "{}", stdout(&rolled));
     let again = server.run("policies rollback authorizer");
     assert!(!again.status.success(), "nothing left to roll back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_install_with_an_instances_mode_and_list_shows_it() {
+    use control_plane::policy::defaults;
+    let db = Db::new().await;
+    let server = served(&db).await;
+    let path = write_temp("authz.wasm", defaults::AUTHORIZER);
+    let path = path.display();
+    let warm = json_of(&server.run(&format!(
+        "policies install {path} --kind authorizer --name warm --instances per-organisation -o json"
+    )));
+    assert_eq!(warm["instances"], "per-organisation", "{warm}");
+    assert_ok(&install(&server, "authz", defaults::AUTHORIZER, "plain"));
+    // Refused by cpctl itself, before anything is sent.
+    let bad = server.run(&format!(
+        "policies install {path} --kind authorizer --name shared --instances shared"
+    ));
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("unknown instances mode"),
+        "{}",
+        stderr(&bad)
+    );
+
+    let list = json_of(&server.run("policies list -o json"));
+    let modes: Vec<(&str, &str)> = list["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["reference"].as_str().unwrap(),
+                p["instances"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        modes,
+        [("plain@1", "fresh"), ("warm@1", "per-organisation")]
+    );
+    let table = server.run("policies list");
+    assert_ok(&table);
+    let table = stdout(&table);
+    let header = table.lines().next().unwrap();
+    assert!(header.contains("INSTANCES"), "{table}");
+    let warm_row = table.lines().find(|l| l.starts_with("warm@1")).unwrap();
+    assert!(warm_row.contains("per-organisation"), "{table}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

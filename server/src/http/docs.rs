@@ -267,6 +267,7 @@ fn query_rule(operation: &str, parameter: &str) -> Option<QueryRule> {
         }
         ("verifyAuditLog", "anchor") => QueryRule::Pattern(ANCHOR_PATTERN),
         ("installPolicy", "kind") => QueryRule::Schema("PolicyKind"),
+        ("installPolicy", "instances") => QueryRule::Schema("PolicyInstances"),
         ("installPolicy", "name") => QueryRule::Pattern(POLICY_NAME_PATTERN),
         ("installPolicy", "memoryMib") => QueryRule::Range(1, i64::from(MEMORY_CEILING_MIB)),
         _ => return None,

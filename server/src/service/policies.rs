@@ -19,7 +19,7 @@ use super::{Operation, ServiceError, Services};
 use crate::domain::{
     FieldError, NewAuditEvent, Principal, WebhookPublicKey, WebhookSigner, parse_sequence,
 };
-use crate::policy::{CompiledPolicy, PolicyKind, PolicyRuntime, defaults};
+use crate::policy::{CompiledPolicy, Instances, PolicyKind, PolicyRuntime, defaults};
 use crate::storage::{DisagreementRecord, PolicyRecord, PolicyState, WriteContext};
 
 /// `name@version`, parsed.
@@ -49,7 +49,8 @@ fn policy_name(record: Option<&PolicyRecord>) -> crate::policy::PolicyName {
     })
 }
 
-/// Compiled policies by digest: a version is compiled once per process.
+/// Compiled policies by digest, memory budget and instances mode: a version is compiled once
+/// per process.
 #[derive(Default)]
 pub struct CompiledCache(Mutex<HashMap<String, Arc<CompiledPolicy>>>);
 
@@ -469,10 +470,11 @@ impl Services {
         record: Option<&PolicyRecord>,
     ) -> Result<Arc<CompiledPolicy>, ServiceError> {
         let runtime = self.runtime()?;
-        // A version runs under its own memory budget: the same bytes under another budget
-        // are another compiled policy.
+        // A version runs under its own memory budget and instances mode: the same bytes under
+        // another budget or mode are another compiled policy.
         let budget = self.memory_budget_of(record).await?;
-        let key = |digest: &str| format!("{digest}/{}", budget.map_or(0, |b| b.mib()));
+        let instances = record.map_or(Instances::Fresh, |r| r.instances);
+        let key = |digest: &str| format!("{digest}/{}/{instances}", budget.map_or(0, |b| b.mib()));
         let bytes = match record {
             Some(r) => {
                 if let Some(hit) = cache
@@ -508,10 +510,11 @@ impl Services {
             .map_err(|e| {
                 ServiceError::Internal(format!("stored policy {digest} does not compile: {e}"))
             })?;
-        let compiled = Arc::new(match budget {
+        let compiled = match budget {
             Some(budget) => compiled.with_memory_budget(budget),
             None => compiled,
-        });
+        };
+        let compiled = Arc::new(compiled.with_instances(instances));
         if let Ok(mut c) = cache.0.lock() {
             c.insert(key(&digest), compiled.clone());
         }

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::policies::policy_event;
 use super::{Operation, ServiceError, Services};
 use crate::domain::Principal;
-use crate::policy::{BudgetReport, DEFAULT_RUNS, MemoryBudget, PolicyKind, measure};
+use crate::policy::{BudgetReport, DEFAULT_RUNS, Instances, MemoryBudget, PolicyKind, measure};
 use crate::storage::{PolicyBudgetRecord, PolicyRecord, WriteContext};
 
 /// A version installed, with what its measurement found.
@@ -43,6 +43,8 @@ pub struct PolicyUpload {
     pub cases: Option<String>,
     /// Store it even over its budgets (the event records it).
     pub force: bool,
+    /// Fresh instances for every decision, or warm ones per organisation.
+    pub instances: Instances,
 }
 
 fn us(d: std::time::Duration) -> i64 {
@@ -179,6 +181,7 @@ impl Services {
             memory: None,
             cases: None,
             force: true,
+            instances: Instances::Fresh,
         };
         Ok(self
             .install_measured_policy(upload, write, log)
@@ -203,6 +206,7 @@ impl Services {
             memory,
             cases,
             force,
+            instances,
         } = upload;
         if !is_policy_name(&name) {
             return Err(ServiceError::Validation(
@@ -257,6 +261,7 @@ impl Services {
                 json!({
                     "size": size,
                     "forced": force && over.is_some(),
+                    "instances": instances.as_str(),
                     "budget": budget_json(&budget),
                 }),
             )
@@ -269,6 +274,7 @@ impl Services {
                 kind.as_str(),
                 &digest,
                 &component,
+                instances,
                 &record(&budget),
                 &event,
             )

@@ -30,7 +30,7 @@ use crate::http::error::{ApiFailure, error_responses};
 use crate::http::fields::{PolicyReference, request_body};
 use crate::http::idempotency::{Idempotent, IdempotentInput, Permitted, admin_permission};
 use crate::http::payload::{FromJson, JsonBody};
-use crate::policy::{BudgetReport, DecisionOutcome, MemoryBudget, PolicyKind};
+use crate::policy::{BudgetReport, DecisionOutcome, Instances, MemoryBudget, PolicyKind};
 use crate::service::{
     ActivatedPolicy, AdminPage, DecisionListing, Permission, PolicyUpload, PolicyUploadAdmission,
     Services,
@@ -293,6 +293,8 @@ pub struct PolicyBody {
     /// The component's size.
     size_bytes: i64,
     created_at: Timestamp,
+    // Described by its schema: a description here would wrap the reference in an `allOf`.
+    instances: Instances,
 }
 
 impl From<PolicyRecord> for PolicyBody {
@@ -306,6 +308,7 @@ impl From<PolicyRecord> for PolicyBody {
             digest: p.digest,
             size_bytes: p.size,
             created_at: p.created_at.into(),
+            instances: p.instances,
         }
     }
 }
@@ -691,16 +694,18 @@ impl PoliciesApi {
     ///
     /// Requires `admin:write` and an operator. The body is the component itself
     /// (`application/octet-stream`, or `application/wasm`), at most `--policy-upload-max-mib`
-    /// (64 MiB by default; 413 past it); `kind`, `name`, `memoryMib` and `force` are query
-    /// parameters, and cases to measure with, when not the shipped cases of the kind, go
-    /// base64url in the `Policy-Cases` header (at most 64 KiB decoded). The server compiles
-    /// the component, checks it implements the kind's world, and measures it (200 decisions
-    /// in fresh instances under its memory budget, against this server's deadline) before
-    /// storing it as the next version of `name`. Refused with 422 and its own code: not a
-    /// component (`malformed_component`), not of the kind's world (`wrong_world`), or over
-    /// its budgets (`over_budget`, with the measurement; `force=true` stores it all the
-    /// same, and its activation will still need `force`). Audited as `policy.installed` in
-    /// the operator's organisation; the component's bytes never are.
+    /// (64 MiB by default; 413 past it); `kind`, `name`, `memoryMib`, `force` and
+    /// `instances` are query parameters, and cases to measure with, when not the shipped
+    /// cases of the kind, go base64url in the `Policy-Cases` header (at most 64 KiB
+    /// decoded). The server compiles the component, checks it implements the kind's world,
+    /// and measures it (200 decisions in fresh instances under its memory budget, against
+    /// this server's deadline) before storing it as the next version of `name`, with its
+    /// instances mode (`fresh` unless `per-organisation`). Refused with 422 and its own
+    /// code: not a component (`malformed_component`), not of the kind's world
+    /// (`wrong_world`), or over its budgets (`over_budget`, with the measurement;
+    /// `force=true` stores it all the same, and its activation will still need `force`).
+    /// Audited as `policy.installed` in the operator's organisation; the component's bytes
+    /// never are.
     #[oai(
         path = "/policies",
         method = "post",
@@ -721,6 +726,9 @@ impl PoliciesApi {
         memory_mib: Query<Option<u64>>,
         /// Store it even over its budgets (recorded).
         force: Query<Option<bool>>,
+        /// `fresh` (default): a new instance for every decision; `per-organisation`: warm
+        /// instances, each serving the decisions of one organisation only.
+        instances: Query<Option<String>>,
         /// The cases to measure with: a cases file, base64url.
         #[oai(name = "Policy-Cases")]
         cases: Header<Option<String>>,
@@ -728,6 +736,11 @@ impl PoliciesApi {
         body: Idempotent<Component>,
     ) -> Result<InstallPolicyResponse, InstallPolicyErrors> {
         let kind = kind_of("kind", &kind.0).map_err(|e| ApiFailure::validation(&e.into()))?;
+        let instances = match instances.0.as_deref() {
+            None => Instances::Fresh,
+            Some(raw) => Instances::parse(raw)
+                .map_err(|reason| ApiFailure::from(field_error("instances", reason)))?,
+        };
         let memory = match memory_mib.0 {
             None => None,
             Some(mib) => Some(
@@ -742,6 +755,7 @@ impl PoliciesApi {
             memory,
             cases: cases_of(cases.0.as_deref()).map_err(ApiFailure::from)?,
             force: force.0.unwrap_or(false),
+            instances,
         };
         let installed = services
             .admin_install_policy(&admitted, upload, &body.write)

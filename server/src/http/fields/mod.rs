@@ -31,7 +31,7 @@ use crate::domain::{
     RevocationReason, Role, Scope, Span, TokenName, ValidationErrors, bounded_arg, bounded_text,
     item_count, parse_uuid,
 };
-use crate::policy::PolicyKind;
+use crate::policy::{Instances, PolicyKind};
 use crate::service::{
     DeliveryStatusInput, MAX_ROTATION_GRACE_DAYS, ReviewInput, SubmitCommandInput,
 };
@@ -436,6 +436,36 @@ enum_value!(
     PolicyKind::ALL.iter().map(|k| k.as_str()),
     PolicyKind::parse
 );
+
+enum_value!(
+    Instances,
+    "PolicyInstances",
+    Some(
+        "How a policy version's decisions get their instances: `fresh` (a new one for every \
+         decision) or `per-organisation` (warm ones, each serving one organisation)."
+    ),
+    Instances::ALL.iter().map(|i| i.as_str()),
+    Instances::parse
+);
+
+/// A response's mode, as a version shows it.
+impl ToJSON for Instances {
+    fn to_json(&self) -> Option<Value> {
+        Some(json!(self.as_str()))
+    }
+}
+
+// Only because `#[derive(Object)]` derives a reader too; an install reads its query itself.
+impl ParseFromJSON for Instances {
+    fn parse_from_json(value: Option<Value>) -> ParseResult<Self> {
+        let value = value.unwrap_or_default();
+        match value.as_str().map(Instances::parse) {
+            Some(Ok(instances)) => Ok(instances),
+            Some(Err(e)) => Err(ParseError::custom(e)),
+            None => Err(ParseError::expected_type(value)),
+        }
+    }
+}
 
 /// A status a runner may report (`DeliveryStatusInput::REPORTABLE`).
 pub struct ReportedStatus(pub DeliveryStatus);

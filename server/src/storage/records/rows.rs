@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::StoreError;
 use super::{Plugin, PolicyRecord, RunnerPool, WebhookDelivery, Workflow, WorkflowRevision};
 use crate::domain::{CommandStatus, DeliveryStatus, NewAuditEvent, RevisionState};
+use crate::policy::Instances;
 
 pub(crate) fn parse_state<T>(
     raw: &str,
@@ -123,8 +124,8 @@ impl From<WorkflowRow> for Workflow {
     }
 }
 
-pub(crate) const POLICY_COLUMNS: &str =
-    "id, name, kind, version, digest, CAST(length(bytes) AS BIGINT) AS size, created_at";
+pub(crate) const POLICY_COLUMNS: &str = "id, name, kind, version, digest, \
+     CAST(length(bytes) AS BIGINT) AS size, created_at, instances";
 
 /// A policy version without its bytes, with their size.
 #[derive(FromRow)]
@@ -136,11 +137,13 @@ pub(crate) struct PolicyRow {
     pub(crate) digest: String,
     pub(crate) size: i64,
     pub(crate) created_at: DateTime<Utc>,
+    pub(crate) instances: String,
 }
 
-impl From<PolicyRow> for PolicyRecord {
-    fn from(r: PolicyRow) -> Self {
-        PolicyRecord {
+impl TryFrom<PolicyRow> for PolicyRecord {
+    type Error = StoreError;
+    fn try_from(r: PolicyRow) -> Result<Self, StoreError> {
+        Ok(PolicyRecord {
             id: r.id,
             name: r.name,
             kind: r.kind,
@@ -148,7 +151,8 @@ impl From<PolicyRow> for PolicyRecord {
             digest: r.digest,
             size: r.size,
             created_at: r.created_at,
-        }
+            instances: parse_state(&r.instances, Instances::parse)?,
+        })
     }
 }
 

@@ -246,6 +246,7 @@ pub(crate) const TABLES: &[Table] = &[
             ("digest", Text),
             ("bytes", Bytes),
             CREATED,
+            ("instances", Text),
         ],
     ),
     Table::new(

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::domain::NewAuditEvent;
+use crate::policy::Instances;
 use crate::storage::StoreError;
 use crate::storage::WriteContext;
 
@@ -22,6 +23,8 @@ pub struct PolicyRecord {
     pub digest: String,
     pub size: i64,
     pub created_at: DateTime<Utc>,
+    /// Fresh instances for every decision, or warm ones per organisation; chosen at install.
+    pub instances: Instances,
 }
 
 /// What is in force: the active policy of each kind (`None`: the built-in default) and the
@@ -60,6 +63,7 @@ pub trait PolicyStore: Send + Sync {
         kind: &str,
         digest: &str,
         bytes: &[u8],
+        instances: Instances,
         budget: &crate::storage::PolicyBudgetRecord,
         event: PolicyEvent<'_>,
     ) -> Result<PolicyRecord, StoreError>;

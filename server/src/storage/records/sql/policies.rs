@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::domain::NewAuditEvent;
+use crate::policy::Instances;
 use crate::storage::records::dialect::Dialect;
 use crate::storage::records::rows::{POLICY_COLUMNS, PolicyRow};
 use crate::storage::{
@@ -25,7 +26,7 @@ async fn policy_by_id<S: Dialect>(
     .bind(id)
     .fetch_optional(store.pool())
     .await?;
-    Ok(row.map(Into::into))
+    row.map(TryInto::try_into).transpose()
 }
 
 #[async_trait]
@@ -37,15 +38,16 @@ impl<S: Dialect> PolicyStore for S {
         kind: &str,
         digest: &str,
         bytes: &[u8],
+        instances: Instances,
         budget: &crate::storage::PolicyBudgetRecord,
         event: PolicyEvent<'_>,
     ) -> Result<PolicyRecord, StoreError> {
         let mut tx = self.begin(write).await?;
         S::serialise_versions(&mut tx, name).await?;
         let row: PolicyRow = S::query(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO policies (id, name, kind, version, digest, bytes, created_at)
+            "INSERT INTO policies (id, name, kind, version, digest, bytes, created_at, instances)
              VALUES ($1, $2, $3, (SELECT coalesce(max(version), 0) + 1 FROM policies WHERE name = $2),
-                 $4, $5, $6)
+                 $4, $5, $6, $7)
              RETURNING {POLICY_COLUMNS}"
         )))
         .bind(Uuid::new_v4())
@@ -54,10 +56,11 @@ impl<S: Dialect> PolicyStore for S {
         .bind(digest)
         .bind(bytes)
         .bind(Utc::now())
+        .bind(instances.as_str())
         .fetch_one(&mut *tx)
         .await?;
         super::policy_budgets::insert_budget::<S>(&mut tx, row.id, budget).await?;
-        let policy = PolicyRecord::from(row);
+        let policy = PolicyRecord::try_from(row)?;
         S::insert_event(&mut tx, &event(&policy)).await?;
         self.commit(tx, write).await?;
         Ok(policy)
@@ -69,7 +72,7 @@ impl<S: Dialect> PolicyStore for S {
         )))
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
+        rows.into_iter().map(TryInto::try_into).collect()
     }
 
     async fn policies_page(
@@ -91,7 +94,7 @@ impl<S: Dialect> PolicyStore for S {
         .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
+        rows.into_iter().map(TryInto::try_into).collect()
     }
 
     async fn find_policy(
@@ -106,7 +109,7 @@ impl<S: Dialect> PolicyStore for S {
         .bind(version)
         .fetch_optional(self.pool())
         .await?;
-        Ok(row.map(Into::into))
+        row.map(TryInto::try_into).transpose()
     }
 
     async fn policy_bytes(&self, id: Uuid) -> Result<Option<Vec<u8>>, StoreError> {
@@ -173,10 +176,11 @@ impl<S: Dialect> PolicyStore for S {
         .bind(kind)
         .fetch_optional(&mut *tx)
         .await?;
+        let now = now.map(PolicyRecord::try_from).transpose()?;
         S::policy_changed(&mut tx).await?;
-        S::insert_event(&mut tx, &event(&row.into())).await?;
+        S::insert_event(&mut tx, &event(&row.try_into()?)).await?;
         self.commit(tx, write).await?;
-        Ok(Some(now.map(Into::into)))
+        Ok(Some(now))
     }
 
     async fn remove_policy(
