@@ -43,6 +43,7 @@ mod pg_replica;
 mod policies;
 mod policy_budgets;
 mod policy_decisions;
+mod policy_instances;
 mod policy_languages;
 mod rate_limits;
 mod read_replicas;
