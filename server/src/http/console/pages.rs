@@ -864,13 +864,16 @@ async fn policies(ctx: &Ctx<'_>) -> Result<Content, Failure> {
         );
     }
     let mut versions = Section::new("Versions");
-    let mut table = Table::new(vec!["Reference", "Kind", "Size", "Created", "Digest"], true);
+    let mut table = Table::new(
+        vec!["Reference", "Kind", "Instances", "Size", "Created", "Digest"],
+        true,
+    );
     for policy in items(&page) {
         let reference = text(&policy["reference"]);
         table.rows.push(Row {
             cells: row_cells(
                 policy,
-                &["reference", "kind", "sizeBytes", "createdAt", "digest"],
+                &["reference", "kind", "instances", "sizeBytes", "createdAt", "digest"],
             ),
             actions: vec![
                 FormView::post("/console/policies/activate", "Activate")
