@@ -865,7 +865,14 @@ async fn policies(ctx: &Ctx<'_>) -> Result<Content, Failure> {
     }
     let mut versions = Section::new("Versions");
     let mut table = Table::new(
-        vec!["Reference", "Kind", "Instances", "Size", "Created", "Digest"],
+        vec![
+            "Reference",
+            "Kind",
+            "Instances",
+            "Size",
+            "Created",
+            "Digest",
+        ],
         true,
     );
     for policy in items(&page) {
@@ -873,7 +880,14 @@ async fn policies(ctx: &Ctx<'_>) -> Result<Content, Failure> {
         table.rows.push(Row {
             cells: row_cells(
                 policy,
-                &["reference", "kind", "instances", "sizeBytes", "createdAt", "digest"],
+                &[
+                    "reference",
+                    "kind",
+                    "instances",
+                    "sizeBytes",
+                    "createdAt",
+                    "digest",
+                ],
             ),
             actions: vec![
                 FormView::post("/console/policies/activate", "Activate")
